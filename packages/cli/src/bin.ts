@@ -1,0 +1,26 @@
+#!/usr/bin/env node
+import { Command } from "commander";
+import { DenError } from "@den/protocol";
+import { registerTemplateBuild } from "./commands/template-build.js";
+import { registerTemplateLs } from "./commands/template-ls.js";
+import { registerDemo } from "./commands/demo.js";
+
+const program = new Command();
+program.name("den").description("Long-running microVM sandboxes for AI agents").version("0.1.0");
+program.option("--data-dir <dir>", "where templates, sandboxes and snapshots live (env DEN_DATA_DIR)");
+
+const template = program.command("template").description("build and list sandbox templates");
+registerTemplateBuild(template);
+registerTemplateLs(template);
+registerDemo(program);
+
+try {
+  await program.parseAsync(process.argv);
+} catch (e) {
+  // A user mistake or a known failure is one clear line and a non-zero exit, never a stack trace.
+  if (e instanceof DenError) {
+    process.stderr.write(`den: ${e.code}: ${e.message}\n`);
+    process.exit(e.status >= 500 ? 2 : 1);
+  }
+  throw e;
+}

@@ -1,0 +1,395 @@
+// End-to-end tests of den-agent in host test mode. Usage:
+//   OUT=/tmp/den-agent ../build.sh && node run.mjs /tmp/den-agent [filter]
+import { spawn, execSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import assert from 'node:assert/strict';
+import { Host, T } from './host.mjs';
+
+const agentBin = process.argv[2] || '/tmp/den-agent';
+const filter = process.argv[3];
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'den-test-'));
+const sock = path.join(dir, 'agent.sock');
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const b64 = (s) => Buffer.from(s).toString('base64');
+const alive = (pid) => { try { process.kill(pid, 0); return true; } catch { return false; } };
+
+const host = new Host(sock);
+await host.listen();
+const wrap = process.env.VALGRIND ? ['valgrind', '--leak-check=full', '--error-exitcode=9', '--log-file=' + dir + '/vg.log'] : [];
+const agent = spawn(wrap[0] || agentBin, [...wrap.slice(1), ...(wrap.length ? [agentBin] : []), '--socket', sock, '--no-cgroup'], { stdio: ['ignore', 'inherit', 'inherit'] });
+const agentPid = () => agent.pid;
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+function cpuTicks(pid) {
+  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return Number(f[11]) + Number(f[12]);
+}
+function rssKb(pid, key = 'VmRSS') {
+  const m = fs.readFileSync(`/proc/${pid}/status`, 'utf8').match(new RegExp(key + ':\\s+(\\d+)'));
+  return Number(m[1]);
+}
+// Under valgrind the agent is a child of valgrind's process: find the real pid.
+function realAgentPid() {
+  return agent.pid;
+}
+
+test('hello', async () => {
+  const r = await host.hello();
+  assert.equal(r.ok, true);
+  assert.equal(r.protocol, 1);
+  assert.match(r.boot_id, /^[0-9a-f-]{36}$/);
+  assert.ok(r.pid > 0);
+  assert.deepEqual(await host.req('sys.ping'), { ok: true });
+  assert.equal((await host.req('nope')).code, 'unknown_op');
+  const info = await host.req('sys.info');
+  assert.ok(info.mem_total_kb > 0 && info.uptime_ms > 0);
+});
+
+test('exec exit 42', async () => {
+  const e = host.exec({ cmd: 'exit 42' });
+  const res = await e.res;
+  assert.equal(res.ok, true);
+  const x = await e.exit;
+  assert.deepEqual(x.event, { event: 'exit', proc: res.proc, exit_code: 42, signal: null, timed_out: false });
+  assert.deepEqual(x.eofs.sort(), [1, 2]);
+});
+
+test('exec errors', async () => {
+  assert.equal((await host.req('exec', { argv: ['/nonexistent/bin'] })).code, 'not_found');
+  assert.equal((await host.req('exec', { argv: ['true'], cwd: '/nonexistent' })).code, 'cwd_not_found');
+  assert.equal((await host.req('exec', {})).code, 'invalid_argument');
+  assert.equal((await host.req('exec', { argv: 'ls' })).code, 'invalid_argument');
+});
+
+test('stdout/stderr exact bytes, env, cwd', async () => {
+  const e = host.exec({ cmd: 'printf "a\\0b\\377\\n"; printf err >&2; printf "%s|%s|%s" "$FOO" "$HOME" "$(pwd)"', env: { FOO: 'bär' }, cwd: '/tmp' });
+  const x = await e.exit;
+  assert.deepEqual(x.stdout, Buffer.concat([Buffer.from([0x61, 0, 0x62, 0xff, 0x0a]), Buffer.from('bär|/root|/tmp')]));
+  assert.equal(x.stderr.toString(), 'err');
+  assert.equal(x.event.exit_code, 0);
+});
+
+test('5 MB output with small credit window', async () => {
+  const f = path.join(dir, 'r5');
+  const data = crypto.randomBytes(5e6);
+  fs.writeFileSync(f, data);
+  const e = host.exec({ argv: ['sh', '-c', `cat ${f}; cat ${f} >&2`], window: 65536 }, { grantDelay: 1 });
+  const x = await e.exit;
+  assert.ok(x.stdout.equals(data), 'stdout differs ' + x.stdout.length);
+  assert.ok(x.stderr.equals(data), 'stderr differs');
+});
+
+test('backpressure blocks the child', async () => {
+  // Grant nothing: the child must block after the pipe fills, then finish once granted.
+  let got = 0;
+  const e = host.exec({ argv: ['head', '-c', '3000000', '/dev/zero'], window: 10000 }, { grant: () => 0, onData: (ch, b) => (got += b.length) });
+  const res = await e.res;
+  await sleep(500);
+  assert.equal(got, 10000);
+  const l = await host.req('proc.list');
+  assert.equal(l.procs.find((p) => p.proc === res.proc).running, true);
+  host.credit(res.id, 1, 3000000);
+  const x = await e.exit;
+  assert.equal(x.stdout.length, 3000000);
+});
+
+test('stdin streaming', async () => {
+  const data = crypto.randomBytes(1 << 20);
+  const e = host.exec({ argv: ['sha256sum'], stdin: true });
+  assert.equal((await e.res).window > 0, true);
+  await e.write(data);
+  await e.end();
+  const x = await e.exit;
+  assert.equal(x.stdout.toString().split(' ')[0], crypto.createHash('sha256').update(data).digest('hex'));
+});
+
+test('stdin_data', async () => {
+  const x = await host.exec({ argv: ['cat'], stdin_data: b64('hello\n') }).exit;
+  assert.equal(x.stdout.toString(), 'hello\n');
+});
+
+test('timeout kills setsid grandchild', async () => {
+  const t0 = Date.now();
+  const e = host.exec({ cmd: 'setsid sleep 1000 & echo $!; sleep 1000', timeout_ms: 800 });
+  const x = await e.exit;
+  assert.ok(Date.now() - t0 < 5000);
+  assert.equal(x.event.timed_out, true);
+  assert.equal(x.event.signal, 9);
+  assert.equal(x.event.exit_code, null);
+  const gc = Number(x.stdout.toString().trim());
+  await sleep(200);
+  assert.equal(alive(gc), false, 'grandchild survived');
+});
+
+test('nohup background survives exec end; late writes discarded', async () => {
+  const e = host.exec({ cmd: 'nohup sleep 100 >/dev/null 2>&1 & echo $!; (sleep 0.5; echo late; sleep 100) & echo $!' });
+  const x = await e.exit;
+  const [a, b] = x.stdout.toString().trim().split('\n').map(Number);
+  await sleep(1500);
+  assert.ok(alive(a), 'nohup sleep died');
+  assert.ok(alive(b), 'background writer died (SIGPIPE?)');
+  process.kill(a, 'SIGKILL');
+  execSync(`pkill -KILL -g ${b} || true`);
+});
+
+test('pty: size, resize, ^C', async () => {
+  let out = '';
+  const e = host.exec({ cmd: 'stty size; read x; stty size', pty: { rows: 24, cols: 80 } }, { onData: (ch, b) => (out += b) });
+  const res = await e.res;
+  assert.ok(res.window > 0);
+  while (!out.includes('24 80')) await sleep(20);
+  assert.deepEqual(await host.req('pty.resize', { proc: res.proc, rows: 40, cols: 120 }), { ok: true });
+  await e.write(Buffer.from('\n'));
+  const x = await e.exit;
+  assert.match(x.stdout.toString(), /40 120/);
+  assert.equal(x.event.exit_code, 0);
+
+  const e2 = host.exec({ argv: ['sleep', '100'], pty: {} });
+  await e2.res;
+  await sleep(300);
+  await e2.write(Buffer.from('\x03'));
+  const x2 = await e2.exit;
+  assert.equal(x2.event.signal, 2);
+});
+
+test('background proc: read/wait/stdin/kill/release', async () => {
+  const r = await host.req('exec', { argv: ['cat'], mode: 'buffer', stdin: true, buffer_bytes: 4096 });
+  assert.equal(r.ok, true);
+  assert.deepEqual(await host.req('proc.stdin', { proc: r.proc, data: b64('x'.repeat(10000)) }), { ok: true });
+  assert.deepEqual(await host.req('proc.wait', { proc: r.proc, timeout_ms: 200 }), { ok: true, running: true });
+  let rd;
+  for (let i = 0; i < 50; i++) {
+    rd = await host.req('proc.read', { proc: r.proc, channel: 1, offset: 0 });
+    if (rd.next_offset === 10000) break;
+    await sleep(20);
+  }
+  assert.equal(rd.next_offset, 10000);
+  assert.equal(rd.offset, 10000 - 4096);
+  assert.equal(rd.dropped, true);
+  assert.equal(Buffer.from(rd.data, 'base64').toString(), 'x'.repeat(4096));
+  assert.equal(rd.eof, false);
+  await host.req('proc.stdin', { proc: r.proc, data: b64('yz'), eof: true });
+  const w = await host.req('proc.wait', { proc: r.proc, timeout_ms: 5000 });
+  assert.deepEqual(w, { ok: true, running: false, exit_code: 0, signal: null, timed_out: false });
+  rd = await host.req('proc.read', { proc: r.proc, channel: 1, offset: 10000 });
+  assert.equal(Buffer.from(rd.data, 'base64').toString(), 'yz');
+  assert.equal(rd.eof, true);
+  assert.deepEqual(await host.req('proc.release', { proc: r.proc }), { ok: true });
+  assert.equal((await host.req('proc.read', { proc: r.proc })).code, 'proc_not_found');
+
+  const k = await host.req('exec', { argv: ['sleep', '100'], mode: 'buffer' });
+  const wp = host.req('proc.wait', { proc: k.proc });
+  const l = await host.req('proc.list');
+  const ent = l.procs.find((p) => p.proc === k.proc);
+  assert.deepEqual([ent.mode, ent.running, ent.argv], ['buffer', true, ['sleep', '100']]);
+  assert.deepEqual(await host.req('proc.kill', { proc: k.proc }), { ok: true });
+  assert.equal((await wp).signal, 9);
+  const s = await host.req('exec', { cmd: 'trap "exit 7" TERM; sleep 100 & wait', mode: 'buffer' });
+  await sleep(300);
+  await host.req('proc.signal', { proc: s.proc, signal: 15 });
+  assert.equal((await host.req('proc.wait', { proc: s.proc, timeout_ms: 5000 })).exit_code, 7);
+  assert.equal((await host.req('proc.kill', { proc: 999999 })).code, 'proc_not_found');
+});
+
+test('file write+read 100 MB, bounded RSS', async () => {
+  const size = 100 * 1024 * 1024;
+  const f = path.join(dir, 'big');
+  const hash = crypto.createHash('sha256');
+  let credit = 0, waiters = [];
+  const wid = host.req('file.write', { path: f, mode: 0o600 }, {
+    credit: (ch, n) => { credit += n; waiters.splice(0).forEach((x) => x()); },
+    event: (e) => done(e), data() {}, eof() {},
+  });
+  let done;
+  const doneP = new Promise((r) => (done = r));
+  const wr = await wid;
+  assert.equal(wr.ok, true);
+  credit = wr.window;
+  const chunk = crypto.randomBytes(65536);
+  for (let off = 0; off < size; off += 65536) {
+    while (credit < 65536) await new Promise((r) => waiters.push(r));
+    const c = Buffer.from(chunk);
+    c.writeUInt32BE(off, 0);
+    hash.update(c);
+    host.data(wid.id, 3, c);
+    credit -= 65536;
+  }
+  host.eof(wid.id, 3);
+  assert.deepEqual(await doneP, { event: 'done', bytes: size });
+  assert.equal(fs.statSync(f).mode & 0o777, 0o600);
+  assert.equal(crypto.createHash('sha256').update(fs.readFileSync(f)).digest('hex'), hash.digest('hex'));
+  assert.deepEqual(fs.readdirSync(dir).filter((n) => n.includes('den-tmp')), []);
+
+  const h2 = crypto.createHash('sha256');
+  let got = 0;
+  let rdone;
+  const rP = new Promise((r) => (rdone = r));
+  const rid = host.req('file.read', { path: f, window: 262144 }, {
+    data: (ch, b) => { h2.update(b); got += b.length; host.credit(rid.id, 3, b.length); },
+    eof: () => rdone('eof'), event: (e) => rdone(e),
+  });
+  const rr = await rid;
+  assert.equal(rr.size, size);
+  assert.equal(rr.mode, 0o600);
+  assert.equal(await rP, 'eof');
+  assert.equal(got, size);
+  assert.equal(h2.digest('hex'), crypto.createHash('sha256').update(fs.readFileSync(f)).digest('hex'));
+  if (!process.env.VALGRIND) {
+    const hwm = rssKb(realAgentPid(), 'VmHWM');
+    console.log(`    agent VmHWM ${hwm} kB`);
+    assert.ok(hwm < 20000, 'agent RSS too high: ' + hwm);
+  }
+  fs.unlinkSync(f);
+});
+
+test('file read range + errors', async () => {
+  const f = path.join(dir, 'small');
+  fs.writeFileSync(f, '0123456789');
+  const chunks = [];
+  let fin;
+  const p = new Promise((r) => (fin = r));
+  const r = await host.req('file.read', { path: f, offset: 2, length: 5 }, { data: (c, b) => chunks.push(b), eof: () => fin(), event: (e) => fin(e) });
+  assert.equal(r.size, 10);
+  await p;
+  assert.equal(Buffer.concat(chunks).toString(), '23456');
+  assert.equal((await host.req('file.read', { path: dir })).code, 'is_a_directory');
+  assert.equal((await host.req('file.read', { path: dir + '/nope' })).code, 'file_not_found');
+  assert.equal((await host.req('file.read', { path: 'relative' })).code, 'invalid_argument');
+});
+
+test('file ops', async () => {
+  const d = path.join(dir, 'ops');
+  assert.deepEqual(await host.req('file.mkdir', { path: d + '/a/b', parents: true }), { ok: true });
+  assert.equal((await host.req('file.mkdir', { path: d + '/a' })).code, 'already_exists');
+  assert.equal((await host.req('file.mkdir', { path: d + '/x/y' })).code, 'file_not_found');
+  fs.writeFileSync(d + '/a/f', 'hi');
+  fs.symlinkSync('/etc', d + '/a/link');
+  const st = await host.req('file.stat', { path: d + '/a/f' });
+  assert.deepEqual([st.type, st.size], ['file', 2]);
+  const sl = await host.req('file.stat', { path: d + '/a/link' });
+  assert.deepEqual([sl.type, sl.target], ['symlink', '/etc']);
+  assert.equal((await host.req('file.stat', { path: d + '/zz' })).code, 'file_not_found');
+  assert.equal((await host.req('file.stat', { path: d + '/a/f/x' })).code, 'not_a_directory');
+  const l = await host.req('file.list', { path: d + '/a' });
+  assert.deepEqual(l.entries.map((e) => `${e.name}:${e.type}`).sort(), ['b:dir', 'f:file', 'link:symlink']);
+  assert.equal(l.truncated, false);
+  assert.equal((await host.req('file.list', { path: d + '/a/f' })).code, 'not_a_directory');
+  assert.equal((await host.req('file.remove', { path: d + '/a' })).code, 'not_empty');
+  assert.deepEqual(await host.req('file.rename', { from: d + '/a/f', to: d + '/g' }), { ok: true });
+  assert.equal(fs.readFileSync(d + '/g', 'utf8'), 'hi');
+  assert.equal((await host.req('file.rename', { from: d + '/nope', to: d + '/g2' })).code, 'file_not_found');
+  assert.deepEqual(await host.req('file.remove', { path: d + '/a', recursive: true }), { ok: true });
+  assert.ok(fs.existsSync('/etc/passwd'));
+  assert.equal(fs.existsSync(d + '/a'), false);
+  assert.deepEqual(await host.req('file.remove', { path: d + '/g' }), { ok: true });
+  // file.write with parents and error
+  let ev;
+  const evP = new Promise((r) => (ev = r));
+  const w = await host.req('file.write', { path: d + '/n/e/w.txt', parents: true }, { event: (e) => ev(e), credit() {}, data() {}, eof() {} });
+  assert.equal(w.ok, true);
+  host.data(host.nextId - 1, 3, Buffer.from('content'));
+  host.eof(host.nextId - 1, 3);
+  assert.deepEqual(await evP, { event: 'done', bytes: 7 });
+  assert.equal(fs.readFileSync(d + '/n/e/w.txt', 'utf8'), 'content');
+  assert.equal((await host.req('file.write', { path: d + '/q/r' })).code, 'file_not_found');
+  assert.equal((await host.req('file.write', { path: d })).code, 'is_a_directory');
+  // many entries
+  fs.mkdirSync(d + '/many');
+  for (let i = 0; i < 10050; i++) fs.writeFileSync(`${d}/many/${i}`, '');
+  const m = await host.req('file.list', { path: d + '/many' });
+  assert.equal(m.entries.length, 10000);
+  assert.equal(m.truncated, true);
+});
+
+test('new session detaches a streaming exec into buffer mode', async () => {
+  const e = host.exec({ cmd: 'for i in 1 2 3 4 5 6; do echo $i; sleep 0.2; done' });
+  const res = await e.res;
+  await sleep(300);
+  const h = await host.hello();
+  assert.equal(h.ok, true);
+  const l = await host.req('proc.list');
+  assert.equal(l.procs.find((p) => p.proc === res.proc).mode, 'buffer');
+  const w = await host.req('proc.wait', { proc: res.proc, timeout_ms: 5000 });
+  assert.equal(w.exit_code, 0);
+  const rd = await host.req('proc.read', { proc: res.proc, channel: 1, offset: 0 });
+  assert.ok(rd.next_offset === 12 && Buffer.from(rd.data, 'base64').toString().endsWith('6\n'), JSON.stringify(rd));
+  await host.req('proc.release', { proc: res.proc });
+});
+
+test('disconnect, reconnect, same session keeps streams', async () => {
+  const e = host.exec({ cmd: 'sleep 0.5; echo done' });
+  const res = await e.res;
+  const session = host.session;
+  host.disconnect();
+  await sleep(100);
+  await host.waitConn();
+  const h = await host.hello(session);
+  assert.equal(h.ok, true);
+  const x = await e.exit;
+  assert.equal(x.stdout.toString(), 'done\n');
+  assert.equal(x.event.proc, res.proc);
+});
+
+test('a file write aborted by disconnect leaves no temp file', async () => {
+  const f = path.join(dir, 'aborted');
+  const w = await host.req('file.write', { path: f }, { credit() {}, event() {}, data() {}, eof() {} });
+  assert.equal(w.ok, true);
+  host.data(host.nextId - 1, 3, Buffer.from('partial'));
+  await sleep(100);
+  assert.equal(fs.readdirSync(dir).filter((n) => n.includes('den-tmp')).length, 1);
+  host.disconnect();
+  await sleep(100);
+  assert.equal(fs.readdirSync(dir).filter((n) => n.includes('den-tmp')).length, 0);
+  await host.waitConn();
+  await host.hello();
+});
+
+test('garbage input resyncs', async () => {
+  host.sock.write(Buffer.from([0xff, 0xff, 0xff, 0xff, 1, 2, 3]));
+  await sleep(100);
+  const r = await host.hello();
+  assert.equal(r.ok, true);
+});
+
+test('idle CPU ~0', async () => {
+  await sleep(300);
+  const pid = realAgentPid();
+  const t0 = cpuTicks(pid);
+  await sleep(2000);
+  const t1 = cpuTicks(pid);
+  assert.ok(t1 - t0 <= 2, `agent used ${t1 - t0} ticks while idle`);
+  // also while the host is disconnected
+  host.disconnect();
+  host.server.close();
+  try { fs.unlinkSync(sock); } catch {}
+  const t2 = cpuTicks(pid);
+  await sleep(2000);
+  const t3 = cpuTicks(pid);
+  assert.ok(t3 - t2 <= 5, `agent used ${t3 - t2} ticks while disconnected`);
+});
+
+let failed = 0;
+for (const t of tests) {
+  if (filter && !t.name.includes(filter) && t.name !== 'hello') continue;
+  const t0 = Date.now();
+  try {
+    await Promise.race([t.fn(), sleep(120000).then(() => { throw new Error('test timeout'); })]);
+    if (host.violations.length) throw new Error('protocol violations: ' + host.violations.join('; '));
+    console.log(`ok   ${t.name} (${Date.now() - t0} ms)`);
+  } catch (e) {
+    failed++;
+    host.violations = [];
+    console.log(`FAIL ${t.name}: ${e.stack}`);
+  }
+}
+agent.kill('SIGTERM');
+await sleep(process.env.VALGRIND ? 2000 : 100);
+host.close();
+if (process.env.VALGRIND) console.log(fs.readFileSync(dir + '/vg.log', 'utf8').split('\n').filter((l) => /ERROR SUMMARY|definitely|indirectly|possibly|Invalid|uninit/.test(l)).join('\n'));
+fs.rmSync(dir, { recursive: true, force: true });
+console.log(failed ? `${failed} failed` : 'all passed');
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,162 @@
+import { execFile, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { DenError } from "@den/protocol";
+import { AGENT_DIR, IMAGES_DIR, type Recipe } from "./recipe.js";
+
+const execFileP = promisify(execFile);
+
+export interface ImageArtifacts {
+  /** Content key of the whole image (kernel, initrd, disk). */
+  key: string;
+  kernel: string;
+  initrd: string;
+  disk: string;
+  kernelVersion: string;
+}
+
+export interface BuildOptions {
+  cacheDir: string;
+  log?: (line: string) => void;
+}
+
+function hash(...parts: (string | Buffer)[]): string {
+  const h = createHash("sha256");
+  for (const p of parts) h.update(p).update("\0");
+  return h.digest("hex").slice(0, 16);
+}
+
+function script(name: string): string {
+  return join(IMAGES_DIR, "scripts", name);
+}
+
+function fileHash(path: string): string {
+  return hash(readFileSync(path));
+}
+
+/** Hash of the guest agent's sources: a change to the agent rebuilds the disk only. */
+export function agentSourceKey(): string {
+  const files = ["build.sh", ...readdirSync(join(AGENT_DIR, "src")).sort().map((f) => join("src", f))];
+  return hash(...files.flatMap((f) => [f, readFileSync(join(AGENT_DIR, f))]));
+}
+
+/** The Debian mirror this machine's apt uses (debootstrap must use the same one). */
+export function aptMirror(): string {
+  if (process.env.DEN_DEBIAN_MIRROR) return process.env.DEN_DEBIAN_MIRROR;
+  const sources = ["/etc/apt/sources.list.d/debian.sources", "/etc/apt/sources.list"];
+  for (const f of sources) {
+    if (!existsSync(f)) continue;
+    const text = readFileSync(f, "utf8");
+    const deb822 = /^URIs:\s*(\S+)/m.exec(text);
+    if (deb822 && !deb822[1]!.includes("security")) return deb822[1]!;
+    const line = /^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+\S+/m.exec(text);
+    if (line) return line[1]!;
+  }
+  throw new DenError("build_failed", "cannot find a Debian mirror in /etc/apt sources; set DEN_DEBIAN_MIRROR");
+}
+
+/**
+ * Runs one cached build step: if `dir` already holds a finished result (a `.done`
+ * marker) it is reused; otherwise the step runs into a temp dir that is renamed into place.
+ */
+async function cachedStep(dir: string, what: string, opts: BuildOptions, run: (out: string) => Promise<void>): Promise<string> {
+  if (existsSync(join(dir, ".done"))) {
+    opts.log?.(`${what}: cached (${dir})`);
+    return dir;
+  }
+  const tmp = `${dir}.tmp-${process.pid}`;
+  await rm(tmp, { recursive: true, force: true });
+  await mkdir(tmp, { recursive: true });
+  const t0 = Date.now();
+  opts.log?.(`${what}: building...`);
+  try {
+    await run(tmp);
+    await writeFile(join(tmp, ".done"), new Date().toISOString() + "\n");
+    await rm(dir, { recursive: true, force: true });
+    await rename(tmp, dir);
+  } catch (e) {
+    await rm(tmp, { recursive: true, force: true });
+    throw e;
+  }
+  opts.log?.(`${what}: built in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  return dir;
+}
+
+function runScript(path: string, env: Record<string, string>): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn("bash", [path], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+    let tail = "";
+    const onOut = (d: Buffer) => {
+      tail = (tail + d.toString()).slice(-4000);
+    };
+    child.stdout.on("data", onOut);
+    child.stderr.on("data", onOut);
+    child.on("error", (e) => reject(new DenError("build_failed", `${path}: ${e.message}`)));
+    child.on("exit", (code) => {
+      if (code === 0) resolve();
+      else reject(new DenError("build_failed", `${path.split("/").pop()} failed (exit ${code}):\n${tail.trim()}`));
+    });
+  });
+}
+
+/**
+ * Builds (or finds in the cache) the kernel, initramfs and root disk of a recipe.
+ * Each layer is cached under `cacheDir` by the hash of its inputs, so changing the
+ * agent rebuilds only the disk and a warm rebuild takes a moment.
+ */
+export async function buildImage(recipe: Recipe, opts: BuildOptions): Promise<ImageArtifacts> {
+  const root = join(opts.cacheDir, "images");
+  await mkdir(root, { recursive: true });
+
+  const kernelKey = hash("kernel", recipe.kernelPackage, fileHash(script("build-kernel.sh")));
+  const kernelDir = await cachedStep(join(root, `kernel-${kernelKey}`), "guest kernel", opts, (out) =>
+    runScript(script("build-kernel.sh"), { KERNEL_PACKAGE: recipe.kernelPackage, OUT: out }));
+
+  const initrdKey = hash("initrd", kernelKey, fileHash(script("build-initrd.sh")), fileHash("/bin/busybox"));
+  const initrdDir = await cachedStep(join(root, `initrd-${initrdKey}`), "initramfs", opts, (out) =>
+    runScript(script("build-initrd.sh"), { KERNEL_DIR: kernelDir, OUT: out }));
+
+  const rootfsKey = hash("rootfs", recipe.suite, recipe.packages.join(","), fileHash(script("build-rootfs.sh")));
+  const rootfsDir = await cachedStep(join(root, `rootfs-${rootfsKey}`), "root filesystem (debootstrap)", opts, (out) =>
+    runScript(script("build-rootfs.sh"), { SUITE: recipe.suite, MIRROR: aptMirror(), PACKAGES: recipe.packages.join(","), OUT: out }));
+
+  const agentKey = agentSourceKey();
+  const agentDir = await cachedStep(join(root, `agent-${agentKey}`), "guest agent", opts, (out) =>
+    runScript(join(AGENT_DIR, "build.sh"), { OUT: join(out, "den-agent") }));
+
+  const diskKey = hash("disk", rootfsKey, agentKey, String(recipe.diskMb), fileHash(script("build-disk.sh")));
+  const diskDir = await cachedStep(join(root, `disk-${diskKey}`), "root disk", opts, (out) =>
+    runScript(script("build-disk.sh"), { ROOTFS_DIR: rootfsDir, AGENT: join(agentDir, "den-agent"), DISK_MB: String(recipe.diskMb), OUT: out }));
+
+  const kernelVersion = (await readFile(join(kernelDir, "kernel-version"), "utf8")).trim();
+  return {
+    key: hash("image", kernelKey, initrdKey, diskKey),
+    kernel: join(kernelDir, "vmlinux"),
+    initrd: join(initrdDir, "initrd.cpio"),
+    disk: join(diskDir, "rootfs.qcow2"),
+    kernelVersion,
+  };
+}
+
+/** Debian packages the build needs on the host. */
+export const HOST_PACKAGES = ["qemu-system-x86", "qemu-utils", "debootstrap", "busybox-static", "e2fsprogs", "lz4", "cpio", "gcc", "libc6-dev"];
+
+export async function missingHostTools(): Promise<string[]> {
+  const tools: Record<string, string> = {
+    "qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils", debootstrap: "debootstrap",
+    "mkfs.ext4": "e2fsprogs", lz4: "lz4", cpio: "cpio", gcc: "gcc",
+  };
+  const missing: string[] = [];
+  for (const [tool, pkg] of Object.entries(tools)) {
+    try {
+      await execFileP("sh", ["-c", `command -v ${tool}`]);
+    } catch {
+      missing.push(pkg);
+    }
+  }
+  if (!existsSync("/bin/busybox")) missing.push("busybox-static");
+  return missing;
+}

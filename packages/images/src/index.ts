@@ -1,0 +1,2 @@
+export * from "./recipe.js";
+export * from "./build.js";

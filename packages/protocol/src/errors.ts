@@ -1,0 +1,78 @@
+/**
+ * Error codes shared by the guest agent, the runtime driver, the server and the SDKs.
+ * Each code maps to one HTTP status, so an SDK can turn a response back into a typed error.
+ */
+export const ERROR_STATUS = {
+  invalid_argument: 400,
+  unknown_op: 400,
+  path_too_long: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  sandbox_not_found: 404,
+  template_not_found: 404,
+  snapshot_not_found: 404,
+  proc_not_found: 404,
+  file_not_found: 404,
+  not_found: 404,
+  cwd_not_found: 400,
+  not_a_directory: 400,
+  is_a_directory: 400,
+  already_exists: 409,
+  not_empty: 409,
+  permission_denied: 403,
+  sandbox_not_running: 409,
+  sandbox_destroyed: 410,
+  invalid_state: 409,
+  snapshot_incompatible: 409,
+  snapshot_corrupt: 422,
+  capacity_exhausted: 503,
+  agent_unavailable: 503,
+  agent_protocol_error: 502,
+  timeout: 504,
+  aborted: 499,
+  io_error: 500,
+  qemu_error: 500,
+  build_failed: 500,
+  internal: 500,
+} as const satisfies Record<string, number>;
+
+export type ErrorCode = keyof typeof ERROR_STATUS;
+
+export function isErrorCode(code: unknown): code is ErrorCode {
+  return typeof code === "string" && Object.hasOwn(ERROR_STATUS, code);
+}
+
+/**
+ * The one error type Den throws on purpose: a stable `code`, a human message, and the
+ * HTTP status the code maps to.
+ *
+ * @example
+ * ```ts
+ * try { await runtime.get("sbx_missing"); }
+ * catch (e) { if (e instanceof DenError && e.code === "sandbox_not_found") { ... } }
+ * ```
+ */
+export class DenError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly details?: Record<string, unknown>;
+
+  constructor(code: ErrorCode, message: string, details?: Record<string, unknown>, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "DenError";
+    this.code = code;
+    this.status = ERROR_STATUS[code];
+    if (details) this.details = details;
+  }
+
+  /** Serializable form used on the wire. */
+  toJSON(): { code: ErrorCode; message: string; details?: Record<string, unknown> } {
+    return this.details ? { code: this.code, message: this.message, details: this.details } : { code: this.code, message: this.message };
+  }
+}
+
+/** Builds a DenError from a guest agent's `{code, message}` reply, mapping unknown codes to `internal`. */
+export function errorFromWire(code: unknown, message: unknown): DenError {
+  const msg = typeof message === "string" ? message.slice(0, 4096) : "unknown error";
+  return new DenError(isErrorCode(code) ? code : "internal", msg);
+}

@@ -1,0 +1,3 @@
+export * from "./errors.js";
+export * from "./frames.js";
+export * from "./messages.js";

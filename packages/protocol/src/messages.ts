@@ -1,0 +1,120 @@
+/** Typed request and reply bodies of the guest agent protocol (PROTOCOL.md). */
+
+export interface PtySize {
+  rows: number;
+  cols: number;
+}
+
+export interface ExecRequest {
+  op: "exec";
+  argv?: string[];
+  cmd?: string;
+  cwd?: string;
+  env?: Record<string, string>;
+  stdin?: boolean;
+  stdin_data?: string;
+  timeout_ms?: number;
+  pty?: PtySize;
+  mode?: "stream" | "buffer";
+  window?: number;
+  buffer_bytes?: number;
+}
+
+export interface ExecStarted {
+  proc: number;
+  pid: number;
+  window?: number;
+}
+
+export interface ExitEvent {
+  event: "exit";
+  proc: number;
+  exit_code: number | null;
+  signal: number | null;
+  timed_out: boolean;
+}
+
+export interface ProcInfo {
+  proc: number;
+  pid: number;
+  argv?: string[];
+  cmd?: string;
+  mode: "stream" | "buffer";
+  running: boolean;
+  exit_code: number | null;
+  signal: number | null;
+  timed_out: boolean;
+  started_ms: number;
+}
+
+export interface ProcReadReply {
+  data: string;
+  offset: number;
+  next_offset: number;
+  dropped: boolean;
+  eof: boolean;
+}
+
+export type ProcWaitReply =
+  | { running: true }
+  | { running: false; exit_code: number | null; signal: number | null; timed_out: boolean };
+
+export type FileType = "file" | "dir" | "symlink" | "other";
+
+export interface FileStat {
+  type: FileType;
+  size: number;
+  mode: number;
+  mtime_ms: number;
+  uid: number;
+  gid: number;
+  target?: string;
+}
+
+export interface DirEntry {
+  name: string;
+  type: FileType;
+  size: number;
+  mode: number;
+  mtime_ms: number;
+}
+
+export interface HelloReply {
+  protocol: number;
+  agent: string;
+  boot_id: string;
+  pid: number;
+}
+
+export interface SysInfo {
+  uptime_ms: number;
+  mem_total_kb: number;
+  mem_available_kb: number;
+  procs_running: number;
+}
+
+/** Every op the agent understands, with the reply it gives. */
+export interface AgentOps {
+  "sys.hello": { req: { version: number; session: string }; res: HelloReply };
+  "sys.ping": { req: Record<string, never>; res: Record<string, never> };
+  "sys.quiesce": { req: Record<string, never>; res: Record<string, never> };
+  "sys.clock": { req: { unix_ms: number }; res: Record<string, never> };
+  "sys.entropy": { req: { seed: string }; res: Record<string, never> };
+  "sys.limits": { req: { pids_max: number }; res: Record<string, never> };
+  "sys.info": { req: Record<string, never>; res: SysInfo };
+  "proc.list": { req: Record<string, never>; res: { procs: ProcInfo[] } };
+  "proc.read": { req: { proc: number; channel: 1 | 2; offset: number; max: number }; res: ProcReadReply };
+  "proc.wait": { req: { proc: number; timeout_ms: number }; res: ProcWaitReply };
+  "proc.stdin": { req: { proc: number; data: string; eof: boolean }; res: Record<string, never> };
+  "proc.signal": { req: { proc: number; signal: number }; res: Record<string, never> };
+  "proc.kill": { req: { proc: number }; res: Record<string, never> };
+  "proc.release": { req: { proc: number }; res: Record<string, never> };
+  "pty.resize": { req: { proc: number; rows: number; cols: number }; res: Record<string, never> };
+  "file.stat": { req: { path: string }; res: FileStat };
+  "file.list": { req: { path: string }; res: { entries: DirEntry[]; truncated: boolean } };
+  "file.mkdir": { req: { path: string; parents: boolean; mode?: number }; res: Record<string, never> };
+  "file.remove": { req: { path: string; recursive: boolean }; res: Record<string, never> };
+  "file.rename": { req: { from: string; to: string }; res: Record<string, never> };
+}
+
+export type AgentOp = keyof AgentOps;

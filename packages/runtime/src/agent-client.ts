@@ -1,0 +1,309 @@
+import { randomBytes } from "node:crypto";
+import type net from "node:net";
+import {
+  Channel, DenError, FrameDecoder, FrameType, MAX_DATA_CHUNK, PROTOCOL_VERSION, SYNC_MAGIC, SYNC_NONCE_BYTES,
+  encodeCredit, encodeData, encodeEof, encodeJson, errorFromWire,
+  type AgentOp, type AgentOps, type Frame, type HelloReply,
+} from "@den/protocol";
+import { connectUnix } from "./qmp.js";
+
+/** Bytes a host discards while looking for the SYNC marker before it gives up on the guest. */
+const MAX_SYNC_DISCARD = 16 * 1024 * 1024;
+
+/** What a stream (an exec or a file transfer) receives from the guest. */
+export interface StreamSink {
+  onData?(channel: Channel, data: Buffer): void;
+  onEof?(channel: Channel): void;
+  onEvent?(event: Record<string, unknown>): void;
+  /** The connection died; the stream will get nothing more. */
+  onClose?(error: Error): void;
+}
+
+interface StreamState {
+  sink: StreamSink;
+  /** Bytes the guest may still send per channel (what we granted minus what arrived). */
+  allowance: Map<Channel, number>;
+  /** Bytes we may still send to the guest per channel, and who waits for more. */
+  credit: Map<Channel, number>;
+  creditWaiters: Array<() => void>;
+}
+
+interface PendingRequest {
+  resolve: (v: Record<string, unknown>) => void;
+  reject: (e: Error) => void;
+}
+
+/**
+ * One connection to a guest agent: typed requests, flow-controlled streams, and the
+ * guards that keep a hostile guest from growing host memory (frame caps, credit checks).
+ */
+export class AgentClient {
+  private socket!: net.Socket;
+  private decoder = new FrameDecoder();
+  private nextId = 1;
+  private pending = new Map<number, PendingRequest>();
+  private streams = new Map<number, StreamState>();
+  private syncing: { nonce: Buffer; tail: Buffer; discarded: number } | undefined;
+  private held: Buffer[] | undefined;
+  private closeError: Error | undefined;
+  private closeListeners: Array<(e: Error) => void> = [];
+  hello!: HelloReply;
+
+  /** Connects to the agent socket, then says hello and waits for the SYNC marker. */
+  static async connect(path: string, timeoutMs = 15_000): Promise<AgentClient> {
+    const client = new AgentClient();
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      try {
+        client.socket = await connectUnix(path);
+        break;
+      } catch (e) {
+        if (Date.now() > deadline) throw new DenError("agent_unavailable", `agent socket did not open: ${(e as Error).message}`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    }
+    client.socket.on("data", (d: Buffer) => client.onBytes(d));
+    client.socket.on("error", (e) => client.fail(new DenError("agent_unavailable", `agent connection: ${e.message}`)));
+    client.socket.on("close", () => client.fail(new DenError("agent_unavailable", "agent connection closed")));
+    const nonce = randomBytes(SYNC_NONCE_BYTES);
+    client.syncing = { nonce, tail: Buffer.alloc(0), discarded: 0 };
+    const timer = setTimeout(() => client.fail(new DenError("agent_unavailable", `agent did not answer hello within ${timeoutMs} ms`)), Math.max(1, deadline - Date.now()));
+    try {
+      const hello = await client.request("sys.hello", { version: PROTOCOL_VERSION, session: nonce.toString("hex") });
+      if (hello.protocol !== PROTOCOL_VERSION) throw new DenError("agent_protocol_error", `agent speaks protocol ${hello.protocol}, host ${PROTOCOL_VERSION}`);
+      client.hello = hello;
+      return client;
+    } catch (e) {
+      client.close();
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  get closed(): boolean {
+    return this.closeError !== undefined;
+  }
+
+  onClose(listener: (e: Error) => void): void {
+    if (this.closeError) listener(this.closeError);
+    else this.closeListeners.push(listener);
+  }
+
+  close(): void {
+    this.fail(new DenError("agent_unavailable", "agent connection closed by host"));
+  }
+
+  /** Sends one request and resolves with the reply, or rejects with the agent's error. */
+  request<Op extends AgentOp>(op: Op, args: AgentOps[Op]["req"], sink?: StreamSink): Promise<AgentOps[Op]["res"]> {
+    return this.requestRaw({ op, ...args }, sink) as Promise<AgentOps[Op]["res"]>;
+  }
+
+  /** Like request, for ops whose reply opens a stream; returns the stream id with the reply. */
+  requestRaw(body: Record<string, unknown>, sink?: StreamSink, onId?: (id: number) => void): Promise<Record<string, unknown>> {
+    if (this.closeError) return Promise.reject(this.closeError);
+    const id = this.nextId++;
+    if (sink) {
+      const allowance = new Map<Channel, number>();
+      const window = typeof body.window === "number" ? body.window : 0;
+      for (const ch of [Channel.Stdout, Channel.Stderr, Channel.File]) allowance.set(ch, window);
+      this.streams.set(id, { sink, allowance, credit: new Map(), creditWaiters: [] });
+    }
+    onId?.(id);
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, {
+        resolve: (res) => {
+          const s = this.streams.get(id);
+          if (s && typeof res.window === "number") {
+            s.credit.set(Channel.Stdin, res.window);
+            s.credit.set(Channel.File, res.window);
+          }
+          resolve(res);
+        },
+        reject: (e) => {
+          this.streams.delete(id);
+          reject(e);
+        },
+      });
+      this.send(encodeJson(FrameType.Req, id, body));
+    });
+  }
+
+  /** Grants the guest `bytes` more on a guest->host channel of a stream. */
+  grant(id: number, channel: Channel, bytes: number): void {
+    const s = this.streams.get(id);
+    if (!s || bytes <= 0 || this.closeError) return;
+    s.allowance.set(channel, (s.allowance.get(channel) ?? 0) + bytes);
+    this.send(encodeCredit(id, channel, bytes));
+  }
+
+  /** Sends bytes on a host->guest channel, waiting for the guest's credit as needed. */
+  async write(id: number, channel: Channel, data: Buffer): Promise<void> {
+    let off = 0;
+    while (off < data.length) {
+      const s = this.streams.get(id);
+      if (!s) throw this.closeError ?? new DenError("invalid_state", "stream is closed");
+      const credit = s.credit.get(channel) ?? 0;
+      if (credit <= 0) {
+        await new Promise<void>((r) => s.creditWaiters.push(r));
+        continue;
+      }
+      const n = Math.min(credit, MAX_DATA_CHUNK, data.length - off);
+      s.credit.set(channel, credit - n);
+      this.send(encodeData(id, channel, data.subarray(off, off + n)));
+      off += n;
+    }
+  }
+
+  end(id: number, channel: Channel): void {
+    if (this.streams.has(id)) this.send(encodeEof(id, channel));
+  }
+
+  /** Forgets a stream (its final frame arrived or its owner gave up). */
+  release(id: number): void {
+    const s = this.streams.get(id);
+    if (!s) return;
+    this.streams.delete(id);
+    for (const w of s.creditWaiters) w();
+  }
+
+  /**
+   * Asks the agent to confirm it has consumed everything sent so far, then holds every
+   * further frame until `unhold()`: the guest's input has no partial frame while a
+   * snapshot is taken.
+   */
+  async quiesce(): Promise<void> {
+    await this.request("sys.quiesce", {});
+    this.held ??= [];
+  }
+
+  unhold(): void {
+    const held = this.held;
+    this.held = undefined;
+    if (held && !this.closeError) for (const b of held) this.socket.write(b);
+  }
+
+  private send(frame: Buffer): void {
+    if (this.closeError) return;
+    if (this.held) this.held.push(frame);
+    else this.socket.write(frame);
+  }
+
+  private onBytes(data: Buffer): void {
+    if (this.closeError) return;
+    if (this.syncing) {
+      const rest = this.scanForSync(data);
+      if (rest === undefined) return;
+      data = rest;
+    }
+    let frames: Frame[];
+    try {
+      frames = this.decoder.push(data);
+    } catch (e) {
+      this.violation((e as Error).message);
+      return;
+    }
+    for (const f of frames) {
+      this.dispatch(f);
+      if (this.closeError) return;
+    }
+  }
+
+  /** Returns the bytes after SYNC+nonce once found, else undefined (still syncing). */
+  private scanForSync(data: Buffer): Buffer | undefined {
+    const s = this.syncing!;
+    const marker = Buffer.concat([SYNC_MAGIC, s.nonce]);
+    const hay = Buffer.concat([s.tail, data]);
+    const at = hay.indexOf(marker);
+    if (at >= 0) {
+      this.syncing = undefined;
+      return hay.subarray(at + marker.length);
+    }
+    s.discarded += data.length;
+    if (s.discarded > MAX_SYNC_DISCARD) {
+      this.violation("no SYNC marker from the guest");
+      return undefined;
+    }
+    s.tail = Buffer.from(hay.subarray(Math.max(0, hay.length - marker.length + 1)));
+    return undefined;
+  }
+
+  private dispatch(f: Frame): void {
+    switch (f.type) {
+      case FrameType.Res: {
+        const p = this.pending.get(f.id);
+        if (!p) return;
+        this.pending.delete(f.id);
+        const body = parseJson(f.payload);
+        if (!body) return this.violation("malformed RES");
+        if (body.ok === true) p.resolve(body);
+        else p.reject(errorFromWire(body.code, body.message));
+        return;
+      }
+      case FrameType.Event: {
+        const s = this.streams.get(f.id);
+        const body = parseJson(f.payload);
+        if (!body) return this.violation("malformed EVENT");
+        s?.sink.onEvent?.(body);
+        return;
+      }
+      case FrameType.Data: {
+        if (f.payload.length < 1) return this.violation("empty DATA");
+        const ch = f.payload[0] as Channel;
+        const bytes = f.payload.subarray(1);
+        const s = this.streams.get(f.id);
+        if (!s) return; // a stream we gave up on; its bytes were within the credit we granted
+        const left = (s.allowance.get(ch) ?? 0) - bytes.length;
+        if (left < 0) return this.violation(`guest exceeded its credit on stream ${f.id} channel ${ch}`);
+        s.allowance.set(ch, left);
+        s.sink.onData?.(ch, bytes);
+        return;
+      }
+      case FrameType.Eof: {
+        if (f.payload.length < 1) return this.violation("empty EOF");
+        this.streams.get(f.id)?.sink.onEof?.(f.payload[0] as Channel);
+        return;
+      }
+      case FrameType.Credit: {
+        if (f.payload.length < 5) return this.violation("short CREDIT");
+        const s = this.streams.get(f.id);
+        if (!s) return;
+        const ch = f.payload[0] as Channel;
+        s.credit.set(ch, Math.min((s.credit.get(ch) ?? 0) + f.payload.readUInt32BE(1), 1 << 30));
+        const waiters = s.creditWaiters.splice(0);
+        for (const w of waiters) w();
+        return;
+      }
+      default:
+        this.violation(`unexpected frame type ${f.type}`);
+    }
+  }
+
+  private violation(why: string): void {
+    this.fail(new DenError("agent_protocol_error", `guest agent protocol violation: ${why}`));
+  }
+
+  private fail(e: Error): void {
+    if (this.closeError) return;
+    this.closeError = e;
+    this.socket?.destroy();
+    for (const p of this.pending.values()) p.reject(e);
+    this.pending.clear();
+    const streams = [...this.streams.values()];
+    this.streams.clear();
+    for (const s of streams) {
+      for (const w of s.creditWaiters) w();
+      s.sink.onClose?.(e);
+    }
+    for (const l of this.closeListeners.splice(0)) l(e);
+  }
+}
+
+function parseJson(b: Buffer): Record<string, unknown> | undefined {
+  try {
+    const v: unknown = JSON.parse(b.toString("utf8"));
+    return v && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}

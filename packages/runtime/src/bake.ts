@@ -1,0 +1,76 @@
+import { createHash } from "node:crypto";
+import { chmod, copyFile, readdir, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { ImageArtifacts, Recipe } from "@den/images";
+import { deviceSetId } from "./qemu.js";
+import type { Runtime } from "./runtime.js";
+import { digestFiles, hostSection, writeManifest } from "./snapshot.js";
+import { TEMPLATE_FILES, checkTemplateName, type TemplateInfo } from "./templates.js";
+
+/** A template's version: the hash of its recipe, its image, and the host shape its snapshot needs. */
+export function templateVersion(recipe: Recipe, image: ImageArtifacts, rt: Runtime): string {
+  const h = rt.host;
+  return createHash("sha256")
+    .update(JSON.stringify(recipe))
+    .update(image.key)
+    .update([h.qemuVersion, h.accelerator, h.cpuModel, deviceSetId()].join("\0"))
+    .digest("hex")
+    .slice(0, 12);
+}
+
+/**
+ * Bakes a template version: boots the image once, waits for the guest agent, and
+ * snapshots the VM (RAM file + device state + disk). A version that already exists is
+ * reused as is; templates are immutable.
+ */
+export async function bakeTemplate(rt: Runtime, recipe: Recipe, image: ImageArtifacts, log: (l: string) => void = () => undefined): Promise<TemplateInfo & { reused: boolean }> {
+  checkTemplateName(recipe.name);
+  const ref = { name: recipe.name, version: templateVersion(recipe, image, rt) };
+  if (rt.templates.has(ref)) {
+    await rt.templates.setCurrent(ref);
+    log(`template ${ref.name}@${ref.version}: already built`);
+    return { ...(await rt.templates.resolve(`${ref.name}@${ref.version}`)), reused: true };
+  }
+  const dir = await rt.templates.buildDir(ref);
+  try {
+    await copyFile(image.kernel, join(dir, TEMPLATE_FILES.kernel));
+    await copyFile(image.initrd, join(dir, TEMPLATE_FILES.initrd));
+    await copyFile(image.disk, join(dir, TEMPLATE_FILES.disk));
+    await writeFile(join(dir, TEMPLATE_FILES.recipe), JSON.stringify(recipe, null, 2) + "\n");
+    const t0 = Date.now();
+    log(`template ${ref.name}@${ref.version}: booting ${image.kernelVersion}...`);
+    const { vm, agent } = await rt.boot({
+      dir, kernel: join(dir, TEMPLATE_FILES.kernel), initrd: join(dir, TEMPLATE_FILES.initrd), disk: join(dir, TEMPLATE_FILES.disk),
+      memoryFile: join(dir, TEMPLATE_FILES.memory), vcpus: recipe.vcpus, memoryMb: recipe.memoryMb,
+    });
+    let pauseMs = 0;
+    try {
+      log(`template ${ref.name}@${ref.version}: agent ${agent.hello.agent} up after ${((Date.now() - t0) / 1000).toFixed(1)} s; snapshotting`);
+      await agent.quiesce();
+      const p0 = performance.now();
+      await vm.stop();
+      await vm.saveState(join(dir, TEMPLATE_FILES.state));
+      pauseMs = performance.now() - p0;
+    } finally {
+      agent.close();
+      await vm.kill();
+    }
+    const keep = new Set<string>(Object.values(TEMPLATE_FILES));
+    for (const f of await readdir(dir)) if (!keep.has(f as never)) await rm(join(dir, f), { force: true });
+    const files = [TEMPLATE_FILES.state, TEMPLATE_FILES.memory, TEMPLATE_FILES.disk, TEMPLATE_FILES.kernel, TEMPLATE_FILES.initrd];
+    for (const f of files) await chmod(join(dir, f), 0o444);
+    await writeManifest(dir, {
+      format: 1, kind: "template", id: `${ref.name}@${ref.version}`, createdAt: new Date().toISOString(), template: ref,
+      memory: "file", host: hostSection(rt.host),
+      vm: { vcpus: recipe.vcpus, memoryMb: recipe.memoryMb, diskMb: recipe.diskMb },
+      pauseMs: Math.round(pauseMs), files: await digestFiles(dir, files),
+    });
+    await rt.templates.install(ref, dir);
+    log(`template ${ref.name}@${ref.version}: ready`);
+    await rt.gc();
+    return { ...(await rt.templates.resolve(`${ref.name}@${ref.version}`)), reused: false };
+  } catch (e) {
+    await rm(dir, { recursive: true, force: true });
+    throw e;
+  }
+}

@@ -1,0 +1,188 @@
+import { Channel, DenError, type ExitEvent, type PtySize } from "@den/protocol";
+import type { AgentClient } from "./agent-client.js";
+
+/** Credit granted per output channel: how far the guest may run ahead of the reader. */
+const OUTPUT_WINDOW = 256 * 1024;
+
+export interface ExecOptions {
+  /** Working directory inside the guest (default `/`). */
+  cwd?: string;
+  /** Extra environment variables. */
+  env?: Record<string, string>;
+  /** Bytes given to the command's stdin, then EOF. */
+  stdin?: Buffer | string;
+  /** Kill the whole process tree after this many milliseconds. */
+  timeoutMs?: number;
+  /** Run on a pseudo-terminal of this size (stdout carries the terminal's output). */
+  pty?: PtySize;
+  /** Keep stdin open for `write()` (streamed exec only). */
+  interactive?: boolean;
+}
+
+export interface ExecResult {
+  stdout: Buffer;
+  stderr: Buffer;
+  exitCode: number | null;
+  signal: number | null;
+  timedOut: boolean;
+}
+
+export interface ExecChunk {
+  stream: "stdout" | "stderr";
+  data: Buffer;
+}
+
+export type ExitInfo = Omit<ExecResult, "stdout" | "stderr">;
+
+export type Command = string | string[];
+
+export function execBody(command: Command, opts: ExecOptions, mode: "stream" | "buffer"): Record<string, unknown> {
+  if (typeof command === "string") {
+    if (!command.length) throw new DenError("invalid_argument", "command is empty");
+  } else if (!command.length || command.some((a) => typeof a !== "string")) {
+    throw new DenError("invalid_argument", "argv must be a non-empty array of strings");
+  }
+  if (opts.timeoutMs !== undefined && (!Number.isFinite(opts.timeoutMs) || opts.timeoutMs < 0)) {
+    throw new DenError("invalid_argument", `timeout must be a non-negative number of milliseconds, got ${opts.timeoutMs}`);
+  }
+  if (opts.cwd !== undefined && !opts.cwd.startsWith("/")) throw new DenError("invalid_argument", `cwd must be absolute, got ${opts.cwd}`);
+  const body: Record<string, unknown> = { op: "exec", mode };
+  if (typeof command === "string") body.cmd = command;
+  else body.argv = command;
+  if (opts.cwd) body.cwd = opts.cwd;
+  if (opts.env) body.env = opts.env;
+  if (opts.timeoutMs) body.timeout_ms = Math.ceil(opts.timeoutMs);
+  if (opts.pty) body.pty = opts.pty;
+  if (opts.stdin !== undefined) body.stdin_data = Buffer.from(opts.stdin).toString("base64");
+  if (opts.interactive) body.stdin = true;
+  if (mode === "stream") body.window = OUTPUT_WINDOW;
+  return body;
+}
+
+/**
+ * A running exec whose output streams back with backpressure: the guest only sends what
+ * the reader has made room for, so a slow reader slows the command instead of growing memory.
+ */
+export class ExecProcess implements AsyncIterable<ExecChunk> {
+  proc = 0;
+  pid = 0;
+  private id = 0;
+  private queue: ExecChunk[] = [];
+  private wake: (() => void) | undefined;
+  private exit: ExitInfo | undefined;
+  private error: Error | undefined;
+  private exitWaiters: Array<{ resolve: (e: ExitInfo) => void; reject: (e: Error) => void }> = [];
+  private iterating = false;
+
+  private constructor(private readonly agent: AgentClient) {}
+
+  static async start(agent: AgentClient, command: Command, opts: ExecOptions = {}): Promise<ExecProcess> {
+    const p = new ExecProcess(agent);
+    const body = execBody(command, opts, "stream");
+    const res = await agent.requestRaw(body, p.sink(), (id) => (p.id = id));
+    p.proc = Number(res.proc);
+    p.pid = Number(res.pid);
+    return p;
+  }
+
+  private sink() {
+    return {
+      onData: (ch: Channel, data: Buffer) => {
+        this.queue.push({ stream: ch === Channel.Stderr ? "stderr" : "stdout", data });
+        if (!this.iterating) this.drainUnread();
+        this.wake?.();
+      },
+      onEvent: (ev: Record<string, unknown>) => {
+        if (ev.event !== "exit") return;
+        const e = ev as unknown as ExitEvent;
+        this.agent.release(this.id);
+        this.finish({ exitCode: e.exit_code, signal: e.signal, timedOut: e.timed_out });
+      },
+      onClose: (e: Error) => this.finish(undefined, e),
+    };
+  }
+
+  private finish(exit: ExitInfo | undefined, error?: Error): void {
+    if (this.exit || this.error) return;
+    this.exit = exit;
+    this.error = error;
+    for (const w of this.exitWaiters.splice(0)) {
+      if (exit) w.resolve(exit);
+      else w.reject(error!);
+    }
+    this.wake?.();
+  }
+
+  /** With no reader attached, output is consumed as it arrives so the command never stalls. */
+  private drainUnread(): void {
+    for (const c of this.queue.splice(0)) this.agent.grant(this.id, c.stream === "stderr" ? Channel.Stderr : Channel.Stdout, c.data.length);
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<ExecChunk> {
+    if (this.iterating) throw new DenError("invalid_state", "exec output is already being read");
+    this.iterating = true;
+    for (;;) {
+      const c = this.queue.shift();
+      if (c) {
+        yield c;
+        this.agent.grant(this.id, c.stream === "stderr" ? Channel.Stderr : Channel.Stdout, c.data.length);
+        continue;
+      }
+      if (this.error) throw this.error;
+      if (this.exit) return;
+      await new Promise<void>((r) => (this.wake = r));
+      this.wake = undefined;
+    }
+  }
+
+  /** Resolves when the main process has exited (its output fully delivered). */
+  wait(): Promise<ExitInfo> {
+    if (this.exit) return Promise.resolve(this.exit);
+    if (this.error) return Promise.reject(this.error);
+    if (!this.iterating) this.drainUnread();
+    return new Promise((resolve, reject) => this.exitWaiters.push({ resolve, reject }));
+  }
+
+  /** Writes to stdin (exec started with `interactive: true` or a pty). */
+  write(data: Buffer | string): Promise<void> {
+    return this.agent.write(this.id, Channel.Stdin, Buffer.from(data));
+  }
+
+  closeStdin(): void {
+    this.agent.end(this.id, Channel.Stdin);
+  }
+
+  async resize(rows: number, cols: number): Promise<void> {
+    await this.agent.request("pty.resize", { proc: this.proc, rows, cols });
+  }
+
+  async signal(signal: number): Promise<void> {
+    await this.agent.request("proc.signal", { proc: this.proc, signal });
+  }
+
+  /** Kills the whole process tree. */
+  async kill(): Promise<void> {
+    await this.agent.request("proc.kill", { proc: this.proc });
+  }
+}
+
+/** Runs a command to completion and collects its output (capped at `maxOutputBytes` per stream). */
+export async function runToCompletion(agent: AgentClient, command: Command, opts: ExecOptions = {}, maxOutputBytes = 64 * 1024 * 1024): Promise<ExecResult> {
+  const p = await ExecProcess.start(agent, command, opts);
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  let outLen = 0;
+  let errLen = 0;
+  for await (const c of p) {
+    const isOut = c.stream === "stdout";
+    if ((isOut ? outLen : errLen) + c.data.length > maxOutputBytes) {
+      await p.kill().catch(() => undefined);
+      throw new DenError("invalid_argument", `${c.stream} exceeded ${maxOutputBytes} bytes; use a streamed exec`);
+    }
+    (isOut ? out : err).push(c.data);
+    if (isOut) outLen += c.data.length;
+    else errLen += c.data.length;
+  }
+  const exit = await p.wait();
+  return { stdout: Buffer.concat(out), stderr: Buffer.concat(err), ...exit };
+}

@@ -1,0 +1,10 @@
+export { Runtime, defaultDataDir, type CreateOptions, type RuntimeOptions, type SnapshotInfo } from "./runtime.js";
+export { Sandbox, type SandboxRecord, type SandboxState } from "./sandbox.js";
+export { ExecProcess, type Command, type ExecChunk, type ExecOptions, type ExecResult, type ExitInfo } from "./exec.js";
+export { GuestFiles, type FileSource } from "./files.js";
+export { AgentClient } from "./agent-client.js";
+export { TemplateStore, type TemplateInfo } from "./templates.js";
+export { bakeTemplate, templateVersion } from "./bake.js";
+export { hostProfile, cacheDir, type HostProfile } from "./host.js";
+export { type SnapshotManifest, readManifest, verifySnapshot } from "./snapshot.js";
+export { findInstanceProcesses, VM_FILES } from "./qemu.js";

@@ -1,0 +1,177 @@
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { closeSync, openSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
+import { join } from "node:path";
+import { DenError } from "@den/protocol";
+import type { HostProfile } from "./host.js";
+
+/** Socket and file names inside a sandbox directory. */
+export const VM_FILES = {
+  qmp: "qmp.sock",
+  agent: "agent.sock",
+  console: "console.sock",
+  net: "net.sock",
+  disk: "disk.qcow2",
+  pid: "qemu.pid",
+  log: "qemu.log",
+  consoleLog: "console.log",
+} as const;
+
+/** Unix socket paths are limited to 107 bytes. */
+const MAX_SOCKET_PATH = 107;
+
+export interface VmSpec {
+  dir: string;
+  vcpus: number;
+  memoryMb: number;
+  /** Guest RAM lives in this file; `share: false` maps it copy-on-write (restores, forks). */
+  memoryFile: string;
+  shareMemory: boolean;
+  disk: string;
+  /** Only for a cold boot; a restore takes the kernel from the snapshot's RAM. */
+  boot?: { kernel: string; initrd: string; append: string };
+  incoming: boolean;
+  macAddress: string;
+  tag: { instance: string; sandbox: string };
+}
+
+/**
+ * The device set every Den VM has. Snapshots record a hash of it: a snapshot only
+ * restores into a VM with exactly these devices.
+ */
+function deviceArgs(spec: VmSpec): string[] {
+  const f = (name: string) => join(spec.dir, name);
+  return [
+    "-device", "virtio-blk-device,drive=root",
+    "-device", "virtio-serial-device,max_ports=2",
+    "-chardev", `socket,id=agent,path=${f(VM_FILES.agent)},server=on,wait=off`,
+    "-device", "virtserialport,chardev=agent,name=den.agent",
+    "-chardev", `socket,id=console,path=${f(VM_FILES.console)},server=on,wait=off`,
+    "-serial", "chardev:console",
+    // The NIC's host side is a socket only Den connects to: with nothing connected it leads nowhere.
+    "-netdev", `stream,id=net0,server=on,addr.type=unix,addr.path=${f(VM_FILES.net)}`,
+    "-device", `virtio-net-device,netdev=net0,mac=${spec.macAddress}`,
+    "-object", "rng-random,id=rng0,filename=/dev/urandom",
+    "-device", "virtio-rng-device,rng=rng0",
+  ];
+}
+
+/** Identifies the device set and machine shape (not paths) for snapshot compatibility. */
+export function deviceSetId(): string {
+  const sample: VmSpec = {
+    dir: "", vcpus: 1, memoryMb: 1, memoryFile: "", shareMemory: false, disk: "", incoming: false,
+    macAddress: "", tag: { instance: "", sandbox: "" },
+  };
+  const shape = deviceArgs(sample).map((a) => a.replace(/path=[^,]*/g, "path=").replace(/mac=[^,]*/g, "mac="));
+  return createHash("sha256").update(["microvm", "x-option-roms=off,rtc=on", ...shape].join("\0")).digest("hex").slice(0, 16);
+}
+
+export function qemuArgs(spec: VmSpec, host: HostProfile): string[] {
+  for (const name of [VM_FILES.qmp, VM_FILES.agent, VM_FILES.console, VM_FILES.net]) {
+    if (Buffer.byteLength(join(spec.dir, name)) > MAX_SOCKET_PATH) {
+      throw new DenError("path_too_long", `sandbox directory ${spec.dir} is too deep for unix sockets; use a shorter data dir`);
+    }
+  }
+  const accel = host.accelerator === "kvm" ? "kvm" : "tcg,tb-size=64";
+  const args = [
+    "-name", `den-${spec.tag.sandbox},debug-threads=off`,
+    "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=ram",
+    "-accel", accel,
+    "-cpu", host.cpuModel,
+    "-smp", String(spec.vcpus),
+    "-m", `${spec.memoryMb}M`,
+    "-object", `memory-backend-file,id=ram,size=${spec.memoryMb}M,mem-path=${spec.memoryFile},share=${spec.shareMemory ? "on" : "off"}`,
+    "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+    // QEMU itself may not gain privileges or use obsolete syscalls; it still forks for exec: migration.
+    "-sandbox", "on,obsolete=deny,elevateprivileges=deny,resourcecontrol=deny",
+    "-drive", `id=root,if=none,format=qcow2,file=${spec.disk},discard=unmap,detect-zeroes=unmap`,
+    ...deviceArgs(spec),
+    "-qmp", `unix:${join(spec.dir, VM_FILES.qmp)},server=on,wait=off`,
+    "-pidfile", join(spec.dir, VM_FILES.pid),
+  ];
+  if (spec.boot) args.push("-kernel", spec.boot.kernel, "-initrd", spec.boot.initrd, "-append", spec.boot.append);
+  if (spec.incoming) args.push("-incoming", "defer");
+  return args;
+}
+
+export function bootCommandLine(host: HostProfile): string {
+  return [
+    "console=ttyS0", "quiet", "loglevel=3", "panic=-1", "reboot=t",
+    // TSC calibration fails at random under TCG without a timer to calibrate against.
+    "tsc=reliable", `tsc_early_khz=${host.tscKhz}`,
+    // Everything inside a sandbox belongs to one user, and KPTI's page-table switches flush TCG's TLB.
+    "mitigations=off", "8250.nr_uarts=1", "random.trust_cpu=on",
+  ].join(" ");
+}
+
+/** Starts QEMU detached (it outlives a crash of this process and is adopted on restart). */
+export function spawnQemu(spec: VmSpec, host: HostProfile): number {
+  const args = qemuArgs(spec, host);
+  const log = openSync(join(spec.dir, VM_FILES.log), "a");
+  try {
+    const child = spawn(host.qemuBinary, args, {
+      cwd: spec.dir,
+      detached: true,
+      stdio: ["ignore", log, log],
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", DEN_INSTANCE: spec.tag.instance, DEN_SANDBOX: spec.tag.sandbox },
+    });
+    child.on("error", () => undefined);
+    child.unref();
+    if (!child.pid) throw new DenError("qemu_error", `cannot start ${host.qemuBinary}`);
+    return child.pid;
+  } finally {
+    closeSync(log);
+  }
+}
+
+/** The Den tags of a live process, read from its environment; undefined if it's not Den's QEMU. */
+export function processTags(pid: number): { instance: string; sandbox: string } | undefined {
+  try {
+    if (!readlinkSync(`/proc/${pid}/exe`).includes("qemu-system")) return undefined;
+    const env = readFileSync(`/proc/${pid}/environ`, "latin1").split("\0");
+    const instance = env.find((e) => e.startsWith("DEN_INSTANCE="))?.slice(13);
+    const sandbox = env.find((e) => e.startsWith("DEN_SANDBOX="))?.slice(12);
+    return instance && sandbox ? { instance, sandbox } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Every live QEMU process started by the given Den instance, by sandbox id. */
+export function findInstanceProcesses(instance: string): Map<string, number> {
+  const found = new Map<string, number>();
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    const tags = processTags(Number(name));
+    if (tags?.instance === instance) found.set(tags.sandbox, Number(name));
+  }
+  return found;
+}
+
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** SIGKILLs a QEMU and waits until it's gone (bounded). */
+export async function killAndWait(pid: number, timeoutMs = 5_000): Promise<void> {
+  try {
+    process.kill(pid, "SIGKILL");
+  } catch {
+    return;
+  }
+  const deadline = Date.now() + timeoutMs;
+  while (isAlive(pid) && !isZombie(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+}
+
+function isZombie(pid: number): boolean {
+  try {
+    return / Z /.test(readFileSync(`/proc/${pid}/stat`, "latin1").replace(/^.*\)/, ""));
+  } catch {
+    return true;
+  }
+}

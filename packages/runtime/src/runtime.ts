@@ -1,0 +1,359 @@
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { cp, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { DenError } from "@den/protocol";
+import { AgentClient } from "./agent-client.js";
+import { hostProfile, type HostProfile } from "./host.js";
+import { VM_FILES, bootCommandLine, findInstanceProcesses, killAndWait, type VmSpec } from "./qemu.js";
+import { Sandbox, writeRecord, type SandboxRecord } from "./sandbox.js";
+import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
+import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
+import { ID_PATTERN, newId, runTool } from "./util.js";
+import { Vm } from "./vm.js";
+
+/** The MAC of every guest NIC; a fork gets its own network identity when networking is on. */
+const GUEST_MAC = "52:54:00:de:4e:01";
+const DELETED_MARKER = "deleted";
+
+export interface RuntimeOptions {
+  /** Where templates, sandboxes and snapshots live (default: $DEN_DATA_DIR or /var/lib/den). */
+  dataDir?: string;
+}
+
+export interface CreateOptions {
+  /** Template name or `name@version` (default `base`). */
+  template?: string;
+  /** Max processes inside the guest (cgroup pids.max of the exec tree). */
+  pidsMax?: number;
+}
+
+export interface SnapshotInfo {
+  id: string;
+  dir: string;
+  manifest: SnapshotManifest;
+}
+
+export function defaultDataDir(): string {
+  return process.env.DEN_DATA_DIR ?? "/var/lib/den";
+}
+
+/**
+ * The host-side driver: runs each sandbox as one QEMU microVM, restores sandboxes from
+ * template snapshots, and owns every file and process it creates under its data dir.
+ *
+ * @example
+ * ```ts
+ * const rt = await Runtime.open({ dataDir: "/var/lib/den" });
+ * const sbx = await rt.create({ template: "base" });
+ * const r = await sbx.exec("echo hello");
+ * await sbx.destroy();
+ * ```
+ */
+export class Runtime {
+  readonly templates: TemplateStore;
+  private sandboxes = new Map<string, Sandbox>();
+
+  private constructor(
+    readonly dataDir: string,
+    readonly instance: string,
+    readonly host: HostProfile,
+  ) {
+    this.templates = new TemplateStore(join(dataDir, "templates"));
+  }
+
+  /** Opens a data dir: adopts sandboxes whose QEMU still runs, cleans up what's left of others. */
+  static async open(opts: RuntimeOptions = {}): Promise<Runtime> {
+    const dataDir = resolve(opts.dataDir ?? defaultDataDir());
+    for (const d of ["templates", "sandboxes", "snapshots"]) await mkdir(join(dataDir, d), { recursive: true });
+    const idFile = join(dataDir, "instance-id");
+    let instance = existsSync(idFile) ? readFileSync(idFile, "utf8").trim() : "";
+    if (!ID_PATTERN.test(instance)) {
+      instance = newId("den");
+      await writeFile(idFile, instance + "\n");
+    }
+    const rt = new Runtime(dataDir, instance, await hostProfile());
+    await rt.recover();
+    return rt;
+  }
+
+  private sandboxDir(id: string): string {
+    return join(this.dataDir, "sandboxes", id);
+  }
+
+  private snapshotDir(id: string): string {
+    return join(this.dataDir, "snapshots", id);
+  }
+
+  private context() {
+    return {
+      host: this.host,
+      templateDisk: (ref: TemplateRef) => join(this.templates.dir(ref), TEMPLATE_FILES.disk),
+      onDestroyed: async (id: string) => {
+        this.sandboxes.delete(id);
+        await this.gc();
+      },
+    };
+  }
+
+  /** Finds sandboxes again after a restart; kills this instance's QEMUs that have no sandbox. */
+  private async recover(): Promise<void> {
+    const live = findInstanceProcesses(this.instance);
+    const root = join(this.dataDir, "sandboxes");
+    for (const id of readdirSync(root)) {
+      const dir = join(root, id);
+      const pid = live.get(id);
+      live.delete(id);
+      let record: SandboxRecord | undefined;
+      try {
+        record = JSON.parse(await readFile(join(dir, "sandbox.json"), "utf8")) as SandboxRecord;
+      } catch {
+        record = undefined;
+      }
+      if (record && pid && (record.state === "running" || record.state === "paused")) {
+        try {
+          const vm = await Vm.attach(dir, pid);
+          const status = await vm.status();
+          record.state = status === "running" ? "running" : "paused";
+          await writeRecord(dir, record);
+          this.sandboxes.set(id, new Sandbox(dir, record, vm, this.context()));
+          continue;
+        } catch {
+          // unreachable QEMU: treat as dead below
+        }
+      }
+      if (pid) await killAndWait(pid);
+      await rm(dir, { recursive: true, force: true });
+    }
+    for (const pid of live.values()) await killAndWait(pid);
+    const snaps = join(this.dataDir, "snapshots");
+    for (const id of readdirSync(snaps)) {
+      if (!existsSync(join(snaps, id, "manifest.json"))) await rm(join(snaps, id), { recursive: true, force: true });
+    }
+    await this.gc();
+  }
+
+  get(id: string): Sandbox {
+    const s = typeof id === "string" ? this.sandboxes.get(id) : undefined;
+    if (!s) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(id)} does not exist`);
+    return s;
+  }
+
+  list(): Sandbox[] {
+    return [...this.sandboxes.values()];
+  }
+
+  /** Creates a sandbox by restoring the template's snapshot: no boot. */
+  async create(opts: CreateOptions = {}): Promise<Sandbox> {
+    const tpl = await this.templates.resolve(opts.template ?? "base");
+    checkCompatible(tpl.manifest, this.host);
+    return this.restoreFrom(tpl.dir, tpl.manifest, { name: tpl.name, version: tpl.version }, undefined, opts);
+  }
+
+  /** Restores a new sandbox from a snapshot (by id). */
+  async restore(snapshotId: string, opts: CreateOptions = {}): Promise<Sandbox> {
+    const snap = await this.getSnapshot(snapshotId);
+    checkCompatible(snap.manifest, this.host);
+    if (!this.templates.has(snap.manifest.template)) {
+      throw new DenError("template_not_found", `snapshot ${snapshotId} needs template ${snap.manifest.template.name}@${snap.manifest.template.version}, which is not on this host`);
+    }
+    return this.restoreFrom(snap.dir, snap.manifest, snap.manifest.template, snapshotId, opts);
+  }
+
+  private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions): Promise<Sandbox> {
+    const pidsMax = opts.pidsMax ?? 4096;
+    if (!Number.isInteger(pidsMax) || pidsMax < 16 || pidsMax > 65536) throw new DenError("invalid_argument", "pidsMax must be an integer in 16..65536");
+    const id = newId("sbx");
+    const dir = this.sandboxDir(id);
+    await mkdir(dir, { recursive: true });
+    const record: SandboxRecord = {
+      id, instance: this.instance, state: "starting", createdAt: new Date().toISOString(), template: tpl,
+      ...(backingSnapshot ? { backingSnapshot } : {}),
+      vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb, diskMb: m.vm.diskMb, pidsMax,
+    };
+    await writeRecord(dir, record);
+    let vm: Vm | undefined;
+    try {
+      await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", join(srcDir, TEMPLATE_FILES.disk), join(dir, VM_FILES.disk)], "qemu_error");
+      vm = await Vm.launch(this.vmSpec(dir, id, m, tpl), this.host);
+      await vm.loadState(join(srcDir, TEMPLATE_FILES.state));
+      await vm.cont();
+      const sbx = new Sandbox(dir, record, vm, this.context());
+      await sbx.setState("running");
+      this.sandboxes.set(id, sbx);
+      await sbx.syncGuest(true);
+      return sbx;
+    } catch (e) {
+      this.sandboxes.delete(id);
+      await vm?.kill();
+      await rm(dir, { recursive: true, force: true });
+      throw e;
+    }
+  }
+
+  private vmSpec(dir: string, id: string, m: SnapshotManifest, tpl: TemplateRef): VmSpec {
+    return {
+      dir, vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb,
+      memoryFile: join(this.templates.dir(tpl), TEMPLATE_FILES.memory), shareMemory: false,
+      disk: join(dir, VM_FILES.disk), incoming: true, macAddress: GUEST_MAC,
+      tag: { instance: this.instance, sandbox: id },
+    };
+  }
+
+  /**
+   * Boots a VM from a template's kernel and disk (no snapshot). Used to bake templates
+   * and to measure cold boots. `memoryFile` shared: the RAM file becomes a template's memory.
+   */
+  async boot(opts: { dir: string; kernel: string; initrd: string; disk: string; memoryFile: string; vcpus: number; memoryMb: number; id?: string }): Promise<{ vm: Vm; agent: AgentClient }> {
+    const id = opts.id ?? newId("boot");
+    const vm = await Vm.launch({
+      dir: opts.dir, vcpus: opts.vcpus, memoryMb: opts.memoryMb, memoryFile: opts.memoryFile, shareMemory: true,
+      disk: opts.disk, boot: { kernel: opts.kernel, initrd: opts.initrd, append: bootCommandLine(this.host) },
+      incoming: false, macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: id },
+    }, this.host);
+    try {
+      const agent = await AgentClient.connect(join(opts.dir, VM_FILES.agent), 120_000);
+      return { vm, agent };
+    } catch (e) {
+      await vm.kill();
+      throw e;
+    }
+  }
+
+  // ---- snapshots ----
+
+  /** Takes a snapshot of a sandbox into the snapshot store; the sandbox keeps running. */
+  async snapshot(sandboxId: string): Promise<SnapshotInfo> {
+    const sbx = this.get(sandboxId);
+    const id = newId("snap");
+    const dir = this.snapshotDir(id);
+    try {
+      const r = await sbx.snapshot(dir, { id });
+      return { id, dir, manifest: r.manifest };
+    } catch (e) {
+      await rm(dir, { recursive: true, force: true });
+      throw e;
+    }
+  }
+
+  async getSnapshot(id: string): Promise<SnapshotInfo> {
+    if (typeof id !== "string" || !ID_PATTERN.test(id)) throw new DenError("snapshot_not_found", `snapshot ${JSON.stringify(id)} does not exist`);
+    const dir = this.snapshotDir(id);
+    if (!existsSync(join(dir, "manifest.json")) || existsSync(join(dir, DELETED_MARKER))) throw new DenError("snapshot_not_found", `snapshot ${id} does not exist`);
+    return { id, dir, manifest: await readManifest(dir) };
+  }
+
+  async listSnapshots(): Promise<SnapshotInfo[]> {
+    const out: SnapshotInfo[] = [];
+    for (const id of readdirSync(join(this.dataDir, "snapshots"))) {
+      try {
+        out.push(await this.getSnapshot(id));
+      } catch {
+        // half-written or deleted
+      }
+    }
+    return out;
+  }
+
+  /** Deletes a snapshot. Its disk stays while sandboxes restored from it still use it. */
+  async deleteSnapshot(id: string): Promise<void> {
+    const snap = await this.getSnapshot(id);
+    await writeFile(join(snap.dir, DELETED_MARKER), "");
+    await rm(join(snap.dir, TEMPLATE_FILES.state), { force: true });
+    await this.gc();
+  }
+
+  /**
+   * Imports a snapshot directory from elsewhere (another host, a download): verifies
+   * every checksum and the host's compatibility before anything is copied in.
+   */
+  async importSnapshot(srcDir: string): Promise<SnapshotInfo> {
+    const m = await readManifest(srcDir);
+    await verifySnapshot(srcDir, m);
+    checkCompatible(m, this.host);
+    if (!this.templates.has(m.template)) throw new DenError("template_not_found", `snapshot needs template ${m.template.name}@${m.template.version}, which is not on this host`);
+    const id = newId("snap");
+    const dir = this.snapshotDir(id);
+    const staging = `${dir}.import`;
+    try {
+      await mkdir(staging, { recursive: true });
+      for (const name of Object.keys(m.files)) await cp(join(srcDir, name), join(staging, name));
+      await runTool("qemu-img", ["rebase", "-q", "-u", "-f", "qcow2", "-b", join(this.templates.dir(m.template), TEMPLATE_FILES.disk), "-F", "qcow2", join(staging, "disk.qcow2")], "qemu_error");
+      await writeManifest(staging, { ...m, id, files: await digestFiles(staging, Object.keys(m.files)) });
+      await rename(staging, dir);
+    } catch (e) {
+      await rm(staging, { recursive: true, force: true });
+      throw e;
+    }
+    return { id, dir, manifest: await readManifest(dir) };
+  }
+
+  /** Verifies a stored snapshot's checksums (after a download, before a wake). */
+  async verifySnapshot(id: string): Promise<void> {
+    const s = await this.getSnapshot(id);
+    await verifySnapshot(s.dir, s.manifest);
+  }
+
+  // ---- fork ----
+
+  /** Forks a running sandbox into `count` new, independent sandboxes (copy-on-write disks). */
+  async fork(sandboxId: string, count = 1): Promise<Sandbox[]> {
+    if (!Number.isInteger(count) || count < 1 || count > 16) throw new DenError("invalid_argument", "fork count must be an integer in 1..16");
+    const parent = this.get(sandboxId);
+    const snap = await this.snapshot(parent.id);
+    try {
+      const children: Sandbox[] = [];
+      const results = await Promise.allSettled(Array.from({ length: count }, () => this.restore(snap.id, { pidsMax: parent.info.pidsMax })));
+      for (const r of results) if (r.status === "fulfilled") children.push(r.value);
+      const failed = results.find((r) => r.status === "rejected");
+      if (failed) {
+        await Promise.all(children.map((c) => c.destroy()));
+        throw (failed as PromiseRejectedResult).reason;
+      }
+      return children;
+    } finally {
+      // The fork's snapshot is internal: its disk lives on while children use it.
+      await this.deleteSnapshot(snap.id);
+    }
+  }
+
+  // ---- housekeeping ----
+
+  /** Removes deleted snapshots and old template versions that nothing references. */
+  async gc(): Promise<void> {
+    const snapRefs = new Set<string>();
+    const tplRefs = new Set<string>();
+    for (const s of this.sandboxes.values()) {
+      if (s.state === "destroyed") continue;
+      if (s.info.backingSnapshot) snapRefs.add(s.info.backingSnapshot);
+      tplRefs.add(`${s.info.template.name}@${s.info.template.version}`);
+    }
+    const root = join(this.dataDir, "snapshots");
+    for (const id of readdirSync(root)) {
+      const dir = join(root, id);
+      // Snapshots still being written have no manifest yet; recover() sweeps abandoned ones.
+      if (!existsSync(join(dir, "manifest.json"))) continue;
+      if (existsSync(join(dir, DELETED_MARKER)) && !snapRefs.has(id)) {
+        await rm(dir, { recursive: true, force: true });
+        continue;
+      }
+      try {
+        const m = await readManifest(dir);
+        tplRefs.add(`${m.template.name}@${m.template.version}`);
+      } catch {
+        // unreadable manifest: leave it for an operator
+      }
+    }
+    await this.templates.gc(tplRefs);
+  }
+
+  /** Disconnects from every VM; the VMs keep running and are adopted by the next `open`. */
+  close(): void {
+    for (const s of this.sandboxes.values()) s.detach();
+    this.sandboxes.clear();
+  }
+
+  /** Destroys every sandbox of this runtime. */
+  async destroyAll(): Promise<void> {
+    await Promise.all([...this.sandboxes.values()].map((s) => s.destroy()));
+  }
+}

@@ -1,0 +1,260 @@
+import { randomBytes } from "node:crypto";
+import { copyFile, mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { DenError, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
+import { AgentClient } from "./agent-client.js";
+import { ExecProcess, execBody, runToCompletion, type Command, type ExecOptions, type ExecResult } from "./exec.js";
+import { GuestFiles } from "./files.js";
+import { VM_FILES } from "./qemu.js";
+import { digestFiles, hostSection, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
+import { SerialQueue, runTool } from "./util.js";
+import type { Vm } from "./vm.js";
+import type { HostProfile } from "./host.js";
+
+export type SandboxState = "starting" | "running" | "paused" | "destroyed";
+
+/** What is persisted in `sandbox.json`, so a restarted runtime can find the sandbox again. */
+export interface SandboxRecord {
+  id: string;
+  instance: string;
+  state: SandboxState;
+  createdAt: string;
+  template: TemplateRef;
+  /** The snapshot whose disk this sandbox's overlay sits on (absent: the template's disk). */
+  backingSnapshot?: string;
+  vcpus: number;
+  memoryMb: number;
+  diskMb: number;
+  pidsMax: number;
+}
+
+export interface SnapshotResult {
+  dir: string;
+  manifest: SnapshotManifest;
+}
+
+/** Hooks the runtime gives a sandbox: where things live, and what to do on destroy. */
+export interface SandboxContext {
+  host: HostProfile;
+  templateDisk(ref: TemplateRef): string;
+  onDestroyed(id: string): Promise<void>;
+}
+
+/**
+ * The controller of one sandbox VM. Lifecycle operations (pause, resume, snapshot,
+ * destroy) run one at a time through a queue; exec and file calls run concurrently with
+ * each other and wait while a snapshot holds the agent channel.
+ */
+export class Sandbox {
+  private lifecycle = new SerialQueue();
+  private agentConn: Promise<AgentClient> | undefined;
+  readonly files: GuestFiles;
+
+  constructor(
+    readonly dir: string,
+    private record: SandboxRecord,
+    private vm: Vm | undefined,
+    private readonly ctx: SandboxContext,
+  ) {
+    this.files = new GuestFiles(() => this.agent());
+  }
+
+  get id(): string {
+    return this.record.id;
+  }
+
+  get state(): SandboxState {
+    return this.record.state;
+  }
+
+  get info(): Readonly<SandboxRecord> {
+    return this.record;
+  }
+
+  get pid(): number | undefined {
+    return this.vm?.pid;
+  }
+
+  /** The agent connection, (re)established on demand. */
+  agent(): Promise<AgentClient> {
+    this.assertUsable();
+    if (this.record.state === "paused") return Promise.reject(new DenError("sandbox_not_running", `sandbox ${this.id} is paused; resume it first`));
+    const existing = this.agentConn;
+    if (existing) {
+      return existing.then((a) => (a.closed ? this.reconnect() : a), () => this.reconnect());
+    }
+    return this.reconnect();
+  }
+
+  private reconnect(): Promise<AgentClient> {
+    const conn = AgentClient.connect(join(this.dir, VM_FILES.agent));
+    this.agentConn = conn;
+    conn.catch(() => {
+      if (this.agentConn === conn) this.agentConn = undefined;
+    });
+    return conn;
+  }
+
+  private assertUsable(): void {
+    if (this.record.state === "destroyed") throw new DenError("sandbox_destroyed", `sandbox ${this.id} has been destroyed`);
+  }
+
+  /** Runs a command to completion and returns its output and exit status. */
+  async exec(command: Command, opts: ExecOptions = {}): Promise<ExecResult> {
+    execBody(command, opts, "stream");
+    return runToCompletion(await this.agent(), command, opts);
+  }
+
+  /** Starts a command whose output streams back (async-iterate it), with stdin and PTY control. */
+  async execStream(command: Command, opts: ExecOptions = {}): Promise<ExecProcess> {
+    execBody(command, opts, "stream");
+    return ExecProcess.start(await this.agent(), command, opts);
+  }
+
+  /** Starts a background process; its output is kept in ring buffers in the guest. */
+  async spawn(command: Command, opts: ExecOptions & { bufferBytes?: number } = {}): Promise<{ proc: number; pid: number }> {
+    const body = execBody(command, opts, "buffer");
+    if (opts.bufferBytes) body.buffer_bytes = opts.bufferBytes;
+    if (opts.interactive) body.stdin = true;
+    const res = await (await this.agent()).requestRaw(body);
+    return { proc: Number(res.proc), pid: Number(res.pid) };
+  }
+
+  readonly processes = {
+    list: async (): Promise<ProcInfo[]> => (await (await this.agent()).request("proc.list", {})).procs,
+    read: async (proc: number, channel: "stdout" | "stderr", offset = 0, max = 256 * 1024): Promise<ProcReadReply> =>
+      (await this.agent()).request("proc.read", { proc, channel: channel === "stdout" ? 1 : 2, offset, max }),
+    wait: async (proc: number, timeoutMs = 0): Promise<ProcWaitReply> => {
+      if (!(timeoutMs >= 0)) throw new DenError("invalid_argument", "timeout must be >= 0");
+      return (await this.agent()).request("proc.wait", { proc, timeout_ms: timeoutMs });
+    },
+    write: async (proc: number, data: Buffer | string, eof = false): Promise<void> => {
+      await (await this.agent()).request("proc.stdin", { proc, data: Buffer.from(data).toString("base64"), eof });
+    },
+    signal: async (proc: number, signal: number): Promise<void> => {
+      await (await this.agent()).request("proc.signal", { proc, signal });
+    },
+    kill: async (proc: number): Promise<void> => {
+      await (await this.agent()).request("proc.kill", { proc });
+    },
+  };
+
+  /** Freezes the VM in place (vCPUs stopped, memory kept). */
+  pause(): Promise<void> {
+    return this.lifecycle.run(async () => {
+      this.assertUsable();
+      if (this.record.state === "paused") return;
+      await this.requireVm().stop();
+      await this.setState("paused");
+    });
+  }
+
+  resume(): Promise<void> {
+    return this.lifecycle.run(async () => {
+      this.assertUsable();
+      if (this.record.state === "running") return;
+      await this.requireVm().cont();
+      await this.setState("running");
+      await this.syncGuest(false);
+    });
+  }
+
+  /**
+   * Writes a snapshot of the running VM into `dir`: the VM is paused only while its
+   * memory and disk overlay are copied; hashing and the manifest come after it resumes.
+   */
+  snapshot(dir: string, opts: { id: string; keepRunning?: boolean } = { id: "" }): Promise<SnapshotResult> {
+    return this.lifecycle.run(async () => {
+      this.assertUsable();
+      const vm = this.requireVm();
+      const wasRunning = this.record.state === "running";
+      await mkdir(dir, { recursive: true });
+      const agent = wasRunning ? await this.agent() : undefined;
+      await agent?.quiesce();
+      const t0 = performance.now();
+      let pauseMs = 0;
+      try {
+        if (wasRunning) await vm.stop();
+        await vm.saveState(join(dir, "state.bin"));
+        await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
+      } finally {
+        if (wasRunning && opts.keepRunning !== false) {
+          await vm.cont();
+          pauseMs = performance.now() - t0;
+          agent?.unhold();
+          await this.syncGuest(false).catch(() => undefined);
+        } else {
+          pauseMs = performance.now() - t0;
+        }
+      }
+      if (this.record.backingSnapshot) {
+        // Keep every snapshot one level above the template's disk, so chains stay short.
+        await runTool("qemu-img", ["rebase", "-q", "-f", "qcow2", "-b", this.ctx.templateDisk(this.record.template), "-F", "qcow2", join(dir, "disk.qcow2")], "qemu_error");
+      }
+      const manifest: SnapshotManifest = {
+        format: 1,
+        kind: "sandbox",
+        id: opts.id,
+        createdAt: new Date().toISOString(),
+        template: this.record.template,
+        memory: "stream",
+        host: hostSection(this.ctx.host),
+        vm: { vcpus: this.record.vcpus, memoryMb: this.record.memoryMb, diskMb: this.record.diskMb },
+        pauseMs: Math.round(pauseMs * 10) / 10,
+        sourceSandbox: this.id,
+        files: await digestFiles(dir, ["state.bin", "disk.qcow2"]),
+      };
+      await writeManifest(dir, manifest);
+      return { dir, manifest };
+    });
+  }
+
+  /** Stops the VM and removes everything it owned on the host. Idempotent. */
+  destroy(): Promise<void> {
+    return this.lifecycle.run(async () => {
+      if (this.record.state === "destroyed") return;
+      await this.agentConn?.then((a) => a.close(), () => undefined);
+      await this.vm?.kill();
+      this.record = { ...this.record, state: "destroyed" };
+      await rm(this.dir, { recursive: true, force: true });
+      await this.ctx.onDestroyed(this.id);
+    });
+  }
+
+  /** Drops host connections without stopping the VM (runtime shutdown). */
+  detach(): void {
+    void this.agentConn?.then((a) => a.close(), () => undefined);
+    this.vm?.detach();
+  }
+
+  /**
+   * After a restore or resume: the guest's clock stood still while it was stopped, so
+   * set it from the host; after a restore also reseed its RNG (forks must not share
+   * random state) and apply the pids limit.
+   */
+  async syncGuest(restored: boolean): Promise<void> {
+    const agent = await this.agent();
+    const tasks: Promise<unknown>[] = [agent.request("sys.clock", { unix_ms: Date.now() })];
+    if (restored) {
+      tasks.push(agent.request("sys.entropy", { seed: randomBytes(64).toString("base64") }));
+      tasks.push(agent.request("sys.limits", { pids_max: this.record.pidsMax }));
+    }
+    await Promise.all(tasks);
+  }
+
+  async setState(state: SandboxState): Promise<void> {
+    this.record = { ...this.record, state };
+    await writeRecord(this.dir, this.record);
+  }
+
+  private requireVm(): Vm {
+    if (!this.vm) throw new DenError("sandbox_not_running", `sandbox ${this.id} has no VM`);
+    return this.vm;
+  }
+}
+
+export async function writeRecord(dir: string, record: SandboxRecord): Promise<void> {
+  const tmp = join(dir, ".sandbox.json.tmp");
+  await writeFile(tmp, JSON.stringify(record, null, 2) + "\n");
+  await rename(tmp, join(dir, "sandbox.json"));
+}

@@ -1,0 +1,131 @@
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { DenError } from "@den/protocol";
+import { readManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
+
+export const TEMPLATE_FILES = {
+  kernel: "vmlinux",
+  initrd: "initrd.cpio",
+  disk: "disk.qcow2",
+  memory: "memory.bin",
+  state: "state.bin",
+  recipe: "recipe.json",
+} as const;
+
+const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+const VERSION = /^[0-9a-f]{12}$/;
+
+export interface TemplateInfo extends TemplateRef {
+  dir: string;
+  current: boolean;
+  manifest: SnapshotManifest;
+}
+
+export function checkTemplateName(name: string): void {
+  if (!NAME.test(name)) throw new DenError("invalid_argument", `template name must match ${NAME}, got ${JSON.stringify(name)}`);
+}
+
+/**
+ * Template versions on disk: `templates/<name>/<version>/` holds a template snapshot
+ * (memory.bin, state.bin, disk.qcow2) plus the kernel and initrd for cold boots, and
+ * `templates/<name>/current` names the version new sandboxes use. Versions are immutable.
+ */
+export class TemplateStore {
+  constructor(readonly root: string) {}
+
+  dir(ref: TemplateRef): string {
+    return join(this.root, ref.name, ref.version);
+  }
+
+  current(name: string): string | undefined {
+    try {
+      const v = readFileSync(join(this.root, name, "current"), "utf8").trim();
+      return VERSION.test(v) ? v : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Resolves `name` (its current version) or `name@version`. */
+  async resolve(spec: string): Promise<TemplateInfo> {
+    const [name, version] = spec.split("@", 2) as [string, string | undefined];
+    checkTemplateName(name);
+    if (version !== undefined && !VERSION.test(version)) throw new DenError("invalid_argument", `template version must be 12 hex digits, got ${JSON.stringify(version)}`);
+    const v = version ?? this.current(name);
+    if (!v || !existsSync(join(this.root, name, v, "manifest.json"))) {
+      throw new DenError("template_not_found", version ? `template ${name}@${version} does not exist` : `template ${name} does not exist; build it with \`den template build ${name}\``);
+    }
+    const manifest = await readManifest(join(this.root, name, v));
+    return { name, version: v, dir: join(this.root, name, v), current: this.current(name) === v, manifest };
+  }
+
+  async list(): Promise<TemplateInfo[]> {
+    const out: TemplateInfo[] = [];
+    if (!existsSync(this.root)) return out;
+    for (const name of readdirSync(this.root).sort()) {
+      if (!NAME.test(name)) continue;
+      for (const version of readdirSync(join(this.root, name)).sort()) {
+        if (!VERSION.test(version) || !existsSync(join(this.root, name, version, "manifest.json"))) continue;
+        out.push(await this.resolve(`${name}@${version}`));
+      }
+    }
+    return out;
+  }
+
+  has(ref: TemplateRef): boolean {
+    return existsSync(join(this.dir(ref), "manifest.json"));
+  }
+
+  /** A private build directory that `install` later moves into place atomically. */
+  async buildDir(ref: TemplateRef): Promise<string> {
+    const dir = join(this.root, ref.name, `.build-${ref.version}-${process.pid}`);
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(dir, { recursive: true });
+    return dir;
+  }
+
+  async install(ref: TemplateRef, buildDir: string): Promise<void> {
+    const final = this.dir(ref);
+    await rm(final, { recursive: true, force: true });
+    await rename(buildDir, final);
+    await this.setCurrent(ref);
+  }
+
+  async setCurrent(ref: TemplateRef): Promise<void> {
+    const tmp = join(this.root, ref.name, ".current.tmp");
+    await writeFile(tmp, ref.version + "\n");
+    await rename(tmp, join(this.root, ref.name, "current"));
+  }
+
+  /** Removes versions that are not current and that no sandbox or snapshot references. */
+  async gc(referenced: Set<string>): Promise<string[]> {
+    const removed: string[] = [];
+    if (!existsSync(this.root)) return removed;
+    for (const name of readdirSync(this.root)) {
+      if (!NAME.test(name)) continue;
+      const cur = this.current(name);
+      for (const version of readdirSync(join(this.root, name))) {
+        const key = `${name}@${version}`;
+        if (version.startsWith(".build-")) {
+          const pid = Number(version.split("-").pop());
+          if (!Number.isNaN(pid) && pid !== process.pid && !pidAlive(pid)) await rm(join(this.root, name, version), { recursive: true, force: true });
+          continue;
+        }
+        if (!VERSION.test(version) || version === cur || referenced.has(key)) continue;
+        await rm(join(this.root, name, version), { recursive: true, force: true });
+        removed.push(key);
+      }
+    }
+    return removed;
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,42 @@
+import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { promisify } from "node:util";
+import { DenError } from "@den/protocol";
+
+const execFileP = promisify(execFile);
+
+const B32 = "abcdefghijklmnopqrstuvwxyz234567";
+
+/** A random id like `sbx_k3j9...`: 16 base32 characters, 80 bits. */
+export function newId(prefix: string): string {
+  const bytes = randomBytes(16);
+  let s = "";
+  for (const b of bytes) s += B32[b & 31];
+  return `${prefix}_${s}`;
+}
+
+export const ID_PATTERN = /^[a-z]+_[a-z2-7]{16}$/;
+
+/** Runs a helper program (qemu-img, cp) and turns a failure into a DenError with its stderr. */
+export async function runTool(cmd: string, args: string[], code: "qemu_error" | "io_error" = "io_error"): Promise<string> {
+  try {
+    const { stdout } = await execFileP(cmd, args, { maxBuffer: 16 * 1024 * 1024 });
+    return stdout;
+  } catch (e) {
+    const err = e as { stderr?: string; message: string };
+    throw new DenError(code, `${cmd} ${args[0] ?? ""} failed: ${(err.stderr || err.message).trim().slice(0, 2000)}`);
+  }
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Serializes async work: each call runs after the previous one settled. */
+export class SerialQueue {
+  private tail: Promise<unknown> = Promise.resolve();
+
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.tail.then(fn, fn);
+    this.tail = next.catch(() => undefined);
+    return next;
+  }
+}

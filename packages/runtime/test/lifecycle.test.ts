@@ -1,0 +1,165 @@
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { cp, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DenError } from "@den/protocol";
+import type { Runtime, Sandbox } from "../src/index.js";
+import { qemuProcesses, sandboxDirs, testRuntime } from "./helpers.js";
+
+const isCode = (code: string) => (e: unknown) => e instanceof DenError && e.code === code;
+const COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 & echo $!";
+
+async function counter(s: Sandbox): Promise<number> {
+  return Number((await s.exec("cat /tmp/count")).stdout.toString().trim());
+}
+
+describe("lifecycle", () => {
+  let rt: Runtime;
+  const owned: Sandbox[] = [];
+  const track = <T extends Sandbox | Sandbox[]>(s: T): T => {
+    owned.push(...(Array.isArray(s) ? s : [s]));
+    return s;
+  };
+  before(async () => {
+    rt = await testRuntime();
+  });
+  after(async () => {
+    await Promise.all(owned.map((s) => s.destroy()));
+    rt?.close();
+  });
+
+  test("a background counter keeps its value across pause and resume", async () => {
+    const sbx = track(await rt.create());
+    const pid = (await sbx.exec(COUNTER)).stdout.toString().trim();
+    await new Promise((r) => setTimeout(r, 1500));
+    const before = await counter(sbx);
+    assert.ok(before > 0);
+    await sbx.pause();
+    assert.equal(sbx.state, "paused");
+    await assert.rejects(sbx.exec("true"), isCode("sandbox_not_running"));
+    await new Promise((r) => setTimeout(r, 1000));
+    await sbx.resume();
+    const after = await counter(sbx);
+    assert.ok(after >= before && after < before + 4, `counter ${before} -> ${after}: no ticks while paused`);
+    assert.equal((await sbx.exec(`kill -0 ${pid} && echo alive`)).stdout.toString(), "alive\n");
+  });
+
+  test("snapshot -> destroy -> restore: same PID, counter continues, files kept, clock set", async () => {
+    const sbx = track(await rt.create());
+    const pid = (await sbx.exec(COUNTER)).stdout.toString().trim();
+    await sbx.files.write("/workspace/note.txt", "written before the snapshot");
+    await new Promise((r) => setTimeout(r, 1000));
+    const snap = await rt.snapshot(sbx.id);
+    assert.ok(snap.manifest.pauseMs > 0);
+    const atSnapshot = await counter(sbx);
+    await sbx.destroy();
+    await new Promise((r) => setTimeout(r, 10_000));
+    const restored = track(await rt.restore(snap.id));
+    assert.equal((await restored.exec(`kill -0 ${pid} && echo alive`)).stdout.toString(), "alive\n");
+    const guestMs = Number((await restored.exec("date +%s%3N")).stdout.toString().trim());
+    assert.ok(Math.abs(guestMs - Date.now()) < 1000, `guest clock off by ${guestMs - Date.now()} ms`);
+    await new Promise((r) => setTimeout(r, 1000));
+    const c = await counter(restored);
+    assert.ok(c > 0 && c <= atSnapshot + 10, `counter continues from the snapshot (${atSnapshot} -> ${c})`);
+    assert.ok(c >= atSnapshot - 1);
+    assert.equal((await restored.files.read("/workspace/note.txt")).toString(), "written before the snapshot");
+  });
+
+  test("fork: children diverge, the parent is unaffected, random state differs", async () => {
+    const parent = track(await rt.create());
+    await parent.exec(COUNTER);
+    await parent.files.write("/workspace/shared.txt", "from parent");
+    const kids = track(await rt.fork(parent.id, 2));
+    assert.equal(kids.length, 2);
+    const [a, b] = kids as [Sandbox, Sandbox];
+    await a.files.write("/workspace/a.txt", "a");
+    await b.files.write("/workspace/b.txt", "b");
+    await a.exec("echo 1000 > /tmp/own");
+    await b.exec("echo 2000 > /tmp/own");
+    await a.exec("echo $(( $(cat /tmp/own) + 1 )) > /tmp/own");
+    assert.equal((await a.exec("cat /tmp/own")).stdout.toString(), "1001\n");
+    assert.equal((await b.exec("cat /tmp/own")).stdout.toString(), "2000\n");
+    assert.equal((await a.exec("ls /workspace/b.txt 2>&1; true")).stdout.toString().includes("No such file"), true);
+    assert.equal((await b.exec("ls /workspace/a.txt 2>&1; true")).stdout.toString().includes("No such file"), true);
+    assert.equal((await a.files.read("/workspace/shared.txt")).toString(), "from parent");
+    await assert.rejects(parent.files.stat("/workspace/a.txt"), isCode("file_not_found"));
+    await assert.rejects(parent.files.stat("/tmp/own"), isCode("file_not_found"));
+    const rand = async (s: Sandbox) => (await s.exec("head -c 16 /dev/urandom | od -An -tx1; python3 -c 'import random; print(random.random())'")).stdout.toString();
+    assert.notEqual(await rand(a), await rand(b));
+    // The parent's counter still runs.
+    const c1 = await counter(parent);
+    await new Promise((r) => setTimeout(r, 600));
+    assert.ok((await counter(parent)) > c1);
+  });
+
+  test("three sandboxes at once; destroying each leaves no process, socket, overlay or memory file", async () => {
+    const boxes = await Promise.all([rt.create(), rt.create(), rt.create()]);
+    const pids = boxes.map((b) => b.pid!);
+    for (const b of boxes) assert.equal((await b.exec("echo up")).stdout.toString(), "up\n");
+    const live = qemuProcesses(rt);
+    for (const b of boxes) assert.ok(live.has(b.id));
+    for (const b of boxes) {
+      const dir = b.dir;
+      assert.ok(existsSync(join(dir, "qmp.sock")) && existsSync(join(dir, "disk.qcow2")));
+      await b.destroy();
+      assert.equal(existsSync(dir), false, "sandbox directory removed");
+    }
+    const after = qemuProcesses(rt);
+    for (const [i, b] of boxes.entries()) {
+      assert.equal(after.has(b.id), false);
+      assert.equal(existsSync(`/proc/${pids[i]}`), false, "QEMU process gone");
+      assert.equal(sandboxDirs(rt).includes(b.id), false);
+    }
+  });
+
+  test("an imported snapshot with one byte flipped is refused; the original imports fine", async () => {
+    const sbx = track(await rt.create());
+    await sbx.files.write("/workspace/x", "x");
+    const snap = await rt.snapshot(sbx.id);
+    const tmp = await mkdtemp(join(tmpdir(), "den-import-"));
+    try {
+      await cp(snap.dir, tmp, { recursive: true });
+      const good = await rt.importSnapshot(tmp);
+      const state = join(tmp, "state.bin");
+      const bytes = await readFile(state);
+      const at = Math.floor(bytes.length / 2);
+      bytes.writeUInt8(bytes.readUInt8(at) ^ 0x01, at);
+      await writeFile(state, bytes);
+      await assert.rejects(rt.importSnapshot(tmp), (e: unknown) => isCode("snapshot_corrupt")(e) && /sha256/.test((e as Error).message));
+      const restored = track(await rt.restore(good.id));
+      assert.equal((await restored.files.read("/workspace/x")).toString(), "x");
+    } finally {
+      await rm(tmp, { recursive: true, force: true });
+    }
+  });
+
+  test("a snapshot made for another host is refused as incompatible and kept intact", async () => {
+    const sbx = track(await rt.create());
+    const snap = await rt.snapshot(sbx.id);
+    const tmp = await mkdtemp(join(tmpdir(), "den-compat-"));
+    try {
+      await cp(snap.dir, tmp, { recursive: true });
+      const m = JSON.parse(await readFile(join(tmp, "manifest.json"), "utf8"));
+      m.host.qemuVersion = "1.0.0";
+      m.host.accelerator = "kvm";
+      await writeFile(join(tmp, "manifest.json"), JSON.stringify(m));
+      await assert.rejects(rt.importSnapshot(tmp), isCode("snapshot_incompatible"));
+      assert.ok(existsSync(join(tmp, "state.bin")) && existsSync(join(tmp, "disk.qcow2")));
+    } finally {
+      await rm(tmp, { recursive: true, force: true });
+    }
+    await assert.rejects(rt.restore("snap_doesnotexist000"), isCode("snapshot_not_found"));
+  });
+
+  test("a restarted runtime adopts running sandboxes and kills its strays", async () => {
+    const sbx = await rt.create();
+    await sbx.exec("echo kept > /tmp/kept");
+    const id = sbx.id;
+    rt.close();
+    rt = await testRuntime();
+    const again = track(rt.get(id));
+    assert.equal((await again.exec("cat /tmp/kept")).stdout.toString(), "kept\n");
+  });
+});

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Den needs on the host (idempotent; fast when all are present).
+set -euo pipefail
+pkgs=(qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs lz4 cpio gcc libc6-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi

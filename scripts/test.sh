@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test suite, against real QEMU microVMs. VM-heavy files run one at a time (2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Tests get their own data dir, so they never touch the sandboxes of a running Den.
+export DEN_DATA_DIR=${DEN_TEST_DATA_DIR:-/var/lib/den-test}
+bash scripts/setup.sh
+node --test --test-concurrency=1 --test-reporter=spec \
+  packages/protocol/dist/test/*.test.js \
+  packages/images/dist/test/*.test.js \
+  packages/runtime/dist/test/*.test.js
+if [ "${DEN_SKIP_BENCH:-}" != 1 ]; then
+  node packages/bench/dist/src/bench.js --quick
+fi
