@@ -135,16 +135,29 @@ void conn_tick(int64_t now)
 			c.retry_at = now + 200;
 			return;
 		}
-		if (p.revents & POLLIN) {
-			/* Stale bytes of the old connection: discard. */
-			char tmp[4096];
-			while (read(c.fd, tmp, sizeof tmp) > 0)
-				;
+		if (p.revents & POLLHUP) {
+			/* Still disconnected: whatever is readable is a stale tail of the old
+			 * connection. Once POLLHUP clears, readable bytes are the new host's
+			 * hello and must be kept. The host may reconnect between poll() and
+			 * read(), so read into the input buffer and decide after a re-poll. */
+			if (p.revents & POLLIN) {
+				for (;;) {
+					buf_reserve(&c.in, 65536);
+					ssize_t r = read(c.fd, c.in.p + c.in.len, 65536);
+					if (r <= 0)
+						break;
+					c.in.len += r;
+				}
+				if (poll(&p, 1, 0) < 0)
+					p.revents = POLLHUP;
+			}
 		}
-		if (p.revents & POLLHUP)
+		if (p.revents & POLLHUP) {
+			buf_clear(&c.in);
 			c.retry_at = now + 50;
-		else
+		} else {
 			c.state = C_UP;
+		}
 	}
 }
 
@@ -178,8 +191,10 @@ void conn_event(short rev)
 		return;
 	}
 	if (rev & (POLLIN | POLLHUP)) {
-		/* Bounded per wakeup so one busy peer can't starve everything else. */
-		for (int i = 0; i < 4 && buf_size(&c.out) < OUTQ_HARD; i++) {
+		/* Bounded per wakeup so one busy peer can't starve everything else. With
+		 * POLLHUP, read even when the queue is full: only read() tells whether the
+		 * host is really gone, and not consuming POLLHUP would spin. */
+		for (int i = 0; i < 4 && (buf_size(&c.out) < OUTQ_HARD || (rev & POLLHUP)); i++) {
 			buf_reserve(&c.in, 65536);
 			ssize_t r = read(c.fd, c.in.p + c.in.len, 65536);
 			if (r > 0) {
@@ -192,10 +207,8 @@ void conn_event(short rev)
 				hangup(now);
 				return;
 			}
-			if (rev & POLLHUP) {
-				hangup(now);
-				return;
-			}
+			/* EAGAIN with POLLHUP set: the host reconnected after poll() returned
+			 * (a restore sends close then open); only read() == 0 means gone. */
 			break;
 		}
 	}

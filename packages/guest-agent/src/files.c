@@ -233,7 +233,7 @@ int op_file_read(struct req *r)
 	x->fd = fd;
 	x->regular = S_ISREG(st.st_mode);
 	x->left = len < 0 ? -1 : len;
-	x->credit = win ? win : READ_WINDOW_DEFAULT;
+	x->credit = win; /* absent: the default; an explicit 0 waits for CREDIT */
 	x->next = xfers;
 	xfers = x;
 	jw_kint(r->w, "size", st.st_size);

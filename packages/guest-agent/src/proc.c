@@ -59,7 +59,11 @@ int proc_running_count(void)
 	return n;
 }
 
-uint64_t ring_start(const struct ring *r) { return r->end > r->max ? r->end - r->max : 0; }
+uint64_t ring_start(const struct ring *r)
+{
+	uint64_t s = r->end > r->max ? r->end - r->max : 0;
+	return s > r->start ? s : r->start;
+}
 
 static void ring_write(struct ring *r, const char *d, size_t n)
 {
@@ -545,7 +549,7 @@ void proc_new_session(void)
 		for (int ch = 1; ch <= 2; ch++) {
 			/* Offsets stay absolute: what was streamed counts as dropped. */
 			p->ring[ch].max = p->buffer_bytes;
-			p->ring[ch].end = p->total[ch];
+			p->ring[ch].start = p->ring[ch].end = p->total[ch];
 		}
 	}
 	while (waits) {

@@ -11,7 +11,7 @@ enum { M_STREAM, M_BUFFER };
 struct ring {
 	char *p;
 	size_t cap, max;
-	uint64_t end;
+	uint64_t start, end; /* start: nothing before it was ever stored (detached streams) */
 };
 
 struct proc {

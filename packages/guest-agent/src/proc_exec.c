@@ -114,6 +114,7 @@ struct spec {
 	unsigned char *stdin_data;
 	size_t stdin_len;
 	int64_t timeout_ms, window, buffer_bytes;
+	int has_window; /* an explicit 0 means: wait for CREDIT */
 };
 
 static int parse(struct req *r, struct spec *s)
@@ -146,7 +147,7 @@ static int parse(struct req *r, struct spec *s)
 	s->cwd = "/";
 	if (arg_str(r, "cwd", &s->cwd, 0) < 0 || arg_bool(r, "stdin", &s->stdin_open) < 0 ||
 	    arg_str(r, "stdin_data", &sd, 0) < 0 || arg_str(r, "mode", &mode, 0) < 0 ||
-	    arg_int(r, "timeout_ms", &s->timeout_ms, 0) < 0 || arg_int(r, "window", &s->window, 0) < 0 ||
+	    arg_int(r, "timeout_ms", &s->timeout_ms, 0) < 0 || (s->has_window = arg_int(r, "window", &s->window, 0)) < 0 ||
 	    arg_int(r, "buffer_bytes", &s->buffer_bytes, 0) < 0)
 		return -1;
 	if (s->timeout_ms < 0 || s->window < 0 || s->window > 0xffffffffLL || s->buffer_bytes < 0 ||
@@ -286,7 +287,7 @@ static int spawn(struct req *r, struct spec *s)
 	p->in_fd = -1;
 	for (int ch = 0; ch < 3; ch++) {
 		p->drain_left[ch] = -1;
-		p->credit[ch] = s->window ? s->window : 262144;
+		p->credit[ch] = s->has_window ? s->window : 262144;
 		p->ring[ch].max = p->buffer_bytes;
 	}
 	if (s->pty) {

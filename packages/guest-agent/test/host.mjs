@@ -153,6 +153,7 @@ export class Host {
       }
     };
     r.end = async () => { await res; this.eof(res.id, 0); };
+    r.grant = (ch, n) => { avail[ch] += n; this.credit(res.id, ch, n); };
     return r;
   }
 }

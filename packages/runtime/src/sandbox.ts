@@ -48,6 +48,9 @@ export interface SandboxContext {
 export class Sandbox {
   private lifecycle = new SerialQueue();
   private agentConn: Promise<AgentClient> | undefined;
+  /** Agent connections dropped because the guest broke the protocol (a hostile or broken guest). */
+  agentProtocolErrors = 0;
+  lastAgentError: string | undefined;
   readonly files: GuestFiles;
 
   constructor(
@@ -89,7 +92,14 @@ export class Sandbox {
   private reconnect(): Promise<AgentClient> {
     const conn = AgentClient.connect(join(this.dir, VM_FILES.agent));
     this.agentConn = conn;
-    conn.catch(() => {
+    const noteError = (e: unknown) => {
+      if (e instanceof DenError && e.code === "agent_protocol_error") {
+        this.agentProtocolErrors++;
+        this.lastAgentError = e.message;
+      }
+    };
+    conn.then((a) => a.onClose(noteError), (e: unknown) => {
+      noteError(e);
       if (this.agentConn === conn) this.agentConn = undefined;
     });
     return conn;

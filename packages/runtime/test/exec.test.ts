@@ -88,7 +88,7 @@ describe("exec", () => {
       if (bytes > 100) await new Promise((r) => setTimeout(r, 1));
     }
     assert.match(text, /^line1\n/);
-    assert.equal(bytes, 15 + 2_000_000);
+    assert.equal(bytes, "line1\nline2\nline3\n".length + 2_000_000);
     assert.equal((await p.wait()).exitCode, 0);
   });
 
