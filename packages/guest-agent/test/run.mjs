@@ -20,7 +20,7 @@ const alive = (pid) => { try { return !/^\d+ \(.*\) Z/.test(fs.readFileSync(`/pr
 const host = new Host(sock);
 await host.listen();
 const wrap = process.env.VALGRIND ? ['valgrind', '--leak-check=full', '--error-exitcode=9', '--track-origins=yes', '--trace-children=no', '--log-file=' + dir + '/vg.log'] : [];
-const agent = spawn(wrap[0] || agentBin, [...wrap.slice(1), ...(wrap.length ? [agentBin] : []), '--socket', sock, '--no-cgroup'], { stdio: ['ignore', 'inherit', 'inherit'] });
+const agent = spawn(wrap[0] || agentBin, [...wrap.slice(1), ...(wrap.length ? [agentBin] : []), '--socket', sock, ...(process.env.CGROUP ? [] : ['--no-cgroup'])], { stdio: ['ignore', 'inherit', 'inherit'] });
 const agentPid = () => agent.pid;
 const tests = [];
 const test = (name, fn) => tests.push({ name, fn });

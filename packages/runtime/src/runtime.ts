@@ -1,10 +1,10 @@
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cp, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { DenError } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
 import { hostProfile, type HostProfile } from "./host.js";
-import { VM_FILES, bootCommandLine, findInstanceProcesses, killAndWait, type VmSpec } from "./qemu.js";
+import { VM_FILES, bootCommandLine, findInstanceProcesses, isAlive, killAndWait, type VmSpec } from "./qemu.js";
 import { Sandbox, writeRecord, type SandboxRecord } from "./sandbox.js";
 import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
@@ -31,6 +31,36 @@ export interface SnapshotInfo {
   id: string;
   dir: string;
   manifest: SnapshotManifest;
+}
+
+/**
+ * One runtime per data dir: a second one would adopt (and on recovery kill) the first
+ * one's VMs. The lock names the owning pid, so a crashed owner's lock is taken over.
+ */
+function lockDataDir(dataDir: string): void {
+  const lock = join(dataDir, "lock");
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      writeFileSync(lock, `${process.pid}\n`, { flag: "wx" });
+      return;
+    } catch {
+      const owner = Number(readFileSync(lock, "utf8").trim());
+      if (owner && owner !== process.pid && isAlive(owner)) {
+        throw new DenError("invalid_state", `data dir ${dataDir} is in use by process ${owner}`);
+      }
+      rmSync(lock, { force: true });
+    }
+  }
+  throw new DenError("invalid_state", `cannot lock data dir ${dataDir}`);
+}
+
+function unlockDataDir(dataDir: string): void {
+  const lock = join(dataDir, "lock");
+  try {
+    if (Number(readFileSync(lock, "utf8").trim()) === process.pid) rmSync(lock, { force: true });
+  } catch {
+    // not locked by us
+  }
 }
 
 export function defaultDataDir(): string {
@@ -71,9 +101,15 @@ export class Runtime {
       instance = newId("den");
       await writeFile(idFile, instance + "\n");
     }
-    const rt = new Runtime(dataDir, instance, await hostProfile());
-    await rt.recover();
-    return rt;
+    lockDataDir(dataDir);
+    try {
+      const rt = new Runtime(dataDir, instance, await hostProfile());
+      await rt.recover();
+      return rt;
+    } catch (e) {
+      unlockDataDir(dataDir);
+      throw e;
+    }
   }
 
   private sandboxDir(id: string): string {
@@ -350,6 +386,7 @@ export class Runtime {
   close(): void {
     for (const s of this.sandboxes.values()) s.detach();
     this.sandboxes.clear();
+    unlockDataDir(this.dataDir);
   }
 
   /** Destroys every sandbox of this runtime. */
