@@ -5,6 +5,11 @@ cd "$(dirname "$0")/.."
 # Tests get their own data dir, so they never touch the sandboxes of a running Den.
 export DEN_DATA_DIR=${DEN_TEST_DATA_DIR:-/var/lib/den-test}
 bash scripts/setup.sh
+# The guest agent on its own, over a unix socket on the host (no VM): protocol edge cases.
+agent_tmp=$(mktemp -d)
+trap 'rm -rf "$agent_tmp"' EXIT
+OUT="$agent_tmp/den-agent" packages/guest-agent/build.sh
+node packages/guest-agent/test/run.mjs "$agent_tmp/den-agent"
 node --test --test-concurrency=1 --test-reporter=spec \
   packages/protocol/dist/test/*.test.js \
   packages/images/dist/test/*.test.js \

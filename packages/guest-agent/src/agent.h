@@ -100,6 +100,7 @@ int op_file_list(struct req *r);
 int op_file_mkdir(struct req *r);
 int op_file_remove(struct req *r);
 int op_file_rename(struct req *r);
+int op_stream_cancel(struct req *r);
 
 /* ---- sys.c ---- */
 void cgroup_setup(void);

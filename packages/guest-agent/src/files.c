@@ -445,3 +445,16 @@ int op_file_rename(struct req *r)
 		return req_errno(r, errno, from);
 	return 0;
 }
+
+/* The host gave up on a transfer (its source failed, or its reader went away): a write's
+ * temp file is removed and the target is left as it was. Unknown ids are fine (it ended). */
+int op_stream_cancel(struct req *r)
+{
+	int64_t id;
+	if (arg_int(r, "stream", &id, 1) < 0)
+		return -1;
+	for (struct xfer *x = xfers; x; x = x->next)
+		if (!x->dead && x->id == (uint32_t)id)
+			xfer_end(x, 1);
+	return 0;
+}

@@ -152,7 +152,7 @@ static const struct {
 	{"proc.signal", op_proc_signal}, {"proc.kill", op_proc_kill}, {"proc.release", op_proc_release},
 	{"pty.resize", op_pty_resize}, {"file.read", op_file_read}, {"file.write", op_file_write},
 	{"file.stat", op_file_stat}, {"file.list", op_file_list}, {"file.mkdir", op_file_mkdir},
-	{"file.remove", op_file_remove}, {"file.rename", op_file_rename},
+	{"file.remove", op_file_remove}, {"file.rename", op_file_rename}, {"stream.cancel", op_stream_cancel},
 };
 
 static void handle_req(uint32_t id, const char *p, size_t n)

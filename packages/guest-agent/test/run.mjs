@@ -378,12 +378,14 @@ test('idle CPU ~0', async () => {
 });
 
 let failed = 0;
+let passed = 0;
 for (const t of tests) {
   if (filter && !t.name.includes(filter) && t.name !== 'hello') continue;
   const t0 = Date.now();
   try {
     await Promise.race([t.fn(), sleep(120000).then(() => { throw new Error('test timeout'); })]);
     if (host.violations.length) throw new Error('protocol violations: ' + host.violations.join('; '));
+    passed++;
     console.log(`ok   ${t.name} (${Date.now() - t0} ms)`);
   } catch (e) {
     failed++;
@@ -396,5 +398,5 @@ await sleep(process.env.VALGRIND ? 2000 : 100);
 host.close();
 if (process.env.VALGRIND) console.log(fs.readFileSync(dir + '/vg.log', 'utf8').split('\n').filter((l) => /ERROR SUMMARY|definitely|indirectly|possibly|Invalid|uninit/.test(l)).join('\n'));
 if (!process.env.KEEP) fs.rmSync(dir, { recursive: true, force: true });
-console.log(failed ? `${failed} failed` : 'all passed');
+console.log(`agent: ${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

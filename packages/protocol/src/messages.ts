@@ -110,6 +110,7 @@ export interface AgentOps {
   "proc.kill": { req: { proc: number }; res: Record<string, never> };
   "proc.release": { req: { proc: number }; res: Record<string, never> };
   "pty.resize": { req: { proc: number; rows: number; cols: number }; res: Record<string, never> };
+  "stream.cancel": { req: { stream: number }; res: Record<string, never> };
   "file.stat": { req: { path: string }; res: FileStat };
   "file.list": { req: { path: string }; res: { entries: DirEntry[]; truncated: boolean } };
   "file.mkdir": { req: { path: string; parents: boolean; mode?: number }; res: Record<string, never> };

@@ -59,6 +59,8 @@ export class GuestFiles {
         wake = undefined;
       }
     } finally {
+      // A reader that stops early tells the guest to stop sending.
+      if (!done && !error) agent.request("stream.cancel", { stream: id }).catch(() => undefined);
       agent.release(id);
     }
   }
@@ -98,6 +100,8 @@ export class GuestFiles {
       agent.end(id, Channel.File);
     } catch (e) {
       agent.release(id);
+      // The guest drops its temp file; the target keeps its old content.
+      await agent.request("stream.cancel", { stream: id }).catch(() => undefined);
       throw e;
     }
     return finished;
