@@ -7,8 +7,7 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { ExecProcess, Runtime, type Sandbox } from "@den/runtime";
-import { runTool } from "./tools.js";
+import { Runtime, type Sandbox } from "@den/runtime";
 import { rawDestroy, rawPauseResume, rawRestore, rawSnapshot, type RawTemplate } from "./raw-qemu.js";
 
 const { values: flags } = parseArgs({
@@ -63,20 +62,11 @@ async function main(): Promise<void> {
   try {
     const cold = row("cold boot -> first exec");
     for (let i = 0; i < COLD_RUNS; i++) {
-      const dir = join(scratch, `boot${i}`);
-      mkdirSync(dir, { recursive: true });
-      await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", join(tpl.dir, "disk.qcow2"), join(dir, "disk.qcow2")]);
       const t0 = performance.now();
-      const { vm, agent } = await rt.boot({
-        dir, kernel: join(tpl.dir, "vmlinux"), initrd: join(tpl.dir, "initrd.cpio"), disk: join(dir, "disk.qcow2"),
-        memoryFile: join("/dev/shm", `den-bench-${process.pid}-${i}`), vcpus: raw.vcpus, memoryMb: raw.memoryMb,
-      });
-      await (await ExecProcess.start(agent, ["true"])).wait();
+      const s = await rt.boot({ template: flags.template });
+      await s.exec(["true"]);
       cold.den.push(performance.now() - t0);
-      agent.close();
-      await vm.kill();
-      rmSync(join("/dev/shm", `den-bench-${process.pid}-${i}`), { force: true });
-      rmSync(dir, { recursive: true, force: true });
+      await s.destroy();
     }
     log(`  cold boot p50 ${fmt(pct(cold.den, 50))}`);
 

@@ -39,7 +39,7 @@ export async function bakeTemplate(rt: Runtime, recipe: Recipe, image: ImageArti
     await writeFile(join(dir, TEMPLATE_FILES.recipe), JSON.stringify(recipe, null, 2) + "\n");
     const t0 = Date.now();
     log(`template ${ref.name}@${ref.version}: booting ${image.kernelVersion}...`);
-    const { vm, agent } = await rt.boot({
+    const { vm, agent } = await rt.bootVm({
       dir, kernel: join(dir, TEMPLATE_FILES.kernel), initrd: join(dir, TEMPLATE_FILES.initrd), disk: join(dir, TEMPLATE_FILES.disk),
       memoryFile: join(dir, TEMPLATE_FILES.memory), vcpus: recipe.vcpus, memoryMb: recipe.memoryMb,
     });

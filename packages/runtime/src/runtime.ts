@@ -63,6 +63,11 @@ function unlockDataDir(dataDir: string): void {
   }
 }
 
+function checkPidsMax(pidsMax = 4096): number {
+  if (!Number.isInteger(pidsMax) || pidsMax < 16 || pidsMax > 65536) throw new DenError("invalid_argument", "pidsMax must be an integer in 16..65536");
+  return pidsMax;
+}
+
 export function defaultDataDir(): string {
   return process.env.DEN_DATA_DIR ?? "/var/lib/den";
 }
@@ -196,8 +201,7 @@ export class Runtime {
   }
 
   private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions): Promise<Sandbox> {
-    const pidsMax = opts.pidsMax ?? 4096;
-    if (!Number.isInteger(pidsMax) || pidsMax < 16 || pidsMax > 65536) throw new DenError("invalid_argument", "pidsMax must be an integer in 16..65536");
+    const pidsMax = checkPidsMax(opts.pidsMax);
     const id = newId("sbx");
     const dir = this.sandboxDir(id);
     await mkdir(dir, { recursive: true });
@@ -210,7 +214,9 @@ export class Runtime {
     let vm: Vm | undefined;
     try {
       await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", join(srcDir, TEMPLATE_FILES.disk), join(dir, VM_FILES.disk)], "qemu_error");
-      vm = await Vm.launch(this.vmSpec(dir, id, m, tpl), this.host);
+      // RAM is either a file in the source (template, cold-booted sandbox) or a stream over the template's RAM.
+      const memoryFile = m.memory === "file" ? join(srcDir, TEMPLATE_FILES.memory) : join(this.templates.dir(tpl), TEMPLATE_FILES.memory);
+      vm = await Vm.launch(this.vmSpec(dir, id, m.vm, memoryFile), this.host);
       await vm.loadState(join(srcDir, TEMPLATE_FILES.state));
       await vm.cont();
       const sbx = new Sandbox(dir, record, vm, this.context());
@@ -226,20 +232,62 @@ export class Runtime {
     }
   }
 
-  private vmSpec(dir: string, id: string, m: SnapshotManifest, tpl: TemplateRef): VmSpec {
+  private vmSpec(dir: string, id: string, vm: SnapshotManifest["vm"], memoryFile: string): VmSpec {
     return {
-      dir, vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb,
-      memoryFile: join(this.templates.dir(tpl), TEMPLATE_FILES.memory), shareMemory: false,
+      dir, vcpus: vm.vcpus, memoryMb: vm.memoryMb, memoryFile, shareMemory: false,
       disk: join(dir, VM_FILES.disk), incoming: true, macAddress: GUEST_MAC,
       tag: { instance: this.instance, sandbox: id },
     };
   }
 
   /**
-   * Boots a VM from a template's kernel and disk (no snapshot). Used to bake templates
-   * and to measure cold boots. `memoryFile` shared: the RAM file becomes a template's memory.
+   * Cold-boots a sandbox from a template's kernel and disk instead of restoring its
+   * snapshot: slower, but any vCPU count and memory size. Its RAM lives in a file in the
+   * sandbox directory, so its snapshots carry their memory as a file.
    */
-  async boot(opts: { dir: string; kernel: string; initrd: string; disk: string; memoryFile: string; vcpus: number; memoryMb: number; id?: string }): Promise<{ vm: Vm; agent: AgentClient }> {
+  async boot(opts: CreateOptions & { vcpus?: number; memoryMb?: number } = {}): Promise<Sandbox> {
+    const tpl = await this.templates.resolve(opts.template ?? "base");
+    const vcpus = opts.vcpus ?? tpl.manifest.vm.vcpus;
+    const memoryMb = opts.memoryMb ?? tpl.manifest.vm.memoryMb;
+    if (!Number.isInteger(vcpus) || vcpus < 1 || vcpus > 16) throw new DenError("invalid_argument", "vcpus must be an integer in 1..16");
+    if (!Number.isInteger(memoryMb) || memoryMb < 128 || memoryMb > 65536) throw new DenError("invalid_argument", "memoryMb must be an integer in 128..65536");
+    const pidsMax = checkPidsMax(opts.pidsMax);
+    const id = newId("sbx");
+    const dir = this.sandboxDir(id);
+    await mkdir(dir, { recursive: true });
+    const record: SandboxRecord = {
+      id, instance: this.instance, state: "starting", createdAt: new Date().toISOString(),
+      template: { name: tpl.name, version: tpl.version }, ramFile: true,
+      vcpus, memoryMb, diskMb: tpl.manifest.vm.diskMb, pidsMax,
+    };
+    await writeRecord(dir, record);
+    let vm: Vm | undefined;
+    try {
+      await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", join(tpl.dir, TEMPLATE_FILES.disk), join(dir, VM_FILES.disk)], "qemu_error");
+      const booted = await this.bootVm({
+        dir, id, kernel: join(tpl.dir, TEMPLATE_FILES.kernel), initrd: join(tpl.dir, TEMPLATE_FILES.initrd),
+        disk: join(dir, VM_FILES.disk), memoryFile: join(dir, TEMPLATE_FILES.memory), vcpus, memoryMb,
+      });
+      vm = booted.vm;
+      booted.agent.close();
+      const sbx = new Sandbox(dir, record, vm, this.context());
+      await sbx.setState("running");
+      this.sandboxes.set(id, sbx);
+      await sbx.syncGuest(true);
+      return sbx;
+    } catch (e) {
+      this.sandboxes.delete(id);
+      await vm?.kill();
+      await rm(dir, { recursive: true, force: true });
+      throw e;
+    }
+  }
+
+  /**
+   * Boots a bare VM from a kernel and disk (no snapshot) and waits for its agent. Used to
+   * bake templates. Its RAM lives in `memoryFile` (shared), which becomes the template's memory.
+   */
+  async bootVm(opts: { dir: string; kernel: string; initrd: string; disk: string; memoryFile: string; vcpus: number; memoryMb: number; id?: string }): Promise<{ vm: Vm; agent: AgentClient }> {
     const id = opts.id ?? newId("boot");
     const vm = await Vm.launch({
       dir: opts.dir, vcpus: opts.vcpus, memoryMb: opts.memoryMb, memoryFile: opts.memoryFile, shareMemory: true,

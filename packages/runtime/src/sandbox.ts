@@ -22,6 +22,8 @@ export interface SandboxRecord {
   template: TemplateRef;
   /** The snapshot whose disk this sandbox's overlay sits on (absent: the template's disk). */
   backingSnapshot?: string;
+  /** Cold-booted: guest RAM is `memory.bin` in the sandbox dir (shared), not a CoW map of the template's. */
+  ramFile?: boolean;
   vcpus: number;
   memoryMb: number;
   diskMb: number;
@@ -187,6 +189,8 @@ export class Sandbox {
         if (wasRunning) await vm.stop();
         await vm.saveState(join(dir, "state.bin"));
         await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
+        // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.
+        if (this.record.ramFile) await copyFile(join(this.dir, "memory.bin"), join(dir, "memory.bin"));
       } finally {
         if (wasRunning && opts.keepRunning !== false) {
           await vm.cont();
@@ -207,12 +211,12 @@ export class Sandbox {
         id: opts.id,
         createdAt: new Date().toISOString(),
         template: this.record.template,
-        memory: "stream",
+        memory: this.record.ramFile ? "file" : "stream",
         host: hostSection(this.ctx.host),
         vm: { vcpus: this.record.vcpus, memoryMb: this.record.memoryMb, diskMb: this.record.diskMb },
         pauseMs: Math.round(pauseMs * 10) / 10,
         sourceSandbox: this.id,
-        files: await digestFiles(dir, ["state.bin", "disk.qcow2"]),
+        files: await digestFiles(dir, this.record.ramFile ? ["state.bin", "disk.qcow2", "memory.bin"] : ["state.bin", "disk.qcow2"]),
       };
       await writeManifest(dir, manifest);
       return { dir, manifest };

@@ -2,6 +2,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { cp, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
+import { spawn } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
@@ -27,6 +28,8 @@ describe("lifecycle", () => {
   });
   after(async () => {
     await Promise.all(owned.map((s) => s.destroy()));
+    // The suite's data dir is its own: leave no snapshot behind to pin old template versions.
+    for (const s of await rt.listSnapshots()) await rt.deleteSnapshot(s.id);
     rt?.close();
   });
 
@@ -153,13 +156,43 @@ describe("lifecycle", () => {
     await assert.rejects(rt.restore("snap_doesnotexist000"), isCode("snapshot_not_found"));
   });
 
+  test("a cold-booted sandbox of another size snapshots and restores with its RAM file", async () => {
+    const sbx = track(await rt.boot({ vcpus: 2, memoryMb: 384 }));
+    assert.equal((await sbx.exec("nproc")).stdout.toString(), "2\n");
+    const memKb = Number((await sbx.exec("awk '/MemTotal/ {print $2}' /proc/meminfo")).stdout.toString());
+    assert.ok(memKb > 300 * 1024 && memKb <= 384 * 1024, `MemTotal ${memKb} kB`);
+    const pid = (await sbx.exec(COUNTER)).stdout.toString().trim();
+    const snap = await rt.snapshot(sbx.id);
+    assert.equal(snap.manifest.memory, "file");
+    assert.deepEqual(snap.manifest.vm, { vcpus: 2, memoryMb: 384, diskMb: sbx.info.diskMb });
+    await sbx.destroy();
+    const back = track(await rt.restore(snap.id));
+    assert.equal((await back.exec(`kill -0 ${pid} && nproc`)).stdout.toString(), "2\n");
+    await assert.rejects(rt.boot({ memoryMb: 1 << 20 }), isCode("invalid_argument"));
+  });
+
   test("a restarted runtime adopts running sandboxes and kills its strays", async () => {
     const sbx = await rt.create();
     await sbx.exec("echo kept > /tmp/kept");
     const id = sbx.id;
+    // A QEMU of this instance that no sandbox owns (as if Den died between spawn and record).
+    const stray = spawn("qemu-system-x86_64", ["-M", "none", "-display", "none", "-nodefaults"], {
+      env: { ...process.env, DEN_INSTANCE: rt.instance, DEN_SANDBOX: "sbx_straystraystray" }, stdio: "ignore",
+    });
+    // Someone else's QEMU: never touched.
+    const foreign = spawn("qemu-system-x86_64", ["-M", "none", "-display", "none", "-nodefaults"], { stdio: "ignore" });
+    const foreignExit = new Promise((r) => foreign.once("exit", r));
+    const strayExit = new Promise((r) => stray.once("exit", r));
+    await new Promise((r) => setTimeout(r, 500));
     rt.close();
     rt = await testRuntime();
     const again = track(rt.get(id));
     assert.equal((await again.exec("cat /tmp/kept")).stdout.toString(), "kept\n");
+    await strayExit;
+    assert.equal(stray.signalCode, "SIGKILL", "the stray QEMU was killed");
+    assert.equal(foreign.exitCode, null);
+    assert.equal(foreign.signalCode, null, "a QEMU without this instance's tag is left alone");
+    foreign.kill("SIGKILL");
+    await foreignExit;
   });
 });
