@@ -1,7 +1,7 @@
 import { execFile, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, readdirSync } from "node:fs";
-import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { DenError } from "@den/protocol";
@@ -131,6 +131,7 @@ export async function buildImage(recipe: Recipe, opts: BuildOptions): Promise<Im
   const diskDir = await cachedStep(join(root, `disk-${diskKey}`), "root disk", opts, (out) =>
     runScript(script("build-disk.sh"), { ROOTFS_DIR: rootfsDir, AGENT: join(agentDir, "den-agent"), DISK_MB: String(recipe.diskMb), OUT: out }));
 
+  await pruneCache(root, new Set([kernelDir, initrdDir, rootfsDir, agentDir, diskDir]));
   const kernelVersion = (await readFile(join(kernelDir, "kernel-version"), "utf8")).trim();
   return {
     key: hash("image", kernelKey, initrdKey, diskKey),
@@ -139,6 +140,37 @@ export async function buildImage(recipe: Recipe, opts: BuildOptions): Promise<Im
     disk: join(diskDir, "rootfs.qcow2"),
     kernelVersion,
   };
+}
+
+/** Layers unused for this long are removed from the cache (other recipes keep theirs fresh by using them). */
+const CACHE_MAX_AGE_MS = 7 * 24 * 3600 * 1000;
+
+/** Drops stale layers and abandoned temp dirs, so rebuilding after each change doesn't fill the disk. */
+async function pruneCache(root: string, inUse: Set<string>): Promise<void> {
+  const now = Date.now();
+  for (const name of readdirSync(root)) {
+    const path = join(root, name);
+    if (inUse.has(path)) {
+      await utimes(path, new Date(), new Date());
+      continue;
+    }
+    const tmpPid = /\.tmp-(\d+)$/.exec(name)?.[1];
+    if (tmpPid) {
+      if (!pidAlive(Number(tmpPid))) await rm(path, { recursive: true, force: true });
+      continue;
+    }
+    const st = await stat(path).catch(() => undefined);
+    if (st && now - st.mtimeMs > CACHE_MAX_AGE_MS) await rm(path, { recursive: true, force: true });
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Debian packages the build needs on the host. */

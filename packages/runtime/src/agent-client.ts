@@ -233,9 +233,9 @@ export class AgentClient {
       case FrameType.Res: {
         const p = this.pending.get(f.id);
         if (!p) return;
-        this.pending.delete(f.id);
         const body = parseJson(f.payload);
-        if (!body) return this.violation("malformed RES");
+        if (!body) return this.violation("malformed RES"); // rejects p with the rest
+        this.pending.delete(f.id);
         if (body.ok === true) p.resolve(body);
         else p.reject(errorFromWire(body.code, body.message));
         return;

@@ -1,4 +1,4 @@
-import { closeSync, openSync, renameSync, writeSync } from "node:fs";
+import { closeSync, ftruncateSync, openSync, readSync, renameSync, statSync, writeFileSync, writeSync } from "node:fs";
 import type net from "node:net";
 import { connectUnix } from "./qmp.js";
 
@@ -49,5 +49,28 @@ export class ConsoleLog {
     this.socket?.destroy();
     if (this.fd >= 0) closeSync(this.fd);
     this.fd = -1;
+  }
+}
+
+/**
+ * Keeps a file another process appends to (QEMU's own stderr log) under `cap` bytes:
+ * the tail moves to `<path>.1` and the file is truncated in place (the writer uses O_APPEND).
+ */
+export function capAppendLog(path: string, cap = CONSOLE_LOG_CAP): void {
+  let size: number;
+  try {
+    size = statSync(path).size;
+  } catch {
+    return;
+  }
+  if (size <= cap) return;
+  const fd = openSync(path, "r+");
+  try {
+    const tail = Buffer.alloc(Math.min(cap, 64 * 1024));
+    const n = readSync(fd, tail, 0, tail.length, size - tail.length);
+    writeFileSync(`${path}.1`, tail.subarray(0, n));
+    ftruncateSync(fd, 0);
+  } finally {
+    closeSync(fd);
   }
 }

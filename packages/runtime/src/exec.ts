@@ -73,6 +73,8 @@ export class ExecProcess implements AsyncIterable<ExecChunk> {
   private error: Error | undefined;
   private exitWaiters: Array<{ resolve: (e: ExitInfo) => void; reject: (e: Error) => void }> = [];
   private iterating = false;
+  /** wait() was called with no reader: output is consumed and dropped as it arrives. */
+  private discarding = false;
 
   private constructor(private readonly agent: AgentClient) {}
 
@@ -89,7 +91,7 @@ export class ExecProcess implements AsyncIterable<ExecChunk> {
     return {
       onData: (ch: Channel, data: Buffer) => {
         this.queue.push({ stream: ch === Channel.Stderr ? "stderr" : "stdout", data });
-        if (!this.iterating) this.drainUnread();
+        if (this.discarding) this.drainUnread();
         this.wake?.();
       },
       onEvent: (ev: Record<string, unknown>) => {
@@ -113,13 +115,13 @@ export class ExecProcess implements AsyncIterable<ExecChunk> {
     this.wake?.();
   }
 
-  /** With no reader attached, output is consumed as it arrives so the command never stalls. */
+  /** Drops queued output and gives its credit back, so a command nobody reads never stalls. */
   private drainUnread(): void {
     for (const c of this.queue.splice(0)) this.agent.grant(this.id, c.stream === "stderr" ? Channel.Stderr : Channel.Stdout, c.data.length);
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<ExecChunk> {
-    if (this.iterating) throw new DenError("invalid_state", "exec output is already being read");
+    if (this.iterating || this.discarding) throw new DenError("invalid_state", "exec output is already being read or was discarded by wait()");
     this.iterating = true;
     for (;;) {
       const c = this.queue.shift();
@@ -135,11 +137,17 @@ export class ExecProcess implements AsyncIterable<ExecChunk> {
     }
   }
 
-  /** Resolves when the main process has exited (its output fully delivered). */
+  /**
+   * Resolves when the main process has exited (its output fully delivered). Called
+   * without a reader attached, it discards the output so the command can finish.
+   */
   wait(): Promise<ExitInfo> {
     if (this.exit) return Promise.resolve(this.exit);
     if (this.error) return Promise.reject(this.error);
-    if (!this.iterating) this.drainUnread();
+    if (!this.iterating) {
+      this.discarding = true;
+      this.drainUnread();
+    }
     return new Promise((resolve, reject) => this.exitWaiters.push({ resolve, reject }));
   }
 

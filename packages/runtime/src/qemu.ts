@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, openSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
 import type { HostProfile } from "./host.js";
@@ -164,14 +164,8 @@ export async function killAndWait(pid: number, timeoutMs = 5_000): Promise<void>
   } catch {
     return;
   }
+  // Until it is reaped, not just dead: a zombie still holds its pid. QEMUs we spawned are
+  // reaped by Node's child handler, adopted ones by init.
   const deadline = Date.now() + timeoutMs;
-  while (isAlive(pid) && !isZombie(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
-}
-
-function isZombie(pid: number): boolean {
-  try {
-    return / Z /.test(readFileSync(`/proc/${pid}/stat`, "latin1").replace(/^.*\)/, ""));
-  } catch {
-    return true;
-  }
+  while (existsSync(`/proc/${pid}`) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
 }

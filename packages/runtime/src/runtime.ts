@@ -3,6 +3,7 @@ import { cp, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { DenError } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
+import { capAppendLog } from "./console-log.js";
 import { hostProfile, type HostProfile } from "./host.js";
 import { VM_FILES, bootCommandLine, findInstanceProcesses, isAlive, killAndWait, type VmSpec } from "./qemu.js";
 import { Sandbox, writeRecord, type SandboxRecord } from "./sandbox.js";
@@ -23,6 +24,8 @@ export interface RuntimeOptions {
 export interface CreateOptions {
   /** Template name or `name@version` (default `base`). */
   template?: string;
+  /** Disk size in MiB: at least the template's; the guest's root filesystem grows to fill it. */
+  diskMb?: number;
   /** Max processes inside the guest (cgroup pids.max of the exec tree). */
   pidsMax?: number;
 }
@@ -63,6 +66,17 @@ function unlockDataDir(dataDir: string): void {
   }
 }
 
+/** Largest disk a request may ask for (the overlay grows on the host only as the guest writes). */
+const MAX_DISK_MB = 256 * 1024;
+
+function checkDiskMb(diskMb: number | undefined, minimum: number): number {
+  if (diskMb === undefined) return minimum;
+  if (!Number.isInteger(diskMb) || diskMb < minimum || diskMb > MAX_DISK_MB) {
+    throw new DenError("invalid_argument", `diskMb must be an integer in ${minimum}..${MAX_DISK_MB} (the source's disk is ${minimum} MiB)`);
+  }
+  return diskMb;
+}
+
 function checkPidsMax(pidsMax = 4096): number {
   if (!Number.isInteger(pidsMax) || pidsMax < 16 || pidsMax > 65536) throw new DenError("invalid_argument", "pidsMax must be an integer in 16..65536");
   return pidsMax;
@@ -87,6 +101,10 @@ export function defaultDataDir(): string {
 export class Runtime {
   readonly templates: TemplateStore;
   private sandboxes = new Map<string, Sandbox>();
+  /** QEMU writes its own warnings to qemu.log; a guest must not be able to grow it without bound. */
+  private logCapTimer = setInterval(() => {
+    for (const s of this.sandboxes.values()) capAppendLog(join(s.dir, VM_FILES.log));
+  }, 30_000).unref();
 
   private constructor(
     readonly dataDir: string,
@@ -208,7 +226,7 @@ export class Runtime {
     const record: SandboxRecord = {
       id, instance: this.instance, state: "starting", createdAt: new Date().toISOString(), template: tpl,
       ...(backingSnapshot ? { backingSnapshot } : {}),
-      vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb, diskMb: m.vm.diskMb, pidsMax,
+      vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb, diskMb: checkDiskMb(opts.diskMb, m.vm.diskMb), pidsMax,
     };
     await writeRecord(dir, record);
     let vm: Vm | undefined;
@@ -223,6 +241,7 @@ export class Runtime {
       await sbx.setState("running");
       this.sandboxes.set(id, sbx);
       await sbx.syncGuest(true);
+      if (record.diskMb > m.vm.diskMb) await sbx.growDisk(record.diskMb);
       return sbx;
     } catch (e) {
       this.sandboxes.delete(id);
@@ -258,7 +277,7 @@ export class Runtime {
     const record: SandboxRecord = {
       id, instance: this.instance, state: "starting", createdAt: new Date().toISOString(),
       template: { name: tpl.name, version: tpl.version }, ramFile: true,
-      vcpus, memoryMb, diskMb: tpl.manifest.vm.diskMb, pidsMax,
+      vcpus, memoryMb, diskMb: checkDiskMb(opts.diskMb, tpl.manifest.vm.diskMb), pidsMax,
     };
     await writeRecord(dir, record);
     let vm: Vm | undefined;
@@ -274,6 +293,7 @@ export class Runtime {
       await sbx.setState("running");
       this.sandboxes.set(id, sbx);
       await sbx.syncGuest(true);
+      if (record.diskMb > tpl.manifest.vm.diskMb) await sbx.growDisk(record.diskMb);
       return sbx;
     } catch (e) {
       this.sandboxes.delete(id);
@@ -434,6 +454,7 @@ export class Runtime {
   close(): void {
     for (const s of this.sandboxes.values()) s.detach();
     this.sandboxes.clear();
+    clearInterval(this.logCapTimer);
     unlockDataDir(this.dataDir);
   }
 

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { copyFile, mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DenError, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
@@ -92,7 +92,12 @@ export class Sandbox {
   }
 
   private reconnect(): Promise<AgentClient> {
-    const conn = AgentClient.connect(join(this.dir, VM_FILES.agent));
+    const conn = AgentClient.connect(join(this.dir, VM_FILES.agent)).catch(async (e: unknown) => {
+      if (!(e instanceof DenError) || e.code !== "agent_unavailable") throw e;
+      // What the guest printed last is the best clue to why its agent is silent.
+      const tail = await readFile(join(this.dir, VM_FILES.consoleLog), "latin1").then((t) => t.slice(-600), () => "");
+      throw new DenError("agent_unavailable", `sandbox ${this.id}: ${e.message}${tail ? `; console: ${JSON.stringify(tail)}` : ""}`);
+    });
     this.agentConn = conn;
     const noteError = (e: unknown) => {
       if (e instanceof DenError && e.code === "agent_protocol_error") {
@@ -254,6 +259,24 @@ export class Sandbox {
       tasks.push(agent.request("sys.limits", { pids_max: this.record.pidsMax }));
     }
     await Promise.all(tasks);
+  }
+
+  /**
+   * Grows the virtual disk to `diskMb` and the guest's root filesystem with it (online
+   * ext4 resize). The guest learns the new size from virtio's config-change interrupt.
+   */
+  growDisk(diskMb: number): Promise<void> {
+    return this.lifecycle.run(async () => {
+      const bytes = diskMb * 1024 * 1024;
+      await this.requireVm().qmp.execute("block_resize", { device: "root", size: bytes });
+      this.record = { ...this.record, diskMb };
+      await writeRecord(this.dir, this.record);
+      const agent = await this.agent();
+      const r = await runToCompletion(agent, ["/bin/sh", "-c",
+        `i=0; while [ $(( $(cat /sys/block/vda/size) * 512 )) -lt ${bytes} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; resize2fs /dev/vda 2>&1`,
+      ], { timeoutMs: 120_000 });
+      if (r.exitCode !== 0) throw new DenError("io_error", `growing the guest filesystem failed: ${r.stdout.toString().slice(-500)}`);
+    });
   }
 
   async setState(state: SandboxState): Promise<void> {

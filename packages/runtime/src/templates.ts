@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
+import { isAlive } from "./qemu.js";
 import { readManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 
 export const TEMPLATE_FILES = {
@@ -109,7 +110,7 @@ export class TemplateStore {
         const key = `${name}@${version}`;
         if (version.startsWith(".build-")) {
           const pid = Number(version.split("-").pop());
-          if (!Number.isNaN(pid) && pid !== process.pid && !pidAlive(pid)) await rm(join(this.root, name, version), { recursive: true, force: true });
+          if (!Number.isNaN(pid) && pid !== process.pid && !isAlive(pid)) await rm(join(this.root, name, version), { recursive: true, force: true });
           continue;
         }
         if (!VERSION.test(version) || version === cur || referenced.has(key)) continue;
@@ -118,14 +119,5 @@ export class TemplateStore {
       }
     }
     return removed;
-  }
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
   }
 }

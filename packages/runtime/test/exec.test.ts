@@ -92,6 +92,14 @@ describe("exec", () => {
     assert.equal((await p.wait()).exitCode, 0);
   });
 
+  test("output that arrives before the reader starts is kept", async () => {
+    const p = await sbx.execStream("echo early; echo late >&2");
+    await new Promise((r) => setTimeout(r, 1000));
+    let out = "";
+    for await (const c of p) out += `${c.stream}:${c.data}`;
+    assert.equal(out, "stdout:early\nstderr:late\n");
+  });
+
   test("interactive stdin streams both ways", async () => {
     const p = await sbx.execStream("while read -r l; do echo \"got $l\"; done", { interactive: true });
     await p.write("a\nb\n");

@@ -171,6 +171,15 @@ describe("lifecycle", () => {
     await assert.rejects(rt.boot({ memoryMb: 1 << 20 }), isCode("invalid_argument"));
   });
 
+  test("a sandbox asks for a bigger disk; its root filesystem grows to fill it", async () => {
+    const tplDisk = (await rt.templates.resolve("base")).manifest.vm.diskMb;
+    const sbx = track(await rt.create({ diskMb: tplDisk + 2048 }));
+    const sizeMb = Number((await sbx.exec("df -BM --output=size / | tail -1 | tr -dc 0-9")).stdout.toString());
+    assert.ok(sizeMb > tplDisk + 1500, `root filesystem is ${sizeMb} MiB`);
+    await assert.rejects(rt.create({ diskMb: tplDisk - 1 }), isCode("invalid_argument"));
+    await assert.rejects(rt.create({ diskMb: 10 * 1024 * 1024 }), isCode("invalid_argument"));
+  });
+
   test("a restarted runtime adopts running sandboxes and kills its strays", async () => {
     const sbx = await rt.create();
     await sbx.exec("echo kept > /tmp/kept");
