@@ -5,6 +5,13 @@ cd "$(dirname "$0")/.."
 # Tests get their own data dir, so they never touch the sandboxes of a running Den.
 export DEN_DATA_DIR=${DEN_TEST_DATA_DIR:-/var/lib/den-test}
 bash scripts/setup.sh
+# Sandboxes left by an interrupted earlier run would skew the leak checks.
+node --input-type=module -e '
+  import { Runtime } from "@den/runtime";
+  const rt = await Runtime.open();
+  await rt.destroyAll();
+  for (const s of await rt.listSnapshots()) await rt.deleteSnapshot(s.id);
+  rt.close();'
 # The guest agent on its own, over a unix socket on the host (no VM): protocol edge cases.
 agent_tmp=$(mktemp -d)
 trap 'rm -rf "$agent_tmp"' EXIT

@@ -49,8 +49,12 @@ export class AgentClient {
   private closeListeners: Array<(e: Error) => void> = [];
   hello!: HelloReply;
 
-  /** Connects to the agent socket, then says hello and waits for the SYNC marker. */
-  static async connect(path: string, timeoutMs = 15_000): Promise<AgentClient> {
+  /**
+   * Connects to the agent socket, then says hello and waits for the SYNC marker.
+   * `afterConnect` runs once the socket is connected and the hello queued: a restore
+   * resumes the VM there, so the guest never sees the host side closed (see restoreFrom).
+   */
+  static async connect(path: string, timeoutMs = 15_000, afterConnect?: () => Promise<void>): Promise<AgentClient> {
     const client = new AgentClient();
     const deadline = Date.now() + timeoutMs;
     for (;;) {
@@ -69,7 +73,10 @@ export class AgentClient {
     client.syncing = { nonce, tail: Buffer.alloc(0), discarded: 0 };
     const timer = setTimeout(() => client.fail(new DenError("agent_unavailable", `agent did not answer hello within ${timeoutMs} ms`)), Math.max(1, deadline - Date.now()));
     try {
-      const hello = await client.request("sys.hello", { version: PROTOCOL_VERSION, session: nonce.toString("hex") });
+      const helloReply = client.request("sys.hello", { version: PROTOCOL_VERSION, session: nonce.toString("hex") });
+      helloReply.catch(() => undefined);
+      await afterConnect?.();
+      const hello = await helloReply;
       if (hello.protocol !== PROTOCOL_VERSION) throw new DenError("agent_protocol_error", `agent speaks protocol ${hello.protocol}, host ${PROTOCOL_VERSION}`);
       client.hello = hello;
       return client;
@@ -172,8 +179,17 @@ export class AgentClient {
    * further frame until `unhold()`: the guest's input has no partial frame while a
    * snapshot is taken.
    */
-  async quiesce(): Promise<void> {
-    await this.request("sys.quiesce", {});
+  async quiesce(timeoutMs = 30_000): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new DenError("timeout", `agent did not confirm quiesce within ${timeoutMs} ms`)), timeoutMs);
+    });
+    try {
+      await Promise.race([this.request("sys.quiesce", {}), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+    // Only a confirmed quiesce holds frames: a late reply after a timeout must not.
     this.held ??= [];
   }
 

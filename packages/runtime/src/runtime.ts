@@ -236,8 +236,10 @@ export class Runtime {
       const memoryFile = m.memory === "file" ? join(srcDir, TEMPLATE_FILES.memory) : join(this.templates.dir(tpl), TEMPLATE_FILES.memory);
       vm = await Vm.launch(this.vmSpec(dir, id, m.vm, memoryFile), this.host);
       await vm.loadState(join(srcDir, TEMPLATE_FILES.state));
-      await vm.cont();
       const sbx = new Sandbox(dir, record, vm, this.context());
+      // Connect before resuming: the snapshot says "host connected", and if the guest ran
+      // before we connected, QEMU would flap the port closed and open under the new hello.
+      await sbx.connectRestored(() => vm!.cont());
       await sbx.setState("running");
       this.sandboxes.set(id, sbx);
       await sbx.syncGuest(true);

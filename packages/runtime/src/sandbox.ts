@@ -91,8 +91,13 @@ export class Sandbox {
     return this.reconnect();
   }
 
-  private reconnect(): Promise<AgentClient> {
-    const conn = AgentClient.connect(join(this.dir, VM_FILES.agent)).catch(async (e: unknown) => {
+  /** Opens the agent connection of a just-restored VM, resuming it once connected. */
+  connectRestored(resume: () => Promise<void>): Promise<AgentClient> {
+    return this.reconnect(resume);
+  }
+
+  private reconnect(afterConnect?: () => Promise<void>): Promise<AgentClient> {
+    const conn = AgentClient.connect(join(this.dir, VM_FILES.agent), undefined, afterConnect).catch(async (e: unknown) => {
       if (!(e instanceof DenError) || e.code !== "agent_unavailable") throw e;
       // What the guest printed last is the best clue to why its agent is silent.
       const tail = await readFile(join(this.dir, VM_FILES.consoleLog), "latin1").then((t) => t.slice(-600), () => "");
@@ -161,6 +166,12 @@ export class Sandbox {
     return this.lifecycle.run(async () => {
       this.assertUsable();
       if (this.record.state === "paused") return;
+      // No frame may be half-read by the guest while it is frozen: a snapshot of the
+      // paused VM would restore with it. A wedged agent must not block the pause, though.
+      const agent = await this.agentConn?.catch(() => undefined);
+      if (agent && !agent.closed) {
+        await agent.quiesce(5_000).catch(() => undefined);
+      }
       await this.requireVm().stop();
       await this.setState("paused");
     });
@@ -172,6 +183,7 @@ export class Sandbox {
       if (this.record.state === "running") return;
       await this.requireVm().cont();
       await this.setState("running");
+      (await this.agentConn?.catch(() => undefined))?.unhold();
       await this.syncGuest(false);
     });
   }
