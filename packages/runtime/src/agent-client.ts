@@ -5,7 +5,7 @@ import {
   encodeCredit, encodeData, encodeEof, encodeJson, errorFromWire,
   type AgentOp, type AgentOps, type Frame, type HelloReply,
 } from "@den/protocol";
-import { connectUnix } from "./qmp.js";
+import { connectUnixRetry } from "./qmp.js";
 
 /** Bytes a host discards while looking for the SYNC marker before it gives up on the guest. */
 const MAX_SYNC_DISCARD = 16 * 1024 * 1024;
@@ -57,15 +57,7 @@ export class AgentClient {
   static async connect(path: string, timeoutMs = 15_000, afterConnect?: () => Promise<void>): Promise<AgentClient> {
     const client = new AgentClient();
     const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      try {
-        client.socket = await connectUnix(path);
-        break;
-      } catch (e) {
-        if (Date.now() > deadline) throw new DenError("agent_unavailable", `agent socket did not open: ${(e as Error).message}`);
-        await new Promise((r) => setTimeout(r, 10));
-      }
-    }
+    client.socket = await connectUnixRetry(path, timeoutMs, (why) => new DenError("agent_unavailable", `agent socket did not open: ${why}`));
     client.socket.on("data", (d: Buffer) => client.onBytes(d));
     client.socket.on("error", (e) => client.fail(new DenError("agent_unavailable", `agent connection: ${e.message}`)));
     client.socket.on("close", () => client.fail(new DenError("agent_unavailable", "agent connection closed")));

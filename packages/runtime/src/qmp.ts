@@ -34,16 +34,7 @@ export class QmpClient extends EventEmitter {
   }
 
   private async open(path: string, timeoutMs: number): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      try {
-        this.socket = await connectUnix(path);
-        break;
-      } catch (e) {
-        if (Date.now() > deadline) throw new DenError("qemu_error", `QMP socket ${path} did not open: ${(e as Error).message}`);
-        await new Promise((r) => setTimeout(r, 5));
-      }
-    }
+    this.socket = await connectUnixRetry(path, timeoutMs, (why) => new DenError("qemu_error", `QMP socket ${path} did not open: ${why}`));
     const greeting = new Promise<void>((resolve, reject) => {
       this.once("greeting", resolve);
       this.once("close", () => reject(this.closedError ?? new DenError("qemu_error", "QMP closed before greeting")));
@@ -144,4 +135,17 @@ export function connectUnix(path: string): Promise<net.Socket> {
     });
     s.once("error", reject);
   });
+}
+
+/** Connects to a socket QEMU is about to create, retrying until it appears or time runs out. */
+export async function connectUnixRetry(path: string, timeoutMs: number, onTimeout: (why: string) => Error): Promise<net.Socket> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await connectUnix(path);
+    } catch (e) {
+      if (Date.now() > deadline) throw onTimeout((e as Error).message);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
 }

@@ -15,6 +15,8 @@ import { Vm } from "./vm.js";
 /** The MAC of every guest NIC; a fork gets its own network identity when networking is on. */
 const GUEST_MAC = "52:54:00:de:4e:01";
 const DELETED_MARKER = "deleted";
+/** A cold boot under TCG on a loaded host can take a while; a restore never should. */
+const BOOT_TIMEOUT_MS = 120_000;
 
 export interface RuntimeOptions {
   /** Where templates, sandboxes and snapshots live (default: $DEN_DATA_DIR or /var/lib/den). */
@@ -219,46 +221,28 @@ export class Runtime {
   }
 
   private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions): Promise<Sandbox> {
-    const pidsMax = checkPidsMax(opts.pidsMax);
-    const id = newId("sbx");
-    const dir = this.sandboxDir(id);
-    await mkdir(dir, { recursive: true });
     const record: SandboxRecord = {
-      id, instance: this.instance, state: "starting", createdAt: new Date().toISOString(), template: tpl,
+      id: newId("sbx"), instance: this.instance, state: "starting", createdAt: new Date().toISOString(), template: tpl,
       ...(backingSnapshot ? { backingSnapshot } : {}),
-      vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb, diskMb: checkDiskMb(opts.diskMb, m.vm.diskMb), pidsMax,
+      vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb, diskMb: checkDiskMb(opts.diskMb, m.vm.diskMb), pidsMax: checkPidsMax(opts.pidsMax),
     };
-    await writeRecord(dir, record);
-    let vm: Vm | undefined;
-    try {
-      await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", join(srcDir, TEMPLATE_FILES.disk), join(dir, VM_FILES.disk)], "qemu_error");
-      // RAM is either a file in the source (template, cold-booted sandbox) or a stream over the template's RAM.
-      const memoryFile = m.memory === "file" ? join(srcDir, TEMPLATE_FILES.memory) : join(this.templates.dir(tpl), TEMPLATE_FILES.memory);
-      vm = await Vm.launch(this.vmSpec(dir, id, m.vm, memoryFile), this.host);
-      await vm.loadState(join(srcDir, TEMPLATE_FILES.state));
-      const sbx = new Sandbox(dir, record, vm, this.context());
+    // RAM is either a file in the source (template, cold-booted sandbox) or a stream over the template's RAM.
+    const memoryFile = m.memory === "file" ? join(srcDir, TEMPLATE_FILES.memory) : join(this.templates.dir(tpl), TEMPLATE_FILES.memory);
+    return this.startSandbox(record, join(srcDir, TEMPLATE_FILES.disk), m.vm.diskMb, async (dir) => {
+      const vm = await Vm.launch({
+        dir, vcpus: record.vcpus, memoryMb: record.memoryMb, memoryFile, shareMemory: false,
+        disk: join(dir, VM_FILES.disk), incoming: true, macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: record.id },
+      }, this.host);
+      try {
+        await vm.loadState(join(srcDir, TEMPLATE_FILES.state));
+      } catch (e) {
+        await vm.kill();
+        throw e;
+      }
       // Connect before resuming: the snapshot says "host connected", and if the guest ran
       // before we connected, QEMU would flap the port closed and open under the new hello.
-      await sbx.connectRestored(() => vm!.cont());
-      await sbx.setState("running");
-      this.sandboxes.set(id, sbx);
-      await sbx.syncGuest(true);
-      if (record.diskMb > m.vm.diskMb) await sbx.growDisk(record.diskMb);
-      return sbx;
-    } catch (e) {
-      this.sandboxes.delete(id);
-      await vm?.kill();
-      await rm(dir, { recursive: true, force: true });
-      throw e;
-    }
-  }
-
-  private vmSpec(dir: string, id: string, vm: SnapshotManifest["vm"], memoryFile: string): VmSpec {
-    return {
-      dir, vcpus: vm.vcpus, memoryMb: vm.memoryMb, memoryFile, shareMemory: false,
-      disk: join(dir, VM_FILES.disk), incoming: true, macAddress: GUEST_MAC,
-      tag: { instance: this.instance, sandbox: id },
-    };
+      return { vm, resume: () => vm.cont() };
+    });
   }
 
   /**
@@ -272,37 +256,60 @@ export class Runtime {
     const memoryMb = opts.memoryMb ?? tpl.manifest.vm.memoryMb;
     if (!Number.isInteger(vcpus) || vcpus < 1 || vcpus > 16) throw new DenError("invalid_argument", "vcpus must be an integer in 1..16");
     if (!Number.isInteger(memoryMb) || memoryMb < 128 || memoryMb > 65536) throw new DenError("invalid_argument", "memoryMb must be an integer in 128..65536");
-    const pidsMax = checkPidsMax(opts.pidsMax);
-    const id = newId("sbx");
-    const dir = this.sandboxDir(id);
-    await mkdir(dir, { recursive: true });
     const record: SandboxRecord = {
-      id, instance: this.instance, state: "starting", createdAt: new Date().toISOString(),
+      id: newId("sbx"), instance: this.instance, state: "starting", createdAt: new Date().toISOString(),
       template: { name: tpl.name, version: tpl.version }, ramFile: true,
-      vcpus, memoryMb, diskMb: checkDiskMb(opts.diskMb, tpl.manifest.vm.diskMb), pidsMax,
+      vcpus, memoryMb, diskMb: checkDiskMb(opts.diskMb, tpl.manifest.vm.diskMb), pidsMax: checkPidsMax(opts.pidsMax),
     };
+    return this.startSandbox(record, join(tpl.dir, TEMPLATE_FILES.disk), tpl.manifest.vm.diskMb, async (dir) => ({
+      vm: await Vm.launch(this.bootSpec({
+        dir, id: record.id, kernel: join(tpl.dir, TEMPLATE_FILES.kernel), initrd: join(tpl.dir, TEMPLATE_FILES.initrd),
+        disk: join(dir, VM_FILES.disk), memoryFile: join(dir, TEMPLATE_FILES.memory), vcpus, memoryMb,
+      }), this.host),
+      bootTimeoutMs: BOOT_TIMEOUT_MS,
+    }));
+  }
+
+  /**
+   * The common path of every new sandbox: record it (durably, as "starting"), give it a
+   * disk overlay, launch its VM, connect to its agent, then mark it running. Any failure
+   * removes everything it made.
+   */
+  private async startSandbox(
+    record: SandboxRecord,
+    backingDisk: string,
+    sourceDiskMb: number,
+    launch: (dir: string) => Promise<{ vm: Vm; resume?: () => Promise<void>; bootTimeoutMs?: number }>,
+  ): Promise<Sandbox> {
+    const dir = this.sandboxDir(record.id);
+    await mkdir(dir, { recursive: true });
     await writeRecord(dir, record);
     let vm: Vm | undefined;
     try {
-      await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", join(tpl.dir, TEMPLATE_FILES.disk), join(dir, VM_FILES.disk)], "qemu_error");
-      const booted = await this.bootVm({
-        dir, id, kernel: join(tpl.dir, TEMPLATE_FILES.kernel), initrd: join(tpl.dir, TEMPLATE_FILES.initrd),
-        disk: join(dir, VM_FILES.disk), memoryFile: join(dir, TEMPLATE_FILES.memory), vcpus, memoryMb,
-      });
-      vm = booted.vm;
-      booted.agent.close();
+      await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", backingDisk, join(dir, VM_FILES.disk)], "qemu_error");
+      const launched = await launch(dir);
+      vm = launched.vm;
       const sbx = new Sandbox(dir, record, vm, this.context());
+      await sbx.connectAgent(launched.resume, launched.bootTimeoutMs);
       await sbx.setState("running");
-      this.sandboxes.set(id, sbx);
+      this.sandboxes.set(record.id, sbx);
       await sbx.syncGuest(true);
-      if (record.diskMb > tpl.manifest.vm.diskMb) await sbx.growDisk(record.diskMb);
+      if (record.diskMb > sourceDiskMb) await sbx.growDisk(record.diskMb);
       return sbx;
     } catch (e) {
-      this.sandboxes.delete(id);
+      this.sandboxes.delete(record.id);
       await vm?.kill();
       await rm(dir, { recursive: true, force: true });
       throw e;
     }
+  }
+
+  private bootSpec(opts: { dir: string; id: string; kernel: string; initrd: string; disk: string; memoryFile: string; vcpus: number; memoryMb: number }): VmSpec {
+    return {
+      dir: opts.dir, vcpus: opts.vcpus, memoryMb: opts.memoryMb, memoryFile: opts.memoryFile, shareMemory: true,
+      disk: opts.disk, boot: { kernel: opts.kernel, initrd: opts.initrd, append: bootCommandLine(this.host) },
+      incoming: false, macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: opts.id },
+    };
   }
 
   /**
@@ -310,14 +317,9 @@ export class Runtime {
    * bake templates. Its RAM lives in `memoryFile` (shared), which becomes the template's memory.
    */
   async bootVm(opts: { dir: string; kernel: string; initrd: string; disk: string; memoryFile: string; vcpus: number; memoryMb: number; id?: string }): Promise<{ vm: Vm; agent: AgentClient }> {
-    const id = opts.id ?? newId("boot");
-    const vm = await Vm.launch({
-      dir: opts.dir, vcpus: opts.vcpus, memoryMb: opts.memoryMb, memoryFile: opts.memoryFile, shareMemory: true,
-      disk: opts.disk, boot: { kernel: opts.kernel, initrd: opts.initrd, append: bootCommandLine(this.host) },
-      incoming: false, macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: id },
-    }, this.host);
+    const vm = await Vm.launch(this.bootSpec({ ...opts, id: opts.id ?? newId("boot") }), this.host);
     try {
-      const agent = await AgentClient.connect(join(opts.dir, VM_FILES.agent), 120_000);
+      const agent = await AgentClient.connect(join(opts.dir, VM_FILES.agent), BOOT_TIMEOUT_MS);
       return { vm, agent };
     } catch (e) {
       await vm.kill();

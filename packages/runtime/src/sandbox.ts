@@ -91,13 +91,13 @@ export class Sandbox {
     return this.reconnect();
   }
 
-  /** Opens the agent connection of a just-restored VM, resuming it once connected. */
-  connectRestored(resume: () => Promise<void>): Promise<AgentClient> {
-    return this.reconnect(resume);
+  /** Opens the agent connection of a new VM; `afterConnect` (resuming a restore) runs once the socket is up. */
+  connectAgent(afterConnect?: () => Promise<void>, timeoutMs?: number): Promise<AgentClient> {
+    return this.reconnect(afterConnect, timeoutMs);
   }
 
-  private reconnect(afterConnect?: () => Promise<void>): Promise<AgentClient> {
-    const conn = AgentClient.connect(join(this.dir, VM_FILES.agent), undefined, afterConnect).catch(async (e: unknown) => {
+  private reconnect(afterConnect?: () => Promise<void>, timeoutMs?: number): Promise<AgentClient> {
+    const conn = AgentClient.connect(join(this.dir, VM_FILES.agent), timeoutMs, afterConnect).catch(async (e: unknown) => {
       if (!(e instanceof DenError) || e.code !== "agent_unavailable") throw e;
       // What the guest printed last is the best clue to why its agent is silent.
       const tail = await readFile(join(this.dir, VM_FILES.consoleLog), "latin1").then((t) => t.slice(-600), () => "");

@@ -4,9 +4,10 @@ import net from "node:net";
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, appendFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Channel, DenError, FrameDecoder, FrameType, SYNC_MAGIC, encodeData, encodeJson } from "@den/protocol";
+import { Channel, FrameDecoder, FrameType, SYNC_MAGIC, encodeData, encodeJson } from "@den/protocol";
 import { AgentClient, ExecProcess } from "../src/index.js";
 import { capAppendLog } from "../src/console-log.js";
+import { isCode } from "./helpers.js";
 
 /**
  * A misbehaving guest on a unix socket: the cases a real guest agent never produces on
@@ -41,8 +42,6 @@ async function fakeGuest(onFrame: (sock: net.Socket, type: FrameType, id: number
     },
   };
 }
-
-const isCode = (code: string) => (e: unknown) => e instanceof DenError && e.code === code;
 
 test("a guest that never sends SYNC is dropped after a bounded amount of garbage", async () => {
   const g = await fakeGuest(() => undefined, (sock) => {

@@ -1,26 +1,13 @@
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { DenError } from "@den/protocol";
-import type { Runtime, Sandbox } from "../src/index.js";
-import { testRuntime } from "./helpers.js";
-
-const isCode = (code: string) => (e: unknown) => e instanceof DenError && e.code === code;
+import { isCode, sandboxFixture } from "./helpers.js";
 
 describe("exec", () => {
-  let rt: Runtime;
-  let sbx: Sandbox;
-  before(async () => {
-    rt = await testRuntime();
-    sbx = await rt.create({ template: "base" });
-  });
-  after(async () => {
-    await sbx?.destroy();
-    rt?.close();
-  });
+  const f = sandboxFixture();
 
   test("returns stdout, stderr and the exit code exactly", async () => {
-    const r = await sbx.exec("echo out; echo err >&2; exit 42");
+    const r = await f.sbx.exec("echo out; echo err >&2; exit 42");
     assert.equal(r.stdout.toString(), "out\n");
     assert.equal(r.stderr.toString(), "err\n");
     assert.equal(r.exitCode, 42);
@@ -29,56 +16,56 @@ describe("exec", () => {
   });
 
   test("argv form, cwd, env and stdin", async () => {
-    const r = await sbx.exec(["/bin/sh", "-c", 'pwd; echo "$GREETING"; cat'], { cwd: "/tmp", env: { GREETING: "hi there" }, stdin: "from stdin" });
+    const r = await f.sbx.exec(["/bin/sh", "-c", 'pwd; echo "$GREETING"; cat'], { cwd: "/tmp", env: { GREETING: "hi there" }, stdin: "from stdin" });
     assert.equal(r.stdout.toString(), "/tmp\nhi there\nfrom stdin");
     assert.equal(r.exitCode, 0);
   });
 
   test("binary output is byte-exact", async () => {
-    const r = await sbx.exec("printf '\\000\\001\\377\\376\\n\\r'");
+    const r = await f.sbx.exec("printf '\\000\\001\\377\\376\\n\\r'");
     assert.deepEqual([...r.stdout], [0, 1, 255, 254, 10, 13]);
   });
 
   test("5 MB of output arrives whole", async () => {
-    const r = await sbx.exec("head -c 5242880 /dev/urandom | tee /tmp/five | sha256sum | cut -d' ' -f1; cat /tmp/five");
+    const r = await f.sbx.exec("head -c 5242880 /dev/urandom | tee /tmp/five | sha256sum | cut -d' ' -f1; cat /tmp/five");
     const [sumLine, ...rest] = splitFirstLine(r.stdout);
     assert.equal(rest[0]!.length, 5 * 1024 * 1024);
     assert.equal(createHash("sha256").update(rest[0]!).digest("hex"), sumLine);
   });
 
   test("a timeout kills the whole tree, setsid grandchildren included", async () => {
-    const r = await sbx.exec("setsid sleep 1000 & echo started; sleep 1000", { timeoutMs: 1500 });
+    const r = await f.sbx.exec("setsid sleep 1000 & echo started; sleep 1000", { timeoutMs: 1500 });
     assert.equal(r.timedOut, true);
     assert.equal(r.signal, 9);
     assert.equal(r.stdout.toString(), "started\n");
-    const ps = await sbx.exec("pgrep -x sleep || true");
+    const ps = await f.sbx.exec("pgrep -x sleep || true");
     assert.equal(ps.stdout.toString().trim(), "", "no sleep process survives the timeout");
   });
 
   test("a nohup server started by an exec that returned keeps running", async () => {
-    const r = await sbx.exec("nohup python3 -m http.server 8123 --bind 127.0.0.1 >/tmp/srv.log 2>&1 & echo $!");
+    const r = await f.sbx.exec("nohup python3 -m http.server 8123 --bind 127.0.0.1 >/tmp/srv.log 2>&1 & echo $!");
     assert.equal(r.exitCode, 0);
     const pid = r.stdout.toString().trim();
-    const check = await sbx.exec(`sleep 2; kill -0 ${pid} && curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8123/`);
+    const check = await f.sbx.exec(`sleep 2; kill -0 ${pid} && curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8123/`);
     assert.equal(check.stdout.toString(), "200");
-    await sbx.exec(`kill ${pid}`);
+    await f.sbx.exec(`kill ${pid}`);
   });
 
   test("a detached child that keeps stdout open does not hold the exec", async () => {
     const t0 = Date.now();
-    const r = await sbx.exec("sleep 30 & echo done");
+    const r = await f.sbx.exec("sleep 30 & echo done");
     assert.equal(r.stdout.toString(), "done\n");
     assert.ok(Date.now() - t0 < 20_000);
-    await sbx.exec("pkill -x sleep || true");
+    await f.sbx.exec("pkill -x sleep || true");
   });
 
   test("a missing binary is an error, not an exit code", async () => {
-    await assert.rejects(sbx.exec(["/no/such/binary"]), isCode("not_found"));
-    await assert.rejects(sbx.exec("true", { cwd: "/no/such/dir" }), isCode("cwd_not_found"));
+    await assert.rejects(f.sbx.exec(["/no/such/binary"]), isCode("not_found"));
+    await assert.rejects(f.sbx.exec("true", { cwd: "/no/such/dir" }), isCode("cwd_not_found"));
   });
 
   test("streamed output arrives as chunks while the command runs, with backpressure", async () => {
-    const p = await sbx.execStream("for i in 1 2 3; do echo line$i; sleep 0.2; done; head -c 2000000 /dev/zero");
+    const p = await f.sbx.execStream("for i in 1 2 3; do echo line$i; sleep 0.2; done; head -c 2000000 /dev/zero");
     let text = "";
     let bytes = 0;
     for await (const c of p) {
@@ -93,7 +80,7 @@ describe("exec", () => {
   });
 
   test("output that arrives before the reader starts is kept", async () => {
-    const p = await sbx.execStream("echo early; echo late >&2");
+    const p = await f.sbx.execStream("echo early; echo late >&2");
     await new Promise((r) => setTimeout(r, 1000));
     let out = "";
     for await (const c of p) out += `${c.stream}:${c.data}`;
@@ -101,7 +88,7 @@ describe("exec", () => {
   });
 
   test("interactive stdin streams both ways", async () => {
-    const p = await sbx.execStream("while read -r l; do echo \"got $l\"; done", { interactive: true });
+    const p = await f.sbx.execStream("while read -r l; do echo \"got $l\"; done", { interactive: true });
     await p.write("a\nb\n");
     p.closeStdin();
     const chunks: Buffer[] = [];
@@ -110,7 +97,7 @@ describe("exec", () => {
   });
 
   test("PTY: resize is seen by stty, Ctrl-C interrupts a sleep", async () => {
-    const p = await sbx.execStream("bash --norc -i", { pty: { rows: 24, cols: 80 }, env: { PS1: "$ " } });
+    const p = await f.sbx.execStream("bash --norc -i", { pty: { rows: 24, cols: 80 }, env: { PS1: "$ " } });
     let out = "";
     const reader = (async () => {
       for await (const c of p) out += c.data.toString();
@@ -138,33 +125,33 @@ describe("exec", () => {
   });
 
   test("background processes: list, read output since an offset, stdin, wait, kill", async () => {
-    const bg = await sbx.spawn("i=0; while read -r l; do i=$((i+1)); echo \"$i:$l\"; done; echo end", { interactive: true });
-    await sbx.processes.write(bg.proc, "x\ny\n");
-    const list = await sbx.processes.list();
+    const bg = await f.sbx.spawn("i=0; while read -r l; do i=$((i+1)); echo \"$i:$l\"; done; echo end", { interactive: true });
+    await f.sbx.processes.write(bg.proc, "x\ny\n");
+    const list = await f.sbx.processes.list();
     assert.ok(list.some((p) => p.proc === bg.proc && p.running));
-    await sbx.processes.write(bg.proc, "", true);
-    const w = await sbx.processes.wait(bg.proc, 10_000);
+    await f.sbx.processes.write(bg.proc, "", true);
+    const w = await f.sbx.processes.wait(bg.proc, 10_000);
     assert.equal(w.running, false);
-    const all = await sbx.processes.read(bg.proc, "stdout", 0);
+    const all = await f.sbx.processes.read(bg.proc, "stdout", 0);
     assert.equal(Buffer.from(all.data, "base64").toString(), "1:x\n2:y\nend\n");
-    const tail = await sbx.processes.read(bg.proc, "stdout", 4);
+    const tail = await f.sbx.processes.read(bg.proc, "stdout", 4);
     assert.equal(Buffer.from(tail.data, "base64").toString(), "2:y\nend\n");
 
-    const long = await sbx.spawn("setsid sleep 1000 & sleep 1000");
-    assert.equal((await sbx.processes.wait(long.proc, 0)).running, true);
-    await sbx.processes.kill(long.proc);
-    const killed = await sbx.processes.wait(long.proc, 10_000);
+    const long = await f.sbx.spawn("setsid sleep 1000 & sleep 1000");
+    assert.equal((await f.sbx.processes.wait(long.proc, 0)).running, true);
+    await f.sbx.processes.kill(long.proc);
+    const killed = await f.sbx.processes.wait(long.proc, 10_000);
     assert.equal(killed.running, false);
-    assert.equal((await sbx.exec("pgrep -x sleep || true")).stdout.toString(), "");
+    assert.equal((await f.sbx.exec("pgrep -x sleep || true")).stdout.toString(), "");
   });
 
   test("bad input throws typed errors", async () => {
-    await assert.rejects(sbx.exec("true", { timeoutMs: -1 }), isCode("invalid_argument"));
-    await assert.rejects(sbx.exec(""), isCode("invalid_argument"));
-    await assert.rejects(sbx.exec("true", { cwd: "relative" }), isCode("invalid_argument"));
-    await assert.rejects(sbx.processes.wait(999_999, 0), isCode("proc_not_found"));
-    assert.throws(() => rt.get("sbx_doesnotexist0000"), isCode("sandbox_not_found"));
-    const other = await rt.create({ template: "base" });
+    await assert.rejects(f.sbx.exec("true", { timeoutMs: -1 }), isCode("invalid_argument"));
+    await assert.rejects(f.sbx.exec(""), isCode("invalid_argument"));
+    await assert.rejects(f.sbx.exec("true", { cwd: "relative" }), isCode("invalid_argument"));
+    await assert.rejects(f.sbx.processes.wait(999_999, 0), isCode("proc_not_found"));
+    assert.throws(() => f.rt.get("sbx_doesnotexist0000"), isCode("sandbox_not_found"));
+    const other = await f.rt.create({ template: "base" });
     await other.destroy();
     await assert.rejects(other.exec("true"), isCode("sandbox_destroyed"));
     await other.destroy(); // idempotent
@@ -172,7 +159,7 @@ describe("exec", () => {
 
   test("random data survives a round trip through stdin and stdout", async () => {
     const data = randomBytes(300_000);
-    const r = await sbx.exec("cat", { stdin: data });
+    const r = await f.sbx.exec("cat", { stdin: data });
     assert.ok(r.stdout.equals(data));
   });
 });

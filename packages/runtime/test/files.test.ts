@@ -1,30 +1,17 @@
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { DenError } from "@den/protocol";
-import type { Runtime, Sandbox } from "../src/index.js";
-import { rssKb, testRuntime } from "./helpers.js";
-
-const isCode = (code: string) => (e: unknown) => e instanceof DenError && e.code === code;
+import { isCode, rssKb, sandboxFixture } from "./helpers.js";
 
 describe("files", () => {
-  let rt: Runtime;
-  let sbx: Sandbox;
-  before(async () => {
-    rt = await testRuntime();
-    sbx = await rt.create({ template: "base" });
-  });
-  after(async () => {
-    await sbx?.destroy();
-    rt?.close();
-  });
+  const f = sandboxFixture();
 
   test("a 10 MB random file written then read back is byte-identical", async () => {
     const data = randomBytes(10 * 1024 * 1024);
-    assert.equal(await sbx.files.write("/workspace/r.bin", data), data.length);
-    const back = await sbx.files.read("/workspace/r.bin");
+    assert.equal(await f.sbx.files.write("/workspace/r.bin", data), data.length);
+    const back = await f.sbx.files.read("/workspace/r.bin");
     assert.ok(back.equals(data));
-    const sum = await sbx.exec("sha256sum /workspace/r.bin | cut -d' ' -f1");
+    const sum = await f.sbx.exec("sha256sum /workspace/r.bin | cut -d' ' -f1");
     assert.equal(sum.stdout.toString().trim(), createHash("sha256").update(data).digest("hex"));
   });
 
@@ -39,10 +26,10 @@ describe("files", () => {
       async function* source() {
         for (let i = 0; i < total / chunk.length; i++) yield chunk;
       }
-      assert.equal(await sbx.files.write("/workspace/big.bin", source()), total);
+      assert.equal(await f.sbx.files.write("/workspace/big.bin", source()), total);
       const h = createHash("sha256");
       let n = 0;
-      for await (const c of sbx.files.readStream("/workspace/big.bin")) {
+      for await (const c of f.sbx.files.readStream("/workspace/big.bin")) {
         h.update(c);
         n += c.length;
       }
@@ -55,49 +42,49 @@ describe("files", () => {
     }
     peak = Math.max(peak, rssKb());
     assert.ok(peak - before < 64 * 1024, `host RSS grew by ${((peak - before) / 1024).toFixed(1)} MiB`);
-    await sbx.files.remove("/workspace/big.bin");
+    await f.sbx.files.remove("/workspace/big.bin");
   });
 
   test("stat, list, mkdir, rename, remove", async () => {
-    await sbx.files.mkdir("/workspace/d/e/f", { parents: true });
-    await sbx.files.write("/workspace/d/e/f/x.txt", "hello");
-    const st = await sbx.files.stat("/workspace/d/e/f/x.txt");
+    await f.sbx.files.mkdir("/workspace/d/e/f", { parents: true });
+    await f.sbx.files.write("/workspace/d/e/f/x.txt", "hello");
+    const st = await f.sbx.files.stat("/workspace/d/e/f/x.txt");
     assert.equal(st.type, "file");
     assert.equal(st.size, 5);
     assert.equal(st.mode & 0o777, 0o644);
-    const ls = await sbx.files.list("/workspace/d/e/f");
+    const ls = await f.sbx.files.list("/workspace/d/e/f");
     assert.deepEqual(ls.entries.map((e) => [e.name, e.type, e.size]), [["x.txt", "file", 5]]);
-    await sbx.files.rename("/workspace/d/e/f/x.txt", "/workspace/d/y.txt");
-    assert.equal((await sbx.files.read("/workspace/d/y.txt")).toString(), "hello");
-    await assert.rejects(sbx.files.stat("/workspace/d/e/f/x.txt"), isCode("file_not_found"));
-    await assert.rejects(sbx.files.remove("/workspace/d"), isCode("not_empty"));
-    await sbx.files.remove("/workspace/d", { recursive: true });
-    await assert.rejects(sbx.files.list("/workspace/d"), isCode("file_not_found"));
-    assert.equal((await sbx.files.stat("/workspace")).type, "dir");
+    await f.sbx.files.rename("/workspace/d/e/f/x.txt", "/workspace/d/y.txt");
+    assert.equal((await f.sbx.files.read("/workspace/d/y.txt")).toString(), "hello");
+    await assert.rejects(f.sbx.files.stat("/workspace/d/e/f/x.txt"), isCode("file_not_found"));
+    await assert.rejects(f.sbx.files.remove("/workspace/d"), isCode("not_empty"));
+    await f.sbx.files.remove("/workspace/d", { recursive: true });
+    await assert.rejects(f.sbx.files.list("/workspace/d"), isCode("file_not_found"));
+    assert.equal((await f.sbx.files.stat("/workspace")).type, "dir");
   });
 
   test("file errors are typed and leave nothing half-written", async () => {
-    await assert.rejects(sbx.files.read("/no/such/file"), isCode("file_not_found"));
-    await assert.rejects(sbx.files.read("/workspace"), isCode("is_a_directory"));
-    await assert.rejects(sbx.files.read("relative/path"), isCode("invalid_argument"));
-    await assert.rejects(sbx.files.write("/etc/hostname/x", "y", { parents: false }), isCode("not_a_directory"));
-    await assert.rejects(sbx.files.remove("/"), isCode("invalid_argument"));
-    await sbx.files.write("/workspace/keep.txt", "original");
+    await assert.rejects(f.sbx.files.read("/no/such/file"), isCode("file_not_found"));
+    await assert.rejects(f.sbx.files.read("/workspace"), isCode("is_a_directory"));
+    await assert.rejects(f.sbx.files.read("relative/path"), isCode("invalid_argument"));
+    await assert.rejects(f.sbx.files.write("/etc/hostname/x", "y", { parents: false }), isCode("not_a_directory"));
+    await assert.rejects(f.sbx.files.remove("/"), isCode("invalid_argument"));
+    await f.sbx.files.write("/workspace/keep.txt", "original");
     const failing = (async function* () {
       yield Buffer.from("partial");
       throw new Error("source failed");
     })();
-    await assert.rejects(sbx.files.write("/workspace/keep.txt", failing), /source failed/);
-    assert.equal((await sbx.files.read("/workspace/keep.txt")).toString(), "original");
+    await assert.rejects(f.sbx.files.write("/workspace/keep.txt", failing), /source failed/);
+    assert.equal((await f.sbx.files.read("/workspace/keep.txt")).toString(), "original");
     // The agent removes the temp file once the host gives up on the stream.
-    const leftovers = await sbx.exec("sleep 0.5; ls -A /workspace | grep den-tmp || true");
+    const leftovers = await f.sbx.exec("sleep 0.5; ls -A /workspace | grep den-tmp || true");
     assert.equal(leftovers.stdout.toString(), "");
   });
 
   test("partial reads by offset and length", async () => {
-    await sbx.files.write("/workspace/abc.txt", "0123456789");
+    await f.sbx.files.write("/workspace/abc.txt", "0123456789");
     const parts: Buffer[] = [];
-    for await (const c of sbx.files.readStream("/workspace/abc.txt", { offset: 3, length: 4 })) parts.push(c);
+    for await (const c of f.sbx.files.readStream("/workspace/abc.txt", { offset: 3, length: 4 })) parts.push(c);
     assert.equal(Buffer.concat(parts).toString(), "3456");
   });
 });

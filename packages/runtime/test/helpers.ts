@@ -1,5 +1,7 @@
 import { readFileSync, readdirSync } from "node:fs";
-import { Runtime, findInstanceProcesses } from "../src/index.js";
+import { after, before } from "node:test";
+import { DenError } from "@den/protocol";
+import { Runtime, findInstanceProcesses, type Sandbox } from "../src/index.js";
 
 /** The suite's runtime: a data dir of its own where scripts/setup.sh built the base template. */
 export async function testRuntime(): Promise<Runtime> {
@@ -24,4 +26,24 @@ export function rssKb(pid = process.pid): number {
   } catch {
     return 0;
   }
+}
+
+/** For assert.rejects/throws: a DenError with this code. */
+export const isCode = (code: string) => (e: unknown) => e instanceof DenError && e.code === code;
+
+/**
+ * Registers before/after hooks that open the suite's runtime and one sandbox for a
+ * describe block, and destroy it afterwards. Read `.rt` and `.sbx` inside tests.
+ */
+export function sandboxFixture(): { rt: Runtime; sbx: Sandbox } {
+  const f = {} as { rt: Runtime; sbx: Sandbox };
+  before(async () => {
+    f.rt = await testRuntime();
+    f.sbx = await f.rt.create({ template: "base" });
+  });
+  after(async () => {
+    await f.sbx?.destroy();
+    f.rt?.close();
+  });
+  return f;
 }

@@ -5,11 +5,9 @@ import { existsSync } from "node:fs";
 import { spawn } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DenError } from "@den/protocol";
 import type { Runtime, Sandbox } from "../src/index.js";
-import { qemuProcesses, sandboxDirs, testRuntime } from "./helpers.js";
+import { qemuProcesses, sandboxDirs, testRuntime, isCode } from "./helpers.js";
 
-const isCode = (code: string) => (e: unknown) => e instanceof DenError && e.code === code;
 const COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 & echo $!";
 
 async function counter(s: Sandbox): Promise<number> {
