@@ -47,4 +47,26 @@ describe("isolation by default", () => {
     assert.match(r.stdout.toString(), /No such file or directory/);
     assert.doesNotMatch(r.stdout.toString(), /qmp\.sock/);
   });
+
+  test("a fork bomb hits the pids limit; the agent keeps answering", async () => {
+    const small = await rt.create({ pidsMax: 64 });
+    try {
+      const r = await small.exec("for i in $(seq 200); do sleep 30 & done; true", { timeoutMs: 60_000 });
+      assert.match(r.stderr.toString(), /Resource temporarily unavailable/);
+      // The agent lives outside the exec cgroup, so it can still start commands.
+      const n = Number((await small.exec("pgrep -c -x sleep")).stdout.toString());
+      assert.ok(n > 0 && n < 64, `fewer processes than the pids limit ran (${n})`);
+      assert.equal((await small.exec("pkill -x sleep; echo fine")).stdout.toString(), "fine\n");
+    } finally {
+      await small.destroy();
+    }
+  });
+
+  test("a memory hog is OOM-killed inside the guest; the agent survives", async () => {
+    // 600 MB of written (not just reserved) memory in a 512 MB guest.
+    const r = await sbx.exec("python3 -c 'x = b\"\\1\" * (600 * 1024**2); print(len(x))'", { timeoutMs: 120_000 });
+    assert.equal(r.stdout.toString(), "", "the allocation never completed");
+    assert.ok(r.signal === 9 || (r.exitCode ?? 0) > 0, `the hog failed (exit ${r.exitCode}, signal ${r.signal})`);
+    assert.equal((await sbx.exec("echo alive")).stdout.toString(), "alive\n");
+  });
 });
