@@ -4,6 +4,7 @@ import { DenError } from "@den/protocol";
 import { registerTemplateBuild } from "./commands/template-build.js";
 import { registerTemplateLs } from "./commands/template-ls.js";
 import { registerDemo } from "./commands/demo.js";
+import { registerServe } from "./commands/serve.js";
 
 const program = new Command();
 program.name("den").description("Long-running microVM sandboxes for AI agents").version("0.1.0");
@@ -13,6 +14,7 @@ const template = program.command("template").description("build and list sandbox
 registerTemplateBuild(template);
 registerTemplateLs(template);
 registerDemo(program);
+registerServe(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -17,6 +17,8 @@ export interface ExecOptions {
   pty?: PtySize;
   /** Keep stdin open for `write()` (streamed exec only). */
   interactive?: boolean;
+  /** Buffered exec only: the most output kept per stream before the command is killed (default 64 MiB). */
+  maxOutputBytes?: number;
 }
 
 export interface ExecResult {
@@ -175,7 +177,8 @@ export class ExecProcess implements AsyncIterable<ExecChunk> {
 }
 
 /** Runs a command to completion and collects its output (capped at `maxOutputBytes` per stream). */
-export async function runToCompletion(agent: AgentClient, command: Command, opts: ExecOptions = {}, maxOutputBytes = 64 * 1024 * 1024): Promise<ExecResult> {
+export async function runToCompletion(agent: AgentClient, command: Command, opts: ExecOptions = {}): Promise<ExecResult> {
+  const maxOutputBytes = opts.maxOutputBytes ?? 64 * 1024 * 1024;
   const p = await ExecProcess.start(agent, command, opts);
   const out: Buffer[] = [];
   const err: Buffer[] = [];
@@ -185,7 +188,7 @@ export async function runToCompletion(agent: AgentClient, command: Command, opts
     const isOut = c.stream === "stdout";
     if ((isOut ? outLen : errLen) + c.data.length > maxOutputBytes) {
       await p.kill().catch(() => undefined);
-      throw new DenError("invalid_argument", `${c.stream} exceeded ${maxOutputBytes} bytes; use a streamed exec`);
+      throw new DenError("payload_too_large", `${c.stream} exceeded ${maxOutputBytes} bytes; use a streamed exec`);
     }
     (isOut ? out : err).push(c.data);
     if (isOut) outLen += c.data.length;

@@ -8,3 +8,4 @@ export { bakeTemplate, templateVersion } from "./bake.js";
 export { hostProfile, cacheDir, type HostProfile } from "./host.js";
 export { type SnapshotManifest, readManifest, verifySnapshot } from "./snapshot.js";
 export { findInstanceProcesses, VM_FILES } from "./qemu.js";
+export { newId } from "./util.js";

@@ -24,6 +24,8 @@ export interface RuntimeOptions {
 }
 
 export interface CreateOptions {
+  /** Use this id (a control plane records it before the VM exists); default: a new one. */
+  id?: string;
   /** Template name or `name@version` (default `base`). */
   template?: string;
   /** Disk size in MiB: at least the template's; the guest's root filesystem grows to fill it. */
@@ -193,6 +195,17 @@ export class Runtime {
     await this.gc();
   }
 
+  private newSandboxId(id?: string): string {
+    if (id === undefined) return newId("sbx");
+    if (!/^sbx_[a-z2-7]{16}$/.test(id)) throw new DenError("invalid_argument", `not a sandbox id: ${JSON.stringify(id)}`);
+    if (this.sandboxes.has(id) || existsSync(this.sandboxDir(id))) throw new DenError("already_exists", `sandbox ${id} already exists on this host`);
+    return id;
+  }
+
+  has(id: string): boolean {
+    return this.sandboxes.has(id);
+  }
+
   get(id: string): Sandbox {
     const s = typeof id === "string" ? this.sandboxes.get(id) : undefined;
     if (!s) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(id)} does not exist`);
@@ -222,7 +235,7 @@ export class Runtime {
 
   private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions): Promise<Sandbox> {
     const record: SandboxRecord = {
-      id: newId("sbx"), instance: this.instance, state: "starting", createdAt: new Date().toISOString(), template: tpl,
+      id: this.newSandboxId(opts.id), instance: this.instance, state: "starting", createdAt: new Date().toISOString(), template: tpl,
       ...(backingSnapshot ? { backingSnapshot } : {}),
       vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb, diskMb: checkDiskMb(opts.diskMb, m.vm.diskMb), pidsMax: checkPidsMax(opts.pidsMax),
     };
@@ -257,7 +270,7 @@ export class Runtime {
     if (!Number.isInteger(vcpus) || vcpus < 1 || vcpus > 16) throw new DenError("invalid_argument", "vcpus must be an integer in 1..16");
     if (!Number.isInteger(memoryMb) || memoryMb < 128 || memoryMb > 65536) throw new DenError("invalid_argument", "memoryMb must be an integer in 128..65536");
     const record: SandboxRecord = {
-      id: newId("sbx"), instance: this.instance, state: "starting", createdAt: new Date().toISOString(),
+      id: this.newSandboxId(opts.id), instance: this.instance, state: "starting", createdAt: new Date().toISOString(),
       template: { name: tpl.name, version: tpl.version }, ramFile: true,
       vcpus, memoryMb, diskMb: checkDiskMb(opts.diskMb, tpl.manifest.vm.diskMb), pidsMax: checkPidsMax(opts.pidsMax),
     };
@@ -329,13 +342,16 @@ export class Runtime {
 
   // ---- snapshots ----
 
-  /** Takes a snapshot of a sandbox into the snapshot store; the sandbox keeps running. */
-  async snapshot(sandboxId: string): Promise<SnapshotInfo> {
+  /**
+   * Takes a snapshot of a sandbox into the snapshot store. The sandbox keeps running,
+   * or with `keepRunning: false` stays paused (a warm hibernate).
+   */
+  async snapshot(sandboxId: string, opts: { keepRunning?: boolean } = {}): Promise<SnapshotInfo> {
     const sbx = this.get(sandboxId);
     const id = newId("snap");
     const dir = this.snapshotDir(id);
     try {
-      const r = await sbx.snapshot(dir, { id });
+      const r = await sbx.snapshot(dir, { id, keepRunning: opts.keepRunning ?? true });
       return { id, dir, manifest: r.manifest };
     } catch (e) {
       await rm(dir, { recursive: true, force: true });

@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
 import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DenError, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
@@ -12,6 +13,9 @@ import type { Vm } from "./vm.js";
 import type { HostProfile } from "./host.js";
 
 export type SandboxState = "starting" | "running" | "paused" | "destroyed";
+
+/** USER_HZ: Linux reports process times in 1/100 s on every architecture Den runs on. */
+const CLOCK_TICKS = 100;
 
 /** What is persisted in `sandbox.json`, so a restarted runtime can find the sandbox again. */
 export interface SandboxRecord {
@@ -78,6 +82,25 @@ export class Sandbox {
 
   get pid(): number | undefined {
     return this.vm?.pid;
+  }
+
+  /** Host CPU seconds the VM's QEMU process has used (guest work plus emulation). */
+  cpuSeconds(): number | undefined {
+    const pid = this.vm?.pid;
+    if (!pid) return undefined;
+    try {
+      const fields = readFileSync(`/proc/${pid}/stat`, "latin1").replace(/^.*\) /, "").split(" ");
+      // utime and stime are fields 14 and 15 of /proc/pid/stat; 12 and 13 after "pid (comm) ".
+      return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Whether the VM's QEMU process still exists. */
+  vmAlive(): boolean {
+    const pid = this.vm?.pid;
+    return pid !== undefined && existsSync(`/proc/${pid}`);
   }
 
   /** The agent connection, (re)established on demand. */
@@ -216,6 +239,7 @@ export class Sandbox {
           await this.syncGuest(false).catch(() => undefined);
         } else {
           pauseMs = performance.now() - t0;
+          if (wasRunning) await this.setState("paused");
         }
       }
       if (this.record.backingSnapshot) {

@@ -1,0 +1,30 @@
+import type { Command } from "commander";
+import { loadConfig, startServer } from "@den/server";
+import { globalOptions, logLine } from "./options.js";
+
+export function registerServe(program: Command): void {
+  program
+    .command("serve")
+    .description("run the Den API server (control plane + this host's sandboxes)")
+    .option("-p, --port <port>", "port (env DEN_PORT, default 8787)")
+    .option("--host <host>", "address to listen on (env DEN_HOST, default 127.0.0.1)")
+    .action(async (opts: { port?: string; host?: string }, cmd: Command) => {
+      const root = cmd.optsWithGlobals<{ dataDir?: string }>();
+      const config = loadConfig({
+        ...(opts.port ? { port: opts.port } : {}), ...(opts.host ? { host: opts.host } : {}),
+        ...(root.dataDir ? { dataDir: globalOptions(cmd).dataDir } : {}),
+      });
+      const server = await startServer(config, { logger: { level: config.logLevel } });
+      logLine(`den: listening on ${server.url} (data dir ${config.dataDir})`);
+      if (server.createdAdminKey) logLine(`den: created an admin API key (shown once): ${server.createdAdminKey}`);
+      let stopping = false;
+      const stop = (signal: string) => {
+        if (stopping) return;
+        stopping = true;
+        logLine(`den: ${signal}: stopping; sandboxes keep running and are adopted at the next start`);
+        server.close().then(() => process.exit(0), () => process.exit(1));
+      };
+      process.on("SIGTERM", () => stop("SIGTERM"));
+      process.on("SIGINT", () => stop("SIGINT"));
+    });
+}

@@ -1,0 +1,225 @@
+/**
+ * The /v1 HTTP API's bodies, as zod schemas: the server validates with them, the OpenAPI
+ * document is generated from them, and the SDK's types are inferred from them.
+ * JSON is snake_case. Unknown fields in a request body are an error (strict objects).
+ */
+import { z } from "zod";
+
+/** Limits every server enforces unless configured otherwise. */
+export const API_LIMITS = {
+  maxTtlSeconds: 30 * 24 * 3600,
+  maxIdleTimeoutSeconds: 7 * 24 * 3600,
+  maxMetadataKeys: 32,
+  maxMetadataKeyLength: 64,
+  maxMetadataValueLength: 512,
+  maxEnvVars: 128,
+  maxEnvValueLength: 32 * 1024,
+  maxCommandLength: 128 * 1024,
+  maxArgs: 4096,
+  maxExecTimeoutSeconds: 24 * 3600,
+  maxStdinBytes: 8 * 1024 * 1024,
+  maxPageSize: 200,
+} as const;
+
+export const SandboxId = z.string().regex(/^sbx_[a-z2-7]{16}$/, "not a sandbox id");
+export const TemplateSpec = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9._-]{0,62}(@[0-9a-f]{12})?$/, "template must be a name or name@version");
+
+/** Guest paths: absolute, no NUL, bounded. (They name files inside the VM, never on the host.) */
+export const GuestPath = z
+  .string()
+  .min(1)
+  .max(4096)
+  .refine((p) => p.startsWith("/"), "path must be absolute")
+  .refine((p) => !p.includes("\0"), "path must not contain NUL");
+
+export const Metadata = z
+  .record(z.string().min(1).max(API_LIMITS.maxMetadataKeyLength).regex(/^[A-Za-z0-9_.:-]+$/, "metadata keys are letters, digits, _ . : -"), z.string().max(API_LIMITS.maxMetadataValueLength))
+  .refine((m) => Object.keys(m).length <= API_LIMITS.maxMetadataKeys, `at most ${API_LIMITS.maxMetadataKeys} metadata keys`);
+
+export const EnvVars = z
+  .record(z.string().min(1).max(256).regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "env names are shell identifiers"), z.string().max(API_LIMITS.maxEnvValueLength))
+  .refine((m) => Object.keys(m).length <= API_LIMITS.maxEnvVars, `at most ${API_LIMITS.maxEnvVars} env vars`);
+
+export const SandboxState = z.enum(["creating", "running", "hibernated", "destroyed", "lost", "error"]);
+export type SandboxState = z.infer<typeof SandboxState>;
+
+export const TransitionReason = z.enum(["user", "ttl", "idle", "error", "host_lost", "restart"]);
+export type TransitionReason = z.infer<typeof TransitionReason>;
+
+export const OnIdle = z.enum(["hibernate", "destroy"]);
+
+export const CreateSandboxRequest = z.strictObject({
+  template: TemplateSpec.optional(),
+  persistent: z.boolean().optional(),
+  /** Hard deadline from creation; null (with persistent) means none. Default 3600. */
+  ttl_seconds: z.number().int().min(1).max(API_LIMITS.maxTtlSeconds).nullable().optional(),
+  idle_timeout_seconds: z.number().int().min(1).max(API_LIMITS.maxIdleTimeoutSeconds).optional(),
+  on_idle: OnIdle.optional(),
+  metadata: Metadata.optional(),
+  vcpus: z.number().int().min(1).max(16).optional(),
+  memory_mb: z.number().int().min(128).max(65536).optional(),
+  disk_mb: z.number().int().min(1024).max(256 * 1024).optional(),
+  env: EnvVars.optional(),
+});
+export type CreateSandboxRequest = z.infer<typeof CreateSandboxRequest>;
+
+export const Sandbox = z.object({
+  id: SandboxId,
+  state: SandboxState,
+  state_reason: TransitionReason.nullable(),
+  template: z.string(),
+  template_version: z.string(),
+  persistent: z.boolean(),
+  ttl_seconds: z.number().int().nullable(),
+  expires_at: z.string().nullable(),
+  idle_timeout_seconds: z.number().int(),
+  on_idle: OnIdle,
+  metadata: z.record(z.string(), z.string()),
+  vcpus: z.number().int(),
+  memory_mb: z.number().int(),
+  disk_mb: z.number().int(),
+  created_at: z.string(),
+  last_activity_at: z.string(),
+  destroyed_at: z.string().nullable(),
+});
+export type Sandbox = z.infer<typeof Sandbox>;
+
+export const ListSandboxesResponse = z.object({
+  sandboxes: z.array(Sandbox),
+  next_cursor: z.string().nullable(),
+});
+export type ListSandboxesResponse = z.infer<typeof ListSandboxesResponse>;
+
+const CommandFields = {
+  /** A shell string, run with bash -c. */
+  cmd: z.string().min(1).max(API_LIMITS.maxCommandLength).optional(),
+  /** Or an argv array, run directly. */
+  argv: z.array(z.string().max(API_LIMITS.maxCommandLength)).min(1).max(API_LIMITS.maxArgs).optional(),
+  cwd: GuestPath.optional(),
+  env: EnvVars.optional(),
+  /** Bytes for stdin, base64. */
+  stdin_b64: z.string().max(Math.ceil((API_LIMITS.maxStdinBytes * 4) / 3) + 4).optional(),
+  timeout_seconds: z.number().min(0).max(API_LIMITS.maxExecTimeoutSeconds).optional(),
+};
+
+export const ExecRequest = z
+  .strictObject(CommandFields)
+  .refine((r) => (r.cmd === undefined) !== (r.argv === undefined), "give exactly one of cmd and argv");
+export type ExecRequest = z.infer<typeof ExecRequest>;
+
+export const ExecResult = z.object({
+  stdout: z.string(),
+  stderr: z.string(),
+  /** The raw bytes, base64, when the output is not valid UTF-8. */
+  stdout_b64: z.string().optional(),
+  stderr_b64: z.string().optional(),
+  exit_code: z.number().int().nullable(),
+  signal: z.number().int().nullable(),
+  timed_out: z.boolean(),
+  duration_ms: z.number(),
+});
+export type ExecResult = z.infer<typeof ExecResult>;
+
+/** One line of a streamed exec (NDJSON). */
+export const ExecStreamLine = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("start"), pid: z.number().int() }),
+  z.object({ type: z.literal("stdout"), data_b64: z.string() }),
+  z.object({ type: z.literal("stderr"), data_b64: z.string() }),
+  z.object({ type: z.literal("exit"), exit_code: z.number().int().nullable(), signal: z.number().int().nullable(), timed_out: z.boolean() }),
+  z.object({ type: z.literal("error"), error: z.object({ code: z.string(), message: z.string() }) }),
+]);
+export type ExecStreamLine = z.infer<typeof ExecStreamLine>;
+
+export const StartProcessRequest = z
+  .strictObject({ ...CommandFields, buffer_bytes: z.number().int().min(4096).max(8 * 1024 * 1024).optional() })
+  .refine((r) => (r.cmd === undefined) !== (r.argv === undefined), "give exactly one of cmd and argv");
+export type StartProcessRequest = z.infer<typeof StartProcessRequest>;
+
+export const ProcessInfo = z.object({
+  proc: z.number().int(),
+  pid: z.number().int(),
+  running: z.boolean(),
+  exit_code: z.number().int().nullable(),
+  signal: z.number().int().nullable(),
+  timed_out: z.boolean(),
+});
+export type ProcessInfo = z.infer<typeof ProcessInfo>;
+
+export const ProcessLogs = z.object({
+  data_b64: z.string(),
+  offset: z.number().int(),
+  next_offset: z.number().int(),
+  dropped: z.boolean(),
+  eof: z.boolean(),
+});
+export type ProcessLogs = z.infer<typeof ProcessLogs>;
+
+export const ProcessInputRequest = z.strictObject({
+  data_b64: z.string().max(350_000),
+  eof: z.boolean().optional(),
+});
+
+export const FileStat = z.object({
+  path: z.string(),
+  type: z.enum(["file", "dir", "symlink", "other"]),
+  size: z.number().int(),
+  mode: z.number().int(),
+  mtime: z.string(),
+  target: z.string().optional(),
+});
+export type FileStat = z.infer<typeof FileStat>;
+
+export const ListFilesResponse = z.object({
+  entries: z.array(FileStat),
+  truncated: z.boolean(),
+});
+export type ListFilesResponse = z.infer<typeof ListFilesResponse>;
+
+export const MkdirRequest = z.strictObject({ path: GuestPath, parents: z.boolean().optional() });
+export const RenameRequest = z.strictObject({ from: GuestPath, to: GuestPath });
+
+export const HibernateRequest = z.strictObject({ mode: z.enum(["warm"]).optional() });
+export const TimeoutRequest = z.strictObject({ seconds: z.number().int().min(1).max(API_LIMITS.maxTtlSeconds) });
+
+export const SandboxEvent = z.object({
+  seq: z.number().int(),
+  sandbox_id: SandboxId,
+  at: z.string(),
+  type: z.string(),
+  reason: TransitionReason.nullable(),
+  data: z.record(z.string(), z.unknown()),
+});
+export type SandboxEvent = z.infer<typeof SandboxEvent>;
+
+export const Template = z.object({
+  name: z.string(),
+  version: z.string(),
+  current: z.boolean(),
+  vcpus: z.number().int(),
+  memory_mb: z.number().int(),
+  disk_mb: z.number().int(),
+  created_at: z.string(),
+});
+export type Template = z.infer<typeof Template>;
+
+export const CreateKeyRequest = z.strictObject({
+  owner: z.string().min(1).max(64).regex(/^[A-Za-z0-9_.-]+$/, "owner names are letters, digits, _ . -"),
+  admin: z.boolean().optional(),
+});
+export const ApiKey = z.object({
+  id: z.string(),
+  owner: z.string(),
+  admin: z.boolean(),
+  created_at: z.string(),
+  revoked_at: z.string().nullable(),
+  /** Only in the response to create: the secret, shown once. */
+  key: z.string().optional(),
+});
+export type ApiKey = z.infer<typeof ApiKey>;
+
+export const ErrorBody = z.object({
+  error: z.object({ code: z.string(), message: z.string(), details: z.record(z.string(), z.unknown()).optional() }),
+});
+export type ErrorBody = z.infer<typeof ErrorBody>;

@@ -1,0 +1,444 @@
+/** The `Sandbox` class: create, connect, list, and everything done to one sandbox. */
+import "./polyfill.js";
+import { api } from "@den/protocol";
+import { DenClient, type DenClientOptions, type RequestOptions, listOf, seg, validate } from "./client.js";
+import { SandboxNotFoundError } from "./errors.js";
+import {
+  type BackgroundExecOptions,
+  type Command,
+  type CommandOptions,
+  type ExecOptions,
+  type ExecResult,
+  ExecStream,
+  execBuffered,
+  execWithCallbacks,
+} from "./exec.js";
+import { Filesystem } from "./filesystem.js";
+import { readNdjson } from "./ndjson.js";
+import { type Process, Processes } from "./processes.js";
+import {
+  type OnIdle,
+  type SandboxEvent,
+  type SandboxInfo,
+  type SandboxState,
+  type WireInput,
+  toSandboxEvent,
+  toSandboxInfo,
+} from "./types.js";
+
+/**
+ * Options of {@link Sandbox.create}: the sandbox's shape and lifetime, plus how to reach the API.
+ *
+ * @example
+ * ```ts
+ * const opts: CreateSandboxOptions = { template: "base", ttlSeconds: 3600, idleTimeoutSeconds: 600, onIdle: "hibernate", metadata: { task_id: "t-42" } };
+ * ```
+ */
+export interface CreateSandboxOptions extends DenClientOptions, RequestOptions {
+  /** Template name or `name@version`. Default: the server's default template. */
+  template?: string;
+  /** Keep the sandbox (hibernated) across its idle timeout instead of destroying it. */
+  persistent?: boolean;
+  /** Hard deadline from creation, in seconds; `null` (with `persistent`) means none. Server default 3600. */
+  ttlSeconds?: number | null;
+  /** Seconds without activity before `onIdle` applies. */
+  idleTimeoutSeconds?: number;
+  /** What happens when idle: `"hibernate"` or `"destroy"`. */
+  onIdle?: OnIdle;
+  /** Your labels (filterable in {@link Sandbox.list}). */
+  metadata?: Record<string, string>;
+  vcpus?: number;
+  memoryMb?: number;
+  diskMb?: number;
+  /** Environment variables every command in the sandbox gets. */
+  env?: Record<string, string>;
+}
+
+/**
+ * Options of {@link Sandbox.connect}.
+ *
+ * @example
+ * ```ts
+ * const sbx = await Sandbox.connect(id, { apiUrl: "http://den:8787", signal: AbortSignal.timeout(5000) });
+ * ```
+ */
+export interface ConnectOptions extends DenClientOptions, RequestOptions {}
+
+/**
+ * Options of {@link Sandbox.list}.
+ *
+ * @example
+ * ```ts
+ * const opts: ListSandboxesOptions = { state: "running", metadata: { task_id: "t-42" }, pageSize: 100 };
+ * ```
+ */
+export interface ListSandboxesOptions extends DenClientOptions, RequestOptions {
+  /** Only sandboxes in this state. */
+  state?: SandboxState;
+  /** Only sandboxes whose metadata has all these key/value pairs. */
+  metadata?: Record<string, string>;
+  /** Sandboxes per request (the `limit` query parameter; the server caps it at 200). */
+  pageSize?: number;
+}
+
+/**
+ * Options of {@link Sandbox.events}.
+ *
+ * @example
+ * ```ts
+ * const opts: EventsOptions = { after: 10 };
+ * ```
+ */
+export interface EventsOptions extends RequestOptions {
+  /** Only events with a `seq` greater than this. */
+  after?: number;
+  /** Keep the connection open and yield new events as they happen. */
+  follow?: boolean;
+}
+
+/**
+ * One sandbox: a long-running microVM. Get one with {@link Sandbox.create},
+ * {@link Sandbox.connect} or from {@link Sandbox.list}.
+ *
+ * @example
+ * ```ts
+ * import { Sandbox } from "@den/sdk";
+ *
+ * await using sbx = await Sandbox.create({ template: "base" });
+ * await sbx.filesystem.write("/workspace/hello.py", "print('hello')");
+ * const { stdout } = await sbx.exec("python3 /workspace/hello.py");
+ * console.log(stdout); // "hello\n"
+ * // destroyed when the scope ends
+ * ```
+ */
+export class Sandbox {
+  readonly #client: DenClient;
+  #info: SandboxInfo;
+  /**
+   * The sandbox's background processes.
+   *
+   * @example
+   * ```ts
+   * const procs = await sbx.processes.list();
+   * ```
+   */
+  readonly processes: Processes;
+  /**
+   * The sandbox's files.
+   *
+   * @example
+   * ```ts
+   * const text = await sbx.filesystem.readText("/etc/os-release");
+   * ```
+   */
+  readonly filesystem: Filesystem;
+
+  /** @internal Use {@link Sandbox.create}, {@link Sandbox.connect} or {@link Sandbox.list}. */
+  constructor(client: DenClient, info: SandboxInfo) {
+    this.#client = client;
+    this.#info = info;
+    this.processes = new Processes(client, info.id);
+    this.filesystem = new Filesystem(client, info.id);
+  }
+
+  /**
+   * Creates a sandbox and resolves once the API has answered (the returned `state` says whether
+   * it is already `running`).
+   *
+   * @example
+   * ```ts
+   * const sbx = await Sandbox.create({
+   *   template: "base",
+   *   ttlSeconds: 2 * 3600,
+   *   idleTimeoutSeconds: 900,
+   *   onIdle: "hibernate",
+   *   metadata: { task_id: "t-42" },
+   *   memoryMb: 2048,
+   * });
+   * ```
+   */
+  static async create(opts: CreateSandboxOptions = {}): Promise<Sandbox> {
+    const client = new DenClient(opts);
+    const body: WireInput<typeof api.CreateSandboxRequest> = {};
+    if (opts.template !== undefined) body.template = opts.template;
+    if (opts.persistent !== undefined) body.persistent = opts.persistent;
+    if (opts.ttlSeconds !== undefined) body.ttl_seconds = opts.ttlSeconds;
+    if (opts.idleTimeoutSeconds !== undefined) body.idle_timeout_seconds = opts.idleTimeoutSeconds;
+    if (opts.onIdle !== undefined) body.on_idle = opts.onIdle;
+    if (opts.metadata !== undefined) body.metadata = opts.metadata;
+    if (opts.vcpus !== undefined) body.vcpus = opts.vcpus;
+    if (opts.memoryMb !== undefined) body.memory_mb = opts.memoryMb;
+    if (opts.diskMb !== undefined) body.disk_mb = opts.diskMb;
+    if (opts.env !== undefined) body.env = opts.env;
+    const w = await client.json({ method: "POST", path: "/v1/sandboxes", json: body, signal: opts.signal }, api.Sandbox.parse);
+    return new Sandbox(client, toSandboxInfo(w));
+  }
+
+  /**
+   * Attaches to an existing sandbox by id (fetching its info; throws
+   * {@link SandboxNotFoundError} if there is none, or it belongs to another owner).
+   *
+   * @example
+   * ```ts
+   * const sbx = await Sandbox.connect("sbx_abcdefghijklmnop");
+   * console.log(sbx.state);
+   * ```
+   */
+  static async connect(id: string, opts: ConnectOptions = {}): Promise<Sandbox> {
+    const client = new DenClient(opts);
+    const w = await client.json({ method: "GET", path: `/v1/sandboxes/${seg(id)}`, signal: opts.signal }, api.Sandbox.parse);
+    return new Sandbox(client, toSandboxInfo(w));
+  }
+
+  /**
+   * Every sandbox of this key that matches the filters, newest first, fetched a page at a time
+   * (following `next_cursor`) as you iterate.
+   *
+   * @example
+   * ```ts
+   * for await (const info of Sandbox.list({ state: "running", metadata: { task_id: "t-42" } })) {
+   *   console.log(info.id, info.createdAt);
+   * }
+   * ```
+   */
+  static async *list(opts: ListSandboxesOptions = {}): AsyncGenerator<SandboxInfo, void, undefined> {
+    const client = new DenClient(opts);
+    let cursor: string | null = null;
+    do {
+      const qs = new URLSearchParams();
+      if (opts.state !== undefined) qs.set("state", opts.state);
+      for (const [k, v] of Object.entries(opts.metadata ?? {})) qs.set(`metadata.${k}`, v);
+      if (opts.pageSize !== undefined) qs.set("limit", String(opts.pageSize));
+      if (cursor !== null) qs.set("cursor", cursor);
+      const page: api.ListSandboxesResponse = await client.json(
+        { method: "GET", path: "/v1/sandboxes", query: qs, signal: opts.signal },
+        api.ListSandboxesResponse.parse,
+      );
+      for (const s of page.sandboxes) yield toSandboxInfo(s);
+      if (page.next_cursor !== null && page.next_cursor === cursor) break; // a server bug; never loop forever
+      cursor = page.next_cursor;
+    } while (cursor !== null);
+  }
+
+  /**
+   * The sandbox id (`sbx_...`).
+   *
+   * @example
+   * ```ts
+   * saveForLater(sbx.id); // then Sandbox.connect(id)
+   * ```
+   */
+  get id(): string {
+    return this.#info.id;
+  }
+
+  /**
+   * The last known state (call {@link Sandbox.refresh} for the current one).
+   *
+   * @example
+   * ```ts
+   * if (sbx.state === "hibernated") await sbx.wake();
+   * ```
+   */
+  get state(): SandboxState {
+    return this.#info.state;
+  }
+
+  /**
+   * The last known info, as of creation or the last call that returned it.
+   *
+   * @example
+   * ```ts
+   * console.log(sbx.info.template, sbx.info.expiresAt);
+   * ```
+   */
+  get info(): SandboxInfo {
+    return this.#info;
+  }
+
+  #path(suffix = ""): string {
+    return `/v1/sandboxes/${seg(this.#info.id)}${suffix}`;
+  }
+
+  async #update(spec: Parameters<DenClient["json"]>[0]): Promise<SandboxInfo> {
+    const w = await this.#client.json(spec, api.Sandbox.parse);
+    this.#info = toSandboxInfo(w);
+    return this.#info;
+  }
+
+  /**
+   * Fetches the current info (and updates `state` and `info`).
+   *
+   * @example
+   * ```ts
+   * const { state, lastActivityAt } = await sbx.refresh();
+   * ```
+   */
+  async refresh(opts: RequestOptions = {}): Promise<SandboxInfo> {
+    return this.#update({ method: "GET", path: this.#path(), signal: opts.signal });
+  }
+
+  /**
+   * Runs a command and waits for it. A string runs with `bash -c`; an array is an argv.
+   * - Plain: one buffered request (the server caps the output it keeps).
+   * - With `onStdout`/`onStderr`: the streaming route; the callbacks get UTF-8 text as it
+   *   arrives (characters split across chunks are decoded whole), and the result still has
+   *   all the output.
+   * - With `background: true`: starts a background process and resolves with its
+   *   {@link Process} handle at once.
+   *
+   * A command that outlives `timeoutSeconds` is killed and resolves with `timedOut: true`.
+   * A non-zero exit is not an error: check `exitCode`.
+   *
+   * @example
+   * ```ts
+   * const r = await sbx.exec("ls /workspace");
+   * const py = await sbx.exec(["python3", "-c", "import sys; print(sys.stdin.read().upper())"], { stdin: "hi" });
+   * await sbx.exec("npm ci", { cwd: "/app", timeoutSeconds: 600, onStdout: (s) => process.stdout.write(s) });
+   * const server = await sbx.exec("python3 -m http.server", { background: true });
+   * ```
+   */
+  exec(cmd: Command, opts: BackgroundExecOptions): Promise<Process>;
+  exec(cmd: Command, opts?: ExecOptions): Promise<ExecResult>;
+  exec(cmd: Command, opts?: ExecOptions | BackgroundExecOptions): Promise<ExecResult | Process>;
+  async exec(cmd: Command, opts: ExecOptions | BackgroundExecOptions = {}): Promise<ExecResult | Process> {
+    if (opts.background === true) return this.processes.start(cmd, opts);
+    if (opts.onStdout || opts.onStderr) return execWithCallbacks(this.#client, this.id, cmd, opts);
+    return execBuffered(this.#client, this.id, cmd, opts);
+  }
+
+  /**
+   * Runs a command on the streaming route: iterate the result for output chunks as they
+   * arrive, then `await wait()` for the exit. The request starts at once.
+   *
+   * @example
+   * ```ts
+   * const run = sbx.execStream("for i in 1 2 3; do echo $i; sleep 1; done");
+   * for await (const chunk of run) console.log(chunk.stream, chunk.text());
+   * const { exitCode, timedOut } = await run.wait();
+   * ```
+   */
+  execStream(cmd: Command, opts: CommandOptions = {}): ExecStream {
+    return new ExecStream(this.#client, this.id, cmd, opts);
+  }
+
+  /**
+   * Hibernates the sandbox (idempotent). `mode: "warm"` keeps it ready for a fast wake.
+   * Exec, file and process calls on a hibernated sandbox wake it first.
+   *
+   * @example
+   * ```ts
+   * await sbx.hibernate();
+   * console.log(sbx.state); // "hibernated"
+   * ```
+   */
+  async hibernate(opts: RequestOptions & { mode?: "warm" } = {}): Promise<SandboxInfo> {
+    const body: WireInput<typeof api.HibernateRequest> = {};
+    if (opts.mode !== undefined) body.mode = opts.mode;
+    return this.#update({ method: "POST", path: this.#path("/hibernate"), json: body, signal: opts.signal });
+  }
+
+  /**
+   * Wakes a hibernated sandbox (idempotent).
+   *
+   * @example
+   * ```ts
+   * await sbx.wake();
+   * ```
+   */
+  async wake(opts: RequestOptions = {}): Promise<SandboxInfo> {
+    return this.#update({ method: "POST", path: this.#path("/wake"), signal: opts.signal });
+  }
+
+  /**
+   * Sets the sandbox's deadline to `seconds` from now (`expiresAt`).
+   *
+   * @example
+   * ```ts
+   * await sbx.setTimeout(30 * 60); // 30 more minutes
+   * ```
+   */
+  async setTimeout(seconds: number, opts: RequestOptions = {}): Promise<SandboxInfo> {
+    const body: WireInput<typeof api.TimeoutRequest> = { seconds };
+    return this.#update({ method: "POST", path: this.#path("/timeout"), json: body, signal: opts.signal });
+  }
+
+  /**
+   * The sandbox's event log (state changes and the like). Without `follow`, resolves with the
+   * events after `after`; with `follow: true`, returns an async iterable that yields them and
+   * then new ones as they happen, until the server ends the stream or you stop iterating.
+   *
+   * @example
+   * ```ts
+   * const past = await sbx.events();
+   * for await (const ev of sbx.events({ follow: true, after: past.at(-1)?.seq })) {
+   *   console.log(ev.type, ev.reason);
+   *   if (ev.type === "destroyed") break;
+   * }
+   * ```
+   */
+  events(opts: EventsOptions & { follow: true }): AsyncIterable<SandboxEvent>;
+  events(opts?: EventsOptions & { follow?: false }): Promise<SandboxEvent[]>;
+  events(opts: EventsOptions = {}): Promise<SandboxEvent[]> | AsyncIterable<SandboxEvent> {
+    if (opts.follow) return this.#followEvents(opts);
+    return this.#client
+      .json({ method: "GET", path: this.#path("/events"), query: { after: opts.after }, signal: opts.signal }, listOf("events", api.SandboxEvent.parse))
+      .then((events) => events.map(toSandboxEvent));
+  }
+
+  async *#followEvents(opts: EventsOptions): AsyncGenerator<SandboxEvent, void, undefined> {
+    const res = await this.#client.request({
+      method: "GET",
+      path: this.#path("/events"),
+      query: { after: opts.after, follow: true },
+      accept: "application/x-ndjson",
+      signal: opts.signal,
+    });
+    if (!res.body) return;
+    for await (const v of readNdjson(res.body, { status: res.status })) yield toSandboxEvent(validate(v, api.SandboxEvent.parse, res.status));
+  }
+
+  /**
+   * Destroys the sandbox (idempotent) and resolves with its final info (state `destroyed`).
+   *
+   * @example
+   * ```ts
+   * await sbx.destroy();
+   * ```
+   */
+  async destroy(opts: RequestOptions = {}): Promise<SandboxInfo> {
+    return this.#update({ method: "DELETE", path: this.#path(), signal: opts.signal });
+  }
+
+  /**
+   * Alias of {@link Sandbox.destroy}.
+   *
+   * @example
+   * ```ts
+   * await sbx.delete();
+   * ```
+   */
+  async delete(opts: RequestOptions = {}): Promise<SandboxInfo> {
+    return this.destroy(opts);
+  }
+
+  /**
+   * Destroys the sandbox when an `await using` scope ends (a sandbox that is already gone is
+   * not an error).
+   *
+   * @example
+   * ```ts
+   * {
+   *   await using sbx = await Sandbox.create();
+   *   await sbx.exec("echo scoped");
+   * } // DELETE /v1/sandboxes/{id} here
+   * ```
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      await this.destroy();
+    } catch (e) {
+      if (!(e instanceof SandboxNotFoundError)) throw e;
+    }
+  }
+}

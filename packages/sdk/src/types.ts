@@ -1,0 +1,198 @@
+/**
+ * The SDK's camelCase views of the wire bodies, and the explicit mappers from the snake_case
+ * wire types (inferred from the zod schemas of `@den/protocol`'s `api` namespace, so a change
+ * in the contract breaks the build here rather than at run time). Timestamps become `Date`s.
+ */
+import type { api } from "@den/protocol";
+
+/** The type a zod schema accepts as input (what a request body may contain). */
+export type WireInput<S extends { _input: unknown }> = S["_input"];
+
+/** A sandbox's lifecycle state. */
+export type SandboxState = api.SandboxState;
+/** Why a sandbox last changed state. */
+export type TransitionReason = api.TransitionReason;
+/** What happens when a sandbox has been idle for `idleTimeoutSeconds`. */
+export type OnIdle = SandboxInfo["onIdle"];
+
+/**
+ * What the API knows about a sandbox (the `Sandbox` body, camelCased).
+ *
+ * @example
+ * ```ts
+ * const info: SandboxInfo = await sbx.refresh();
+ * console.log(info.state, info.expiresAt?.toISOString());
+ * ```
+ */
+export interface SandboxInfo {
+  id: string;
+  state: SandboxState;
+  stateReason: TransitionReason | null;
+  template: string;
+  templateVersion: string;
+  persistent: boolean;
+  ttlSeconds: number | null;
+  expiresAt: Date | null;
+  idleTimeoutSeconds: number;
+  onIdle: api.Sandbox["on_idle"];
+  metadata: Record<string, string>;
+  vcpus: number;
+  memoryMb: number;
+  diskMb: number;
+  createdAt: Date;
+  lastActivityAt: Date;
+  destroyedAt: Date | null;
+}
+
+/** Maps the wire `Sandbox` to {@link SandboxInfo}. */
+export function toSandboxInfo(w: api.Sandbox): SandboxInfo {
+  return {
+    id: w.id,
+    state: w.state,
+    stateReason: w.state_reason,
+    template: w.template,
+    templateVersion: w.template_version,
+    persistent: w.persistent,
+    ttlSeconds: w.ttl_seconds,
+    expiresAt: date(w.expires_at),
+    idleTimeoutSeconds: w.idle_timeout_seconds,
+    onIdle: w.on_idle,
+    metadata: w.metadata,
+    vcpus: w.vcpus,
+    memoryMb: w.memory_mb,
+    diskMb: w.disk_mb,
+    createdAt: new Date(w.created_at),
+    lastActivityAt: new Date(w.last_activity_at),
+    destroyedAt: date(w.destroyed_at),
+  };
+}
+
+/**
+ * A background process's status (the `ProcessInfo` body, camelCased).
+ *
+ * @example
+ * ```ts
+ * const st: ProcessStatus = await proc.wait();
+ * if (!st.running) console.log("exited with", st.exitCode);
+ * ```
+ */
+export interface ProcessStatus {
+  /** The process handle id, unique within the sandbox. */
+  proc: number;
+  /** The guest PID. */
+  pid: number;
+  running: boolean;
+  exitCode: number | null;
+  /** The signal that ended it, if any. */
+  signal: number | null;
+  timedOut: boolean;
+}
+
+/** Maps the wire `ProcessInfo` to {@link ProcessStatus}. */
+export function toProcessStatus(w: api.ProcessInfo): ProcessStatus {
+  return { proc: w.proc, pid: w.pid, running: w.running, exitCode: w.exit_code, signal: w.signal, timedOut: w.timed_out };
+}
+
+/**
+ * A file's metadata (the `FileStat` body).
+ *
+ * @example
+ * ```ts
+ * const st: FileInfo = await sbx.filesystem.stat("/etc/hostname");
+ * console.log(st.type, st.size, st.mtime);
+ * ```
+ */
+export interface FileInfo {
+  path: string;
+  type: api.FileStat["type"];
+  size: number;
+  /** Unix mode bits. */
+  mode: number;
+  mtime: Date;
+  /** A symlink's target. */
+  target?: string;
+}
+
+/** Maps the wire `FileStat` to {@link FileInfo}. */
+export function toFileInfo(w: api.FileStat): FileInfo {
+  const out: FileInfo = { path: w.path, type: w.type, size: w.size, mode: w.mode, mtime: new Date(w.mtime) };
+  if (w.target !== undefined) out.target = w.target;
+  return out;
+}
+
+/**
+ * One entry of a sandbox's event log (the `SandboxEvent` body, camelCased).
+ *
+ * @example
+ * ```ts
+ * for (const ev of await sbx.events()) console.log(ev.seq, ev.type, ev.reason);
+ * ```
+ */
+export interface SandboxEvent {
+  /** Position in the sandbox's log; pass it as `after` to resume. */
+  seq: number;
+  sandboxId: string;
+  at: Date;
+  type: string;
+  reason: TransitionReason | null;
+  data: Record<string, unknown>;
+}
+
+/** Maps the wire `SandboxEvent` to {@link SandboxEvent}. */
+export function toSandboxEvent(w: api.SandboxEvent): SandboxEvent {
+  return { seq: w.seq, sandboxId: w.sandbox_id, at: new Date(w.at), type: w.type, reason: w.reason, data: w.data };
+}
+
+/**
+ * A template version (the `Template` body, camelCased).
+ *
+ * @example
+ * ```ts
+ * const current = (await Templates.list()).filter((t) => t.current);
+ * ```
+ */
+export interface TemplateInfo {
+  name: string;
+  version: string;
+  /** Whether `name` alone resolves to this version. */
+  current: boolean;
+  vcpus: number;
+  memoryMb: number;
+  diskMb: number;
+  createdAt: Date;
+}
+
+/** Maps the wire `Template` to {@link TemplateInfo}. */
+export function toTemplateInfo(w: api.Template): TemplateInfo {
+  return { name: w.name, version: w.version, current: w.current, vcpus: w.vcpus, memoryMb: w.memory_mb, diskMb: w.disk_mb, createdAt: new Date(w.created_at) };
+}
+
+/**
+ * An API key (the `ApiKey` body, camelCased). `key`, the secret, is only in the answer to
+ * {@link Keys.create}.
+ *
+ * @example
+ * ```ts
+ * const k: ApiKeyInfo = await Keys.create({ owner: "ci" });
+ * console.log(k.id, k.key);
+ * ```
+ */
+export interface ApiKeyInfo {
+  id: string;
+  owner: string;
+  admin: boolean;
+  createdAt: Date;
+  revokedAt: Date | null;
+  key?: string;
+}
+
+/** Maps the wire `ApiKey` to {@link ApiKeyInfo}. */
+export function toApiKeyInfo(w: api.ApiKey): ApiKeyInfo {
+  const out: ApiKeyInfo = { id: w.id, owner: w.owner, admin: w.admin, createdAt: new Date(w.created_at), revokedAt: date(w.revoked_at) };
+  if (w.key !== undefined) out.key = w.key;
+  return out;
+}
+
+function date(s: string | null): Date | null {
+  return s === null ? null : new Date(s);
+}

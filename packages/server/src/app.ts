@@ -1,0 +1,94 @@
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawReplyDefaultExpression, type RawRequestDefaultExpression, type RawServerDefault } from "fastify";
+import swagger from "@fastify/swagger";
+import { hasZodFastifySchemaValidationErrors, jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from "fastify-type-provider-zod";
+import { DenError, type ErrorCode } from "@den/protocol";
+import type { ControlPlane } from "./control-plane.js";
+import type { Principal } from "./store.js";
+import { registerSandboxRoutes } from "./routes/sandboxes.js";
+import { registerExecRoutes } from "./routes/exec.js";
+import { registerFileRoutes } from "./routes/files.js";
+import { registerAdminRoutes } from "./routes/admin.js";
+
+declare module "fastify" {
+  interface FastifyRequest {
+    principal?: Principal;
+  }
+}
+
+export type TypedApp = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, ZodTypeProvider>;
+
+function errorBody(code: ErrorCode, message: string) {
+  return { error: { code, message } };
+}
+
+/** The caller's identity; routes under /v1 always have one (the auth hook ran). */
+export function principal(req: FastifyRequest): Principal {
+  if (!req.principal) throw new DenError("unauthorized", "missing API key");
+  return req.principal;
+}
+
+export function requireAdmin(req: FastifyRequest): Principal {
+  const p = principal(req);
+  if (!p.admin) throw new DenError("forbidden", "this route needs an admin key");
+  return p;
+}
+
+/** Builds the HTTP app: validation from the shared zod schemas, one error format, auth on /v1. */
+export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | object } = {}): Promise<FastifyInstance> {
+  const app = Fastify({
+    logger: opts.logger ?? false,
+    bodyLimit: cp.config.limits.bodyBytes,
+    // Ids and paths travel in URLs; keep them bounded.
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
+  });
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+  await app.register(swagger, {
+    openapi: {
+      info: { title: "Den API", version: "1.0.0", description: "Long-running microVM sandboxes for AI agents" },
+      components: { securitySchemes: { bearer: { type: "http", scheme: "bearer" } } },
+      security: [{ bearer: [] }],
+    },
+    transform: jsonSchemaTransform,
+  });
+
+  // Uploads are streamed to the guest, never buffered here.
+  app.addContentTypeParser("application/octet-stream", (_req, payload, done) => done(null, payload));
+
+  app.setErrorHandler((err: FastifyError | DenError | Error, req, reply) => {
+    if (err instanceof DenError) return reply.status(err.status).send(errorBody(err.code, err.message));
+    if (hasZodFastifySchemaValidationErrors(err)) {
+      const first = err.validation[0];
+      const where = first?.instancePath ? `${first.instancePath.slice(1).replace(/\//g, ".")}: ` : "";
+      return reply.status(400).send(errorBody("invalid_argument", `${err.validationContext ?? "request"} ${where}${first?.message ?? "is invalid"}`));
+    }
+    const fe = err as FastifyError;
+    if (fe.code === "FST_ERR_CTP_BODY_TOO_LARGE") return reply.status(413).send(errorBody("payload_too_large", "request body is too large"));
+    if (fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 500) {
+      return reply.status(fe.statusCode).send(errorBody(fe.statusCode === 413 ? "payload_too_large" : "invalid_argument", fe.message));
+    }
+    req.log.error({ err }, "unhandled error");
+    return reply.status(500).send(errorBody("internal", "internal error"));
+  });
+  app.setNotFoundHandler((req, reply) => reply.status(404).send(errorBody("route_not_found", `no route ${req.method} ${req.url.split("?")[0]}`)));
+
+  app.addHook("onRequest", async (req) => {
+    if (!req.url.startsWith("/v1/")) return;
+    const header = req.headers.authorization ?? "";
+    const m = /^Bearer\s+(\S{1,512})$/.exec(header);
+    const p = m ? await cp.store.findKey(m[1]!) : undefined;
+    if (!p) throw new DenError("unauthorized", m ? "invalid or revoked API key" : "missing API key (Authorization: Bearer <key>)");
+    req.principal = p;
+  });
+
+  app.get("/healthz", { schema: { hide: true } }, async () => ({ ok: true }));
+  app.get("/readyz", { schema: { hide: true } }, async () => ({ ok: true }));
+  app.get("/openapi.json", { schema: { hide: true } }, async () => app.swagger());
+
+  const typed = app.withTypeProvider<ZodTypeProvider>();
+  registerSandboxRoutes(typed, cp);
+  registerExecRoutes(typed, cp);
+  registerFileRoutes(typed, cp);
+  registerAdminRoutes(typed, cp);
+  return app;
+}

@@ -1,0 +1,65 @@
+import { defaultDataDir } from "@den/runtime";
+
+/** Server configuration: flags override environment, environment overrides defaults. */
+export interface ServerConfig {
+  port: number;
+  host: string;
+  dataDir: string;
+  /** Bootstrap admin key (DEN_API_KEY); with none and an empty database one is created and printed. */
+  apiKey?: string;
+  defaults: {
+    ttlSeconds: number;
+    idleTimeoutSeconds: number;
+    onIdle: "hibernate" | "destroy";
+    template: string;
+  };
+  limits: {
+    sandboxesPerOwner: number;
+    bodyBytes: number;
+    uploadBytes: number;
+    execOutputBytes: number;
+    eventsPerSandbox: number;
+  };
+  reaper: {
+    intervalMs: number;
+    /** Guest CPU (share of one core, from the QEMU process) above which a sandbox counts as active. */
+    cpuActiveShare: number;
+  };
+  logLevel: string;
+}
+
+function num(v: string | undefined, fallback: number): number {
+  if (v === undefined || v === "") return fallback;
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new Error(`not a number: ${v}`);
+  return n;
+}
+
+export function loadConfig(flags: Partial<{ port: string; host: string; dataDir: string }> = {}, env = process.env): ServerConfig {
+  const onIdle = env.DEN_ON_IDLE ?? "hibernate";
+  if (onIdle !== "hibernate" && onIdle !== "destroy") throw new Error(`DEN_ON_IDLE must be hibernate or destroy, got ${onIdle}`);
+  return {
+    port: num(flags.port ?? env.DEN_PORT, 8787),
+    host: flags.host ?? env.DEN_HOST ?? "127.0.0.1",
+    dataDir: flags.dataDir ?? env.DEN_DATA_DIR ?? defaultDataDir(),
+    ...(env.DEN_API_KEY ? { apiKey: env.DEN_API_KEY } : {}),
+    defaults: {
+      ttlSeconds: num(env.DEN_DEFAULT_TTL_SECONDS, 3600),
+      idleTimeoutSeconds: num(env.DEN_DEFAULT_IDLE_TIMEOUT_SECONDS, 600),
+      onIdle,
+      template: env.DEN_DEFAULT_TEMPLATE ?? "base",
+    },
+    limits: {
+      sandboxesPerOwner: num(env.DEN_MAX_SANDBOXES_PER_OWNER, 20),
+      bodyBytes: num(env.DEN_MAX_BODY_BYTES, 16 * 1024 * 1024),
+      uploadBytes: num(env.DEN_MAX_UPLOAD_BYTES, 1024 * 1024 * 1024),
+      execOutputBytes: num(env.DEN_MAX_EXEC_OUTPUT_BYTES, 16 * 1024 * 1024),
+      eventsPerSandbox: num(env.DEN_MAX_EVENTS_PER_SANDBOX, 200),
+    },
+    reaper: {
+      intervalMs: num(env.DEN_REAPER_INTERVAL_MS, 1000),
+      cpuActiveShare: num(env.DEN_IDLE_CPU_SHARE, 0.2),
+    },
+    logLevel: env.DEN_LOG_LEVEL ?? "info",
+  };
+}

@@ -1,0 +1,261 @@
+import { DenError, type api } from "@den/protocol";
+import { newId } from "@den/runtime";
+import type { ServerConfig } from "./config.js";
+import type { HostAgent } from "./host-agent.js";
+import { type Principal, type SandboxRow, type Store, toApiSandbox } from "./store.js";
+import type { Sandbox as VmSandbox } from "@den/runtime";
+
+/** A source of "now": the real clock, or a test's. */
+export interface Clock {
+  now(): number;
+}
+export const systemClock: Clock = { now: () => Date.now() };
+
+type Reason = api.TransitionReason;
+
+/**
+ * The control plane: owns the database's view of every sandbox and drives the host
+ * agent. Operations on one sandbox run one at a time (a per-sandbox queue), and every
+ * transition is written, with its reason, before it is acknowledged.
+ */
+export class ControlPlane {
+  private queues = new Map<string, Promise<unknown>>();
+  private activeExecs = new Map<string, number>();
+  private cpuSamples = new Map<string, { at: number; cpu: number }>();
+  private lastTouch = new Map<string, number>();
+
+  constructor(
+    readonly store: Store,
+    readonly host: HostAgent,
+    readonly config: ServerConfig,
+    readonly clock: Clock = systemClock,
+  ) {}
+
+  /** Runs `fn` after every earlier operation on the same sandbox has settled. */
+  private serialize<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.queues.get(id) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const tail = next.catch(() => undefined);
+    this.queues.set(id, tail);
+    void tail.then(() => {
+      if (this.queues.get(id) === tail) this.queues.delete(id);
+    });
+    return next;
+  }
+
+  private async event(id: string, type: string, reason: Reason | null, data: Record<string, unknown> = {}): Promise<void> {
+    await this.store.addEvent(id, type, reason, data, this.config.limits.eventsPerSandbox);
+  }
+
+  private async transition(id: string, state: api.SandboxState, reason: Reason, patch: Partial<SandboxRow> = {}, data: Record<string, unknown> = {}): Promise<SandboxRow> {
+    const row = await this.store.updateSandbox(id, { ...patch, state, state_reason: reason });
+    await this.event(id, state, reason, data);
+    return row!;
+  }
+
+  /** The caller's sandbox, or 404 (another owner's sandbox does not exist for them). */
+  async owned(p: Principal, id: string): Promise<SandboxRow> {
+    const row = /^sbx_[a-z2-7]{16}$/.test(id) ? await this.store.getSandbox(id) : undefined;
+    if (!row || row.owner !== p.owner) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(id)} does not exist`);
+    return row;
+  }
+
+  async create(p: Principal, req: api.CreateSandboxRequest): Promise<api.Sandbox> {
+    if ((await this.store.countLive(p.owner)) >= this.config.limits.sandboxesPerOwner) {
+      throw new DenError("quota_exceeded", `owner ${p.owner} already has ${this.config.limits.sandboxesPerOwner} sandboxes; destroy some first`);
+    }
+    const persistent = req.persistent ?? false;
+    if (req.ttl_seconds === null && !persistent) throw new DenError("invalid_argument", "ttl_seconds: null (no deadline) needs persistent: true");
+    const ttl = req.ttl_seconds === undefined ? this.config.defaults.ttlSeconds : req.ttl_seconds;
+    const now = this.clock.now();
+    const id = newId("sbx");
+    const row: SandboxRow = {
+      id, owner: p.owner, state: "creating", state_reason: "user",
+      template: req.template ?? this.config.defaults.template, template_version: "",
+      persistent: persistent ? 1 : 0, ttl_seconds: ttl, expires_at: ttl === null ? null : now + ttl * 1000,
+      idle_timeout_seconds: req.idle_timeout_seconds ?? this.config.defaults.idleTimeoutSeconds,
+      on_idle: req.on_idle ?? this.config.defaults.onIdle,
+      metadata: JSON.stringify(req.metadata ?? {}), env: JSON.stringify(req.env ?? {}),
+      vcpus: req.vcpus ?? 0, memory_mb: req.memory_mb ?? 0, disk_mb: req.disk_mb ?? 0,
+      created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null,
+    };
+    await this.store.insertSandbox(row);
+    await this.event(id, "creating", "user", { template: row.template });
+    return this.serialize(id, async () => {
+      try {
+        const info = await this.host.create({
+          id, template: row.template,
+          ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}), ...(req.disk_mb ? { diskMb: req.disk_mb } : {}),
+        });
+        const done = await this.transition(id, "running", "user", {
+          template: info.template, template_version: info.templateVersion, vcpus: info.vcpus, memory_mb: info.memoryMb, disk_mb: info.diskMb,
+          last_activity_at: this.clock.now(),
+        });
+        return toApiSandbox(done);
+      } catch (e) {
+        await this.transition(id, "error", "error", { destroyed_at: this.clock.now() }, { message: (e as Error).message });
+        throw e;
+      }
+    });
+  }
+
+  async destroy(id: string, reason: Reason): Promise<SandboxRow> {
+    return this.serialize(id, async () => {
+      const row = (await this.store.getSandbox(id))!;
+      if (row.state === "destroyed") return row;
+      // The record goes first: a crash after it leaves a VM the next start destroys, never a lost sandbox.
+      const done = await this.transition(id, "destroyed", reason, { destroyed_at: this.clock.now() });
+      await this.host.destroy(id);
+      if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot);
+      this.forget(id);
+      return done;
+    });
+  }
+
+  async hibernate(id: string, reason: Reason): Promise<SandboxRow> {
+    return this.serialize(id, async () => {
+      const row = (await this.store.getSandbox(id))!;
+      if (row.state === "hibernated") return row;
+      if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a running sandbox can hibernate`);
+      const snapshot = await this.host.hibernate(id);
+      return this.transition(id, "hibernated", reason, { hibernate_snapshot: snapshot }, { mode: "warm", snapshot });
+    });
+  }
+
+  async wake(id: string, reason: Reason): Promise<SandboxRow> {
+    return this.serialize(id, () => this.wakeLocked(id, reason));
+  }
+
+  private async wakeLocked(id: string, reason: Reason): Promise<SandboxRow> {
+    const row = (await this.store.getSandbox(id))!;
+    if (row.state === "running") return row;
+    if (row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; it cannot be woken`);
+    await this.host.wake(id, row.hibernate_snapshot);
+    if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot);
+    return this.transition(id, "running", reason, { hibernate_snapshot: null, last_activity_at: this.clock.now() });
+  }
+
+  async setTimeout(id: string, seconds: number): Promise<SandboxRow> {
+    return this.serialize(id, async () => {
+      const row = (await this.store.getSandbox(id))!;
+      if (row.state === "destroyed") throw new DenError("sandbox_destroyed", `sandbox ${id} has been destroyed`);
+      const updated = await this.store.updateSandbox(id, { ttl_seconds: seconds, expires_at: this.clock.now() + seconds * 1000 });
+      await this.event(id, "timeout_set", "user", { seconds });
+      return updated!;
+    });
+  }
+
+  /**
+   * The guest of a sandbox for exec, file and process calls: a hibernated sandbox is
+   * woken first (the call just takes longer); the call counts as activity.
+   */
+  async guest(id: string): Promise<VmSandbox> {
+    let row = (await this.store.getSandbox(id))!;
+    if (row.state === "hibernated") row = await this.wake(id, "user");
+    if (row.state !== "running") throw new DenError("sandbox_not_running", `sandbox ${id} is ${row.state}`);
+    await this.touch(id);
+    return this.host.guest(id);
+  }
+
+  /** Marks activity (throttled to one write a second per sandbox). */
+  async touch(id: string): Promise<void> {
+    const now = this.clock.now();
+    if (now - (this.lastTouch.get(id) ?? 0) < 1000) return;
+    this.lastTouch.set(id, now);
+    await this.store.updateSandbox(id, { last_activity_at: now });
+  }
+
+  /** Brackets a running exec: a sandbox with an exec in flight is never idle. */
+  async withExec<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    this.activeExecs.set(id, (this.activeExecs.get(id) ?? 0) + 1);
+    try {
+      return await fn();
+    } finally {
+      const n = (this.activeExecs.get(id) ?? 1) - 1;
+      if (n) this.activeExecs.set(id, n);
+      else this.activeExecs.delete(id);
+      await this.touch(id).catch(() => undefined);
+    }
+  }
+
+  /** Like withExec, for a streamed exec: active until the stream is consumed or dropped. */
+  async *withExecStream<T>(id: string, source: AsyncGenerator<T>): AsyncGenerator<T> {
+    this.activeExecs.set(id, (this.activeExecs.get(id) ?? 0) + 1);
+    try {
+      yield* source;
+    } finally {
+      const n = (this.activeExecs.get(id) ?? 1) - 1;
+      if (n) this.activeExecs.set(id, n);
+      else this.activeExecs.delete(id);
+      await this.touch(id).catch(() => undefined);
+    }
+  }
+
+  async recordExec(id: string, type: "exec.started" | "exec.ended", data: Record<string, unknown>): Promise<void> {
+    await this.event(id, type, null, data);
+  }
+
+  private forget(id: string): void {
+    this.cpuSamples.delete(id);
+    this.lastTouch.delete(id);
+    this.activeExecs.delete(id);
+  }
+
+  /**
+   * After a (re)start: make the database and the host agree. VMs the database knows are
+   * adopted; running sandboxes whose VM is gone are `lost`; hibernated ones wake from
+   * their snapshot later; VMs of destroyed or unknown sandboxes are destroyed.
+   */
+  async reconcile(): Promise<void> {
+    const onHost = new Set(this.host.running());
+    const live = await this.store.liveSandboxes();
+    const known = new Set(live.map((r) => r.id));
+    for (const row of live) {
+      if (row.state === "creating" && !onHost.has(row.id)) {
+        await this.transition(row.id, "error", "restart", { destroyed_at: this.clock.now() }, { message: "the server stopped while creating it" });
+      } else if (row.state === "running" && !onHost.has(row.id)) {
+        await this.transition(row.id, "lost", "host_lost");
+      } else if (row.state === "lost" && onHost.has(row.id)) {
+        await this.transition(row.id, "running", "restart");
+      }
+    }
+    for (const id of onHost) if (!known.has(id)) await this.host.destroy(id);
+  }
+
+  /**
+   * One pass of the reapers. TTL: every sandbox past its deadline is destroyed, whatever
+   * its state. Idle: a running, non-persistent sandbox with no activity for its idle
+   * timeout gets its `on_idle`. Activity = API calls, an exec in flight, or guest CPU above
+   * `cpuActiveShare` of a core since the last pass.
+   */
+  async reap(): Promise<void> {
+    const now = this.clock.now();
+    for (const row of await this.store.liveSandboxes()) {
+      if (row.state === "creating") continue;
+      if (row.expires_at !== null && row.expires_at <= now) {
+        await this.destroy(row.id, "ttl").catch(() => undefined);
+        continue;
+      }
+      if (row.state !== "running") continue;
+      if (this.activeExecs.has(row.id) || this.guestBusy(row.id)) {
+        await this.touch(row.id);
+        continue;
+      }
+      if (row.persistent === 1) continue;
+      if (now - row.last_activity_at >= row.idle_timeout_seconds * 1000) {
+        const act = row.on_idle === "destroy" ? this.destroy(row.id, "idle") : this.hibernate(row.id, "idle");
+        await act.catch(() => undefined);
+      }
+    }
+  }
+
+  private guestBusy(id: string): boolean {
+    const cpu = this.host.cpuSeconds(id);
+    if (cpu === undefined) return false;
+    const at = performance.now();
+    const prev = this.cpuSamples.get(id);
+    this.cpuSamples.set(id, { at, cpu });
+    if (!prev || at - prev.at < 200) return false;
+    return (cpu - prev.cpu) / ((at - prev.at) / 1000) > this.config.reaper.cpuActiveShare;
+  }
+}

@@ -1,0 +1,80 @@
+import SQLite from "better-sqlite3";
+import { Kysely, Migrator, SqliteDialect, type Generated, type Migration, type MigrationProvider } from "kysely";
+import { join } from "node:path";
+import { migrations } from "./migrations.js";
+
+/** Times are epoch milliseconds (bigint columns), so the same SQL runs on SQLite and Postgres. */
+export interface ApiKeysTable {
+  id: string;
+  owner: string;
+  hash: string;
+  admin: number;
+  created_at: number;
+  revoked_at: number | null;
+}
+
+export interface SandboxesTable {
+  id: string;
+  owner: string;
+  state: string;
+  state_reason: string | null;
+  template: string;
+  template_version: string;
+  persistent: number;
+  ttl_seconds: number | null;
+  expires_at: number | null;
+  idle_timeout_seconds: number;
+  on_idle: string;
+  metadata: string;
+  env: string;
+  vcpus: number;
+  memory_mb: number;
+  disk_mb: number;
+  created_at: number;
+  last_activity_at: number;
+  destroyed_at: number | null;
+  hibernate_snapshot: string | null;
+}
+
+export interface SandboxMetadataTable {
+  sandbox_id: string;
+  key: string;
+  value: string;
+}
+
+export interface EventsTable {
+  seq: Generated<number>;
+  sandbox_id: string;
+  at: number;
+  type: string;
+  reason: string | null;
+  data: string;
+}
+
+export interface Database {
+  api_keys: ApiKeysTable;
+  sandboxes: SandboxesTable;
+  sandbox_metadata: SandboxMetadataTable;
+  events: EventsTable;
+}
+
+class StaticProvider implements MigrationProvider {
+  async getMigrations(): Promise<Record<string, Migration>> {
+    return migrations;
+  }
+}
+
+/** Opens (and migrates) the SQLite database in the data dir. */
+export async function openDatabase(dataDir: string): Promise<Kysely<Database>> {
+  const sqlite = new SQLite(join(dataDir, "den.db"));
+  sqlite.pragma("journal_mode = WAL");
+  sqlite.pragma("synchronous = FULL");
+  sqlite.pragma("foreign_keys = ON");
+  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+  const { error } = await new Migrator({ db, provider: new StaticProvider() }).migrateToLatest();
+  if (error) {
+    await db.destroy();
+    throw error;
+  }
+  return db;
+}

@@ -1,0 +1,112 @@
+import { rm } from "node:fs/promises";
+import { DenError } from "@den/protocol";
+import { Runtime, type Sandbox as VmSandbox, type TemplateInfo } from "@den/runtime";
+
+export interface HostCreateSpec {
+  id: string;
+  template: string;
+  vcpus?: number;
+  memoryMb?: number;
+  diskMb?: number;
+}
+
+export interface HostSandboxInfo {
+  template: string;
+  templateVersion: string;
+  vcpus: number;
+  memoryMb: number;
+  diskMb: number;
+}
+
+/**
+ * What the control plane asks of the machine that runs sandboxes. In single-node mode
+ * it is this process (LocalHostAgent); a multi-host deployment serves the same interface
+ * over the network. The control plane never touches QEMU itself.
+ */
+export interface HostAgent {
+  readonly instance: string;
+  create(spec: HostCreateSpec): Promise<HostSandboxInfo>;
+  destroy(id: string): Promise<void>;
+  /** Snapshot (kept on this host) + pause in place. Returns the snapshot id. */
+  hibernate(id: string): Promise<string>;
+  /** Resume in place, or restore from `snapshotId` if the VM died while hibernated. */
+  wake(id: string, snapshotId: string | null): Promise<void>;
+  dropSnapshot(snapshotId: string): Promise<void>;
+  /** Ids of the sandboxes whose VMs run (or are paused) on this host. */
+  running(): string[];
+  /** Host CPU seconds used by the sandbox's VM, if it runs. */
+  cpuSeconds(id: string): number | undefined;
+  /** The guest side: exec, files, processes. */
+  guest(id: string): VmSandbox;
+  templates(): Promise<TemplateInfo[]>;
+  close(): void;
+}
+
+export class LocalHostAgent implements HostAgent {
+  private constructor(private readonly rt: Runtime) {}
+
+  static async open(dataDir: string): Promise<LocalHostAgent> {
+    return new LocalHostAgent(await Runtime.open({ dataDir }));
+  }
+
+  get instance(): string {
+    return this.rt.instance;
+  }
+
+  async create(spec: HostCreateSpec): Promise<HostSandboxInfo> {
+    const tpl = await this.rt.templates.resolve(spec.template);
+    const sameShape = (spec.vcpus ?? tpl.manifest.vm.vcpus) === tpl.manifest.vm.vcpus && (spec.memoryMb ?? tpl.manifest.vm.memoryMb) === tpl.manifest.vm.memoryMb;
+    const opts = { id: spec.id, template: `${tpl.name}@${tpl.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}) };
+    // A template fixes vCPUs and memory; another shape boots from the template's kernel and disk.
+    const sbx = sameShape ? await this.rt.create(opts) : await this.rt.boot({ ...opts, ...(spec.vcpus ? { vcpus: spec.vcpus } : {}), ...(spec.memoryMb ? { memoryMb: spec.memoryMb } : {}) });
+    const i = sbx.info;
+    return { template: i.template.name, templateVersion: i.template.version, vcpus: i.vcpus, memoryMb: i.memoryMb, diskMb: i.diskMb };
+  }
+
+  async destroy(id: string): Promise<void> {
+    if (this.rt.has(id)) await this.rt.get(id).destroy();
+  }
+
+  async hibernate(id: string): Promise<string> {
+    const snap = await this.rt.snapshot(id, { keepRunning: false });
+    return snap.id;
+  }
+
+  async wake(id: string, snapshotId: string | null): Promise<void> {
+    if (this.rt.has(id) && this.rt.get(id).vmAlive()) {
+      await this.rt.get(id).resume();
+      return;
+    }
+    if (!snapshotId) throw new DenError("sandbox_not_running", `sandbox ${id} has no VM and no snapshot to wake from`);
+    // The VM died while hibernated: bring it back from its snapshot under the same id.
+    if (this.rt.has(id)) await this.rt.get(id).destroy();
+    await rm(`${this.rt.dataDir}/sandboxes/${id}`, { recursive: true, force: true });
+    await this.rt.restore(snapshotId, { id });
+  }
+
+  async dropSnapshot(snapshotId: string): Promise<void> {
+    await this.rt.deleteSnapshot(snapshotId).catch((e: unknown) => {
+      if (!(e instanceof DenError && e.code === "snapshot_not_found")) throw e;
+    });
+  }
+
+  running(): string[] {
+    return this.rt.list().map((s) => s.id);
+  }
+
+  cpuSeconds(id: string): number | undefined {
+    return this.rt.has(id) ? this.rt.get(id).cpuSeconds() : undefined;
+  }
+
+  guest(id: string): VmSandbox {
+    return this.rt.get(id);
+  }
+
+  templates(): Promise<TemplateInfo[]> {
+    return this.rt.templates.list();
+  }
+
+  close(): void {
+    this.rt.close();
+  }
+}

@@ -1,0 +1,60 @@
+import type { Kysely, Migration } from "kysely";
+
+/** Portable DDL only (no SQLite-specific types), so the same migrations can run on Postgres. */
+export const migrations: Record<string, Migration> = {
+  "001_init": {
+    async up(db: Kysely<unknown>): Promise<void> {
+      await db.schema
+        .createTable("api_keys")
+        .addColumn("id", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("owner", "varchar(64)", (c) => c.notNull())
+        .addColumn("hash", "varchar(128)", (c) => c.notNull().unique())
+        .addColumn("admin", "integer", (c) => c.notNull().defaultTo(0))
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .addColumn("revoked_at", "bigint")
+        .execute();
+      await db.schema
+        .createTable("sandboxes")
+        .addColumn("id", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("owner", "varchar(64)", (c) => c.notNull())
+        .addColumn("state", "varchar(16)", (c) => c.notNull())
+        .addColumn("state_reason", "varchar(16)")
+        .addColumn("template", "varchar(64)", (c) => c.notNull())
+        .addColumn("template_version", "varchar(16)", (c) => c.notNull())
+        .addColumn("persistent", "integer", (c) => c.notNull())
+        .addColumn("ttl_seconds", "bigint")
+        .addColumn("expires_at", "bigint")
+        .addColumn("idle_timeout_seconds", "bigint", (c) => c.notNull())
+        .addColumn("on_idle", "varchar(16)", (c) => c.notNull())
+        .addColumn("metadata", "text", (c) => c.notNull())
+        .addColumn("env", "text", (c) => c.notNull())
+        .addColumn("vcpus", "integer", (c) => c.notNull())
+        .addColumn("memory_mb", "integer", (c) => c.notNull())
+        .addColumn("disk_mb", "integer", (c) => c.notNull())
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .addColumn("last_activity_at", "bigint", (c) => c.notNull())
+        .addColumn("destroyed_at", "bigint")
+        .addColumn("hibernate_snapshot", "varchar(64)")
+        .execute();
+      await db.schema.createIndex("sandboxes_owner_state").on("sandboxes").columns(["owner", "state"]).execute();
+      await db.schema
+        .createTable("sandbox_metadata")
+        .addColumn("sandbox_id", "varchar(64)", (c) => c.notNull().references("sandboxes.id").onDelete("cascade"))
+        .addColumn("key", "varchar(64)", (c) => c.notNull())
+        .addColumn("value", "varchar(512)", (c) => c.notNull())
+        .addPrimaryKeyConstraint("sandbox_metadata_pk", ["sandbox_id", "key"])
+        .execute();
+      await db.schema.createIndex("sandbox_metadata_kv").on("sandbox_metadata").columns(["key", "value"]).execute();
+      await db.schema
+        .createTable("events")
+        .addColumn("seq", "integer", (c) => c.primaryKey().autoIncrement())
+        .addColumn("sandbox_id", "varchar(64)", (c) => c.notNull())
+        .addColumn("at", "bigint", (c) => c.notNull())
+        .addColumn("type", "varchar(32)", (c) => c.notNull())
+        .addColumn("reason", "varchar(16)")
+        .addColumn("data", "text", (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("events_sandbox_seq").on("events").columns(["sandbox_id", "seq"]).execute();
+    },
+  },
+};

@@ -1,0 +1,11 @@
+/** Writes the OpenAPI document (the contract SDK and CLI share) to packages/server/openapi.json. */
+import { writeFileSync } from "node:fs";
+import { buildApp } from "./app.js";
+import { loadConfig } from "./config.js";
+import type { ControlPlane } from "./control-plane.js";
+
+// Route handlers never run here: generating the document needs only the routes' schemas.
+const app = await buildApp({ config: loadConfig({}, {}) } as ControlPlane);
+await app.ready();
+writeFileSync(new URL("../../openapi.json", import.meta.url), JSON.stringify(app.swagger(), null, 2) + "\n");
+await app.close();

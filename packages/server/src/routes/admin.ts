@@ -1,0 +1,44 @@
+import { z } from "zod";
+import { DenError, api } from "@den/protocol";
+import { principal, requireAdmin, type TypedApp } from "../app.js";
+import type { ControlPlane } from "../control-plane.js";
+
+export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
+  app.get("/v1/templates", {
+    schema: { summary: "Template versions on this host", response: { 200: z.object({ templates: z.array(api.Template) }) } },
+  }, async (req) => {
+    principal(req);
+    const list = await cp.host.templates();
+    return {
+      templates: list.map((t) => ({
+        name: t.name, version: t.version, current: t.current, vcpus: t.manifest.vm.vcpus,
+        memory_mb: t.manifest.vm.memoryMb, disk_mb: t.manifest.vm.diskMb, created_at: t.manifest.createdAt,
+      })),
+    };
+  });
+
+  app.post("/v1/keys", {
+    schema: { summary: "Create an API key (admin); the secret is returned once", body: api.CreateKeyRequest, response: { 201: api.ApiKey } },
+  }, async (req, reply) => {
+    requireAdmin(req);
+    const { id, secret } = await cp.store.createKey(req.body.owner, req.body.admin ?? false);
+    const key = (await cp.store.listKeys()).find((k) => k.id === id)!;
+    return reply.status(201).send({ ...key, key: secret });
+  });
+
+  app.get("/v1/keys", {
+    schema: { summary: "List API keys (admin)", response: { 200: z.object({ keys: z.array(api.ApiKey) }) } },
+  }, async (req) => {
+    requireAdmin(req);
+    return { keys: await cp.store.listKeys() };
+  });
+
+  app.delete("/v1/keys/:id", {
+    schema: { summary: "Revoke an API key (admin)", params: z.object({ id: z.string().max(64) }), response: { 200: api.ApiKey } },
+  }, async (req) => {
+    requireAdmin(req);
+    const k = await cp.store.revokeKey(req.params.id);
+    if (!k) throw new DenError("not_found", `API key ${JSON.stringify(req.params.id)} does not exist`);
+    return k;
+  });
+}

@@ -1,0 +1,96 @@
+import { z } from "zod";
+import { api } from "@den/protocol";
+import { principal, type TypedApp } from "../app.js";
+import type { ControlPlane } from "../control-plane.js";
+import { toApiSandbox } from "../store.js";
+
+const IdParams = z.object({ id: z.string().max(64) });
+
+export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {
+  app.post("/v1/sandboxes", {
+    schema: { summary: "Create a sandbox (restores its template's snapshot)", body: api.CreateSandboxRequest, response: { 201: api.Sandbox } },
+  }, async (req, reply) => reply.status(201).send(await cp.create(principal(req), req.body)));
+
+  app.get("/v1/sandboxes", {
+    schema: {
+      summary: "List sandboxes (filter by state and metadata.<key>=<value>)",
+      querystring: z.object({
+        state: api.SandboxState.optional(),
+        limit: z.coerce.number().int().min(1).max(api.API_LIMITS.maxPageSize).optional(),
+        cursor: z.string().max(64).optional(),
+      }).catchall(z.string().max(512)),
+      response: { 200: api.ListSandboxesResponse },
+    },
+  }, async (req) => {
+    const q = req.query as Record<string, string | number | undefined>;
+    const metadata: Record<string, string> = {};
+    for (const [k, v] of Object.entries(q)) if (k.startsWith("metadata.") && typeof v === "string") metadata[k.slice(9)] = v;
+    const limit = Number(q.limit ?? 50);
+    const rows = await cp.store.listSandboxes(principal(req).owner, {
+      limit: limit + 1, metadata,
+      ...(typeof q.state === "string" ? { state: q.state } : {}),
+      ...(typeof q.cursor === "string" ? { cursor: q.cursor } : {}),
+    });
+    const page = rows.slice(0, limit);
+    return { sandboxes: page.map(toApiSandbox), next_cursor: rows.length > limit ? page[page.length - 1]!.id : null };
+  });
+
+  app.get("/v1/sandboxes/:id", {
+    schema: { summary: "Get a sandbox", params: IdParams, response: { 200: api.Sandbox } },
+  }, async (req) => toApiSandbox(await cp.owned(principal(req), req.params.id)));
+
+  app.delete("/v1/sandboxes/:id", {
+    schema: { summary: "Destroy a sandbox (idempotent)", params: IdParams, response: { 200: api.Sandbox } },
+  }, async (req) => {
+    const row = await cp.owned(principal(req), req.params.id);
+    return toApiSandbox(await cp.destroy(row.id, "user"));
+  });
+
+  app.post("/v1/sandboxes/:id/hibernate", {
+    schema: { summary: "Hibernate: snapshot + pause in place (warm). Idempotent.", params: IdParams, body: api.HibernateRequest.nullish(), response: { 200: api.Sandbox } },
+  }, async (req) => {
+    const row = await cp.owned(principal(req), req.params.id);
+    return toApiSandbox(await cp.hibernate(row.id, "user"));
+  });
+
+  app.post("/v1/sandboxes/:id/wake", {
+    schema: { summary: "Wake a hibernated sandbox. Idempotent.", params: IdParams, response: { 200: api.Sandbox } },
+  }, async (req) => {
+    const row = await cp.owned(principal(req), req.params.id);
+    return toApiSandbox(await cp.wake(row.id, "user"));
+  });
+
+  app.post("/v1/sandboxes/:id/timeout", {
+    schema: { summary: "Set the TTL deadline to now + seconds", params: IdParams, body: api.TimeoutRequest, response: { 200: api.Sandbox } },
+  }, async (req) => {
+    const row = await cp.owned(principal(req), req.params.id);
+    return toApiSandbox(await cp.setTimeout(row.id, req.body.seconds));
+  });
+
+  app.get("/v1/sandboxes/:id/events", {
+    schema: {
+      summary: "The sandbox's lifecycle log; follow=true streams it as NDJSON",
+      params: IdParams,
+      querystring: z.object({ after: z.coerce.number().int().min(0).optional(), follow: z.enum(["true", "false"]).optional() }),
+    },
+  }, async (req, reply) => {
+    const row = await cp.owned(principal(req), req.params.id);
+    let after = req.query.after ?? 0;
+    if (req.query.follow !== "true") return { events: await cp.store.events(row.id, after) };
+    reply.raw.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-store" });
+    let open = true;
+    req.raw.on("close", () => (open = false));
+    while (open) {
+      const events = await cp.store.events(row.id, after);
+      for (const e of events) {
+        reply.raw.write(JSON.stringify(e) + "\n");
+        after = e.seq;
+      }
+      const current = await cp.store.getSandbox(row.id);
+      if (!events.length && current?.state === "destroyed") break;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    reply.raw.end();
+    return reply;
+  });
+}

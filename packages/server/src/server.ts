@@ -1,0 +1,60 @@
+import { mkdir } from "node:fs/promises";
+import type { FastifyInstance } from "fastify";
+import { buildApp } from "./app.js";
+import type { ServerConfig } from "./config.js";
+import { ControlPlane, systemClock, type Clock } from "./control-plane.js";
+import { openDatabase } from "./db.js";
+import { LocalHostAgent } from "./host-agent.js";
+import { Store } from "./store.js";
+
+export interface RunningServer {
+  app: FastifyInstance;
+  cp: ControlPlane;
+  url: string;
+  /** Set when this start created the first admin key (no DEN_API_KEY, empty database). */
+  createdAdminKey?: string;
+  /** Stops serving; VMs keep running and are adopted by the next start. */
+  close(): Promise<void>;
+}
+
+/** `den serve` in one process: control plane + embedded host agent + reapers + HTTP. */
+export async function startServer(config: ServerConfig, opts: { clock?: Clock; logger?: boolean | object } = {}): Promise<RunningServer> {
+  await mkdir(config.dataDir, { recursive: true });
+  const db = await openDatabase(config.dataDir);
+  const store = new Store(db);
+  const host = await LocalHostAgent.open(config.dataDir);
+  const cp = new ControlPlane(store, host, config, opts.clock ?? systemClock);
+  let createdAdminKey: string | undefined;
+  try {
+    if (config.apiKey) {
+      if (!(await store.hasKeyHash(config.apiKey))) await store.createKey("admin", true, config.apiKey);
+    } else if ((await store.countKeys()) === 0) {
+      createdAdminKey = (await store.createKey("admin", true)).secret;
+    }
+    await cp.reconcile();
+  } catch (e) {
+    host.close();
+    await db.destroy();
+    throw e;
+  }
+  const app = await buildApp(cp, { logger: opts.logger ?? false });
+  await app.listen({ port: config.port, host: config.host });
+  const addr = app.server.address();
+  const port = typeof addr === "object" && addr ? addr.port : config.port;
+  let reaping = false;
+  const reaper = setInterval(() => {
+    if (reaping) return;
+    reaping = true;
+    cp.reap().catch((err: unknown) => app.log.error({ err }, "reaper pass failed")).finally(() => (reaping = false));
+  }, config.reaper.intervalMs);
+  return {
+    app, cp, url: `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`,
+    ...(createdAdminKey ? { createdAdminKey } : {}),
+    async close() {
+      clearInterval(reaper);
+      await app.close();
+      host.close();
+      await db.destroy();
+    },
+  };
+}

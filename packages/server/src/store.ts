@@ -1,0 +1,139 @@
+import { createHash, randomBytes } from "node:crypto";
+import type { Kysely, Selectable } from "kysely";
+import type { api } from "@den/protocol";
+import type { Database, SandboxesTable } from "./db.js";
+
+export type SandboxRow = Selectable<SandboxesTable>;
+
+export function hashKey(secret: string): string {
+  return createHash("sha256").update(secret).digest("hex");
+}
+
+export interface Principal {
+  keyId: string;
+  owner: string;
+  admin: boolean;
+}
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+/** The API's view of a sandbox row. */
+export function toApiSandbox(r: SandboxRow): api.Sandbox {
+  return {
+    id: r.id,
+    state: r.state as api.SandboxState,
+    state_reason: (r.state_reason as api.TransitionReason | null) ?? null,
+    template: r.template,
+    template_version: r.template_version,
+    persistent: r.persistent === 1,
+    ttl_seconds: r.ttl_seconds,
+    expires_at: iso(r.expires_at),
+    idle_timeout_seconds: r.idle_timeout_seconds,
+    on_idle: r.on_idle as "hibernate" | "destroy",
+    metadata: JSON.parse(r.metadata) as Record<string, string>,
+    vcpus: r.vcpus,
+    memory_mb: r.memory_mb,
+    disk_mb: r.disk_mb,
+    created_at: iso(r.created_at)!,
+    last_activity_at: iso(r.last_activity_at)!,
+    destroyed_at: iso(r.destroyed_at),
+  };
+}
+
+/** All SQL lives here, in portable kysely queries. */
+export class Store {
+  constructor(readonly db: Kysely<Database>) {}
+
+  // ---- keys ----
+
+  async createKey(owner: string, admin: boolean, secret = `den_${randomBytes(24).toString("base64url")}`): Promise<{ id: string; secret: string }> {
+    const id = `key_${randomBytes(8).toString("hex")}`;
+    await this.db.insertInto("api_keys").values({ id, owner, hash: hashKey(secret), admin: admin ? 1 : 0, created_at: Date.now(), revoked_at: null }).execute();
+    return { id, secret };
+  }
+
+  async findKey(secret: string): Promise<Principal | undefined> {
+    const row = await this.db.selectFrom("api_keys").selectAll().where("hash", "=", hashKey(secret)).where("revoked_at", "is", null).executeTakeFirst();
+    return row ? { keyId: row.id, owner: row.owner, admin: row.admin === 1 } : undefined;
+  }
+
+  async hasKeyHash(secret: string): Promise<boolean> {
+    return (await this.db.selectFrom("api_keys").select("id").where("hash", "=", hashKey(secret)).executeTakeFirst()) !== undefined;
+  }
+
+  async countKeys(): Promise<number> {
+    const r = await this.db.selectFrom("api_keys").select((eb) => eb.fn.countAll<number>().as("n")).executeTakeFirstOrThrow();
+    return Number(r.n);
+  }
+
+  async listKeys(): Promise<api.ApiKey[]> {
+    const rows = await this.db.selectFrom("api_keys").selectAll().orderBy("created_at").execute();
+    return rows.map((r) => ({ id: r.id, owner: r.owner, admin: r.admin === 1, created_at: iso(r.created_at)!, revoked_at: iso(r.revoked_at) }));
+  }
+
+  async revokeKey(id: string): Promise<api.ApiKey | undefined> {
+    await this.db.updateTable("api_keys").set({ revoked_at: Date.now() }).where("id", "=", id).where("revoked_at", "is", null).execute();
+    return (await this.listKeys()).find((k) => k.id === id);
+  }
+
+  // ---- sandboxes ----
+
+  async insertSandbox(row: SandboxRow): Promise<void> {
+    await this.db.transaction().execute(async (tx) => {
+      await tx.insertInto("sandboxes").values(row).execute();
+      const meta = Object.entries(JSON.parse(row.metadata) as Record<string, string>);
+      if (meta.length) await tx.insertInto("sandbox_metadata").values(meta.map(([key, value]) => ({ sandbox_id: row.id, key, value }))).execute();
+    });
+  }
+
+  async getSandbox(id: string): Promise<SandboxRow | undefined> {
+    return this.db.selectFrom("sandboxes").selectAll().where("id", "=", id).executeTakeFirst();
+  }
+
+  async updateSandbox(id: string, patch: Partial<SandboxRow>): Promise<SandboxRow | undefined> {
+    await this.db.updateTable("sandboxes").set(patch).where("id", "=", id).execute();
+    return this.getSandbox(id);
+  }
+
+  /** Sandboxes that are not destroyed (what the host must hold or be able to restore). */
+  async liveSandboxes(): Promise<SandboxRow[]> {
+    return this.db.selectFrom("sandboxes").selectAll().where("state", "!=", "destroyed").execute();
+  }
+
+  async countLive(owner: string): Promise<number> {
+    const r = await this.db.selectFrom("sandboxes").select((eb) => eb.fn.countAll<number>().as("n"))
+      .where("owner", "=", owner).where("state", "not in", ["destroyed", "error"]).executeTakeFirstOrThrow();
+    return Number(r.n);
+  }
+
+  async listSandboxes(owner: string, q: { state?: string; metadata?: Record<string, string>; limit: number; cursor?: string }): Promise<SandboxRow[]> {
+    let query = this.db.selectFrom("sandboxes").selectAll().where("owner", "=", owner);
+    if (q.state) query = query.where("state", "=", q.state);
+    else query = query.where("state", "!=", "destroyed");
+    for (const [k, v] of Object.entries(q.metadata ?? {})) {
+      query = query.where("id", "in", (eb) => eb.selectFrom("sandbox_metadata").select("sandbox_id").where("key", "=", k).where("value", "=", v));
+    }
+    if (q.cursor) query = query.where("id", ">", q.cursor);
+    return query.orderBy("id").limit(q.limit).execute();
+  }
+
+  // ---- events ----
+
+  /**
+   * Appends an event. Exec events are frequent and guest-driven, so only the newest
+   * `cap` of them are kept per sandbox; lifecycle events are few and all kept.
+   */
+  async addEvent(sandboxId: string, type: string, reason: string | null, data: Record<string, unknown>, cap: number): Promise<void> {
+    await this.db.insertInto("events").values({ sandbox_id: sandboxId, at: Date.now(), type, reason, data: JSON.stringify(data) }).execute();
+    if (type.startsWith("exec.")) {
+      const old = await this.db.selectFrom("events").select("seq").where("sandbox_id", "=", sandboxId).where("type", "like", "exec.%")
+        .orderBy("seq", "desc").offset(cap).limit(1).executeTakeFirst();
+      if (old) await this.db.deleteFrom("events").where("sandbox_id", "=", sandboxId).where("type", "like", "exec.%").where("seq", "<=", old.seq).execute();
+    }
+  }
+
+  async events(sandboxId: string, after: number, limit = 500): Promise<api.SandboxEvent[]> {
+    const rows = await this.db.selectFrom("events").selectAll().where("sandbox_id", "=", sandboxId).where("seq", ">", after).orderBy("seq").limit(limit).execute();
+    return rows.map((r) => ({ seq: r.seq, sandbox_id: r.sandbox_id, at: iso(r.at)!, type: r.type, reason: (r.reason as api.TransitionReason | null) ?? null, data: JSON.parse(r.data) as Record<string, unknown> }));
+  }
+}

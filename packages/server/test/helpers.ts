@@ -1,0 +1,73 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { loadConfig, startServer, type RunningServer } from "../src/index.js";
+
+export const ADMIN_KEY = "den_test_admin_key_0123456789";
+
+/** The suite's data dir (scripts/test.sh sets it and builds the base template there). */
+export function dataDir(): string {
+  const d = process.env.DEN_DATA_DIR;
+  if (!d) throw new Error("DEN_DATA_DIR is not set: run the suite with `npm test`");
+  return d;
+}
+
+/** An in-process server on a free port, with fast reapers. */
+export async function testServer(env: Record<string, string> = {}): Promise<RunningServer> {
+  const config = loadConfig({ port: "0", dataDir: dataDir() }, { DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", ...env });
+  return startServer(config);
+}
+
+/** A small JSON client for the API (the SDK has its own tests). */
+export function client(base: string, key = ADMIN_KEY) {
+  return async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; text: string }> {
+    const init: RequestInit = { method, headers: { authorization: `Bearer ${key}`, ...headers } };
+    if (body !== undefined) {
+      init.body = typeof body === "string" || body instanceof Uint8Array ? (body as string) : JSON.stringify(body);
+      if (!headers["content-type"]) (init.headers as Record<string, string>)["content-type"] = "application/json";
+    }
+    const res = await fetch(base + path, init);
+    const text = await res.text();
+    let parsed: unknown = undefined;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      parsed = undefined;
+    }
+    return { status: res.status, body: parsed, text };
+  };
+}
+
+const CLI = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "cli", "dist", "src", "bin.js");
+
+/** `den serve` as its own process, for the crash tests (kill -9, restart). */
+export async function spawnServer(port: number, env: Record<string, string> = {}): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [CLI, "serve", "--port", String(port)], {
+    env: { ...process.env, DEN_DATA_DIR: dataDir(), DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", DEN_LOG_LEVEL: "warn", ...env },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let err = "";
+  child.stderr!.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`den serve exited: ${err}`);
+    try {
+      const r = await fetch(`http://127.0.0.1:${port}/healthz`);
+      if (r.ok) return child;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error(`den serve did not come up: ${err}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+export async function waitFor<T>(what: string, fn: () => Promise<T | undefined>, timeoutMs = 30_000, everyMs = 200): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
