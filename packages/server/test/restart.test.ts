@@ -1,0 +1,132 @@
+import { after, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { findInstanceProcesses } from "@den/runtime";
+import { readFileSync } from "node:fs";
+import { client, dataDir, spawnServer, waitFor } from "./helpers.js";
+
+const PORT = 18787;
+const BASE = `http://127.0.0.1:${PORT}`;
+const api = client(BASE);
+
+async function killHard(child: ChildProcess): Promise<void> {
+  const exited = new Promise((r) => child.once("exit", r));
+  child.kill("SIGKILL");
+  await exited;
+}
+
+describe("den serve survives kill -9", () => {
+  let server: ChildProcess | undefined;
+  after(async () => {
+    if (server && server.exitCode === null) {
+      for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
+      await killHard(server);
+    }
+  });
+
+  test("a persistent sandbox's TTL fires at its deadline across a crash", async () => {
+    server = await spawnServer(PORT);
+    const t0 = Date.now();
+    const c = await api("POST", "/v1/sandboxes", { persistent: true, ttl_seconds: 10 });
+    assert.equal(c.status, 201, c.text);
+    await new Promise((r) => setTimeout(r, 3000 - (Date.now() - t0)));
+    await killHard(server);
+    server = await spawnServer(PORT);
+    const destroyed = await waitFor("TTL destroy", async () => {
+      const r = await api("GET", `/v1/sandboxes/${c.body.id}`);
+      return r.body.state === "destroyed" ? r.body : undefined;
+    }, 30_000, 100);
+    const at = Date.now() - t0;
+    assert.equal(destroyed.state_reason, "ttl");
+    assert.ok(at > 8_000 && at < 12_500, `destroyed ${at} ms after create`);
+    const events = (await api("GET", `/v1/sandboxes/${c.body.id}/events`)).body.events;
+    assert.ok(events.some((e: { type: string; reason: string }) => e.type === "destroyed" && e.reason === "ttl"));
+  });
+
+  test("three running sandboxes are adopted; a VM killed meanwhile is lost; strays are cleaned, others left alone", async () => {
+    server ??= await spawnServer(PORT);
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const c = await api("POST", "/v1/sandboxes", { persistent: true });
+      assert.equal(c.status, 201, c.text);
+      ids.push(c.body.id);
+      await api("POST", `/v1/sandboxes/${c.body.id}/exec`, { cmd: "nohup sh -c 'while true; do date +%s%N > /tmp/tick; sleep 0.2; done' >/dev/null 2>&1 &" });
+    }
+    const victim = await api("POST", "/v1/sandboxes", { persistent: true });
+    await killHard(server);
+    server = undefined;
+
+    const instance = readFileSync(`${dataDir()}/instance-id`, "utf8").trim();
+    const procs = findInstanceProcesses(instance);
+    process.kill(procs.get(victim.body.id)!, "SIGKILL");
+    const stray = spawn("qemu-system-x86_64", ["-M", "none", "-display", "none", "-nodefaults"], {
+      env: { ...process.env, DEN_INSTANCE: instance, DEN_SANDBOX: "sbx_strayqemuprocess" }, stdio: "ignore",
+    });
+    const foreign = spawn("qemu-system-x86_64", ["-M", "none", "-display", "none", "-nodefaults"], { stdio: "ignore" });
+    const strayExit = new Promise((r) => stray.once("exit", r));
+    await new Promise((r) => setTimeout(r, 500));
+
+    server = await spawnServer(PORT);
+    for (const id of ids) {
+      const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "a=$(cat /tmp/tick); sleep 0.6; b=$(cat /tmp/tick); [ \"$a\" != \"$b\" ] && echo ticking" });
+      assert.equal(r.body.stdout, "ticking\n", `sandbox ${id} adopted with its background process`);
+    }
+    const lost = await api("GET", `/v1/sandboxes/${victim.body.id}`);
+    assert.equal(lost.body.state, "lost");
+    assert.equal(lost.body.state_reason, "host_lost");
+    await strayExit;
+    assert.equal(stray.signalCode, "SIGKILL");
+    assert.equal(foreign.exitCode, null);
+    assert.equal(foreign.signalCode, null);
+    foreign.kill("SIGKILL");
+  });
+});
+
+describe("reapers", () => {
+  let server: ChildProcess | undefined;
+  after(async () => {
+    if (server) {
+      for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
+      await killHard(server);
+    }
+  });
+
+  test("idle: non-persistent is reaped, persistent kept, a busy guest is not idle", async () => {
+    server = await spawnServer(PORT);
+    const a = (await api("POST", "/v1/sandboxes", { idle_timeout_seconds: 5, on_idle: "destroy" })).body;
+    const b = (await api("POST", "/v1/sandboxes", { idle_timeout_seconds: 5, persistent: true, on_idle: "destroy" })).body;
+    const c = (await api("POST", "/v1/sandboxes", { idle_timeout_seconds: 5, on_idle: "destroy" })).body;
+    // C's only activity: a detached CPU loop (no exec open, no API calls after this one).
+    await api("POST", `/v1/sandboxes/${c.id}/exec`, { cmd: "nohup sh -c 'while true; do :; done' >/dev/null 2>&1 & echo $! > /tmp/loop.pid" });
+    const reapedA = await waitFor("A reaped", async () => {
+      const r = await api("GET", `/v1/sandboxes/${a.id}`);
+      return r.body.state === "destroyed" ? r.body : undefined;
+    }, 30_000, 500);
+    assert.equal(reapedA.state_reason, "idle");
+    assert.equal((await api("GET", `/v1/sandboxes/${b.id}`)).body.state, "running");
+    // C keeps running while its loop runs, well past its idle timeout.
+    await new Promise((r) => setTimeout(r, 8000));
+    assert.equal((await api("GET", `/v1/sandboxes/${c.id}`)).body.state, "running", "a busy guest is not idle");
+    await api("POST", `/v1/sandboxes/${c.id}/exec`, { cmd: "kill $(cat /tmp/loop.pid)" });
+    const t0 = Date.now();
+    const reapedC = await waitFor("C reaped", async () => {
+      const r = await api("GET", `/v1/sandboxes/${c.id}`);
+      return r.body.state === "destroyed" ? r.body : undefined;
+    }, 30_000, 250);
+    assert.equal(reapedC.state_reason, "idle");
+    assert.ok(Date.now() - t0 < 10_000, `reaped ${Date.now() - t0} ms after the loop stopped`);
+    assert.equal((await api("GET", `/v1/sandboxes/${b.id}`)).body.state, "running");
+  });
+
+  test("idle with the default on_idle hibernates (warm) instead of destroying", async () => {
+    server ??= await spawnServer(PORT);
+    const d = (await api("POST", "/v1/sandboxes", { idle_timeout_seconds: 3 })).body;
+    await api("POST", `/v1/sandboxes/${d.id}/exec`, { cmd: "echo saved > /tmp/s" });
+    const h = await waitFor("hibernated", async () => {
+      const r = await api("GET", `/v1/sandboxes/${d.id}`);
+      return r.body.state === "hibernated" ? r.body : undefined;
+    }, 30_000, 250);
+    assert.equal(h.state_reason, "idle");
+    assert.equal((await api("POST", `/v1/sandboxes/${d.id}/exec`, { cmd: "cat /tmp/s" })).body.stdout, "saved\n");
+  });
+});
