@@ -21,6 +21,7 @@ node --test --test-concurrency=1 --test-reporter=spec \
   packages/protocol/dist/test/*.test.js \
   packages/images/dist/test/*.test.js \
   packages/runtime/dist/test/*.test.js \
+  packages/sdk/dist/test/*.test.js \
   packages/server/dist/test/*.test.js
 if [ "${DEN_SKIP_BENCH:-}" != 1 ]; then
   node packages/bench/dist/src/bench.js --quick

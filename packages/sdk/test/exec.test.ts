@@ -95,7 +95,7 @@ test("execStream yields chunks and wait() gives the exit", async () => {
       line({ type: "stdout", data_b64: b64(s) });
       await sleep(5);
     }
-    line({ type: "stderr", data_b64: b64(new Uint8Array([0xff])) });
+    line({ type: "stderr", data_b64: b64(new Uint8Array([0xe2])) }); // an incomplete character: no text yet
     line({ type: "exit", exit_code: null, signal: 15, timed_out: true });
   };
   const run = sbx.execStream("x");
@@ -154,7 +154,7 @@ test("execStream: aborting the signal mid-stream rejects the iteration with Abor
   den.onExecStream = async (_req, _res, line) => {
     line({ type: "start", pid: 1 });
     line({ type: "stdout", data_b64: b64("first") });
-    await sleep(10_000);
+    await sleep(10_000, { unref: true });
   };
   const ac = new AbortController();
   const run = sbx.execStream("x", { signal: ac.signal });

@@ -294,7 +294,7 @@ export class FakeDen {
         const ws = q.get("wait_seconds");
         if (ws !== null) {
           if (!/^\d+$/.test(ws)) throw new HttpError("invalid_argument", "wait_seconds must be an integer");
-          if (fp.info.running) await Promise.race([fp.exited, sleep(Number(ws) * 1000)]);
+          if (fp.info.running) await Promise.race([fp.exited, sleep(Number(ws) * 1000, { unref: true })]);
         }
         return send(res, 200, fp.info);
       }
@@ -380,8 +380,12 @@ export function send(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) }).end(text);
 }
 
-export function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
+/** With `unref`, the timer does not keep the test process alive (for long server-side waits). */
+export function sleep(ms: number, opts: { unref?: boolean } = {}): Promise<void> {
+  return new Promise((r) => {
+    const t = setTimeout(r, ms);
+    if (opts.unref) t.unref();
+  });
 }
 
 export function b64(s: string | Uint8Array): string {

@@ -1,5 +1,6 @@
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawReplyDefaultExpression, type RawRequestDefaultExpression, type RawServerDefault } from "fastify";
 import swagger from "@fastify/swagger";
+import websocket from "@fastify/websocket";
 import { hasZodFastifySchemaValidationErrors, jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from "fastify-type-provider-zod";
 import { DenError, type ErrorCode } from "@den/protocol";
 import type { ControlPlane } from "./control-plane.js";
@@ -8,6 +9,7 @@ import { registerSandboxRoutes } from "./routes/sandboxes.js";
 import { registerExecRoutes } from "./routes/exec.js";
 import { registerFileRoutes } from "./routes/files.js";
 import { registerAdminRoutes } from "./routes/admin.js";
+import { registerPtyRoutes } from "./routes/pty.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -52,6 +54,8 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
     transform: jsonSchemaTransform,
   });
 
+  await app.register(websocket, { options: { maxPayload: 1024 * 1024 } });
+
   // Uploads are streamed to the guest, never buffered here.
   app.addContentTypeParser("application/octet-stream", (_req, payload, done) => done(null, payload));
 
@@ -90,5 +94,6 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   registerExecRoutes(typed, cp);
   registerFileRoutes(typed, cp);
   registerAdminRoutes(typed, cp);
+  registerPtyRoutes(typed, cp);
   return app;
 }

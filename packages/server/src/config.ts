@@ -15,6 +15,9 @@ export interface ServerConfig {
   };
   limits: {
     sandboxesPerOwner: number;
+    vcpusPerSandbox: number;
+    memoryMbPerSandbox: number;
+    diskMbPerSandbox: number;
     bodyBytes: number;
     uploadBytes: number;
     execOutputBytes: number;
@@ -51,6 +54,9 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     },
     limits: {
       sandboxesPerOwner: num(env.DEN_MAX_SANDBOXES_PER_OWNER, 20),
+      vcpusPerSandbox: num(env.DEN_MAX_SANDBOX_VCPUS, 4),
+      memoryMbPerSandbox: num(env.DEN_MAX_SANDBOX_MEMORY_MB, 8192),
+      diskMbPerSandbox: num(env.DEN_MAX_SANDBOX_DISK_MB, 65536),
       bodyBytes: num(env.DEN_MAX_BODY_BYTES, 16 * 1024 * 1024),
       uploadBytes: num(env.DEN_MAX_UPLOAD_BYTES, 1024 * 1024 * 1024),
       execOutputBytes: num(env.DEN_MAX_EXEC_OUTPUT_BYTES, 16 * 1024 * 1024),

@@ -64,6 +64,10 @@ export class ControlPlane {
     if ((await this.store.countLive(p.owner)) >= this.config.limits.sandboxesPerOwner) {
       throw new DenError("quota_exceeded", `owner ${p.owner} already has ${this.config.limits.sandboxesPerOwner} sandboxes; destroy some first`);
     }
+    const lim = this.config.limits;
+    if ((req.vcpus ?? 0) > lim.vcpusPerSandbox) throw new DenError("invalid_argument", `vcpus: at most ${lim.vcpusPerSandbox} on this server`);
+    if ((req.memory_mb ?? 0) > lim.memoryMbPerSandbox) throw new DenError("invalid_argument", `memory_mb: at most ${lim.memoryMbPerSandbox} on this server`);
+    if ((req.disk_mb ?? 0) > lim.diskMbPerSandbox) throw new DenError("invalid_argument", `disk_mb: at most ${lim.diskMbPerSandbox} on this server`);
     const persistent = req.persistent ?? false;
     if (req.ttl_seconds === null && !persistent) throw new DenError("invalid_argument", "ttl_seconds: null (no deadline) needs persistent: true");
     const ttl = req.ttl_seconds === undefined ? this.config.defaults.ttlSeconds : req.ttl_seconds;
@@ -167,27 +171,32 @@ export class ControlPlane {
 
   /** Brackets a running exec: a sandbox with an exec in flight is never idle. */
   async withExec<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    this.activeExecs.set(id, (this.activeExecs.get(id) ?? 0) + 1);
+    this.execBegan(id);
     try {
       return await fn();
     } finally {
-      const n = (this.activeExecs.get(id) ?? 1) - 1;
-      if (n) this.activeExecs.set(id, n);
-      else this.activeExecs.delete(id);
-      await this.touch(id).catch(() => undefined);
+      await this.execEnded(id);
     }
+  }
+
+  private execBegan(id: string): void {
+    this.activeExecs.set(id, (this.activeExecs.get(id) ?? 0) + 1);
+  }
+
+  private async execEnded(id: string): Promise<void> {
+    const n = (this.activeExecs.get(id) ?? 1) - 1;
+    if (n) this.activeExecs.set(id, n);
+    else this.activeExecs.delete(id);
+    await this.touch(id).catch(() => undefined);
   }
 
   /** Like withExec, for a streamed exec: active until the stream is consumed or dropped. */
   async *withExecStream<T>(id: string, source: AsyncGenerator<T>): AsyncGenerator<T> {
-    this.activeExecs.set(id, (this.activeExecs.get(id) ?? 0) + 1);
+    this.execBegan(id);
     try {
       yield* source;
     } finally {
-      const n = (this.activeExecs.get(id) ?? 1) - 1;
-      if (n) this.activeExecs.set(id, n);
-      else this.activeExecs.delete(id);
-      await this.touch(id).catch(() => undefined);
+      await this.execEnded(id);
     }
   }
 

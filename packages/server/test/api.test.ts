@@ -3,7 +3,8 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import type { RunningServer } from "../src/index.js";
-import { client, testServer } from "./helpers.js";
+import WebSocket from "ws";
+import { ADMIN_KEY, client, testServer, waitFor } from "./helpers.js";
 
 describe("the /v1 API against real microVMs", () => {
   let server: RunningServer;
@@ -174,6 +175,34 @@ describe("the /v1 API against real microVMs", () => {
     assert.equal(huge.status, 413);
     assert.equal((await admin("POST", `/v1/sandboxes/${id}/exec`, { cmd: "cat /work/a.txt" })).body.stdout, "hi\n");
     assert.equal((await fetch(`${server.url}/healthz`)).status, 200);
+  });
+
+  test("PTY over WebSocket: resize reaches stty, Ctrl-C interrupts, exit code arrives", async () => {
+    const ws = new WebSocket(`${server.url.replace("http", "ws")}/v1/sandboxes/${id}/pty?rows=24&cols=80`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
+    let out = "";
+    let exit: { exit_code: number } | undefined;
+    ws.on("message", (d: Buffer, binary: boolean) => {
+      if (binary) out += d.toString();
+      else {
+        const m = JSON.parse(d.toString());
+        if (m.type === "exit") exit = m;
+      }
+    });
+    await new Promise((r, j) => { ws.once("open", r); ws.once("error", j); });
+    const waitOut = (re: RegExp) => waitFor(`${re}`, async () => (re.test(out) ? true : undefined), 20_000, 50);
+    ws.send(JSON.stringify({ type: "resize", rows: 40, cols: 100 }));
+    ws.send(Buffer.from("stty size\n"));
+    await waitOut(/40 100/);
+    ws.send(Buffer.from("sleep 1000\n"));
+    await new Promise((r) => setTimeout(r, 1000));
+    ws.send(Buffer.from("\x03"));
+    // The shell answers again only if Ctrl-C reached the sleep in the foreground.
+    ws.send(Buffer.from("echo alive-$((6*7))\n"));
+    await waitOut(/alive-42/);
+    ws.send(Buffer.from("exit 5\n"));
+    await waitFor("exit", async () => exit, 20_000, 50);
+    assert.equal(exit!.exit_code, 5);
+    ws.close();
   });
 
   test("the OpenAPI document covers every route and matches the committed copy", async () => {

@@ -1,0 +1,89 @@
+import { z } from "zod";
+import type { WebSocket } from "ws";
+import { DenError } from "@den/protocol";
+import type { ExecProcess } from "@den/runtime";
+import { principal, type TypedApp } from "../app.js";
+import type { ControlPlane } from "../control-plane.js";
+
+const ClientMessage = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("resize"), rows: z.number().int().min(1).max(1000), cols: z.number().int().min(1).max(1000) }),
+  z.object({ type: z.literal("signal"), signal: z.number().int().min(1).max(64) }),
+]);
+
+/**
+ * Interactive exec on a pseudo-terminal over a WebSocket. Binary messages carry bytes
+ * (client -> stdin, server -> terminal output); text messages carry JSON control:
+ * `{type:"resize",rows,cols}` and `{type:"signal",signal}` from the client,
+ * `{type:"exit",exit_code,signal}` or `{type:"error",error}` from the server before it closes.
+ */
+export function registerPtyRoutes(app: TypedApp, cp: ControlPlane): void {
+  app.get("/v1/sandboxes/:id/pty", {
+    websocket: true,
+    schema: {
+      summary: "Interactive shell on a PTY (WebSocket)",
+      params: z.object({ id: z.string().max(64) }),
+      querystring: z.object({
+        cmd: z.string().max(4096).optional(),
+        cwd: z.string().max(4096).optional(),
+        rows: z.coerce.number().int().min(1).max(1000).optional(),
+        cols: z.coerce.number().int().min(1).max(1000).optional(),
+      }),
+    },
+  }, async (socket: WebSocket, req) => {
+    const fail = (e: unknown) => {
+      const err = e instanceof DenError ? e : new DenError("internal", "pty failed");
+      if (socket.readyState === socket.OPEN) socket.send(JSON.stringify({ type: "error", error: { code: err.code, message: err.message } }));
+      socket.close(1011);
+    };
+    // Input that arrives before the process exists waits here, in order.
+    const early: Array<Buffer | string> = [];
+    let proc: ExecProcess | undefined;
+    const handle = (data: Buffer | string, isBinary: boolean) => {
+      if (!proc) {
+        early.push(isBinary ? Buffer.from(data as Buffer) : data.toString());
+        return;
+      }
+      if (isBinary) {
+        proc.write(data as Buffer).catch(() => undefined);
+        return;
+      }
+      let msg: z.infer<typeof ClientMessage>;
+      try {
+        msg = ClientMessage.parse(JSON.parse(data.toString()));
+      } catch {
+        socket.send(JSON.stringify({ type: "error", error: { code: "invalid_argument", message: "unknown control message" } }));
+        return;
+      }
+      const p = msg.type === "resize" ? proc.resize(msg.rows, msg.cols) : proc.signal(msg.signal);
+      p.catch(() => undefined);
+    };
+    socket.on("message", (data: Buffer, isBinary: boolean) => handle(data, isBinary));
+    try {
+      const row = await cp.owned(principal(req), req.params.id);
+      const guest = await cp.guest(row.id);
+      const q = req.query;
+      const env = { ...(JSON.parse(row.env) as Record<string, string>) };
+      proc = await guest.execStream(q.cmd ?? "exec /bin/bash -l", {
+        pty: { rows: q.rows ?? 24, cols: q.cols ?? 80 }, env, ...(q.cwd ? { cwd: q.cwd } : {}),
+      });
+      const p = proc;
+      socket.on("close", () => {
+        p.kill().catch(() => undefined);
+      });
+      for (const m of early.splice(0)) handle(m, typeof m !== "string");
+      await cp.withExec(row.id, async () => {
+        for await (const c of p) {
+          if (socket.readyState !== socket.OPEN) break;
+          await new Promise<void>((resolve) => socket.send(c.data, () => resolve()));
+        }
+      });
+      const exit = await p.wait();
+      if (socket.readyState === socket.OPEN) {
+        socket.send(JSON.stringify({ type: "exit", exit_code: exit.exitCode, signal: exit.signal }));
+        socket.close(1000);
+      }
+    } catch (e) {
+      fail(e);
+    }
+  });
+}
