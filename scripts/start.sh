@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Until `den serve` exists: build the base template and run one sandbox through create, exec, destroy.
+# Builds the base template (cached), then runs the Den API server in the foreground.
+# With no DEN_API_KEY set and a fresh data dir, it creates an admin key and prints it once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-node packages/cli/dist/src/bin.js demo
+exec node packages/cli/dist/src/bin.js serve "$@"

@@ -169,6 +169,8 @@ export async function execBuffered(client: DenClient, sandboxId: string, cmd: Co
   };
 }
 
+const KNOWN_LINE_TYPES: ReadonlySet<string> = new Set<api.ExecStreamLine["type"]>(["start", "stdout", "stderr", "exit", "error"]);
+
 /** The validated lines of an exec stream; the request starts when this is called. */
 function execLines(client: DenClient, sandboxId: string, cmd: Command, opts: CommandOptions): AsyncGenerator<api.ExecStreamLine, void, undefined> {
   const response = client.request({
@@ -183,7 +185,12 @@ function execLines(client: DenClient, sandboxId: string, cmd: Command, opts: Com
   return (async function* () {
     const res = await response;
     if (!res.body) throw new InvalidResponseError("invalid_response", "exec stream response has no body", res.status);
-    for await (const v of readNdjson(res.body, { status: res.status })) yield validate(v, api.ExecStreamLine.parse, res.status);
+    for await (const v of readNdjson(res.body, { status: res.status })) {
+      // Lines of a type this SDK does not know (say, a future keep-alive) are skipped.
+      const type = typeof v === "object" && v !== null ? (v as { type?: unknown }).type : undefined;
+      if (typeof type === "string" && !KNOWN_LINE_TYPES.has(type)) continue;
+      yield validate(v, api.ExecStreamLine.parse, res.status);
+    }
   })();
 }
 
@@ -245,8 +252,9 @@ export async function execWithCallbacks(client: DenClient, sandboxId: string, cm
  * A command running on the streaming route: an async iterable of its output chunks, and
  * {@link ExecStream.wait} for how it ended. The request starts as soon as the stream is
  * created; iterate it or call `wait()` (which discards output nobody read), or the command
- * may block on a full pipe. It can be iterated once. Leaving the loop early (`break`) closes
- * the connection, and `wait()` then rejects with an `AbortError`.
+ * may block on a full pipe. It can be iterated once. Leaving the loop early (`break`) or
+ * aborting `signal` closes the connection (Den's server then kills the command), and `wait()`
+ * rejects with an `AbortError`.
  *
  * @example
  * ```ts

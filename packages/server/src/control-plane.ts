@@ -224,8 +224,13 @@ export class ControlPlane {
         await this.transition(row.id, "error", "restart", { destroyed_at: this.clock.now() }, { message: "the server stopped while creating it" });
       } else if (row.state === "running" && !onHost.has(row.id)) {
         await this.transition(row.id, "lost", "host_lost");
-      } else if (row.state === "lost" && onHost.has(row.id)) {
-        await this.transition(row.id, "running", "restart");
+      } else if (row.state === "running" && this.host.vmState(row.id) === "paused") {
+        // Stopped mid-hibernate: the VM froze but the record says running. Running wins.
+        await this.host.resume(row.id);
+      } else if ((row.state === "lost" || row.state === "hibernated") && this.host.vmState(row.id) === "running") {
+        // Stopped mid-wake (or the VM came back): the VM runs, so the record follows it.
+        await this.transition(row.id, "running", "restart", { last_activity_at: this.clock.now(), hibernate_snapshot: null });
+        if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot);
       }
     }
     for (const id of onHost) if (!known.has(id)) await this.host.destroy(id);

@@ -34,6 +34,10 @@ export interface HostAgent {
   dropSnapshot(snapshotId: string): Promise<void>;
   /** Ids of the sandboxes whose VMs run (or are paused) on this host. */
   running(): string[];
+  /** Whether a sandbox's VM is executing or frozen; undefined if this host has none. */
+  vmState(id: string): "running" | "paused" | undefined;
+  /** Unfreezes a VM frozen by a hibernate whose record never made it to the database. */
+  resume(id: string): Promise<void>;
   /** Host CPU seconds used by the sandbox's VM, if it runs. */
   cpuSeconds(id: string): number | undefined;
   /** The guest side: exec, files, processes. */
@@ -92,6 +96,16 @@ export class LocalHostAgent implements HostAgent {
 
   running(): string[] {
     return this.rt.list().map((s) => s.id);
+  }
+
+  vmState(id: string): "running" | "paused" | undefined {
+    if (!this.rt.has(id)) return undefined;
+    const s = this.rt.get(id).state;
+    return s === "running" ? "running" : s === "paused" ? "paused" : undefined;
+  }
+
+  async resume(id: string): Promise<void> {
+    await this.rt.get(id).resume();
   }
 
   cpuSeconds(id: string): number | undefined {
