@@ -4,7 +4,14 @@
  */
 import { DenConfigError, InvalidResponseError, errorFromResponse } from "./errors.js";
 
-/** The default API address when neither `apiUrl` nor `DEN_API_URL` is set. */
+/**
+ * The default API address when neither `apiUrl` nor `DEN_API_URL` is set.
+ *
+ * @example
+ * ```ts
+ * const url = process.env.DEN_API_URL ?? DEFAULT_API_URL;
+ * ```
+ */
 export const DEFAULT_API_URL = "http://127.0.0.1:8787";
 
 /**
@@ -22,7 +29,12 @@ export interface DenClientOptions {
   apiUrl?: string;
   /** The API key, sent as `Authorization: Bearer <key>`. */
   apiKey?: string;
-  /** A `fetch` to use instead of the global one (for proxies, retries, tests). */
+  /**
+   * A `fetch` to use instead of the global one (for proxies, retries, tests). Node's global
+   * fetch (undici) gives up on a response whose headers take more than 300 s, or a body that is
+   * silent for 300 s; for buffered execs of longer commands pass a fetch whose dispatcher has
+   * larger `headersTimeout`/`bodyTimeout`, or use `execStream`/background processes.
+   */
   fetch?: typeof globalThis.fetch;
 }
 
@@ -41,10 +53,24 @@ export interface RequestOptions {
   signal?: AbortSignal;
 }
 
-/** Query values; `undefined` entries are left out. */
+/**
+ * Query values; `undefined` entries are left out.
+ *
+ * @example
+ * ```ts
+ * const q: Query = { stream: "stdout", offset: 0, recursive: undefined };
+ * ```
+ */
 export type Query = Record<string, string | number | boolean | undefined>;
 
-/** One request's description. */
+/**
+ * One request's description, for {@link DenClient.request}.
+ *
+ * @example
+ * ```ts
+ * const spec: RequestSpec = { method: "POST", path: "/v1/sandboxes", json: { template: "base" } };
+ * ```
+ */
 export interface RequestSpec {
   method: "GET" | "POST" | "PUT" | "DELETE";
   path: string;
@@ -74,7 +100,14 @@ function env(name: string): string | undefined {
  * ```
  */
 export class DenClient {
-  /** The resolved base URL, without a trailing slash. */
+  /**
+   * The resolved base URL, without a trailing slash.
+   *
+   * @example
+   * ```ts
+   * console.log(new DenClient().apiUrl); // "http://127.0.0.1:8787" unless DEN_API_URL says otherwise
+   * ```
+   */
   readonly apiUrl: string;
   readonly #apiKey: string;
   readonly #fetch: typeof globalThis.fetch;

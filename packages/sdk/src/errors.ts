@@ -21,11 +21,33 @@
  * ```
  */
 export class DenApiError extends Error {
-  /** The error code from the response body, e.g. `"sandbox_not_found"`. */
+  /**
+   * The error code from the response body, e.g. `"sandbox_not_found"`.
+   *
+   * @example
+   * ```ts
+   * if (e instanceof DenApiError && e.code === "not_a_directory") console.log("expected a directory");
+   * ```
+   */
   readonly code: string;
-  /** The HTTP status of the response (0 for errors reported inside a 200 stream). */
+  /**
+   * The HTTP status of the response (for an `error` line inside a streamed exec, which arrives
+   * in a 200 response: the status its code maps to in `ERROR_STATUS`, else 500).
+   *
+   * @example
+   * ```ts
+   * if (e instanceof DenApiError && e.status >= 500) await retryLater();
+   * ```
+   */
   readonly status: number;
-  /** Extra fields the server attached, if any. */
+  /**
+   * Extra fields the server attached, if any.
+   *
+   * @example
+   * ```ts
+   * if (e instanceof DenApiError) console.log(e.details?.limit);
+   * ```
+   */
   readonly details?: Record<string, unknown>;
 
   /**

@@ -2,10 +2,10 @@
  * Running commands: the request body shared by exec and background processes, buffered exec,
  * and the NDJSON exec stream (`start`, `stdout`/`stderr` chunks, then `exit` or `error`).
  */
-import { api } from "@den/protocol";
+import { ERROR_STATUS, api, isErrorCode } from "@den/protocol";
 import { concatBytes, fromBase64, toBase64, toBytes, utf8 } from "./bytes.js";
 import { type DenClient, type RequestOptions, seg, validate } from "./client.js";
-import { InvalidResponseError, apiError } from "./errors.js";
+import { type DenApiError, InvalidResponseError, apiError } from "./errors.js";
 import { readNdjson } from "./ndjson.js";
 import type { WireInput } from "./types.js";
 
@@ -169,6 +169,11 @@ export async function execBuffered(client: DenClient, sandboxId: string, cmd: Co
   };
 }
 
+/** An `error` line's typed error; its status is the one the code maps to (the response itself was a 200). */
+function streamError(e: { code: string; message: string }): DenApiError {
+  return apiError(e.code, e.message, isErrorCode(e.code) ? ERROR_STATUS[e.code] : 500);
+}
+
 const KNOWN_LINE_TYPES: ReadonlySet<string> = new Set<api.ExecStreamLine["type"]>(["start", "stdout", "stderr", "exit", "error"]);
 
 /** The validated lines of an exec stream; the request starts when this is called. */
@@ -223,7 +228,7 @@ export async function execWithCallbacks(client: DenClient, sandboxId: string, cm
         break;
       }
       case "error":
-        throw apiError(line.error.code, line.error.message, 200);
+        throw streamError(line.error);
       case "exit": {
         // Bytes left of an incomplete character at the very end come out as U+FFFD.
         const restOut = outDec.decode();
@@ -329,7 +334,7 @@ export class ExecStream implements AsyncIterable<ExecChunk> {
           this.#settle({ pid, exitCode: line.exit_code, signal: line.signal, timedOut: line.timed_out });
           return;
         } else {
-          throw apiError(line.error.code, line.error.message, 200);
+          throw streamError(line.error);
         }
       }
       throw new InvalidResponseError("invalid_response", "exec stream ended without an exit line", 200);

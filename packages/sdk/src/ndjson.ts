@@ -6,7 +6,14 @@
 import { concatBytes } from "./bytes.js";
 import { InvalidResponseError } from "./errors.js";
 
-/** The default cap on one NDJSON line: 4 MiB. */
+/**
+ * The default cap on one NDJSON line: 4 MiB.
+ *
+ * @example
+ * ```ts
+ * readNdjson(body, { maxLineBytes: 2 * DEFAULT_MAX_LINE_BYTES });
+ * ```
+ */
 export const DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024;
 
 /**

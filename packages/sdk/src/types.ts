@@ -8,11 +8,32 @@ import type { api } from "@den/protocol";
 /** The type a zod schema accepts as input (what a request body may contain). */
 export type WireInput<S extends { _input: unknown }> = S["_input"];
 
-/** A sandbox's lifecycle state. */
+/**
+ * A sandbox's lifecycle state: `creating`, `running`, `hibernated`, `destroyed`, `lost` or `error`.
+ *
+ * @example
+ * ```ts
+ * const alive = (s: SandboxState) => s === "running" || s === "hibernated";
+ * ```
+ */
 export type SandboxState = api.SandboxState;
-/** Why a sandbox last changed state. */
+/**
+ * Why a sandbox last changed state: `user`, `ttl`, `idle`, `error`, `host_lost` or `restart`.
+ *
+ * @example
+ * ```ts
+ * if (sbx.state === "destroyed" && sbx.info.stateReason === "ttl") console.log("expired");
+ * ```
+ */
 export type TransitionReason = api.TransitionReason;
-/** What happens when a sandbox has been idle for `idleTimeoutSeconds`. */
+/**
+ * What happens when a sandbox has been idle for `idleTimeoutSeconds`: `hibernate` or `destroy`.
+ *
+ * @example
+ * ```ts
+ * const onIdle: OnIdle = "hibernate";
+ * ```
+ */
 export type OnIdle = SandboxInfo["onIdle"];
 
 /**

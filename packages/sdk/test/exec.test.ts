@@ -91,6 +91,7 @@ test("exec with callbacks streams chunks, decoding characters split across chunk
 test("execStream yields chunks and wait() gives the exit", async () => {
   den.onExecStream = async (_req, _res, line) => {
     line({ type: "start", pid: 9 });
+    line({ type: "keepalive" }); // unknown line types are skipped (forward compatibility)
     for (const s of ["a", "b", "c"]) {
       line({ type: "stdout", data_b64: b64(s) });
       await sleep(5);
@@ -115,7 +116,7 @@ test("execStream: an error line throws its typed error; a stream without exit is
     line({ type: "error", error: { code: "agent_unavailable", message: "agent went away" } });
   };
   const run = sbx.execStream("x");
-  await assert.rejects(run.wait(), (e: unknown) => e instanceof UnavailableError && e.code === "agent_unavailable");
+  await assert.rejects(run.wait(), (e: unknown) => e instanceof UnavailableError && e.code === "agent_unavailable" && e.status === 503);
   await assert.rejects(sbx.exec("x", { onStdout: () => {} }), UnavailableError);
 
   den.onExecStream = (_req, _res, line) => {
