@@ -1,0 +1,71 @@
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { Sandbox, SandboxNotFoundError, UnauthorizedError } from "@den/sdk";
+import type { RunningServer } from "../src/index.js";
+import { ADMIN_KEY, testServer } from "./helpers.js";
+
+/** The seeds' agent loop, with the SDK as the client of a real server and real microVMs. */
+describe("the SDK drives an agent loop end to end", () => {
+  let server: RunningServer;
+  let opts: { apiUrl: string; apiKey: string };
+  before(async () => {
+    server = await testServer();
+    opts = { apiUrl: server.url, apiKey: ADMIN_KEY };
+  });
+  after(async () => {
+    for await (const s of Sandbox.list(opts)) await (await Sandbox.connect(s.id, opts)).destroy();
+    await server?.close();
+  });
+
+  async function agentLoop(sbx: Sandbox): Promise<void> {
+    await sbx.exec("git init -q /work && cd /work && git config user.email a@b && git config user.name agent && echo 0 > n.txt && git add . && git commit -qm init");
+    for (let turn = 1; turn <= 10; turn++) {
+      const before = await sbx.exec("cat /work/n.txt", { timeoutSeconds: 120 });
+      assert.equal(before.stdout.trim(), String(turn - 1), `turn ${turn} sees the previous turn's write`);
+      await sbx.filesystem.write("/work/n.txt", `${turn}\n`);
+      const after = await sbx.exec(["python3", "-c", "print(int(open('/work/n.txt').read()) * 2)"]);
+      assert.equal(after.stdout, `${turn * 2}\n`);
+      assert.equal(after.exitCode, 0);
+      if (turn === 5) {
+        // The model thinks: hibernate while waiting, wake on the next turn.
+        await sbx.hibernate();
+        assert.equal(sbx.state, "hibernated");
+        await sbx.wake();
+        assert.equal(sbx.state, "running");
+      }
+    }
+    const log = await sbx.exec("cd /work && git status --porcelain");
+    assert.equal(log.stdout, " M n.txt\n");
+  }
+
+  test("explicit destroy in finally", async () => {
+    const sbx = await Sandbox.create({ ...opts, template: "base", persistent: true, ttlSeconds: 3600, metadata: { task_id: "refactor-auth", user_id: "u_8821" } });
+    try {
+      assert.equal(sbx.info.metadata.task_id, "refactor-auth");
+      await agentLoop(sbx);
+      const chunks: string[] = [];
+      const r = await sbx.exec("for i in 1 2 3; do echo line$i; sleep 0.1; done", { onStdout: (c) => chunks.push(c) });
+      assert.equal(chunks.join(""), "line1\nline2\nline3\n");
+      assert.equal(r.exitCode, 0);
+    } finally {
+      await sbx.destroy();
+    }
+    await assert.rejects(Sandbox.connect(sbx.id, opts).then((s) => s.exec("true")), (e: unknown) => e instanceof Error);
+    assert.equal((await Sandbox.connect(sbx.id, opts)).state, "destroyed");
+  });
+
+  test("await using destroys at scope exit", async () => {
+    let id = "";
+    {
+      await using sbx = await Sandbox.create({ ...opts, persistent: true });
+      id = sbx.id;
+      await agentLoop(sbx);
+    }
+    assert.equal((await Sandbox.connect(id, opts)).state, "destroyed");
+  });
+
+  test("typed errors from the server's codes", async () => {
+    await assert.rejects(Sandbox.connect("sbx_aaaaaaaaaaaaaaaa", opts), SandboxNotFoundError);
+    await assert.rejects(Sandbox.create({ ...opts, apiKey: "wrong" }), UnauthorizedError);
+  });
+});
