@@ -7,6 +7,9 @@ import {
 } from "@den/protocol";
 import { connectUnixRetry } from "./qmp.js";
 
+/** How long the first hello waits before it is retried on a new connection (doubling each time). */
+const FIRST_HELLO_PATIENCE_MS = 4_000;
+
 /** Bytes a host discards while looking for the SYNC marker before it gives up on the guest. */
 const MAX_SYNC_DISCARD = 16 * 1024 * 1024;
 
@@ -53,28 +56,46 @@ export class AgentClient {
    * Connects to the agent socket, then says hello and waits for the SYNC marker.
    * `afterConnect` runs once the socket is connected and the hello queued: a restore
    * resumes the VM there, so the guest never sees the host side closed (see restoreFrom).
+   *
+   * A hello that goes unanswered is retried on a fresh connection (with growing
+   * patience): the guest then sees a clean close and reopen, which recovers from a
+   * hello that crossed the guest's handling of a previous host's disconnect.
    */
   static async connect(path: string, timeoutMs = 15_000, afterConnect?: () => Promise<void>): Promise<AgentClient> {
-    const client = new AgentClient();
     const deadline = Date.now() + timeoutMs;
-    client.socket = await connectUnixRetry(path, timeoutMs, (why) => new DenError("agent_unavailable", `agent socket did not open: ${why}`));
-    client.socket.on("data", (d: Buffer) => client.onBytes(d));
-    client.socket.on("error", (e) => client.fail(new DenError("agent_unavailable", `agent connection: ${e.message}`)));
-    client.socket.on("close", () => client.fail(new DenError("agent_unavailable", "agent connection closed")));
+    let patience = FIRST_HELLO_PATIENCE_MS;
+    for (let attempt = 0; ; attempt++) {
+      const client = new AgentClient();
+      const budget = Math.min(patience, deadline - Date.now());
+      try {
+        await client.open(path, Math.max(1, budget), attempt === 0 ? afterConnect : undefined);
+        return client;
+      } catch (e) {
+        client.close();
+        const helloTimeout = e instanceof DenError && e.code === "agent_unavailable" && /did not answer hello/.test(e.message);
+        if (!helloTimeout || Date.now() >= deadline - 50) {
+          throw helloTimeout ? new DenError("agent_unavailable", `agent did not answer hello within ${timeoutMs} ms (${attempt + 1} attempts)`) : e;
+        }
+        patience *= 2;
+      }
+    }
+  }
+
+  private async open(path: string, timeoutMs: number, afterConnect?: () => Promise<void>): Promise<void> {
+    this.socket = await connectUnixRetry(path, timeoutMs, (why) => new DenError("agent_unavailable", `agent socket did not open: ${why}`));
+    this.socket.on("data", (d: Buffer) => this.onBytes(d));
+    this.socket.on("error", (e) => this.fail(new DenError("agent_unavailable", `agent connection: ${e.message}`)));
+    this.socket.on("close", () => this.fail(new DenError("agent_unavailable", "agent connection closed")));
     const nonce = randomBytes(SYNC_NONCE_BYTES);
-    client.syncing = { nonce, tail: Buffer.alloc(0), discarded: 0 };
-    const timer = setTimeout(() => client.fail(new DenError("agent_unavailable", `agent did not answer hello within ${timeoutMs} ms`)), Math.max(1, deadline - Date.now()));
+    this.syncing = { nonce, tail: Buffer.alloc(0), discarded: 0 };
+    const timer = setTimeout(() => this.fail(new DenError("agent_unavailable", `agent did not answer hello within ${timeoutMs} ms`)), timeoutMs);
     try {
-      const helloReply = client.request("sys.hello", { version: PROTOCOL_VERSION, session: nonce.toString("hex") });
+      const helloReply = this.request("sys.hello", { version: PROTOCOL_VERSION, session: nonce.toString("hex") });
       helloReply.catch(() => undefined);
       await afterConnect?.();
       const hello = await helloReply;
       if (hello.protocol !== PROTOCOL_VERSION) throw new DenError("agent_protocol_error", `agent speaks protocol ${hello.protocol}, host ${PROTOCOL_VERSION}`);
-      client.hello = hello;
-      return client;
-    } catch (e) {
-      client.close();
-      throw e;
+      this.hello = hello;
     } finally {
       clearTimeout(timer);
     }

@@ -69,7 +69,7 @@ describe("den serve survives kill -9", () => {
     server = await spawnServer(PORT);
     for (const id of ids) {
       const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "a=$(cat /tmp/tick); sleep 0.6; b=$(cat /tmp/tick); [ \"$a\" != \"$b\" ] && echo ticking" });
-      assert.equal(r.body.stdout, "ticking\n", `sandbox ${id} adopted with its background process`);
+      assert.equal(r.body.stdout, "ticking\n", `sandbox ${id} adopted with its background process: ${r.text}`);
     }
     const lost = await api("GET", `/v1/sandboxes/${victim.body.id}`);
     assert.equal(lost.body.state, "lost");
