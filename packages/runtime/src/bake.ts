@@ -1,10 +1,10 @@
 import { createHash } from "node:crypto";
-import { chmod, copyFile, readdir, rm, writeFile } from "node:fs/promises";
+import { chmod, copyFile, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { ImageArtifacts, Recipe } from "@den/images";
 import { deviceSetId } from "./qemu.js";
 import type { Runtime } from "./runtime.js";
-import { digestFiles, hostSection, writeManifest } from "./snapshot.js";
+import { digestFiles, hostSection, writeManifest, type TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, checkTemplateName, type TemplateInfo } from "./templates.js";
 
 /** A template's version: the hash of its recipe, its image, and the host shape its snapshot needs. */
@@ -31,14 +31,37 @@ export async function bakeTemplate(rt: Runtime, recipe: Recipe, image: ImageArti
     log(`template ${ref.name}@${ref.version}: already built`);
     return { ...(await rt.templates.resolve(`${ref.name}@${ref.version}`)), reused: true };
   }
+  return bakeInto(rt, ref, recipe, { kernel: image.kernel, initrd: image.initrd, disk: image.disk }, `booting ${image.kernelVersion}`, log);
+}
+
+/**
+ * A template of another size (vCPUs, memory): a template snapshot fixes both, so each
+ * shape gets its own snapshot, baked from the base version's kernel and disk on first
+ * use and kept as template `<name>.<vcpus>c<memory>m` with the base's version.
+ */
+export async function bakeVariant(rt: Runtime, base: TemplateInfo, vcpus: number, memoryMb: number, log: (l: string) => void = () => undefined): Promise<TemplateInfo> {
+  const ref = { name: `${base.name}.${vcpus}c${memoryMb}m`, version: base.version };
+  checkTemplateName(ref.name);
+  if (rt.templates.has(ref)) return rt.templates.resolve(`${ref.name}@${ref.version}`);
+  const recipe = { ...(JSON.parse(await readFile(join(base.dir, TEMPLATE_FILES.recipe), "utf8")) as Recipe), name: ref.name, vcpus, memoryMb };
+  const files = { kernel: join(base.dir, TEMPLATE_FILES.kernel), initrd: join(base.dir, TEMPLATE_FILES.initrd), disk: join(base.dir, TEMPLATE_FILES.disk) };
+  return bakeInto(rt, ref, recipe, files, `variant of ${base.name}@${base.version}`, log);
+}
+
+/** Boots kernel + disk once with its RAM in a file, waits for the agent, snapshots, installs. */
+async function bakeInto(
+  rt: Runtime, ref: TemplateRef, recipe: Recipe, from: { kernel: string; initrd: string; disk: string },
+  what: string, log: (l: string) => void,
+): Promise<TemplateInfo & { reused: boolean }> {
   const dir = await rt.templates.buildDir(ref);
   try {
-    await copyFile(image.kernel, join(dir, TEMPLATE_FILES.kernel));
-    await copyFile(image.initrd, join(dir, TEMPLATE_FILES.initrd));
-    await copyFile(image.disk, join(dir, TEMPLATE_FILES.disk));
+    await copyFile(from.kernel, join(dir, TEMPLATE_FILES.kernel));
+    await copyFile(from.initrd, join(dir, TEMPLATE_FILES.initrd));
+    await copyFile(from.disk, join(dir, TEMPLATE_FILES.disk));
+    await chmod(join(dir, TEMPLATE_FILES.disk), 0o644);
     await writeFile(join(dir, TEMPLATE_FILES.recipe), JSON.stringify(recipe, null, 2) + "\n");
     const t0 = Date.now();
-    log(`template ${ref.name}@${ref.version}: booting ${image.kernelVersion}...`);
+    log(`template ${ref.name}@${ref.version}: ${what}...`);
     const { vm, agent } = await rt.bootVm({
       dir, kernel: join(dir, TEMPLATE_FILES.kernel), initrd: join(dir, TEMPLATE_FILES.initrd), disk: join(dir, TEMPLATE_FILES.disk),
       memoryFile: join(dir, TEMPLATE_FILES.memory), vcpus: recipe.vcpus, memoryMb: recipe.memoryMb,

@@ -1,6 +1,6 @@
 import { rm } from "node:fs/promises";
 import { DenError } from "@den/protocol";
-import { Runtime, type Sandbox as VmSandbox, type TemplateInfo } from "@den/runtime";
+import { Runtime, bakeVariant, type Sandbox as VmSandbox, type TemplateInfo } from "@den/runtime";
 
 export interface HostCreateSpec {
   id: string;
@@ -47,6 +47,8 @@ export interface HostAgent {
 }
 
 export class LocalHostAgent implements HostAgent {
+  private bakes = new Map<string, Promise<TemplateInfo>>();
+
   private constructor(private readonly rt: Runtime) {}
 
   static async open(dataDir: string): Promise<LocalHostAgent> {
@@ -59,12 +61,24 @@ export class LocalHostAgent implements HostAgent {
 
   async create(spec: HostCreateSpec): Promise<HostSandboxInfo> {
     const tpl = await this.rt.templates.resolve(spec.template);
-    const sameShape = (spec.vcpus ?? tpl.manifest.vm.vcpus) === tpl.manifest.vm.vcpus && (spec.memoryMb ?? tpl.manifest.vm.memoryMb) === tpl.manifest.vm.memoryMb;
-    const opts = { id: spec.id, template: `${tpl.name}@${tpl.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}) };
-    // A template fixes vCPUs and memory; another shape boots from the template's kernel and disk.
-    const sbx = sameShape ? await this.rt.create(opts) : await this.rt.boot({ ...opts, ...(spec.vcpus ? { vcpus: spec.vcpus } : {}), ...(spec.memoryMb ? { memoryMb: spec.memoryMb } : {}) });
+    const vcpus = spec.vcpus ?? tpl.manifest.vm.vcpus;
+    const memoryMb = spec.memoryMb ?? tpl.manifest.vm.memoryMb;
+    // A template snapshot fixes vCPUs and memory: another shape restores a snapshot of that
+    // shape, baked once on first use (concurrent first uses share one bake).
+    const source = vcpus === tpl.manifest.vm.vcpus && memoryMb === tpl.manifest.vm.memoryMb ? tpl : await this.variant(tpl, vcpus, memoryMb);
+    const sbx = await this.rt.create({ id: spec.id, template: `${source.name}@${source.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}) });
     const i = sbx.info;
-    return { template: i.template.name, templateVersion: i.template.version, vcpus: i.vcpus, memoryMb: i.memoryMb, diskMb: i.diskMb };
+    return { template: tpl.name, templateVersion: tpl.version, vcpus: i.vcpus, memoryMb: i.memoryMb, diskMb: i.diskMb };
+  }
+
+  private variant(base: TemplateInfo, vcpus: number, memoryMb: number): Promise<TemplateInfo> {
+    const key = `${base.name}@${base.version}/${vcpus}/${memoryMb}`;
+    let p = this.bakes.get(key);
+    if (!p) {
+      p = bakeVariant(this.rt, base, vcpus, memoryMb).finally(() => this.bakes.delete(key));
+      this.bakes.set(key, p);
+    }
+    return p;
   }
 
   async destroy(id: string): Promise<void> {

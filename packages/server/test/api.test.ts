@@ -122,6 +122,27 @@ describe("the /v1 API against real microVMs", () => {
     assert.equal(r.body.stdout, "before\nproc-alive\n");
   });
 
+  test("another vCPU/memory shape restores a snapshot of that shape, baked once on first use", async () => {
+    const a = await admin("POST", "/v1/sandboxes", { vcpus: 2, memory_mb: 768 });
+    assert.equal(a.status, 201, a.text);
+    assert.equal(a.body.vcpus, 2);
+    assert.equal(a.body.memory_mb, 768);
+    assert.equal(a.body.template, "base");
+    const r = await admin("POST", `/v1/sandboxes/${a.body.id}/exec`, { cmd: "nproc; awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo" });
+    const [cpus, memMb] = r.body.stdout.trim().split("\n").map(Number);
+    assert.equal(cpus, 2);
+    assert.ok(memMb > 600 && memMb <= 768, `MemTotal ${memMb} MiB`);
+    const variants = (await admin("GET", "/v1/templates")).body.templates.filter((t: { name: string }) => t.name === "base.2c768m");
+    assert.equal(variants.length, 1, "the shape's snapshot is kept as a template");
+    const b = await admin("POST", "/v1/sandboxes", { vcpus: 2, memory_mb: 768 });
+    assert.equal(b.status, 201);
+    assert.equal((await admin("GET", "/v1/templates")).body.templates.filter((t: { name: string }) => t.name === "base.2c768m").length, 1, "baked once");
+    const over = await admin("POST", "/v1/sandboxes", { vcpus: 16 });
+    assert.equal(over.status, 400);
+    await admin("DELETE", `/v1/sandboxes/${a.body.id}`);
+    await admin("DELETE", `/v1/sandboxes/${b.body.id}`);
+  });
+
   test("TTL can be moved with /timeout; responses show the absolute deadline", async () => {
     const t0 = Date.now();
     const r = await admin("POST", `/v1/sandboxes/${id}/timeout`, { seconds: 7200 });
