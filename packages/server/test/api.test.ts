@@ -4,6 +4,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import type { RunningServer } from "../src/index.js";
 import WebSocket from "ws";
+import { Validator } from "@seriousme/openapi-schema-validator";
 import { ADMIN_KEY, client, testServer, waitFor } from "./helpers.js";
 
 describe("the /v1 API against real microVMs", () => {
@@ -194,6 +195,18 @@ describe("the /v1 API against real microVMs", () => {
     }
     const huge = await admin("POST", `/v1/sandboxes/${id}/exec`, { cmd: "x".repeat(20 * 1024 * 1024) });
     assert.equal(huge.status, 413);
+    // Uploads stream to the guest and stop at the configured limit.
+    const limits = server.cp.config.limits;
+    const saved = limits.uploadBytes;
+    limits.uploadBytes = 64 * 1024;
+    try {
+      const big = await admin("PUT", `/v1/sandboxes/${id}/files?path=/work/too-big`, randomBytes(200 * 1024), { "content-type": "application/octet-stream" });
+      assert.equal(big.status, 413, big.text);
+      assert.equal(big.body.error.code, "payload_too_large");
+      assert.equal((await admin("GET", `/v1/sandboxes/${id}/files/stat?path=/work/too-big`)).status, 404, "nothing half-written");
+    } finally {
+      limits.uploadBytes = saved;
+    }
     assert.equal((await admin("POST", `/v1/sandboxes/${id}/exec`, { cmd: "cat /work/a.txt" })).body.stdout, "hi\n");
     assert.equal((await fetch(`${server.url}/healthz`)).status, 200);
   });
@@ -234,6 +247,8 @@ describe("the /v1 API against real microVMs", () => {
       assert.ok(doc.paths[p], `OpenAPI has ${p}`);
     }
     assert.ok(routes.length > 0);
+    const validation = await new Validator().validate(doc as Parameters<Validator["validate"]>[0]);
+    assert.equal(validation.valid, true, JSON.stringify(validation.errors));
     const { readFileSync } = await import("node:fs");
     const committed = JSON.parse(readFileSync(new URL("../../openapi.json", import.meta.url), "utf8"));
     assert.deepEqual(committed, doc, "packages/server/openapi.json is stale: run `npm run openapi`");

@@ -45,6 +45,9 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
     schema: { summary: "Upload a file (raw bytes, application/octet-stream); atomic in the guest", params: IdParams, querystring: PathQuery, response: { 200: api.FileStat } },
   }, async (req) => {
     const row = await cp.owned(principal(req), req.params.id);
+    const declared = Number(req.headers["content-length"] ?? NaN);
+    // Refused before a byte is read: Node then discards the body and the client gets the 413.
+    if (declared > cp.config.limits.uploadBytes) throw new DenError("payload_too_large", `upload of ${declared} bytes exceeds ${cp.config.limits.uploadBytes}`);
     const guest = await cp.guest(row.id);
     const body = req.body as unknown;
     const source: AsyncIterable<Buffer> =
