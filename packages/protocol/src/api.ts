@@ -129,6 +129,8 @@ export const ExecStreamLine = z.discriminatedUnion("type", [
   z.object({ type: z.literal("stderr"), data_b64: z.string() }),
   z.object({ type: z.literal("exit"), exit_code: z.number().int().nullable(), signal: z.number().int().nullable(), timed_out: z.boolean() }),
   z.object({ type: z.literal("error"), error: z.object({ code: z.string(), message: z.string() }) }),
+  /** Sent every 15 s of silence so proxies and HTTP clients keep the stream open; ignore it. */
+  z.object({ type: z.literal("keepalive") }),
 ]);
 export type ExecStreamLine = z.infer<typeof ExecStreamLine>;
 

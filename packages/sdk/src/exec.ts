@@ -333,7 +333,7 @@ export class ExecStream implements AsyncIterable<ExecChunk> {
         } else if (line.type === "exit") {
           this.#settle({ pid, exitCode: line.exit_code, signal: line.signal, timedOut: line.timed_out });
           return;
-        } else {
+        } else if (line.type === "error") {
           throw streamError(line.error);
         }
       }

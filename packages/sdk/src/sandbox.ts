@@ -111,6 +111,9 @@ export interface EventsOptions extends RequestOptions {
  * // destroyed when the scope ends
  * ```
  */
+/** Commands bounded by this timeout may use the buffered exec route. */
+const BUFFERED_EXEC_MAX_SECONDS = 240;
+
 export class Sandbox {
   readonly #client: DenClient;
   #info: SandboxInfo;
@@ -303,7 +306,10 @@ export class Sandbox {
   exec(cmd: Command, opts?: ExecOptions | BackgroundExecOptions): Promise<ExecResult | Process>;
   async exec(cmd: Command, opts: ExecOptions | BackgroundExecOptions = {}): Promise<ExecResult | Process> {
     if (opts.background === true) return this.processes.start(cmd, opts);
-    if (opts.onStdout || opts.onStderr) return execWithCallbacks(this.#client, this.id, cmd, opts);
+    // Long or unbounded commands use the streaming route: its keepalive lines outlast
+    // fetch's 300 s limits, which a buffered response (nothing until the end) would hit.
+    const short = opts.timeoutSeconds !== undefined && opts.timeoutSeconds > 0 && opts.timeoutSeconds <= BUFFERED_EXEC_MAX_SECONDS;
+    if (opts.onStdout || opts.onStderr || !short) return execWithCallbacks(this.#client, this.id, cmd, opts);
     return execBuffered(this.#client, this.id, cmd, opts);
   }
 

@@ -14,7 +14,8 @@ after(async () => {
 });
 
 test("buffered exec: a string is cmd, an array is argv, options are snake_case", async () => {
-  const r = await sbx.exec("echo hello");
+  // A short timeout keeps the buffered route; unbounded commands stream (next test).
+  const r = await sbx.exec("echo hello", { timeoutSeconds: 30 });
   assert.equal(r.stdout, "hello\n");
   assert.deepEqual(r.stdoutBytes, new TextEncoder().encode("hello\n"));
   assert.equal(r.stderr, "");
@@ -22,7 +23,7 @@ test("buffered exec: a string is cmd, an array is argv, options are snake_case",
   assert.equal(r.signal, null);
   assert.equal(r.timedOut, false);
   assert.equal(r.durationMs, 3);
-  assert.deepEqual(den.lastRequest("POST", /\/exec$/)?.json, { cmd: "echo hello" });
+  assert.deepEqual(den.lastRequest("POST", /\/exec$/)?.json, { cmd: "echo hello", timeout_seconds: 30 });
 
   await sbx.exec(["python3", "-c", "print(1)"], { cwd: "/workspace", env: { A: "1" }, stdin: "in\u00e9", timeoutSeconds: 5 });
   assert.deepEqual(den.lastRequest("POST", /\/exec$/)?.json, {
@@ -32,8 +33,15 @@ test("buffered exec: a string is cmd, an array is argv, options are snake_case",
     stdin_b64: b64("in\u00e9"),
     timeout_seconds: 5,
   });
-  await sbx.exec("cat", { stdin: new Uint8Array([0, 255, 128]) });
+  await sbx.exec("cat", { stdin: new Uint8Array([0, 255, 128]), timeoutSeconds: 30 });
   assert.equal((den.lastRequest("POST", /\/exec$/)?.json as { stdin_b64: string }).stdin_b64, "AP+A");
+});
+
+test("an exec without a short timeout takes the streaming route and returns the same result", async () => {
+  const r = await sbx.exec("echo hello");
+  assert.equal(r.exitCode, 0);
+  assert.ok(den.lastRequest("POST", /\/exec\/stream$/), "streamed");
+  assert.deepEqual(den.lastRequest("POST", /\/exec\/stream$/)?.json, { cmd: "echo hello" });
 });
 
 test("buffered exec: non-UTF-8 output comes from the *_b64 fields, timeouts and signals are mapped", async () => {

@@ -221,7 +221,7 @@ test("abort: a pre-aborted signal and an abort mid-request both reject with Abor
     return new Promise(() => {});
   };
   const ac2 = new AbortController();
-  const p = sbx.exec("sleep 100", { signal: ac2.signal });
+  const p = sbx.exec("sleep 100", { signal: ac2.signal, timeoutSeconds: 200 });
   setTimeout(() => ac2.abort(), 50);
   await assert.rejects(p, { name: "AbortError" });
   assert.ok(hung);
@@ -261,7 +261,7 @@ test("an error answer without the error envelope is still a DenApiError", async 
     throw Object.assign(new Error("x"), {});
   };
   const sbx = await Sandbox.create(den.opts);
-  await assert.rejects(sbx.exec("boom"), (e: unknown) => e instanceof DenApiError && e.code === "internal" && e.status === 500);
+  await assert.rejects(sbx.exec("boom", { timeoutSeconds: 10 }), (e: unknown) => e instanceof DenApiError && e.code === "internal" && e.status === 500);
   den.onExec = orig;
   // And a raw 503 from a "proxy":
   const f: typeof fetch = async () => new Response("upstream down", { status: 503, statusText: "Service Unavailable" });

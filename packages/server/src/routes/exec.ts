@@ -1,10 +1,10 @@
-import { Readable } from "node:stream";
 import { z } from "zod";
 import { DenError, api } from "@den/protocol";
 import type { Command, ExecOptions } from "@den/runtime";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
 import type { SandboxRow } from "../store.js";
+import { ndjsonStream } from "../ndjson.js";
 
 const IdParams = z.object({ id: z.string().max(64) });
 const ProcParams = z.object({ id: z.string().max(64), proc: z.coerce.number().int().min(1) });
@@ -80,7 +80,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
         yield JSON.stringify({ type: "error", error: { code: err.code, message: err.message } }) + "\n";
       }
     }
-    const stream = Readable.from(cp.withExecStream(row.id, lines()));
+    const stream = ndjsonStream(cp.withExecStream(row.id, lines()));
     return reply.type("application/x-ndjson").header("cache-control", "no-store").send(stream);
   });
 

@@ -3,6 +3,7 @@ import { api } from "@den/protocol";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
 import { toApiSandbox } from "../store.js";
+import { ndjsonStream } from "../ndjson.js";
 
 const IdParams = z.object({ id: z.string().max(64) });
 
@@ -77,20 +78,20 @@ export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {
     const row = await cp.owned(principal(req), req.params.id);
     let after = req.query.after ?? 0;
     if (req.query.follow !== "true") return { events: await cp.store.events(row.id, after) };
-    reply.raw.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-store" });
     let open = true;
     req.raw.on("close", () => (open = false));
-    while (open) {
-      const events = await cp.store.events(row.id, after);
-      for (const e of events) {
-        reply.raw.write(JSON.stringify(e) + "\n");
-        after = e.seq;
+    async function* follow(): AsyncGenerator<string> {
+      while (open) {
+        const events = await cp.store.events(row.id, after);
+        for (const e of events) {
+          yield JSON.stringify(e) + "\n";
+          after = e.seq;
+        }
+        const current = await cp.store.getSandbox(row.id);
+        if (!events.length && current?.state === "destroyed") return;
+        await new Promise((r) => setTimeout(r, 500));
       }
-      const current = await cp.store.getSandbox(row.id);
-      if (!events.length && current?.state === "destroyed") break;
-      await new Promise((r) => setTimeout(r, 500));
     }
-    reply.raw.end();
-    return reply;
+    return reply.type("application/x-ndjson").header("cache-control", "no-store").send(ndjsonStream(follow()));
   });
 }
