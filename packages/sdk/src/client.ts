@@ -110,6 +110,11 @@ export class DenClient {
    */
   readonly apiUrl: string;
   readonly #apiKey: string;
+
+  /** Headers that authenticate a request outside `request()` (WebSockets). */
+  authHeaders(): Record<string, string> {
+    return { authorization: `Bearer ${this.#apiKey}` };
+  }
   readonly #fetch: typeof globalThis.fetch;
 
   /**

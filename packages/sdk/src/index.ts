@@ -62,3 +62,4 @@ export type {
   TemplateInfo,
   ApiKeyInfo,
 } from "./types.js";
+export { Pty, type PtyOptions } from "./pty.js";

@@ -1,5 +1,6 @@
 /** The `Sandbox` class: create, connect, list, and everything done to one sandbox. */
 import "./polyfill.js";
+import { Pty, type PtyOptions } from "./pty.js";
 import { api } from "@den/protocol";
 import { DenClient, type DenClientOptions, type RequestOptions, listOf, seg, validate } from "./client.js";
 import { SandboxNotFoundError } from "./errors.js";
@@ -326,6 +327,21 @@ export class Sandbox {
    */
   execStream(cmd: Command, opts: CommandOptions = {}): ExecStream {
     return new ExecStream(this.#client, this.id, cmd, opts);
+  }
+
+  /**
+   * Opens an interactive terminal (PTY over a WebSocket) running `cmd` (default: a login shell).
+   *
+   * @example
+   * ```ts
+   * const term = await sbx.pty({ onData: (d) => process.stdout.write(d) });
+   * term.write("echo hi\n");
+   * term.write("exit\n");
+   * await term.wait();
+   * ```
+   */
+  pty(opts: PtyOptions = {}): Promise<Pty> {
+    return Pty.open(this.#client, this.id, opts);
   }
 
   /**

@@ -64,6 +64,29 @@ describe("the SDK drives an agent loop end to end", () => {
     assert.equal((await Sandbox.connect(id, opts)).state, "destroyed");
   });
 
+  test("an interactive terminal: resize, Ctrl-C, exit code", async () => {
+    await using sbx = await Sandbox.create(opts);
+    let out = "";
+    const term = await sbx.pty({ rows: 24, cols: 80, onData: (d) => (out += Buffer.from(d).toString()) });
+    const until = async (re: RegExp) => {
+      const t0 = Date.now();
+      while (!re.test(out)) {
+        if (Date.now() - t0 > 20_000) throw new Error(`no ${re} in ${JSON.stringify(out.slice(-300))}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    };
+    await term.resize(33, 99);
+    term.write("stty size\n");
+    await until(/33 99/);
+    term.write("sleep 1000\n");
+    await new Promise((r) => setTimeout(r, 1000));
+    term.write("\x03");
+    term.write("echo back-$((40+2))\n");
+    await until(/back-42/);
+    term.write("exit 9\n");
+    assert.deepEqual(await term.wait(), { exitCode: 9, signal: null });
+  });
+
   test("typed errors from the server's codes", async () => {
     await assert.rejects(Sandbox.connect("sbx_aaaaaaaaaaaaaaaa", opts), SandboxNotFoundError);
     await assert.rejects(Sandbox.create({ ...opts, apiKey: "wrong" }), UnauthorizedError);
