@@ -15,9 +15,30 @@ declare module "fastify" {
   interface FastifyRequest {
     principal?: Principal;
   }
+  interface FastifyInstance {
+    /** Every documented route, as registered (the OpenAPI test checks the document against it). */
+    denRoutes: Array<{ method: string; url: string }>;
+  }
 }
 
 export type TypedApp = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, ZodTypeProvider>;
+
+const PTY_PATH_DOC = {
+  "/v1/sandboxes/{id}/pty": {
+    get: {
+      summary: "Interactive shell on a PTY (WebSocket upgrade)",
+      description: "Binary messages: stdin (client) and terminal output (server). Text messages: {type:'resize',rows,cols} and {type:'signal',signal} from the client; {type:'exit',exit_code,signal} or {type:'error',error} from the server, before it closes.",
+      parameters: [
+        { name: "id", in: "path", required: true, schema: { type: "string" } },
+        { name: "cmd", in: "query", schema: { type: "string", maxLength: 4096 } },
+        { name: "cwd", in: "query", schema: { type: "string", maxLength: 4096 } },
+        { name: "rows", in: "query", schema: { type: "integer", minimum: 1, maximum: 1000 } },
+        { name: "cols", in: "query", schema: { type: "integer", minimum: 1, maximum: 1000 } },
+      ],
+      responses: { "101": { description: "Switching to the WebSocket protocol" } },
+    },
+  },
+};
 
 function errorBody(code: ErrorCode, message: string) {
   return { error: { code, message } };
@@ -43,6 +64,12 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
     // Ids and paths travel in URLs; keep them bounded.
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
   });
+  const routes: Array<{ method: string; url: string }> = [];
+  app.decorate("denRoutes", routes);
+  app.addHook("onRoute", (r) => {
+    if ((r.schema as { hide?: boolean } | undefined)?.hide) return;
+    for (const m of [r.method].flat()) if (m !== "HEAD") routes.push({ method: m, url: r.url });
+  });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   await app.register(swagger, {
@@ -52,6 +79,12 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
       security: [{ bearer: [] }],
     },
     transform: jsonSchemaTransform,
+    // @fastify/websocket hides WebSocket routes from the document; describe the PTY by hand.
+    transformObject: (doc) => {
+      const o = (doc as { openapiObject: { paths?: Record<string, unknown> } }).openapiObject;
+      o.paths = { ...o.paths, ...PTY_PATH_DOC };
+      return o as never;
+    },
   });
 
   await app.register(websocket, { options: { maxPayload: 1024 * 1024 } });

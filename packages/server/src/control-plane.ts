@@ -156,6 +156,7 @@ export class ControlPlane {
   async guest(id: string): Promise<VmSandbox> {
     let row = (await this.store.getSandbox(id))!;
     if (row.state === "hibernated") row = await this.wake(id, "user");
+    if (row.state === "destroyed") throw new DenError("sandbox_destroyed", `sandbox ${id} has been destroyed`);
     if (row.state !== "running") throw new DenError("sandbox_not_running", `sandbox ${id} is ${row.state}`);
     await this.touch(id);
     return this.host.guest(id);
@@ -220,7 +221,9 @@ export class ControlPlane {
     const live = await this.store.liveSandboxes();
     const known = new Set(live.map((r) => r.id));
     for (const row of live) {
-      if (row.state === "creating" && !onHost.has(row.id)) {
+      if (row.state === "creating") {
+        // Nobody got this sandbox back from its create call: drop any half-made VM.
+        if (onHost.has(row.id)) await this.host.destroy(row.id);
         await this.transition(row.id, "error", "restart", { destroyed_at: this.clock.now() }, { message: "the server stopped while creating it" });
       } else if (row.state === "running" && !onHost.has(row.id)) {
         await this.transition(row.id, "lost", "host_lost");

@@ -242,11 +242,11 @@ describe("the /v1 API against real microVMs", () => {
   test("the OpenAPI document covers every route and matches the committed copy", async () => {
     const doc = (await (await fetch(`${server.url}/openapi.json`)).json()) as { openapi: string; paths: Record<string, Record<string, unknown>> };
     assert.match(doc.openapi, /^3\./);
-    const routes = server.app.printRoutes({ commonPrefix: false });
-    for (const p of ["/v1/sandboxes", "/v1/sandboxes/{id}", "/v1/sandboxes/{id}/exec", "/v1/sandboxes/{id}/exec/stream", "/v1/sandboxes/{id}/files", "/v1/sandboxes/{id}/processes/{proc}/logs", "/v1/keys/{id}", "/v1/templates"]) {
-      assert.ok(doc.paths[p], `OpenAPI has ${p}`);
+    assert.ok(server.app.denRoutes.length >= 20);
+    for (const r of server.app.denRoutes) {
+      const path = r.url.replace(/:(\w+)/g, "{$1}");
+      assert.ok(doc.paths[path]?.[r.method.toLowerCase()], `OpenAPI documents ${r.method} ${path}`);
     }
-    assert.ok(routes.length > 0);
     const validation = await new Validator().validate(doc as Parameters<Validator["validate"]>[0]);
     assert.equal(validation.valid, true, JSON.stringify(validation.errors));
     const { readFileSync } = await import("node:fs");
