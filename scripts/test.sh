@@ -20,6 +20,7 @@ node packages/guest-agent/test/run.mjs "$agent_tmp/den-agent"
 node --test --test-concurrency=1 --test-reporter=spec \
   packages/protocol/dist/test/*.test.js \
   packages/images/dist/test/*.test.js \
+  packages/store/dist/test/*.test.js \
   packages/runtime/dist/test/*.test.js \
   packages/sdk/dist/test/*.test.js \
   packages/server/dist/test/*.test.js

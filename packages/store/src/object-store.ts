@@ -1,0 +1,44 @@
+import { DenError } from "@den/protocol";
+
+export interface ObjectInfo {
+  key: string;
+  size: number;
+}
+
+export interface TransferProgress {
+  key: string;
+  bytes: number;
+  total?: number;
+}
+
+/**
+ * Where snapshots go when a sandbox leaves its host (cold hibernate, checkpoints): a
+ * flat key space of immutable objects. Two implementations: a local directory (default)
+ * and S3-compatible object storage.
+ */
+export interface ObjectStore {
+  readonly kind: "local" | "s3";
+  /** Uploads a file under `key` (replacing it). Multipart for large files where it applies. */
+  putFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void>;
+  putBytes(key: string, data: Buffer): Promise<void>;
+  /** Downloads `key` into `path` (written to a temp file and renamed). */
+  getFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void>;
+  getBytes(key: string): Promise<Buffer>;
+  head(key: string): Promise<ObjectInfo | undefined>;
+  list(prefix: string): Promise<ObjectInfo[]>;
+  delete(key: string): Promise<void>;
+}
+
+const KEY = /^[a-z0-9][a-z0-9._-]*(\/[a-z0-9][a-z0-9._-]*)*$/i;
+
+/** Keys are relative, slash-separated names: no `..`, no absolute paths, no NUL, bounded. */
+export function checkKey(key: string): void {
+  if (typeof key !== "string" || key.length > 512 || !KEY.test(key) || key.split("/").some((p) => p === "." || p === "..")) {
+    throw new DenError("invalid_argument", `invalid store key ${JSON.stringify(key)}`);
+  }
+}
+
+export function checkPrefix(prefix: string): void {
+  if (prefix === "") return;
+  checkKey(prefix.replace(/\/$/, ""));
+}

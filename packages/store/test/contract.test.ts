@@ -1,0 +1,117 @@
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import S3rver from "s3rver";
+import { DenError } from "@den/protocol";
+import {
+  LocalDirStore, S3Store, deleteStoredSnapshot, downloadSnapshot, storedBytes, uploadSnapshot, type ObjectStore,
+} from "../src/index.js";
+
+const isCode = (code: string) => (e: unknown) => e instanceof DenError && e.code === code;
+
+/** One contract, two implementations: a local directory and a real S3-compatible server. */
+function contract(name: string, open: () => Promise<{ store: ObjectStore; corrupt(key: string): Promise<void>; close(): Promise<void> }>) {
+  describe(`object store contract: ${name}`, () => {
+    let h: Awaited<ReturnType<typeof open>>;
+    let work: string;
+    before(async () => {
+      h = await open();
+      work = mkdtempSync(join(tmpdir(), "den-store-test-"));
+    });
+    after(async () => {
+      await h?.close();
+      rmSync(work, { recursive: true, force: true });
+    });
+
+    test("objects round-trip; list, head and delete", async () => {
+      const data = randomBytes(3 * 1024 * 1024 + 17);
+      writeFileSync(join(work, "in.bin"), data);
+      const progress: number[] = [];
+      await h.store.putFile("a/b/in.bin", join(work, "in.bin"), (p) => progress.push(p.bytes));
+      await h.store.putBytes("a/c.json", Buffer.from("{}"));
+      assert.deepEqual(await h.store.head("a/b/in.bin"), { key: "a/b/in.bin", size: data.length });
+      assert.equal(await h.store.head("a/missing"), undefined);
+      assert.deepEqual((await h.store.list("a/")).map((o) => o.key), ["a/b/in.bin", "a/c.json"]);
+      await h.store.getFile("a/b/in.bin", join(work, "out.bin"));
+      assert.ok(readFileSync(join(work, "out.bin")).equals(data));
+      assert.ok(progress.length > 0 && progress.at(-1)! >= data.length - 1);
+      await h.store.delete("a/b/in.bin");
+      await h.store.delete("a/c.json");
+      assert.deepEqual(await h.store.list("a/"), []);
+      await assert.rejects(h.store.getBytes("a/c.json"), isCode("snapshot_not_found"));
+    });
+
+    test("keys cannot escape the store", async () => {
+      for (const bad of ["../etc/passwd", "/etc/passwd", "a/../../b", "a\u0000b", "", "a//b"]) {
+        await assert.rejects(h.store.putBytes(bad, Buffer.from("x")), isCode("invalid_argument"), bad);
+      }
+    });
+
+    test("a snapshot uploads compressed with its manifest last, downloads verified, and deletes to zero", async () => {
+      const src = join(work, "snap");
+      const dst = join(work, "restored");
+      rmSync(src, { recursive: true, force: true });
+      const { mkdirSync } = await import("node:fs");
+      mkdirSync(src);
+      const state = Buffer.concat([randomBytes(256 * 1024), Buffer.alloc(4 * 1024 * 1024)]);
+      writeFileSync(join(src, "state.bin"), state);
+      writeFileSync(join(src, "disk.qcow2"), randomBytes(100_000));
+      const before = (await h.store.list("snapshots/")).length;
+      const m = await uploadSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa", src, ["state.bin", "disk.qcow2"], { kind: "sandbox" });
+      assert.ok(m.files["state.bin"]!.size < state.length / 2, "zero pages compress away");
+      const bytes = await storedBytes(h.store, "snap_aaaaaaaaaaaaaaaa");
+      assert.ok(bytes > 0 && bytes < state.length);
+      await downloadSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa", dst);
+      assert.ok(readFileSync(join(dst, "state.bin")).equals(state));
+      assert.deepEqual(JSON.parse(readFileSync(join(dst, "manifest.json"), "utf8")), { kind: "sandbox" });
+
+      await h.corrupt(m.files["state.bin"]!.key);
+      const dst2 = join(work, "restored2");
+      await assert.rejects(downloadSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa", dst2), isCode("snapshot_corrupt"));
+      assert.equal(existsSync(dst2), false, "nothing left behind");
+
+      await deleteStoredSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa");
+      assert.equal((await h.store.list("snapshots/")).length, before);
+      await assert.rejects(downloadSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa", dst2), isCode("snapshot_not_found"));
+    });
+
+    test("an upload that never wrote its manifest is not a snapshot", async () => {
+      await h.store.putBytes("snapshots/snap_bbbbbbbbbbbbbbbb/state.bin.gz", Buffer.from("partial"));
+      await assert.rejects(downloadSnapshot(h.store, "snap_bbbbbbbbbbbbbbbb", join(work, "x")), isCode("snapshot_not_found"));
+      await deleteStoredSnapshot(h.store, "snap_bbbbbbbbbbbbbbbb");
+    });
+  });
+}
+
+/** Flips one byte in the middle of an object, the way a bad disk or a bad copy would. */
+async function flipByte(store: ObjectStore, key: string): Promise<void> {
+  const b = await store.getBytes(key);
+  const at = Math.floor(b.length / 2);
+  b.writeUInt8(b.readUInt8(at) ^ 0x01, at);
+  await store.putBytes(key, b);
+}
+
+contract("local directory", async () => {
+  const root = mkdtempSync(join(tmpdir(), "den-store-local-"));
+  const store = new LocalDirStore(root);
+  return { store, corrupt: (k) => flipByte(store, k), close: async () => rmSync(root, { recursive: true, force: true }) };
+});
+
+contract("S3 (s3rver)", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "den-s3rver-"));
+  const server = new S3rver({ port: 0, address: "127.0.0.1", silent: true, directory: dir, configureBuckets: [{ name: "den" }] });
+  const { port } = await server.run();
+  const store = new S3Store({ bucket: "den", prefix: "test/", endpoint: `http://127.0.0.1:${port}`, accessKeyId: "S3RVER", secretAccessKey: "S3RVER" });
+  return {
+    store,
+    corrupt: (k) => flipByte(store, k),
+    close: async () => {
+      store.close();
+      await server.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+});
