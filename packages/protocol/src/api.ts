@@ -83,6 +83,8 @@ export const Sandbox = z.object({
   created_at: z.string(),
   last_activity_at: z.string(),
   destroyed_at: z.string().nullable(),
+  /** How it is hibernated (null unless hibernated). */
+  hibernate_mode: z.enum(["warm", "cold"]).nullable(),
 });
 export type Sandbox = z.infer<typeof Sandbox>;
 
@@ -182,7 +184,8 @@ export type ListFilesResponse = z.infer<typeof ListFilesResponse>;
 export const MkdirRequest = z.strictObject({ path: GuestPath, parents: z.boolean().optional() });
 export const RenameRequest = z.strictObject({ from: GuestPath, to: GuestPath });
 
-export const HibernateRequest = z.strictObject({ mode: z.enum(["warm"]).optional() });
+/** warm: paused in place (instant wake). cold: snapshot to the store, VM gone (zero CPU, zero RAM). */
+export const HibernateRequest = z.strictObject({ mode: z.enum(["warm", "cold"]).optional() });
 export const TimeoutRequest = z.strictObject({ seconds: z.number().int().min(1).max(API_LIMITS.maxTtlSeconds) });
 
 export const SandboxEvent = z.object({

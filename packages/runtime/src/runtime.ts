@@ -442,10 +442,28 @@ export class Runtime {
 
   // ---- housekeeping ----
 
+  /**
+   * Keeps a template version alive for something this host cannot see (a snapshot in
+   * the store of a cold-hibernated sandbox): `holder` names it, `unpinTemplate` lets go.
+   */
+  async pinTemplate(holder: string, ref: TemplateRef): Promise<void> {
+    if (!ID_PATTERN.test(holder)) throw new DenError("invalid_argument", `invalid pin holder ${JSON.stringify(holder)}`);
+    await mkdir(join(this.dataDir, "pins"), { recursive: true });
+    await writeFile(join(this.dataDir, "pins", holder), `${ref.name}@${ref.version}\n`);
+  }
+
+  async unpinTemplate(holder: string): Promise<void> {
+    if (!ID_PATTERN.test(holder)) return;
+    await rm(join(this.dataDir, "pins", holder), { force: true });
+    await this.gc();
+  }
+
   /** Removes deleted snapshots and old template versions that nothing references. */
   async gc(): Promise<void> {
     const snapRefs = new Set<string>();
     const tplRefs = new Set<string>();
+    const pins = join(this.dataDir, "pins");
+    if (existsSync(pins)) for (const f of readdirSync(pins)) tplRefs.add(readFileSync(join(pins, f), "utf8").trim());
     for (const s of this.sandboxes.values()) {
       if (s.state === "destroyed") continue;
       if (s.info.backingSnapshot) snapRefs.add(s.info.backingSnapshot);

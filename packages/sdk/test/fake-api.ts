@@ -117,6 +117,7 @@ export class FakeDen {
       state_reason: null,
       template: "base",
       template_version: "0123456789ab",
+      hibernate_mode: null,
       persistent: false,
       ttl_seconds: 3600,
       expires_at: new Date(Date.now() + 3600_000).toISOString(),

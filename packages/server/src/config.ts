@@ -28,7 +28,17 @@ export interface ServerConfig {
     /** Guest CPU (share of one core, from the QEMU process) above which a sandbox counts as active. */
     cpuActiveShare: number;
   };
+  /** Where cold-hibernated sandboxes' snapshots go. */
+  store:
+    | { kind: "local"; dir?: string }
+    | { kind: "s3"; bucket: string; prefix: string; endpoint?: string; region?: string; accessKeyId?: string; secretAccessKey?: string };
   logLevel: string;
+}
+
+function required(env: NodeJS.ProcessEnv, name: string): string {
+  const v = env[name];
+  if (!v) throw new Error(`${name} must be set when DEN_STORE=s3`);
+  return v;
 }
 
 function num(v: string | undefined, fallback: number): number {
@@ -66,6 +76,13 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       intervalMs: num(env.DEN_REAPER_INTERVAL_MS, 1000),
       cpuActiveShare: num(env.DEN_IDLE_CPU_SHARE, 0.2),
     },
+    store: env.DEN_STORE === "s3"
+      ? {
+        kind: "s3", bucket: required(env, "DEN_S3_BUCKET"), prefix: env.DEN_S3_PREFIX ?? "den/",
+        ...(env.DEN_S3_ENDPOINT ? { endpoint: env.DEN_S3_ENDPOINT } : {}), ...(env.DEN_S3_REGION ? { region: env.DEN_S3_REGION } : {}),
+        ...(env.AWS_ACCESS_KEY_ID ? { accessKeyId: env.AWS_ACCESS_KEY_ID } : {}), ...(env.AWS_SECRET_ACCESS_KEY ? { secretAccessKey: env.AWS_SECRET_ACCESS_KEY } : {}),
+      }
+      : { kind: "local", ...(env.DEN_STORE_DIR ? { dir: env.DEN_STORE_DIR } : {}) },
     logLevel: env.DEN_LOG_LEVEL ?? "info",
   };
 }

@@ -12,6 +12,9 @@ export interface Clock {
 export const systemClock: Clock = { now: () => Date.now() };
 
 type Reason = api.TransitionReason;
+export type HibernateMode = "warm" | "cold";
+
+const modeOf = (row: SandboxRow): HibernateMode => (row.hibernate_mode === "cold" ? "cold" : "warm");
 
 /**
  * The control plane: owns the database's view of every sandbox and drives the host
@@ -81,7 +84,7 @@ export class ControlPlane {
       on_idle: req.on_idle ?? this.config.defaults.onIdle,
       metadata: JSON.stringify(req.metadata ?? {}), env: JSON.stringify(req.env ?? {}),
       vcpus: req.vcpus ?? 0, memory_mb: req.memory_mb ?? 0, disk_mb: req.disk_mb ?? 0,
-      created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null,
+      created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null, hibernate_mode: null,
     };
     await this.store.insertSandbox(row);
     await this.event(id, "creating", "user", { template: row.template });
@@ -110,19 +113,28 @@ export class ControlPlane {
       // The record goes first: a crash after it leaves a VM the next start destroys, never a lost sandbox.
       const done = await this.transition(id, "destroyed", reason, { destroyed_at: this.clock.now() });
       await this.host.destroy(id);
-      if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot);
+      if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, modeOf(row));
       this.forget(id);
       return done;
     });
   }
 
-  async hibernate(id: string, reason: Reason): Promise<SandboxRow> {
+  async hibernate(id: string, reason: Reason, mode: HibernateMode = "warm"): Promise<SandboxRow> {
     return this.serialize(id, async () => {
       const row = (await this.store.getSandbox(id))!;
+      if (row.state === "hibernated" && modeOf(row) === mode) return row;
+      if (row.state === "hibernated" && mode === "cold") {
+        // Warm -> cold: the VM is paused in place; take it down to the store.
+        const t0 = performance.now();
+        const snapshot = await this.host.hibernate(id, "cold");
+        if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, "warm");
+        return this.transition(id, "hibernated", reason, { hibernate_snapshot: snapshot, hibernate_mode: "cold" }, { mode, snapshot, ms: Math.round(performance.now() - t0) });
+      }
       if (row.state === "hibernated") return row;
       if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a running sandbox can hibernate`);
-      const snapshot = await this.host.hibernate(id);
-      return this.transition(id, "hibernated", reason, { hibernate_snapshot: snapshot }, { mode: "warm", snapshot });
+      const t0 = performance.now();
+      const snapshot = await this.host.hibernate(id, mode);
+      return this.transition(id, "hibernated", reason, { hibernate_snapshot: snapshot, hibernate_mode: mode }, { mode, snapshot, ms: Math.round(performance.now() - t0) });
     });
   }
 
@@ -134,9 +146,10 @@ export class ControlPlane {
     const row = (await this.store.getSandbox(id))!;
     if (row.state === "running") return row;
     if (row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; it cannot be woken`);
-    await this.host.wake(id, row.hibernate_snapshot);
-    if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot);
-    return this.transition(id, "running", reason, { hibernate_snapshot: null, last_activity_at: this.clock.now() });
+    const t0 = performance.now();
+    await this.host.wake(id, row.hibernate_snapshot, modeOf(row));
+    if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, modeOf(row));
+    return this.transition(id, "running", reason, { hibernate_snapshot: null, hibernate_mode: null, last_activity_at: this.clock.now() }, { mode: modeOf(row), ms: Math.round(performance.now() - t0) });
   }
 
   async setTimeout(id: string, seconds: number): Promise<SandboxRow> {
@@ -232,8 +245,8 @@ export class ControlPlane {
         await this.host.resume(row.id);
       } else if ((row.state === "lost" || row.state === "hibernated") && this.host.vmState(row.id) === "running") {
         // Stopped mid-wake (or the VM came back): the VM runs, so the record follows it.
-        await this.transition(row.id, "running", "restart", { last_activity_at: this.clock.now(), hibernate_snapshot: null });
-        if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot);
+        await this.transition(row.id, "running", "restart", { last_activity_at: this.clock.now(), hibernate_snapshot: null, hibernate_mode: null });
+        if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, modeOf(row));
       }
     }
     for (const id of onHost) if (!known.has(id)) await this.host.destroy(id);

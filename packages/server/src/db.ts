@@ -34,6 +34,7 @@ export interface SandboxesTable {
   last_activity_at: number;
   destroyed_at: number | null;
   hibernate_snapshot: string | null;
+  hibernate_mode: string | null;
 }
 
 export interface SandboxMetadataTable {

@@ -1,4 +1,6 @@
-import { rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { deleteStoredSnapshot, downloadSnapshot, storedBytes, uploadSnapshot, type ObjectStore } from "@den/store";
 import { DenError } from "@den/protocol";
 import { Runtime, bakeVariant, type Sandbox as VmSandbox, type TemplateInfo } from "@den/runtime";
 
@@ -27,11 +29,14 @@ export interface HostAgent {
   readonly instance: string;
   create(spec: HostCreateSpec): Promise<HostSandboxInfo>;
   destroy(id: string): Promise<void>;
-  /** Snapshot (kept on this host) + pause in place. Returns the snapshot id. */
-  hibernate(id: string): Promise<string>;
-  /** Resume in place, or restore from `snapshotId` if the VM died while hibernated. */
-  wake(id: string, snapshotId: string | null): Promise<void>;
-  dropSnapshot(snapshotId: string): Promise<void>;
+  /**
+   * warm: snapshot (kept on this host) + pause in place. cold: snapshot uploaded to the
+   * snapshot store, then the VM and every local file of it are gone. Returns the snapshot id.
+   */
+  hibernate(id: string, mode: "warm" | "cold"): Promise<string>;
+  /** warm: resume in place, or restore from the local snapshot if the VM died. cold: restore from the store. */
+  wake(id: string, snapshotId: string | null, mode: "warm" | "cold"): Promise<void>;
+  dropSnapshot(snapshotId: string, mode: "warm" | "cold"): Promise<void>;
   /** Ids of the sandboxes whose VMs run (or are paused) on this host. */
   running(): string[];
   /** Whether a sandbox's VM is executing or frozen; undefined if this host has none. */
@@ -49,10 +54,10 @@ export interface HostAgent {
 export class LocalHostAgent implements HostAgent {
   private bakes = new Map<string, Promise<TemplateInfo>>();
 
-  private constructor(private readonly rt: Runtime) {}
+  private constructor(private readonly rt: Runtime, readonly store: ObjectStore) {}
 
-  static async open(dataDir: string): Promise<LocalHostAgent> {
-    return new LocalHostAgent(await Runtime.open({ dataDir }));
+  static async open(dataDir: string, store: ObjectStore): Promise<LocalHostAgent> {
+    return new LocalHostAgent(await Runtime.open({ dataDir }), store);
   }
 
   get instance(): string {
@@ -85,27 +90,69 @@ export class LocalHostAgent implements HostAgent {
     if (this.rt.has(id)) await this.rt.get(id).destroy();
   }
 
-  async hibernate(id: string): Promise<string> {
+  async hibernate(id: string, mode: "warm" | "cold"): Promise<string> {
+    const sbx = this.rt.get(id);
+    if (mode === "warm") return (await this.rt.snapshot(id, { keepRunning: false })).id;
+    // Cold: the snapshot goes to the store (manifest last), then the VM and its local files go.
     const snap = await this.rt.snapshot(id, { keepRunning: false });
+    // The store's copy needs its template version on this host to wake.
+    await this.rt.pinTemplate(snap.id, snap.manifest.template);
+    try {
+      await uploadSnapshot(this.store, snap.id, snap.dir, Object.keys(snap.manifest.files), snap.manifest);
+    } catch (e) {
+      // Nothing is lost: the VM is still there, paused; put it back to work.
+      await this.rt.deleteSnapshot(snap.id).catch(() => undefined);
+      await this.rt.unpinTemplate(snap.id);
+      await sbx.resume().catch(() => undefined);
+      throw e;
+    }
+    await sbx.destroy();
+    await this.rt.deleteSnapshot(snap.id);
     return snap.id;
   }
 
-  async wake(id: string, snapshotId: string | null): Promise<void> {
-    if (this.rt.has(id) && this.rt.get(id).vmAlive()) {
+  async wake(id: string, snapshotId: string | null, mode: "warm" | "cold"): Promise<void> {
+    if (mode === "warm" && this.rt.has(id) && this.rt.get(id).vmAlive()) {
       await this.rt.get(id).resume();
       return;
     }
     if (!snapshotId) throw new DenError("sandbox_not_running", `sandbox ${id} has no VM and no snapshot to wake from`);
-    // The VM died while hibernated: bring it back from its snapshot under the same id.
+    // The VM is gone (cold, or it died while warm): bring it back under the same id.
     if (this.rt.has(id)) await this.rt.get(id).destroy();
-    await rm(`${this.rt.dataDir}/sandboxes/${id}`, { recursive: true, force: true });
-    await this.rt.restore(snapshotId, { id });
+    await rm(join(this.rt.dataDir, "sandboxes", id), { recursive: true, force: true });
+    if (mode === "warm") {
+      await this.rt.restore(snapshotId, { id });
+      return;
+    }
+    const staging = await mkdtemp(join(this.rt.dataDir, "download-"));
+    try {
+      await downloadSnapshot(this.store, snapshotId, staging);
+      const local = await this.rt.importSnapshot(staging);
+      try {
+        await this.rt.restore(local.id, { id });
+      } finally {
+        // Kept on disk while the woken sandbox's overlay sits on it.
+        await this.rt.deleteSnapshot(local.id);
+      }
+    } finally {
+      await rm(staging, { recursive: true, force: true });
+    }
   }
 
-  async dropSnapshot(snapshotId: string): Promise<void> {
+  async dropSnapshot(snapshotId: string, mode: "warm" | "cold"): Promise<void> {
+    if (mode === "cold") {
+      await deleteStoredSnapshot(this.store, snapshotId);
+      await this.rt.unpinTemplate(snapshotId);
+      return;
+    }
     await this.rt.deleteSnapshot(snapshotId).catch((e: unknown) => {
       if (!(e instanceof DenError && e.code === "snapshot_not_found")) throw e;
     });
+  }
+
+  /** Bytes a cold-hibernated sandbox occupies in the store. */
+  storedBytes(snapshotId: string): Promise<number> {
+    return storedBytes(this.store, snapshotId);
   }
 
   running(): string[] {

@@ -57,4 +57,9 @@ export const migrations: Record<string, Migration> = {
       await db.schema.createIndex("events_sandbox_seq").on("events").columns(["sandbox_id", "seq"]).execute();
     },
   },
+  "002_hibernate_mode": {
+    async up(db: Kysely<unknown>): Promise<void> {
+      await db.schema.alterTable("sandboxes").addColumn("hibernate_mode", "varchar(8)").execute();
+    },
+  },
 };

@@ -6,6 +6,21 @@ import { ControlPlane, systemClock, type Clock } from "./control-plane.js";
 import { openDatabase } from "./db.js";
 import { LocalHostAgent } from "./host-agent.js";
 import { Store } from "./store.js";
+import { LocalDirStore, S3Store, type ObjectStore } from "@den/store";
+import { join } from "node:path";
+
+/** The snapshot store: a local directory by default, S3-compatible storage when configured. */
+function openStore(config: ServerConfig): ObjectStore {
+  const s = config.store;
+  if (s.kind === "s3") {
+    return new S3Store({
+      bucket: s.bucket, prefix: s.prefix, forcePathStyle: true,
+      ...(s.endpoint ? { endpoint: s.endpoint } : {}), ...(s.region ? { region: s.region } : {}),
+      ...(s.accessKeyId && s.secretAccessKey ? { accessKeyId: s.accessKeyId, secretAccessKey: s.secretAccessKey } : {}),
+    });
+  }
+  return new LocalDirStore(s.dir ?? join(config.dataDir, "store"));
+}
 
 export interface RunningServer {
   app: FastifyInstance;
@@ -22,7 +37,7 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   await mkdir(config.dataDir, { recursive: true });
   const db = await openDatabase(config.dataDir);
   const store = new Store(db);
-  const host = await LocalHostAgent.open(config.dataDir);
+  const host = await LocalHostAgent.open(config.dataDir, openStore(config));
   const cp = new ControlPlane(store, host, config, opts.clock ?? systemClock);
   let createdAdminKey: string | undefined;
   try {

@@ -37,6 +37,7 @@ export function toApiSandbox(r: SandboxRow): api.Sandbox {
     created_at: iso(r.created_at)!,
     last_activity_at: iso(r.last_activity_at)!,
     destroyed_at: iso(r.destroyed_at),
+    hibernate_mode: r.state === "hibernated" ? ((r.hibernate_mode as "warm" | "cold" | null) ?? "warm") : null,
   };
 }
 

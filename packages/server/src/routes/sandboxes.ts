@@ -48,10 +48,10 @@ export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {
   });
 
   app.post("/v1/sandboxes/:id/hibernate", {
-    schema: { summary: "Hibernate: snapshot + pause in place (warm). Idempotent.", params: IdParams, body: api.HibernateRequest.nullish(), response: { 200: api.Sandbox } },
+    schema: { summary: "Hibernate: warm (snapshot + pause in place) or cold (snapshot to the store, VM gone). Idempotent.", params: IdParams, body: api.HibernateRequest.nullish(), response: { 200: api.Sandbox } },
   }, async (req) => {
     const row = await cp.owned(principal(req), req.params.id);
-    return toApiSandbox(await cp.hibernate(row.id, "user"));
+    return toApiSandbox(await cp.hibernate(row.id, "user", req.body?.mode ?? "warm"));
   });
 
   app.post("/v1/sandboxes/:id/wake", {

@@ -1,0 +1,80 @@
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import S3rver from "s3rver";
+import { findInstanceProcesses } from "@den/runtime";
+import type { RunningServer } from "../src/index.js";
+import { client, dataDir, testServer } from "./helpers.js";
+
+/** Cold hibernate against both snapshot stores: the VM is gone, the sandbox wakes from the store. */
+for (const kind of ["local", "s3"] as const) {
+  describe(`cold hibernate (${kind} store)`, () => {
+    let server: RunningServer;
+    let s3: S3rver | undefined;
+    let s3dir = "";
+    let api: ReturnType<typeof client>;
+    before(async () => {
+      let env: Record<string, string> = {};
+      if (kind === "s3") {
+        s3dir = mkdtempSync(join(tmpdir(), "den-s3-"));
+        s3 = new S3rver({ port: 0, address: "127.0.0.1", silent: true, directory: s3dir, configureBuckets: [{ name: "den" }] });
+        const { port } = await s3.run();
+        env = { DEN_STORE: "s3", DEN_S3_BUCKET: "den", DEN_S3_ENDPOINT: `http://127.0.0.1:${port}`, AWS_ACCESS_KEY_ID: "S3RVER", AWS_SECRET_ACCESS_KEY: "S3RVER" };
+      }
+      server = await testServer(env);
+      api = client(server.url);
+    });
+    after(async () => {
+      for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
+      await server?.close();
+      await s3?.close();
+      if (s3dir) rmSync(s3dir, { recursive: true, force: true });
+    });
+
+    test("processes, memory and files survive rounds of cold hibernate and wake; no VM or local file while hibernated", async () => {
+      const c = await api("POST", "/v1/sandboxes", { persistent: true });
+      const id = c.body.id;
+      const start = await api("POST", `/v1/sandboxes/${id}/exec`, {
+        cmd: "mkdir -p /work && cd /work && echo tree > f.txt && nohup python3 -c \"import hashlib, http.server, os; data = os.urandom(50 * 1024 * 1024); open('/tmp/sum', 'w').write(hashlib.sha256(data).hexdigest()); h = type('H', (http.server.BaseHTTPRequestHandler,), {'do_GET': lambda s: (s.send_response(200), s.end_headers(), s.wfile.write(hashlib.sha256(data).hexdigest().encode()))}); http.server.HTTPServer(('127.0.0.1', 8000), h).serve_forever()\" >/dev/null 2>&1 & echo $!",
+      });
+      const pid = start.body.stdout.trim();
+      // Wait until the server holds its data and listens.
+      const ready = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "for i in $(seq 100); do curl -sf http://127.0.0.1:8000/ && exit 0; sleep 0.2; done; exit 1", timeout_seconds: 60 });
+      assert.equal(ready.body.exit_code, 0, ready.text);
+      const sum = ready.body.stdout;
+      const instance = server.cp.host.instance;
+      for (let round = 1; round <= 3; round++) {
+        const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
+        assert.equal(h.status, 200, h.text);
+        assert.equal(h.body.state, "hibernated");
+        assert.equal(h.body.hibernate_mode, "cold");
+        assert.equal(findInstanceProcesses(instance).has(id), false, "no QEMU while cold");
+        assert.equal(existsSync(join(dataDir(), "sandboxes", id)), false, "no local files while cold");
+        // The next exec wakes it transparently.
+        const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: `kill -0 ${pid} && curl -sf http://127.0.0.1:8000/ && cat /work/f.txt` });
+        assert.equal(r.body.stdout, `${sum}tree\n`, `round ${round}: ${r.text}`);
+        assert.equal((await api("GET", `/v1/sandboxes/${id}`)).body.state, "running");
+      }
+      const events = (await api("GET", `/v1/sandboxes/${id}/events`)).body.events.filter((e: { type: string }) => e.type === "hibernated");
+      assert.equal(events.length, 3);
+      await api("DELETE", `/v1/sandboxes/${id}`);
+    });
+
+    test("concurrent execs on a cold sandbox trigger one wake; destroy leaves nothing in the store", async () => {
+      const c = await api("POST", "/v1/sandboxes", {});
+      const id = c.body.id;
+      await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "echo 1 > /tmp/x" });
+      await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
+      const rs = await Promise.all(Array.from({ length: 5 }, () => api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "cat /tmp/x" })));
+      for (const r of rs) assert.equal(r.body.stdout, "1\n", r.text);
+      const wakes = (await api("GET", `/v1/sandboxes/${id}/events`)).body.events.filter((e: { type: string; data: { mode?: string } }) => e.type === "running" && e.data.mode === "cold");
+      assert.equal(wakes.length, 1, "exactly one wake");
+      await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
+      await api("DELETE", `/v1/sandboxes/${id}`);
+      const store = (server.cp.host as unknown as { store: { list(p: string): Promise<unknown[]> } }).store;
+      assert.deepEqual(await store.list("snapshots/"), [], "the store is empty again");
+    });
+  });
+}
