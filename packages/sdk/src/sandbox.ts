@@ -345,7 +345,8 @@ export class Sandbox {
   }
 
   /**
-   * Hibernates the sandbox (idempotent). `mode: "warm"` keeps it ready for a fast wake.
+   * Hibernates the sandbox (idempotent). `mode: "warm"` (default) pauses it in place for an
+   * instant wake; `mode: "cold"` moves it to the snapshot store so it costs no CPU or RAM.
    * Exec, file and process calls on a hibernated sandbox wake it first.
    *
    * @example
@@ -354,7 +355,7 @@ export class Sandbox {
    * console.log(sbx.state); // "hibernated"
    * ```
    */
-  async hibernate(opts: RequestOptions & { mode?: "warm" } = {}): Promise<SandboxInfo> {
+  async hibernate(opts: RequestOptions & { mode?: "warm" | "cold" } = {}): Promise<SandboxInfo> {
     const body: WireInput<typeof api.HibernateRequest> = {};
     if (opts.mode !== undefined) body.mode = opts.mode;
     return this.#update({ method: "POST", path: this.#path("/hibernate"), json: body, signal: opts.signal });

@@ -63,6 +63,8 @@ export interface SandboxInfo {
   createdAt: Date;
   lastActivityAt: Date;
   destroyedAt: Date | null;
+  /** How it is hibernated: "warm" (paused in place) or "cold" (in the snapshot store); null unless hibernated. */
+  hibernateMode: "warm" | "cold" | null;
 }
 
 /** Maps the wire `Sandbox` to {@link SandboxInfo}. */
@@ -85,6 +87,7 @@ export function toSandboxInfo(w: api.Sandbox): SandboxInfo {
     createdAt: new Date(w.created_at),
     lastActivityAt: new Date(w.last_activity_at),
     destroyedAt: date(w.destroyed_at),
+    hibernateMode: w.hibernate_mode,
   };
 }
 

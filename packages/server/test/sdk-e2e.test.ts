@@ -33,6 +33,11 @@ describe("the SDK drives an agent loop end to end", () => {
         await sbx.wake();
         assert.equal(sbx.state, "running");
       }
+      if (turn === 8) {
+        // A longer wait: cold, so it costs nothing; the next exec wakes it.
+        await sbx.hibernate({ mode: "cold" });
+        assert.equal(sbx.info.hibernateMode, "cold");
+      }
     }
     const log = await sbx.exec("cd /work && git status --porcelain");
     assert.equal(log.stdout, " M n.txt\n");
