@@ -228,3 +228,36 @@ export const ErrorBody = z.object({
   error: z.object({ code: z.string(), message: z.string(), details: z.record(z.string(), z.unknown()).optional() }),
 });
 export type ErrorBody = z.infer<typeof ErrorBody>;
+
+export const CheckpointId = z.string().regex(/^snap_[a-z2-7]{16}$/, "not a checkpoint id");
+
+export const CreateCheckpointRequest = z.strictObject({ name: z.string().min(1).max(128).optional() });
+
+export const Checkpoint = z.object({
+  id: z.string(),
+  name: z.string().nullable(),
+  sandbox_id: z.string(),
+  template: z.string(),
+  template_version: z.string(),
+  vcpus: z.number().int(),
+  memory_mb: z.number().int(),
+  disk_mb: z.number().int(),
+  /** How long the sandbox's VM was paused while its state was copied. */
+  pause_ms: z.number(),
+  stored_bytes: z.number().int(),
+  created_at: z.string(),
+});
+export type Checkpoint = z.infer<typeof Checkpoint>;
+
+/** A new sandbox from a checkpoint: lifecycle settings as at create (the shape comes from the checkpoint). */
+export const RestoreCheckpointRequest = z.strictObject({
+  persistent: z.boolean().optional(),
+  ttl_seconds: z.number().int().min(1).max(API_LIMITS.maxTtlSeconds).nullable().optional(),
+  idle_timeout_seconds: z.number().int().min(1).max(API_LIMITS.maxIdleTimeoutSeconds).optional(),
+  on_idle: OnIdle.optional(),
+  metadata: Metadata.optional(),
+});
+export type RestoreCheckpointRequest = z.infer<typeof RestoreCheckpointRequest>;
+
+export const ForkRequest = z.strictObject({ count: z.number().int().min(1).max(16).optional() });
+export const ForkResponse = z.object({ sandboxes: z.array(Sandbox) });

@@ -10,6 +10,7 @@ import { registerExecRoutes } from "./routes/exec.js";
 import { registerFileRoutes } from "./routes/files.js";
 import { registerAdminRoutes } from "./routes/admin.js";
 import { registerPtyRoutes } from "./routes/pty.js";
+import { registerCheckpointRoutes } from "./routes/checkpoints.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -128,5 +129,6 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   registerFileRoutes(typed, cp);
   registerAdminRoutes(typed, cp);
   registerPtyRoutes(typed, cp);
+  registerCheckpointRoutes(typed, cp);
   return app;
 }

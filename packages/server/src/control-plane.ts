@@ -1,8 +1,8 @@
 import { DenError, type api } from "@den/protocol";
 import { newId } from "@den/runtime";
 import type { ServerConfig } from "./config.js";
-import type { HostAgent } from "./host-agent.js";
-import { type Principal, type SandboxRow, type Store, toApiSandbox } from "./store.js";
+import type { HostAgent, HostSandboxInfo } from "./host-agent.js";
+import { type CheckpointRow, type Principal, type SandboxRow, type Store, toApiCheckpoint, toApiSandbox } from "./store.js";
 import type { Sandbox as VmSandbox } from "@den/runtime";
 
 /** A source of "now": the real clock, or a test's. */
@@ -63,46 +63,133 @@ export class ControlPlane {
     return row;
   }
 
-  async create(p: Principal, req: api.CreateSandboxRequest): Promise<api.Sandbox> {
-    if ((await this.store.countLive(p.owner)) >= this.config.limits.sandboxesPerOwner) {
-      throw new DenError("quota_exceeded", `owner ${p.owner} already has ${this.config.limits.sandboxesPerOwner} sandboxes; destroy some first`);
+  private async checkQuota(p: Principal, adding = 1): Promise<void> {
+    const max = this.config.limits.sandboxesPerOwner;
+    if ((await this.store.countLive(p.owner)) + adding > max) {
+      throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${max} sandboxes; destroy some first`);
     }
-    const lim = this.config.limits;
-    if ((req.vcpus ?? 0) > lim.vcpusPerSandbox) throw new DenError("invalid_argument", `vcpus: at most ${lim.vcpusPerSandbox} on this server`);
-    if ((req.memory_mb ?? 0) > lim.memoryMbPerSandbox) throw new DenError("invalid_argument", `memory_mb: at most ${lim.memoryMbPerSandbox} on this server`);
-    if ((req.disk_mb ?? 0) > lim.diskMbPerSandbox) throw new DenError("invalid_argument", `disk_mb: at most ${lim.diskMbPerSandbox} on this server`);
+  }
+
+  /** A new sandbox's record, before its VM exists (state `creating`). */
+  private newRow(p: Principal, id: string, req: Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">, template: string): SandboxRow {
     const persistent = req.persistent ?? false;
     if (req.ttl_seconds === null && !persistent) throw new DenError("invalid_argument", "ttl_seconds: null (no deadline) needs persistent: true");
     const ttl = req.ttl_seconds === undefined ? this.config.defaults.ttlSeconds : req.ttl_seconds;
     const now = this.clock.now();
-    const id = newId("sbx");
-    const row: SandboxRow = {
-      id, owner: p.owner, state: "creating", state_reason: "user",
-      template: req.template ?? this.config.defaults.template, template_version: "",
+    return {
+      id, owner: p.owner, state: "creating", state_reason: "user", template, template_version: "",
       persistent: persistent ? 1 : 0, ttl_seconds: ttl, expires_at: ttl === null ? null : now + ttl * 1000,
       idle_timeout_seconds: req.idle_timeout_seconds ?? this.config.defaults.idleTimeoutSeconds,
       on_idle: req.on_idle ?? this.config.defaults.onIdle,
       metadata: JSON.stringify(req.metadata ?? {}), env: JSON.stringify(req.env ?? {}),
-      vcpus: req.vcpus ?? 0, memory_mb: req.memory_mb ?? 0, disk_mb: req.disk_mb ?? 0,
+      vcpus: 0, memory_mb: 0, disk_mb: 0,
       created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null, hibernate_mode: null,
     };
+  }
+
+  /** Records a new sandbox, then makes its VM; a failure leaves it in `error`. */
+  private async materialize(row: SandboxRow, make: () => Promise<HostSandboxInfo>, data: Record<string, unknown>): Promise<api.Sandbox> {
     await this.store.insertSandbox(row);
-    await this.event(id, "creating", "user", { template: row.template });
-    return this.serialize(id, async () => {
+    await this.event(row.id, "creating", "user", data);
+    return this.serialize(row.id, async () => {
       try {
-        const info = await this.host.create({
-          id, template: row.template,
-          ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}), ...(req.disk_mb ? { diskMb: req.disk_mb } : {}),
-        });
-        const done = await this.transition(id, "running", "user", {
+        const info = await make();
+        const done = await this.transition(row.id, "running", "user", {
           template: info.template, template_version: info.templateVersion, vcpus: info.vcpus, memory_mb: info.memoryMb, disk_mb: info.diskMb,
           last_activity_at: this.clock.now(),
         });
         return toApiSandbox(done);
       } catch (e) {
-        await this.transition(id, "error", "error", { destroyed_at: this.clock.now() }, { message: (e as Error).message });
+        await this.transition(row.id, "error", "error", { destroyed_at: this.clock.now() }, { message: (e as Error).message });
         throw e;
       }
+    });
+  }
+
+  async create(p: Principal, req: api.CreateSandboxRequest): Promise<api.Sandbox> {
+    const lim = this.config.limits;
+    if ((req.vcpus ?? 0) > lim.vcpusPerSandbox) throw new DenError("invalid_argument", `vcpus: at most ${lim.vcpusPerSandbox} on this server`);
+    if ((req.memory_mb ?? 0) > lim.memoryMbPerSandbox) throw new DenError("invalid_argument", `memory_mb: at most ${lim.memoryMbPerSandbox} on this server`);
+    if ((req.disk_mb ?? 0) > lim.diskMbPerSandbox) throw new DenError("invalid_argument", `disk_mb: at most ${lim.diskMbPerSandbox} on this server`);
+    await this.checkQuota(p);
+    const row = this.newRow(p, newId("sbx"), req, req.template ?? this.config.defaults.template);
+    return this.materialize(row, () => this.host.create({
+      id: row.id, template: row.template,
+      ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}), ...(req.disk_mb ? { diskMb: req.disk_mb } : {}),
+    }), { template: row.template });
+  }
+
+  // ---- checkpoints and forks ----
+
+  /** A durable checkpoint of a running sandbox (it wakes first if hibernated). */
+  async checkpoint(p: Principal, id: string, name: string | undefined): Promise<api.Checkpoint> {
+    await this.guest(id);
+    return this.serialize(id, async () => {
+      const row = (await this.store.getSandbox(id))!;
+      if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}`);
+      const c = await this.host.checkpoint(id);
+      const cp: CheckpointRow = {
+        id: c.snapshotId, owner: p.owner, sandbox_id: id, name: name ?? null, template: row.template, template_version: row.template_version,
+        vcpus: row.vcpus, memory_mb: row.memory_mb, disk_mb: row.disk_mb, pause_ms: Math.round(c.pauseMs), stored_bytes: c.storedBytes,
+        created_at: this.clock.now(),
+      };
+      await this.store.insertCheckpoint(cp);
+      await this.event(id, "checkpoint", "user", { checkpoint: cp.id, name: cp.name, pause_ms: cp.pause_ms, stored_bytes: cp.stored_bytes });
+      return toApiCheckpoint(cp);
+    });
+  }
+
+  async ownedCheckpoint(p: Principal, id: string): Promise<CheckpointRow> {
+    const row = /^snap_[a-z2-7]{16}$/.test(id) ? await this.store.getCheckpoint(id) : undefined;
+    if (!row || row.owner !== p.owner) throw new DenError("snapshot_not_found", `checkpoint ${JSON.stringify(id)} does not exist`);
+    return row;
+  }
+
+  async deleteCheckpoint(p: Principal, id: string): Promise<void> {
+    const row = await this.ownedCheckpoint(p, id);
+    // Sandboxes restored from it keep their own copy of its disk: deleting never breaks them.
+    await this.host.dropSnapshot(row.id, "cold");
+    await this.store.deleteCheckpoint(row.id);
+  }
+
+  /** A new, independent sandbox with the checkpoint's state. */
+  async restoreCheckpoint(p: Principal, id: string, req: api.RestoreCheckpointRequest): Promise<api.Sandbox> {
+    const cp = await this.ownedCheckpoint(p, id);
+    await this.checkQuota(p);
+    const row = this.newRow(p, newId("sbx"), { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template);
+    return this.materialize(row, () => this.host.restoreStored(row.id, cp.id), { checkpoint: cp.id });
+  }
+
+  /**
+   * Forks a running sandbox into `count` children with its exact state. Each child has
+   * its own id, the parent's TTL counted from its own creation, and the parent's metadata
+   * plus `forked_from`.
+   */
+  async fork(p: Principal, id: string, count: number): Promise<api.Sandbox[]> {
+    await this.checkQuota(p, count);
+    await this.guest(id);
+    return this.serialize(id, async () => {
+      const parent = (await this.store.getSandbox(id))!;
+      if (parent.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${parent.state}`);
+      const kids = await this.host.fork(id, count);
+      const out: api.Sandbox[] = [];
+      for (const k of kids) {
+        const settings = {
+          persistent: parent.persistent === 1, ttl_seconds: parent.ttl_seconds, idle_timeout_seconds: parent.idle_timeout_seconds,
+          on_idle: parent.on_idle as "hibernate" | "destroy",
+          metadata: { ...(JSON.parse(parent.metadata) as Record<string, string>), forked_from: id },
+          env: JSON.parse(parent.env) as Record<string, string>,
+        };
+        const row: SandboxRow = {
+          ...this.newRow(p, k.id, settings, parent.template),
+          state: "running", template: k.template, template_version: k.templateVersion, vcpus: k.vcpus, memory_mb: k.memoryMb, disk_mb: k.diskMb,
+        };
+        await this.store.insertSandbox(row);
+        await this.event(k.id, "running", "user", { forked_from: id });
+        out.push(toApiSandbox(row));
+      }
+      await this.event(id, "forked", "user", { children: kids.map((k) => k.id) });
+      return out;
     });
   }
 

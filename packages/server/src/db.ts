@@ -52,7 +52,23 @@ export interface EventsTable {
   data: string;
 }
 
+export interface CheckpointsTable {
+  id: string;
+  owner: string;
+  sandbox_id: string;
+  name: string | null;
+  template: string;
+  template_version: string;
+  vcpus: number;
+  memory_mb: number;
+  disk_mb: number;
+  pause_ms: number;
+  stored_bytes: number;
+  created_at: number;
+}
+
 export interface Database {
+  checkpoints: CheckpointsTable;
   api_keys: ApiKeysTable;
   sandboxes: SandboxesTable;
   sandbox_metadata: SandboxMetadataTable;

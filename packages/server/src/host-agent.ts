@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { deleteStoredSnapshot, downloadSnapshot, storedBytes, uploadSnapshot, type ObjectStore } from "@den/store";
 import { DenError } from "@den/protocol";
@@ -37,6 +37,11 @@ export interface HostAgent {
   /** warm: resume in place, or restore from the local snapshot if the VM died. cold: restore from the store. */
   wake(id: string, snapshotId: string | null, mode: "warm" | "cold"): Promise<void>;
   dropSnapshot(snapshotId: string, mode: "warm" | "cold"): Promise<void>;
+  /** A durable checkpoint in the store; the sandbox keeps running. */
+  checkpoint(id: string): Promise<{ snapshotId: string; pauseMs: number; storedBytes: number }>;
+  /** A new sandbox `id` from a stored snapshot (checkpoint). */
+  restoreStored(id: string, snapshotId: string): Promise<HostSandboxInfo>;
+  fork(id: string, count: number): Promise<Array<{ id: string } & HostSandboxInfo>>;
   /** Ids of the sandboxes whose VMs run (or are paused) on this host. */
   running(): string[];
   /** Whether a sandbox's VM is executing or frozen; undefined if this host has none. */
@@ -51,13 +56,23 @@ export interface HostAgent {
   close(): void;
 }
 
+const DOWNLOAD_PREFIX = "download-";
+
+function info(sbx: VmSandbox): HostSandboxInfo {
+  const i = sbx.info;
+  return { template: i.template.name, templateVersion: i.template.version, vcpus: i.vcpus, memoryMb: i.memoryMb, diskMb: i.diskMb };
+}
+
 export class LocalHostAgent implements HostAgent {
   private bakes = new Map<string, Promise<TemplateInfo>>();
 
   private constructor(private readonly rt: Runtime, readonly store: ObjectStore) {}
 
   static async open(dataDir: string, store: ObjectStore): Promise<LocalHostAgent> {
-    return new LocalHostAgent(await Runtime.open({ dataDir }), store);
+    const rt = await Runtime.open({ dataDir });
+    // Downloads a crash interrupted: the store still has the snapshot.
+    for (const d of await readdir(dataDir)) if (d.startsWith(DOWNLOAD_PREFIX)) await rm(join(dataDir, d), { recursive: true, force: true });
+    return new LocalHostAgent(rt, store);
   }
 
   get instance(): string {
@@ -72,8 +87,7 @@ export class LocalHostAgent implements HostAgent {
     // shape, baked once on first use (concurrent first uses share one bake).
     const source = vcpus === tpl.manifest.vm.vcpus && memoryMb === tpl.manifest.vm.memoryMb ? tpl : await this.variant(tpl, vcpus, memoryMb);
     const sbx = await this.rt.create({ id: spec.id, template: `${source.name}@${source.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}) });
-    const i = sbx.info;
-    return { template: tpl.name, templateVersion: tpl.version, vcpus: i.vcpus, memoryMb: i.memoryMb, diskMb: i.diskMb };
+    return { ...info(sbx), template: tpl.name, templateVersion: tpl.version };
   }
 
   private variant(base: TemplateInfo, vcpus: number, memoryMb: number): Promise<TemplateInfo> {
@@ -124,19 +138,48 @@ export class LocalHostAgent implements HostAgent {
       await this.rt.restore(snapshotId, { id });
       return;
     }
-    const staging = await mkdtemp(join(this.rt.dataDir, "download-"));
+    await this.restoreStored(id, snapshotId);
+  }
+
+  /** Downloads a stored snapshot, verifies it, and restores it as sandbox `id`. */
+  async restoreStored(id: string, snapshotId: string): Promise<HostSandboxInfo> {
+    const staging = await mkdtemp(join(this.rt.dataDir, DOWNLOAD_PREFIX));
     try {
       await downloadSnapshot(this.store, snapshotId, staging);
       const local = await this.rt.importSnapshot(staging);
       try {
-        await this.rt.restore(local.id, { id });
+        return info(await this.rt.restore(local.id, { id }));
       } finally {
-        // Kept on disk while the woken sandbox's overlay sits on it.
+        // Kept on disk while the restored sandbox's overlay sits on it.
         await this.rt.deleteSnapshot(local.id);
       }
     } finally {
       await rm(staging, { recursive: true, force: true });
     }
+  }
+
+  /**
+   * A durable checkpoint of a running sandbox: snapshot (the VM pauses only for the
+   * copy), upload to the store, keep nothing local. The sandbox keeps running.
+   */
+  async checkpoint(id: string): Promise<{ snapshotId: string; pauseMs: number; storedBytes: number }> {
+    const snap = await this.rt.snapshot(id);
+    await this.rt.pinTemplate(snap.id, snap.manifest.template);
+    try {
+      await uploadSnapshot(this.store, snap.id, snap.dir, Object.keys(snap.manifest.files), snap.manifest);
+    } catch (e) {
+      await this.rt.unpinTemplate(snap.id);
+      throw e;
+    } finally {
+      await this.rt.deleteSnapshot(snap.id);
+    }
+    return { snapshotId: snap.id, pauseMs: snap.manifest.pauseMs, storedBytes: await storedBytes(this.store, snap.id) };
+  }
+
+  /** Forks a running sandbox into `count` copy-on-write children. */
+  async fork(id: string, count: number): Promise<Array<{ id: string } & HostSandboxInfo>> {
+    const kids = await this.rt.fork(id, count);
+    return kids.map((k) => ({ id: k.id, ...info(k) }));
   }
 
   async dropSnapshot(snapshotId: string, mode: "warm" | "cold"): Promise<void> {

@@ -62,4 +62,24 @@ export const migrations: Record<string, Migration> = {
       await db.schema.alterTable("sandboxes").addColumn("hibernate_mode", "varchar(8)").execute();
     },
   },
+  "003_checkpoints": {
+    async up(db: Kysely<unknown>): Promise<void> {
+      await db.schema
+        .createTable("checkpoints")
+        .addColumn("id", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("owner", "varchar(64)", (c) => c.notNull())
+        .addColumn("sandbox_id", "varchar(64)", (c) => c.notNull())
+        .addColumn("name", "varchar(128)")
+        .addColumn("template", "varchar(64)", (c) => c.notNull())
+        .addColumn("template_version", "varchar(16)", (c) => c.notNull())
+        .addColumn("vcpus", "integer", (c) => c.notNull())
+        .addColumn("memory_mb", "integer", (c) => c.notNull())
+        .addColumn("disk_mb", "integer", (c) => c.notNull())
+        .addColumn("pause_ms", "integer", (c) => c.notNull())
+        .addColumn("stored_bytes", "bigint", (c) => c.notNull())
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("checkpoints_owner").on("checkpoints").columns(["owner", "created_at"]).execute();
+    },
+  },
 };

@@ -1,9 +1,18 @@
 import { createHash, randomBytes } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
 import type { api } from "@den/protocol";
-import type { Database, SandboxesTable } from "./db.js";
+import type { CheckpointsTable, Database, SandboxesTable } from "./db.js";
 
 export type SandboxRow = Selectable<SandboxesTable>;
+export type CheckpointRow = Selectable<CheckpointsTable>;
+
+export function toApiCheckpoint(r: CheckpointRow): api.Checkpoint {
+  return {
+    id: r.id, name: r.name, sandbox_id: r.sandbox_id, template: r.template, template_version: r.template_version,
+    vcpus: r.vcpus, memory_mb: r.memory_mb, disk_mb: r.disk_mb, pause_ms: r.pause_ms, stored_bytes: Number(r.stored_bytes),
+    created_at: new Date(r.created_at).toISOString(),
+  };
+}
 
 export function hashKey(secret: string): string {
   return createHash("sha256").update(secret).digest("hex");
@@ -116,6 +125,26 @@ export class Store {
     }
     if (q.cursor) query = query.where("id", ">", q.cursor);
     return query.orderBy("id").limit(q.limit).execute();
+  }
+
+  // ---- checkpoints ----
+
+  async insertCheckpoint(row: CheckpointRow): Promise<void> {
+    await this.db.insertInto("checkpoints").values(row).execute();
+  }
+
+  async getCheckpoint(id: string): Promise<CheckpointRow | undefined> {
+    return this.db.selectFrom("checkpoints").selectAll().where("id", "=", id).executeTakeFirst();
+  }
+
+  async listCheckpoints(owner: string, sandboxId?: string): Promise<CheckpointRow[]> {
+    let q = this.db.selectFrom("checkpoints").selectAll().where("owner", "=", owner);
+    if (sandboxId) q = q.where("sandbox_id", "=", sandboxId);
+    return q.orderBy("created_at").execute();
+  }
+
+  async deleteCheckpoint(id: string): Promise<void> {
+    await this.db.deleteFrom("checkpoints").where("id", "=", id).execute();
   }
 
   // ---- events ----

@@ -1,0 +1,46 @@
+import { z } from "zod";
+import { api } from "@den/protocol";
+import { principal, type TypedApp } from "../app.js";
+import type { ControlPlane } from "../control-plane.js";
+import { toApiCheckpoint } from "../store.js";
+
+const IdParams = z.object({ id: z.string().max(64) });
+
+export function registerCheckpointRoutes(app: TypedApp, cp: ControlPlane): void {
+  app.post("/v1/sandboxes/:id/checkpoints", {
+    schema: { summary: "Take a durable checkpoint of a running sandbox (kept in the snapshot store)", params: IdParams, body: api.CreateCheckpointRequest.nullish(), response: { 201: api.Checkpoint } },
+  }, async (req, reply) => {
+    const row = await cp.owned(principal(req), req.params.id);
+    return reply.status(201).send(await cp.checkpoint(principal(req), row.id, req.body?.name));
+  });
+
+  app.post("/v1/sandboxes/:id/fork", {
+    schema: { summary: "Fork a running sandbox into independent copy-on-write children", params: IdParams, body: api.ForkRequest.nullish(), response: { 201: api.ForkResponse } },
+  }, async (req, reply) => {
+    const row = await cp.owned(principal(req), req.params.id);
+    return reply.status(201).send({ sandboxes: await cp.fork(principal(req), row.id, req.body?.count ?? 1) });
+  });
+
+  app.get("/v1/checkpoints", {
+    schema: {
+      summary: "List checkpoints (optionally of one sandbox)",
+      querystring: z.object({ sandbox_id: z.string().max(64).optional() }),
+      response: { 200: z.object({ checkpoints: z.array(api.Checkpoint) }) },
+    },
+  }, async (req) => ({ checkpoints: (await cp.store.listCheckpoints(principal(req).owner, req.query.sandbox_id)).map(toApiCheckpoint) }));
+
+  app.get("/v1/checkpoints/:id", {
+    schema: { summary: "Get a checkpoint", params: IdParams, response: { 200: api.Checkpoint } },
+  }, async (req) => toApiCheckpoint(await cp.ownedCheckpoint(principal(req), req.params.id)));
+
+  app.delete("/v1/checkpoints/:id", {
+    schema: { summary: "Delete a checkpoint (sandboxes restored from it are unaffected)", params: IdParams },
+  }, async (req, reply) => {
+    await cp.deleteCheckpoint(principal(req), req.params.id);
+    return reply.status(204).send();
+  });
+
+  app.post("/v1/checkpoints/:id/restore", {
+    schema: { summary: "Create a new sandbox from a checkpoint", params: IdParams, body: api.RestoreCheckpointRequest.nullish(), response: { 201: api.Sandbox } },
+  }, async (req, reply) => reply.status(201).send(await cp.restoreCheckpoint(principal(req), req.params.id, req.body ?? {})));
+}

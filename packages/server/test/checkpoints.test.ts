@@ -1,0 +1,72 @@
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import type { RunningServer } from "../src/index.js";
+import { client, testServer } from "./helpers.js";
+
+const COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 & echo $!";
+
+describe("checkpoints and forks over the API", () => {
+  let server: RunningServer;
+  let api: ReturnType<typeof client>;
+  before(async () => {
+    server = await testServer();
+    api = client(server.url);
+  });
+  after(async () => {
+    for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
+    for (const c of (await api("GET", "/v1/checkpoints")).body?.checkpoints ?? []) await api("DELETE", `/v1/checkpoints/${c.id}`);
+    await server?.close();
+  });
+
+  test("checkpoint, destroy, restore twice: two independent sandboxes; deleting the checkpoint leaves both working", async () => {
+    const s = (await api("POST", "/v1/sandboxes", { metadata: { task: "cp" } })).body;
+    const pid = (await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: `echo saved > /workspace/state; ${COUNTER}` })).body.stdout.trim();
+    const c = await api("POST", `/v1/sandboxes/${s.id}/checkpoints`, { name: "after-setup" });
+    assert.equal(c.status, 201, c.text);
+    assert.equal(c.body.name, "after-setup");
+    assert.ok(c.body.pause_ms > 0 && c.body.stored_bytes > 0);
+    assert.equal((await api("GET", `/v1/checkpoints?sandbox_id=${s.id}`)).body.checkpoints.length, 1);
+    await api("DELETE", `/v1/sandboxes/${s.id}`);
+    assert.equal((await api("GET", `/v1/checkpoints/${c.body.id}`)).status, 200, "a checkpoint outlives its sandbox");
+    const a = (await api("POST", `/v1/checkpoints/${c.body.id}/restore`, {})).body;
+    const b = (await api("POST", `/v1/checkpoints/${c.body.id}/restore`, { metadata: { who: "b" } })).body;
+    assert.notEqual(a.id, b.id);
+    assert.equal(b.metadata.restored_from, c.body.id);
+    assert.equal((await api("DELETE", `/v1/checkpoints/${c.body.id}`)).status, 204);
+    for (const x of [a, b]) {
+      const r = await api("POST", `/v1/sandboxes/${x.id}/exec`, { cmd: `cat /workspace/state; kill -0 ${pid} && echo counting` });
+      assert.equal(r.body.stdout, "saved\ncounting\n", r.text);
+    }
+    await api("POST", `/v1/sandboxes/${a.id}/exec`, { cmd: "echo only-a > /workspace/state" });
+    assert.equal((await api("POST", `/v1/sandboxes/${b.id}/exec`, { cmd: "cat /workspace/state" })).body.stdout, "saved\n");
+    assert.equal((await api("GET", `/v1/checkpoints/${c.body.id}`)).status, 404);
+  });
+
+  test("fork into 3: children diverge, inherit metadata and TTL, fork of a fork works, the parent continues", async () => {
+    const parent = (await api("POST", "/v1/sandboxes", { ttl_seconds: 1800, metadata: { task_id: "t1" } })).body;
+    await api("POST", `/v1/sandboxes/${parent.id}/exec`, { cmd: COUNTER });
+    const f = await api("POST", `/v1/sandboxes/${parent.id}/fork`, { count: 3 });
+    assert.equal(f.status, 201, f.text);
+    const kids = f.body.sandboxes as Array<{ id: string; metadata: Record<string, string>; ttl_seconds: number; state: string }>;
+    assert.equal(kids.length, 3);
+    for (const [i, k] of kids.entries()) {
+      assert.equal(k.state, "running");
+      assert.deepEqual(k.metadata, { task_id: "t1", forked_from: parent.id });
+      assert.equal(k.ttl_seconds, 1800);
+      await api("POST", `/v1/sandboxes/${k.id}/exec`, { cmd: `echo ${i} > /workspace/mine-${i}; echo ${i * 100} > /tmp/own` });
+    }
+    for (const [i, k] of kids.entries()) {
+      const ls = await api("POST", `/v1/sandboxes/${k.id}/exec`, { cmd: "ls /workspace | grep mine; cat /tmp/own" });
+      assert.equal(ls.body.stdout, `mine-${i}\n${i * 100}\n`);
+    }
+    const rand = await Promise.all(kids.map(async (k) => (await api("POST", `/v1/sandboxes/${k.id}/exec`, { cmd: "head -c 16 /dev/urandom | od -An -tx1" })).body.stdout));
+    assert.equal(new Set(rand).size, 3, "random bytes differ");
+    const grand = await api("POST", `/v1/sandboxes/${kids[0]!.id}/fork`, {});
+    assert.equal(grand.status, 201, grand.text);
+    assert.equal((await api("POST", `/v1/sandboxes/${grand.body.sandboxes[0].id}/exec`, { cmd: "cat /workspace/mine-0" })).body.stdout, "0\n");
+    const c1 = Number((await api("POST", `/v1/sandboxes/${parent.id}/exec`, { cmd: "cat /tmp/count" })).body.stdout);
+    await new Promise((r) => setTimeout(r, 600));
+    assert.ok(Number((await api("POST", `/v1/sandboxes/${parent.id}/exec`, { cmd: "cat /tmp/count" })).body.stdout) > c1, "the parent continues");
+    assert.equal((await api("POST", `/v1/sandboxes/${parent.id}/exec`, { cmd: "ls /workspace | grep -c mine || true" })).body.stdout, "0\n");
+  });
+});
