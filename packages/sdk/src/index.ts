@@ -63,3 +63,4 @@ export type {
   ApiKeyInfo,
 } from "./types.js";
 export { Pty, type PtyOptions } from "./pty.js";
+export { Checkpoints, type CheckpointInfo } from "./checkpoints.js";

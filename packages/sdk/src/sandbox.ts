@@ -1,6 +1,7 @@
 /** The `Sandbox` class: create, connect, list, and everything done to one sandbox. */
 import "./polyfill.js";
 import { Pty, type PtyOptions } from "./pty.js";
+import { toCheckpointInfo, type CheckpointInfo } from "./checkpoints.js";
 import { api } from "@den/protocol";
 import { DenClient, type DenClientOptions, type RequestOptions, listOf, seg, validate } from "./client.js";
 import { SandboxNotFoundError } from "./errors.js";
@@ -327,6 +328,59 @@ export class Sandbox {
    */
   execStream(cmd: Command, opts: CommandOptions = {}): ExecStream {
     return new ExecStream(this.#client, this.id, cmd, opts);
+  }
+
+  /**
+   * Takes a durable checkpoint while the sandbox runs (it pauses only while its memory is
+   * copied); the checkpoint outlives the sandbox. Restore it with {@link Sandbox.restore}.
+   *
+   * @example
+   * ```ts
+   * const cp = await sbx.snapshot({ name: "deps-installed" });
+   * const copy = await Sandbox.restore(cp);
+   * ```
+   */
+  async snapshot(opts: RequestOptions & { name?: string } = {}): Promise<CheckpointInfo> {
+    const body = opts.name !== undefined ? { name: opts.name } : {};
+    const w = await this.#client.json({ method: "POST", path: `/v1/sandboxes/${seg(this.id)}/checkpoints`, json: body, signal: opts.signal }, api.Checkpoint.parse);
+    return toCheckpointInfo(w);
+  }
+
+  /**
+   * Forks the running sandbox: new, independent sandboxes with its exact state (files,
+   * processes, memory), copy-on-write. `count` defaults to 1.
+   *
+   * @example
+   * ```ts
+   * const [a, b] = await sbx.fork({ count: 2 });
+   * await Promise.all([a.exec("try-approach-a"), b.exec("try-approach-b")]);
+   * ```
+   */
+  async fork(opts: RequestOptions & { count?: number } = {}): Promise<Sandbox[]> {
+    const body = opts.count !== undefined ? { count: opts.count } : {};
+    const w = await this.#client.json({ method: "POST", path: `/v1/sandboxes/${seg(this.id)}/fork`, json: body, signal: opts.signal }, api.ForkResponse.parse);
+    return w.sandboxes.map((s) => new Sandbox(this.#client, toSandboxInfo(s)));
+  }
+
+  /**
+   * Creates a new sandbox from a checkpoint (by id or as returned by {@link Sandbox.snapshot}).
+   *
+   * @example
+   * ```ts
+   * const again = await Sandbox.restore(cp, { ttlSeconds: 600 });
+   * ```
+   */
+  static async restore(checkpoint: string | { id: string }, opts: DenClientOptions & RequestOptions & { persistent?: boolean; ttlSeconds?: number | null; idleTimeoutSeconds?: number; onIdle?: "hibernate" | "destroy"; metadata?: Record<string, string> } = {}): Promise<Sandbox> {
+    const client = new DenClient(opts);
+    const id = typeof checkpoint === "string" ? checkpoint : checkpoint.id;
+    const body: Record<string, unknown> = {};
+    if (opts.persistent !== undefined) body.persistent = opts.persistent;
+    if (opts.ttlSeconds !== undefined) body.ttl_seconds = opts.ttlSeconds;
+    if (opts.idleTimeoutSeconds !== undefined) body.idle_timeout_seconds = opts.idleTimeoutSeconds;
+    if (opts.onIdle !== undefined) body.on_idle = opts.onIdle;
+    if (opts.metadata !== undefined) body.metadata = opts.metadata;
+    const w = await client.json({ method: "POST", path: `/v1/checkpoints/${seg(id)}/restore`, json: body, signal: opts.signal }, api.Sandbox.parse);
+    return new Sandbox(client, toSandboxInfo(w));
   }
 
   /**

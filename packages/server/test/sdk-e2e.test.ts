@@ -1,6 +1,6 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { Sandbox, SandboxNotFoundError, UnauthorizedError } from "@den/sdk";
+import { Checkpoints, Sandbox, SandboxNotFoundError, UnauthorizedError } from "@den/sdk";
 import type { RunningServer } from "../src/index.js";
 import { ADMIN_KEY, testServer } from "./helpers.js";
 
@@ -90,6 +90,23 @@ describe("the SDK drives an agent loop end to end", () => {
     await until(/back-42/);
     term.write("exit 9\n");
     assert.deepEqual(await term.wait(), { exitCode: 9, signal: null });
+  });
+
+  test("checkpoint, fork and restore from the SDK", async () => {
+    await using sbx = await Sandbox.create(opts);
+    await sbx.filesystem.write("/workspace/plan.md", "step 1");
+    const cp = await sbx.snapshot({ name: "planned" });
+    assert.equal(cp.name, "planned");
+    const [a, b] = await sbx.fork({ count: 2 });
+    await using ka = a!;
+    await using kb = b!;
+    await ka.filesystem.write("/workspace/plan.md", "approach A");
+    assert.equal(await kb.filesystem.readText("/workspace/plan.md"), "step 1");
+    await using restored = await Sandbox.restore(cp, opts);
+    assert.equal(await restored.filesystem.readText("/workspace/plan.md"), "step 1");
+    assert.equal(restored.info.metadata.restored_from, cp.id);
+    await Checkpoints.delete(cp.id, opts);
+    assert.equal((await Checkpoints.list({ ...opts, sandboxId: sbx.id })).length, 0);
   });
 
   test("typed errors from the server's codes", async () => {
