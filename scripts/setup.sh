@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-[ -d node_modules/typescript ] || npm ci --no-audit --no-fund
+# npm ci again whenever the lockfile changed since the last install.
+lock_sum=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ "$(cat node_modules/.den-lock-sum 2>/dev/null)" != "$lock_sum" ]; then
+  npm ci --no-audit --no-fund
+  echo "$lock_sum" > node_modules/.den-lock-sum
+fi
 npm run build --silent
 node packages/cli/dist/src/bin.js template build base
