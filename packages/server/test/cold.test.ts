@@ -62,6 +62,27 @@ for (const kind of ["local", "s3"] as const) {
       await api("DELETE", `/v1/sandboxes/${id}`);
     });
 
+    test("a stored snapshot with one flipped byte is refused; the sandbox stays hibernated", async () => {
+      const id = (await api("POST", "/v1/sandboxes", {})).body.id;
+      await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "echo v > /tmp/v" });
+      const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
+      assert.equal(h.body.hibernate_mode, "cold");
+      const store = (server.cp.host as unknown as { store: { list(p: string): Promise<Array<{ key: string }>>; getBytes(k: string): Promise<Buffer>; putBytes(k: string, b: Buffer): Promise<void> } }).store;
+      const key = (await store.list("snapshots/")).find((o) => o.key.endsWith("/state.bin.gz"))!.key;
+      const good = await store.getBytes(key);
+      const bad = Buffer.from(good);
+      bad.writeUInt8(bad.readUInt8(bad.length >> 1) ^ 1, bad.length >> 1);
+      await store.putBytes(key, bad);
+      const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "cat /tmp/v" });
+      assert.equal(r.status, 422, r.text);
+      assert.equal(r.body.error.code, "snapshot_corrupt");
+      assert.equal((await api("GET", `/v1/sandboxes/${id}`)).body.state, "hibernated");
+      // Put the good bytes back: the same sandbox wakes with its state.
+      await store.putBytes(key, good);
+      assert.equal((await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "cat /tmp/v" })).body.stdout, "v\n");
+      await api("DELETE", `/v1/sandboxes/${id}`);
+    });
+
     test("concurrent execs on a cold sandbox trigger one wake; destroy leaves nothing in the store", async () => {
       const c = await api("POST", "/v1/sandboxes", {});
       const id = c.body.id;
@@ -78,3 +99,26 @@ for (const kind of ["local", "s3"] as const) {
     });
   });
 }
+
+describe("warm hibernate", () => {
+  test("a guest busy-looping a CPU, once warm-hibernated, costs its host under 1% CPU", async () => {
+    const server = await testServer();
+    const api = client(server.url);
+    try {
+      const id = (await api("POST", "/v1/sandboxes", {})).body.id;
+      await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "nohup sh -c 'while true; do :; done' >/dev/null 2>&1 &" });
+      const cpu = () => server.cp.host.cpuSeconds(id)!;
+      const b0 = cpu();
+      await new Promise((r) => setTimeout(r, 1000));
+      assert.ok(cpu() - b0 > 0.5, "the loop burns CPU while running");
+      await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "warm" });
+      const h0 = cpu();
+      await new Promise((r) => setTimeout(r, 5000));
+      const used = cpu() - h0;
+      assert.ok(used < 0.05, `hibernated QEMU used ${used.toFixed(3)} CPU-seconds in 5 s`);
+      await api("DELETE", `/v1/sandboxes/${id}`);
+    } finally {
+      await server.close();
+    }
+  });
+});
