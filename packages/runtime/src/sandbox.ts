@@ -227,6 +227,11 @@ export class Sandbox {
       let pauseMs = 0;
       try {
         if (wasRunning) await vm.stop();
+        else if ((await vm.status()) === "postmigrate") {
+          // QEMU will not migrate a VM a previous migration paused: let it take one breath.
+          await vm.cont();
+          await vm.stop();
+        }
         await vm.saveState(join(dir, "state.bin"));
         await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
         // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.

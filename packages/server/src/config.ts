@@ -10,6 +10,10 @@ export interface ServerConfig {
   defaults: {
     ttlSeconds: number;
     idleTimeoutSeconds: number;
+    /** An idle-hibernated (warm) sandbox goes cold after this much more quiet. */
+    coldAfterSeconds: number;
+    /** On a clean stop, how long to spend cold-hibernating sandboxes before leaving the rest to be adopted. */
+    shutdownTimeoutSeconds: number;
     onIdle: "hibernate" | "destroy";
     template: string;
   };
@@ -59,6 +63,8 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     defaults: {
       ttlSeconds: num(env.DEN_DEFAULT_TTL_SECONDS, 3600),
       idleTimeoutSeconds: num(env.DEN_DEFAULT_IDLE_TIMEOUT_SECONDS, 600),
+      coldAfterSeconds: num(env.DEN_COLD_AFTER_SECONDS, 1800),
+      shutdownTimeoutSeconds: num(env.DEN_SHUTDOWN_TIMEOUT_SECONDS, 60),
       onIdle,
       template: env.DEN_DEFAULT_TEMPLATE ?? "base",
     },

@@ -213,8 +213,7 @@ export class ControlPlane {
       if (row.state === "hibernated" && mode === "cold") {
         // Warm -> cold: the VM is paused in place; take it down to the store.
         const t0 = performance.now();
-        const snapshot = await this.host.hibernate(id, "cold");
-        if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, "warm");
+        const snapshot = await this.host.hibernate(id, "cold", row.hibernate_snapshot ?? undefined);
         return this.transition(id, "hibernated", reason, { hibernate_snapshot: snapshot, hibernate_mode: "cold" }, { mode, snapshot, ms: Math.round(performance.now() - t0) });
       }
       if (row.state === "hibernated") return row;
@@ -340,6 +339,30 @@ export class ControlPlane {
   }
 
   /**
+   * A clean stop: cold-hibernate every running and warm-hibernated sandbox, so no VM
+   * outlives the server. Those not started before `deadline` stay as they are and are
+   * adopted at the next start; nothing is lost either way.
+   */
+  async hibernateAllCold(deadline: number): Promise<{ done: number; left: number }> {
+    let done = 0;
+    let left = 0;
+    for (const row of await this.store.liveSandboxes()) {
+      if (row.state !== "running" && !(row.state === "hibernated" && modeOf(row) === "warm")) continue;
+      if (Date.now() >= deadline) {
+        left++;
+        continue;
+      }
+      try {
+        await this.hibernate(row.id, "restart", "cold");
+        done++;
+      } catch {
+        left++;
+      }
+    }
+    return { done, left };
+  }
+
+  /**
    * One pass of the reapers. TTL: every sandbox past its deadline is destroyed, whatever
    * its state. Idle: a running, non-persistent sandbox with no activity for its idle
    * timeout gets its `on_idle`. Activity = API calls, an exec in flight, or guest CPU above
@@ -351,6 +374,12 @@ export class ControlPlane {
       if (row.state === "creating") continue;
       if (row.expires_at !== null && row.expires_at <= now) {
         await this.destroy(row.id, "ttl").catch(() => undefined);
+        continue;
+      }
+      if (row.state === "hibernated" && row.persistent === 0 && modeOf(row) === "warm" && row.state_reason === "idle") {
+        // Warm first (instant wake), then cold after a second, longer quiet period (no cost at all).
+        const coldAt = row.last_activity_at + (row.idle_timeout_seconds + this.config.defaults.coldAfterSeconds) * 1000;
+        if (now >= coldAt) await this.hibernate(row.id, "idle", "cold").catch(() => undefined);
         continue;
       }
       if (row.state !== "running") continue;

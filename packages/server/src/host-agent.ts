@@ -33,7 +33,7 @@ export interface HostAgent {
    * warm: snapshot (kept on this host) + pause in place. cold: snapshot uploaded to the
    * snapshot store, then the VM and every local file of it are gone. Returns the snapshot id.
    */
-  hibernate(id: string, mode: "warm" | "cold"): Promise<string>;
+  hibernate(id: string, mode: "warm" | "cold", warmSnapshot?: string): Promise<string>;
   /** warm: resume in place, or restore from the local snapshot if the VM died. cold: restore from the store. */
   wake(id: string, snapshotId: string | null, mode: "warm" | "cold"): Promise<void>;
   dropSnapshot(snapshotId: string, mode: "warm" | "cold"): Promise<void>;
@@ -104,23 +104,27 @@ export class LocalHostAgent implements HostAgent {
     if (this.rt.has(id)) await this.rt.get(id).destroy();
   }
 
-  async hibernate(id: string, mode: "warm" | "cold"): Promise<string> {
-    const sbx = this.rt.get(id);
+  async hibernate(id: string, mode: "warm" | "cold", warmSnapshot?: string): Promise<string> {
     if (mode === "warm") return (await this.rt.snapshot(id, { keepRunning: false })).id;
     // Cold: the snapshot goes to the store (manifest last), then the VM and its local files go.
-    const snap = await this.rt.snapshot(id, { keepRunning: false });
+    // From warm, the snapshot taken when it paused is the one to store (nothing ran since,
+    // and the VM may even be gone).
+    const sbx = this.rt.has(id) ? this.rt.get(id) : undefined;
+    const snap = warmSnapshot ? await this.rt.getSnapshot(warmSnapshot) : await this.rt.snapshot(id, { keepRunning: false });
     // The store's copy needs its template version on this host to wake.
     await this.rt.pinTemplate(snap.id, snap.manifest.template);
     try {
       await uploadSnapshot(this.store, snap.id, snap.dir, Object.keys(snap.manifest.files), snap.manifest);
     } catch (e) {
-      // Nothing is lost: the VM is still there, paused; put it back to work.
-      await this.rt.deleteSnapshot(snap.id).catch(() => undefined);
       await this.rt.unpinTemplate(snap.id);
-      await sbx.resume().catch(() => undefined);
+      if (!warmSnapshot) {
+        // Nothing is lost: the VM is still there, paused; put it back to work.
+        await this.rt.deleteSnapshot(snap.id).catch(() => undefined);
+        await sbx?.resume().catch(() => undefined);
+      }
       throw e;
     }
-    await sbx.destroy();
+    await sbx?.destroy();
     await this.rt.deleteSnapshot(snap.id);
     return snap.id;
   }

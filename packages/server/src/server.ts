@@ -28,7 +28,7 @@ export interface RunningServer {
   url: string;
   /** Set when this start created the first admin key (no DEN_API_KEY, empty database). */
   createdAdminKey?: string;
-  /** Stops serving; VMs keep running and are adopted by the next start. */
+  /** Stops serving and cold-hibernates sandboxes (bounded by the shutdown timeout); the rest are adopted by the next start. */
   close(): Promise<void>;
 }
 
@@ -68,6 +68,8 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
     async close() {
       clearInterval(reaper);
       await app.close();
+      const r = await cp.hibernateAllCold(Date.now() + config.defaults.shutdownTimeoutSeconds * 1000);
+      if (r.done || r.left) app.log.info(r, "clean stop: sandboxes cold-hibernated (the rest are adopted at the next start)");
       host.close();
       await db.destroy();
     },

@@ -82,6 +82,31 @@ describe("den serve survives kill -9", () => {
   });
 });
 
+describe("a clean stop", () => {
+  test("SIGTERM cold-hibernates running sandboxes; the next start wakes them with their state", async () => {
+    let server = await spawnServer(PORT);
+    const id = (await api("POST", "/v1/sandboxes", { persistent: true })).body.id;
+    const pid = (await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "echo kept > /workspace/k; nohup sleep 1000 >/dev/null 2>&1 & echo $!" })).body.stdout.trim();
+    const exited = new Promise((r) => server.once("exit", r));
+    server.kill("SIGTERM");
+    await exited;
+    assert.equal(server.exitCode, 0);
+    const instance = readFileSync(`${dataDir()}/instance-id`, "utf8").trim();
+    assert.equal(findInstanceProcesses(instance).has(id), false, "no VM outlives a clean stop");
+    server = await spawnServer(PORT);
+    try {
+      const row = (await api("GET", `/v1/sandboxes/${id}`)).body;
+      assert.equal(row.state, "hibernated");
+      assert.equal(row.hibernate_mode, "cold");
+      const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: `cat /workspace/k; kill -0 ${pid} && echo alive` });
+      assert.equal(r.body.stdout, "kept\nalive\n", r.text);
+      await api("DELETE", `/v1/sandboxes/${id}`);
+    } finally {
+      await killHard(server);
+    }
+  });
+});
+
 describe("reapers", () => {
   let server: ChildProcess | undefined;
   after(async () => {
@@ -118,8 +143,9 @@ describe("reapers", () => {
     assert.equal((await api("GET", `/v1/sandboxes/${b.id}`)).body.state, "running");
   });
 
-  test("idle with the default on_idle hibernates (warm) instead of destroying", async () => {
-    server ??= await spawnServer(PORT);
+  test("idle with the default on_idle hibernates warm, then cold after a second quiet period", async () => {
+    if (server) await killHard(server);
+    server = await spawnServer(PORT, { DEN_COLD_AFTER_SECONDS: "4" });
     const d = (await api("POST", "/v1/sandboxes", { idle_timeout_seconds: 3 })).body;
     await api("POST", `/v1/sandboxes/${d.id}/exec`, { cmd: "echo saved > /tmp/s" });
     const h = await waitFor("hibernated", async () => {
@@ -127,6 +153,12 @@ describe("reapers", () => {
       return r.body.state === "hibernated" ? r.body : undefined;
     }, 30_000, 250);
     assert.equal(h.state_reason, "idle");
+    assert.equal(h.hibernate_mode, "warm");
+    const cold = await waitFor("cold", async () => {
+      const r = await api("GET", `/v1/sandboxes/${d.id}`);
+      return r.body.hibernate_mode === "cold" ? r.body : undefined;
+    }, 30_000, 250);
+    assert.equal(cold.state_reason, "idle");
     assert.equal((await api("POST", `/v1/sandboxes/${d.id}/exec`, { cmd: "cat /tmp/s" })).body.stdout, "saved\n");
   });
 });

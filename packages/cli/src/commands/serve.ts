@@ -21,7 +21,7 @@ export function registerServe(program: Command): void {
       const stop = (signal: string) => {
         if (stopping) return;
         stopping = true;
-        logLine(`den: ${signal}: stopping; sandboxes keep running and are adopted at the next start`);
+        logLine(`den: ${signal}: stopping; cold-hibernating sandboxes (up to ${config.defaults.shutdownTimeoutSeconds} s)`);
         server.close().then(() => process.exit(0), () => process.exit(1));
       };
       process.on("SIGTERM", () => stop("SIGTERM"));
