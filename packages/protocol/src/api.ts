@@ -259,5 +259,8 @@ export const RestoreCheckpointRequest = z.strictObject({
 });
 export type RestoreCheckpointRequest = z.infer<typeof RestoreCheckpointRequest>;
 
+export const RecoverRequest = z.strictObject({ checkpoint_id: CheckpointId.optional() });
+export const RecoveryPoint = z.object({ checkpoint_id: z.string(), created_at: z.string(), age_seconds: z.number().int() });
+
 export const ForkRequest = z.strictObject({ count: z.number().int().min(1).max(16).optional() });
 export const ForkResponse = z.object({ sandboxes: z.array(Sandbox) });

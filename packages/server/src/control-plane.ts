@@ -339,6 +339,31 @@ export class ControlPlane {
   }
 
   /**
+   * Brings a `lost` sandbox (its VM died) back from a checkpoint, keeping its id: the
+   * newest checkpoint of it unless one is named.
+   */
+  async recover(p: Principal, id: string, checkpointId?: string): Promise<SandboxRow> {
+    return this.serialize(id, async () => {
+      const row = (await this.store.getSandbox(id))!;
+      if (row.state !== "lost") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a lost sandbox is recovered`);
+      const cp = checkpointId ? await this.ownedCheckpoint(p, checkpointId) : (await this.store.listCheckpoints(p.owner, id)).at(-1);
+      if (!cp || cp.sandbox_id !== id) throw new DenError("snapshot_not_found", `sandbox ${id} has no checkpoint to recover from`);
+      await this.host.destroy(id);
+      const info = await this.host.restoreStored(id, cp.id);
+      return this.transition(id, "running", "user", {
+        template_version: info.templateVersion, vcpus: info.vcpus, memory_mb: info.memoryMb, disk_mb: info.diskMb, last_activity_at: this.clock.now(),
+      }, { recovered_from: cp.id, checkpoint_age_seconds: Math.round((this.clock.now() - cp.created_at) / 1000) });
+    });
+  }
+
+  /** The checkpoint a lost sandbox would be recovered from, if any. */
+  async recoveryPoint(row: SandboxRow): Promise<{ checkpoint_id: string; created_at: string; age_seconds: number } | null> {
+    if (row.state !== "lost") return null;
+    const cp = (await this.store.listCheckpoints(row.owner, row.id)).at(-1);
+    return cp ? { checkpoint_id: cp.id, created_at: new Date(cp.created_at).toISOString(), age_seconds: Math.round((this.clock.now() - cp.created_at) / 1000) } : null;
+  }
+
+  /**
    * A clean stop: cold-hibernate every running and warm-hibernated sandbox, so no VM
    * outlives the server. Those not started before `deadline` stay as they are and are
    * adopted at the next start; nothing is lost either way.
@@ -383,6 +408,14 @@ export class ControlPlane {
         continue;
       }
       if (row.state !== "running") continue;
+      if (!this.host.alive(row.id)) {
+        // Its VM died under us: say so (a checkpoint can bring it back: POST .../recover).
+        await this.serialize(row.id, async () => {
+          const cur = await this.store.getSandbox(row.id);
+          if (cur?.state === "running" && !this.host.alive(row.id)) await this.transition(row.id, "lost", "host_lost");
+        });
+        continue;
+      }
       if (this.activeExecs.has(row.id) || this.guestBusy(row.id)) {
         await this.touch(row.id);
         continue;

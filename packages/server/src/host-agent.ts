@@ -44,6 +44,8 @@ export interface HostAgent {
   fork(id: string, count: number): Promise<Array<{ id: string } & HostSandboxInfo>>;
   /** Ids of the sandboxes whose VMs run (or are paused) on this host. */
   running(): string[];
+  /** Whether the sandbox's VM process exists on this host. */
+  alive(id: string): boolean;
   /** Whether a sandbox's VM is executing or frozen; undefined if this host has none. */
   vmState(id: string): "running" | "paused" | undefined;
   /** Unfreezes a VM frozen by a hibernate whose record never made it to the database. */
@@ -204,6 +206,10 @@ export class LocalHostAgent implements HostAgent {
 
   running(): string[] {
     return this.rt.list().map((s) => s.id);
+  }
+
+  alive(id: string): boolean {
+    return this.rt.has(id) && this.rt.get(id).vmAlive();
   }
 
   vmState(id: string): "running" | "paused" | undefined {

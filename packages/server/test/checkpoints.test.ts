@@ -1,7 +1,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { RunningServer } from "../src/index.js";
-import { client, testServer } from "./helpers.js";
+import { client, testServer, waitFor } from "./helpers.js";
 
 const COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 & echo $!";
 
@@ -68,5 +68,27 @@ describe("checkpoints and forks over the API", () => {
     await new Promise((r) => setTimeout(r, 600));
     assert.ok(Number((await api("POST", `/v1/sandboxes/${parent.id}/exec`, { cmd: "cat /tmp/count" })).body.stdout) > c1, "the parent continues");
     assert.equal((await api("POST", `/v1/sandboxes/${parent.id}/exec`, { cmd: "ls /workspace | grep -c mine || true" })).body.stdout, "0\n");
+  });
+
+  test("a lost sandbox (its QEMU killed) is recovered from its checkpoint under the same id", async () => {
+    const s = (await api("POST", "/v1/sandboxes", {})).body;
+    await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "echo checkpointed > /workspace/f" });
+    const c = (await api("POST", `/v1/sandboxes/${s.id}/checkpoints`, {})).body;
+    await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "echo later > /workspace/f" });
+    process.kill(server.cp.host.guest(s.id).pid!, "SIGKILL");
+    const lost = await waitFor("lost", async () => {
+      const r = await api("GET", `/v1/sandboxes/${s.id}`);
+      return r.body.state === "lost" ? r.body : undefined;
+    }, 20_000, 250);
+    assert.equal(lost.state_reason, "host_lost");
+    const point = (await api("GET", `/v1/sandboxes/${s.id}/recovery`)).body.recovery;
+    assert.equal(point.checkpoint_id, c.id);
+    assert.ok(point.age_seconds >= 0);
+    const r = await api("POST", `/v1/sandboxes/${s.id}/recover`, {});
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.body.id, s.id);
+    assert.equal(r.body.state, "running");
+    assert.equal((await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "cat /workspace/f" })).body.stdout, "checkpointed\n");
+    assert.equal((await api("POST", `/v1/sandboxes/${s.id}/recover`, {})).status, 409, "only a lost sandbox is recovered");
   });
 });

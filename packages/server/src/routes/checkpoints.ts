@@ -2,7 +2,7 @@ import { z } from "zod";
 import { api } from "@den/protocol";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
-import { toApiCheckpoint } from "../store.js";
+import { toApiCheckpoint, toApiSandbox } from "../store.js";
 
 const IdParams = z.object({ id: z.string().max(64) });
 
@@ -19,6 +19,17 @@ export function registerCheckpointRoutes(app: TypedApp, cp: ControlPlane): void 
   }, async (req, reply) => {
     const row = await cp.owned(principal(req), req.params.id);
     return reply.status(201).send({ sandboxes: await cp.fork(principal(req), row.id, req.body?.count ?? 1) });
+  });
+
+  app.get("/v1/sandboxes/:id/recovery", {
+    schema: { summary: "For a lost sandbox: the checkpoint it would be recovered from, and its age", params: IdParams, response: { 200: z.object({ recovery: api.RecoveryPoint.nullable() }) } },
+  }, async (req) => ({ recovery: await cp.recoveryPoint(await cp.owned(principal(req), req.params.id)) }));
+
+  app.post("/v1/sandboxes/:id/recover", {
+    schema: { summary: "Recover a lost sandbox from its newest (or the named) checkpoint, keeping its id", params: IdParams, body: api.RecoverRequest.nullish(), response: { 200: api.Sandbox } },
+  }, async (req) => {
+    const row = await cp.owned(principal(req), req.params.id);
+    return toApiSandbox(await cp.recover(principal(req), row.id, req.body?.checkpoint_id));
   });
 
   app.get("/v1/checkpoints", {
