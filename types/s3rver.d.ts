@@ -1,3 +1,4 @@
+// Types for s3rver (it ships none): the local S3-compatible server the tests run against.
 declare module "s3rver" {
   interface S3rverOptions {
     port?: number;
