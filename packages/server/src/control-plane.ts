@@ -1,4 +1,4 @@
-import { DenError, type api } from "@den/protocol";
+import { DenError, api } from "@den/protocol";
 import { newId } from "@den/runtime";
 import type { ServerConfig } from "./config.js";
 import type { HostAgent, HostSandboxInfo } from "./host-agent.js";
@@ -58,7 +58,7 @@ export class ControlPlane {
 
   /** The caller's sandbox, or 404 (another owner's sandbox does not exist for them). */
   async owned(p: Principal, id: string): Promise<SandboxRow> {
-    const row = /^sbx_[a-z2-7]{16}$/.test(id) ? await this.store.getSandbox(id) : undefined;
+    const row = api.SandboxId.safeParse(id).success ? await this.store.getSandbox(id) : undefined;
     if (!row || row.owner !== p.owner) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(id)} does not exist`);
     return row;
   }
@@ -140,7 +140,7 @@ export class ControlPlane {
   }
 
   async ownedCheckpoint(p: Principal, id: string): Promise<CheckpointRow> {
-    const row = /^snap_[a-z2-7]{16}$/.test(id) ? await this.store.getCheckpoint(id) : undefined;
+    const row = api.CheckpointId.safeParse(id).success ? await this.store.getCheckpoint(id) : undefined;
     if (!row || row.owner !== p.owner) throw new DenError("snapshot_not_found", `checkpoint ${JSON.stringify(id)} does not exist`);
     return row;
   }
@@ -259,6 +259,12 @@ export class ControlPlane {
     if (row.state !== "running") throw new DenError("sandbox_not_running", `sandbox ${id} is ${row.state}`);
     await this.touch(id);
     return this.host.guest(id);
+  }
+
+  /** The caller's sandbox and its guest, for the exec, file and process routes. */
+  async ownedGuest(p: Principal, id: string): Promise<{ row: SandboxRow; guest: VmSandbox }> {
+    const row = await this.owned(p, id);
+    return { row, guest: await this.guest(row.id) };
   }
 
   /** Marks activity (throttled to one write a second per sandbox). */

@@ -2,7 +2,7 @@ import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { deleteStoredSnapshot, downloadSnapshot, storedBytes, uploadSnapshot, type ObjectStore } from "@den/store";
 import { DenError } from "@den/protocol";
-import { Runtime, bakeVariant, type Sandbox as VmSandbox, type TemplateInfo } from "@den/runtime";
+import { Runtime, bakeVariant, type Sandbox as VmSandbox, type SnapshotInfo, type TemplateInfo } from "@den/runtime";
 
 export interface HostCreateSpec {
   id: string;
@@ -113,12 +113,9 @@ export class LocalHostAgent implements HostAgent {
     // and the VM may even be gone).
     const sbx = this.rt.has(id) ? this.rt.get(id) : undefined;
     const snap = warmSnapshot ? await this.rt.getSnapshot(warmSnapshot) : await this.rt.snapshot(id, { keepRunning: false });
-    // The store's copy needs its template version on this host to wake.
-    await this.rt.pinTemplate(snap.id, snap.manifest.template);
     try {
-      await uploadSnapshot(this.store, snap.id, snap.dir, Object.keys(snap.manifest.files), snap.manifest);
+      await this.toStore(snap);
     } catch (e) {
-      await this.rt.unpinTemplate(snap.id);
       if (!warmSnapshot) {
         // Nothing is lost: the VM is still there, paused; put it back to work.
         await this.rt.deleteSnapshot(snap.id).catch(() => undefined);
@@ -170,16 +167,26 @@ export class LocalHostAgent implements HostAgent {
    */
   async checkpoint(id: string): Promise<{ snapshotId: string; pauseMs: number; storedBytes: number }> {
     const snap = await this.rt.snapshot(id);
+    try {
+      await this.toStore(snap);
+    } finally {
+      await this.rt.deleteSnapshot(snap.id);
+    }
+    return { snapshotId: snap.id, pauseMs: snap.manifest.pauseMs, storedBytes: await storedBytes(this.store, snap.id) };
+  }
+
+  /**
+   * Uploads a local snapshot to the store, pinning its template version on this host
+   * (the stored copy needs it to restore); a failed upload leaves no pin behind.
+   */
+  private async toStore(snap: SnapshotInfo): Promise<void> {
     await this.rt.pinTemplate(snap.id, snap.manifest.template);
     try {
       await uploadSnapshot(this.store, snap.id, snap.dir, Object.keys(snap.manifest.files), snap.manifest);
     } catch (e) {
       await this.rt.unpinTemplate(snap.id);
       throw e;
-    } finally {
-      await this.rt.deleteSnapshot(snap.id);
     }
-    return { snapshotId: snap.id, pauseMs: snap.manifest.pauseMs, storedBytes: await storedBytes(this.store, snap.id) };
   }
 
   /** Forks a running sandbox into `count` copy-on-write children. */

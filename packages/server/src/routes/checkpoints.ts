@@ -2,9 +2,8 @@ import { z } from "zod";
 import { api } from "@den/protocol";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
+import { IdParams } from "./params.js";
 import { toApiCheckpoint, toApiSandbox } from "../store.js";
-
-const IdParams = z.object({ id: z.string().max(64) });
 
 export function registerCheckpointRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes/:id/checkpoints", {

@@ -3,10 +3,10 @@ import { DenError, api } from "@den/protocol";
 import type { Command, ExecOptions } from "@den/runtime";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
+import { IdParams } from "./params.js";
 import type { SandboxRow } from "../store.js";
 import { ndjsonStream } from "../ndjson.js";
 
-const IdParams = z.object({ id: z.string().max(64) });
 const ProcParams = z.object({ id: z.string().max(64), proc: z.coerce.number().int().min(1) });
 
 function command(body: { cmd?: string | undefined; argv?: string[] | undefined }): Command {
@@ -37,8 +37,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes/:id/exec", {
     schema: { summary: "Run a command to completion; returns its output and exit code", params: IdParams, body: api.ExecRequest, response: { 200: api.ExecResult } },
   }, async (req) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { row, guest } = await cp.ownedGuest(principal(req), req.params.id);
     const t0 = performance.now();
     const cmd = command(req.body);
     await cp.recordExec(row.id, "exec.started", { cmd: typeof cmd === "string" ? cmd.slice(0, 200) : cmd.slice(0, 8) });
@@ -56,8 +55,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes/:id/exec/stream", {
     schema: { summary: "Run a command, streaming its output as NDJSON lines (start, stdout/stderr chunks, exit)", params: IdParams, body: api.ExecRequest },
   }, async (req, reply) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { row, guest } = await cp.ownedGuest(principal(req), req.params.id);
     const cmd = command(req.body);
     const p = await guest.execStream(cmd, execOptions(row, req.body));
     await cp.recordExec(row.id, "exec.started", { cmd: typeof cmd === "string" ? cmd.slice(0, 200) : cmd.slice(0, 8), streamed: true });
@@ -87,8 +85,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes/:id/processes", {
     schema: { summary: "Start a background process (output kept in ring buffers)", params: IdParams, body: api.StartProcessRequest, response: { 201: api.ProcessInfo } },
   }, async (req, reply) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { row, guest } = await cp.ownedGuest(principal(req), req.params.id);
     const opts = { ...execOptions(row, req.body), interactive: true, ...(req.body.buffer_bytes ? { bufferBytes: req.body.buffer_bytes } : {}) };
     const started = await guest.spawn(command(req.body), opts);
     await cp.recordExec(row.id, "exec.started", { background: true, proc: started.proc });
@@ -98,8 +95,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
   app.get("/v1/sandboxes/:id/processes", {
     schema: { summary: "List processes started in the sandbox", params: IdParams, response: { 200: z.object({ processes: z.array(api.ProcessInfo) }) } },
   }, async (req) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
     return { processes: (await guest.processes.list()).map(procInfo) };
   });
 
@@ -109,8 +105,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
       params: ProcParams, querystring: z.object({ wait_seconds: z.coerce.number().min(0).max(300).optional() }), response: { 200: api.ProcessInfo },
     },
   }, async (req) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
     const waited = await guest.processes.wait(req.params.proc, (req.query.wait_seconds ?? 0) * 1000);
     const info = (await guest.processes.list()).find((p) => p.proc === req.params.proc);
     if (!info) throw new DenError("proc_not_found", `process ${req.params.proc} does not exist`);
@@ -125,8 +120,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
       response: { 200: api.ProcessLogs },
     },
   }, async (req) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
     const r = await guest.processes.read(req.params.proc, req.query.stream ?? "stdout", req.query.offset ?? 0, req.query.max_bytes ?? 256 * 1024);
     return { data_b64: r.data, offset: r.offset, next_offset: r.next_offset, dropped: r.dropped, eof: r.eof };
   });
@@ -134,8 +128,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes/:id/processes/:proc/input", {
     schema: { summary: "Write to a background process's stdin", params: ProcParams, body: api.ProcessInputRequest },
   }, async (req, reply) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
     await guest.processes.write(req.params.proc, Buffer.from(req.body.data_b64, "base64"), req.body.eof ?? false);
     return reply.status(204).send();
   });
@@ -143,8 +136,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
   app.delete("/v1/sandboxes/:id/processes/:proc", {
     schema: { summary: "Kill a process and everything it started", params: ProcParams },
   }, async (req, reply) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
     await guest.processes.kill(req.params.proc);
     return reply.status(204).send();
   });

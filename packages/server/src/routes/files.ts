@@ -4,8 +4,8 @@ import { DenError, api } from "@den/protocol";
 import type { DirEntry, FileStat as GuestStat } from "@den/protocol";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
+import { IdParams } from "./params.js";
 
-const IdParams = z.object({ id: z.string().max(64) });
 const PathQuery = z.object({ path: api.GuestPath });
 
 function stat(path: string, s: GuestStat | DirEntry): api.FileStat {
@@ -29,8 +29,7 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
   app.get("/v1/sandboxes/:id/files", {
     schema: { summary: "Download a file's bytes", params: IdParams, querystring: PathQuery },
   }, async (req, reply) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
     const it = guest.files.readStream(req.query.path);
     // Pull the first chunk before the headers go out, so a missing file is a clean 404.
     const first = await it.next();
@@ -60,8 +59,7 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
   app.get("/v1/sandboxes/:id/files/list", {
     schema: { summary: "List a directory", params: IdParams, querystring: PathQuery, response: { 200: api.ListFilesResponse } },
   }, async (req) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
     const r = await guest.files.list(req.query.path);
     const dir = req.query.path.endsWith("/") ? req.query.path : `${req.query.path}/`;
     return { entries: r.entries.map((e) => stat(dir + e.name, e)), truncated: r.truncated };
@@ -70,16 +68,14 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
   app.get("/v1/sandboxes/:id/files/stat", {
     schema: { summary: "Stat a path (does not follow a final symlink)", params: IdParams, querystring: PathQuery, response: { 200: api.FileStat } },
   }, async (req) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
     return stat(req.query.path, await guest.files.stat(req.query.path));
   });
 
   app.post("/v1/sandboxes/:id/files/mkdir", {
     schema: { summary: "Create a directory", params: IdParams, body: api.MkdirRequest },
   }, async (req, reply) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
     await guest.files.mkdir(req.body.path, { parents: req.body.parents ?? true });
     return reply.status(204).send();
   });
@@ -87,8 +83,7 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
   app.delete("/v1/sandboxes/:id/files", {
     schema: { summary: "Remove a file or directory", params: IdParams, querystring: PathQuery.extend({ recursive: z.enum(["true", "false"]).optional() }) },
   }, async (req, reply) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
     await guest.files.remove(req.query.path, { recursive: req.query.recursive === "true" });
     return reply.status(204).send();
   });
@@ -96,8 +91,7 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes/:id/files/rename", {
     schema: { summary: "Rename or move a path", params: IdParams, body: api.RenameRequest },
   }, async (req, reply) => {
-    const row = await cp.owned(principal(req), req.params.id);
-    const guest = await cp.guest(row.id);
+    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
     await guest.files.rename(req.body.from, req.body.to);
     return reply.status(204).send();
   });

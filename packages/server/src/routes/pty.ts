@@ -4,6 +4,7 @@ import { DenError } from "@den/protocol";
 import type { ExecProcess } from "@den/runtime";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
+import { IdParams } from "./params.js";
 
 const ClientMessage = z.discriminatedUnion("type", [
   z.object({ type: z.literal("resize"), rows: z.number().int().min(1).max(1000), cols: z.number().int().min(1).max(1000) }),
@@ -21,7 +22,7 @@ export function registerPtyRoutes(app: TypedApp, cp: ControlPlane): void {
     websocket: true,
     schema: {
       summary: "Interactive shell on a PTY (WebSocket)",
-      params: z.object({ id: z.string().max(64) }),
+      params: IdParams,
       querystring: z.object({
         cmd: z.string().max(4096).optional(),
         cwd: z.string().max(4096).optional(),
@@ -59,8 +60,7 @@ export function registerPtyRoutes(app: TypedApp, cp: ControlPlane): void {
     };
     socket.on("message", (data: Buffer, isBinary: boolean) => handle(data, isBinary));
     try {
-      const row = await cp.owned(principal(req), req.params.id);
-      const guest = await cp.guest(row.id);
+      const { row, guest } = await cp.ownedGuest(principal(req), req.params.id);
       const q = req.query;
       const env = { ...(JSON.parse(row.env) as Record<string, string>) };
       proc = await guest.execStream(q.cmd ?? "exec /bin/bash -l", {

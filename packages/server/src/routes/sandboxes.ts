@@ -2,10 +2,9 @@ import { z } from "zod";
 import { api } from "@den/protocol";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
+import { IdParams } from "./params.js";
 import { toApiSandbox } from "../store.js";
 import { ndjsonStream } from "../ndjson.js";
-
-const IdParams = z.object({ id: z.string().max(64) });
 
 export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes", {
