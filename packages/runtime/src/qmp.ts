@@ -131,6 +131,8 @@ export function connectUnix(path: string): Promise<net.Socket> {
     const s = net.connect({ path });
     s.once("connect", () => {
       s.off("error", reject);
+      // Until the caller's own handlers are attached (after an await), an error must not crash us.
+      s.on("error", () => undefined);
       resolve(s);
     });
     s.once("error", reject);

@@ -1,5 +1,5 @@
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { cp, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { cp, mkdir, symlink, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { DenError } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
@@ -143,6 +143,11 @@ export class Runtime {
     return join(this.dataDir, "sandboxes", id);
   }
 
+  /** Where forks keep their shared RAM files: tmpfs when the host has one. */
+  get ramDir(): string {
+    return existsSync("/dev/shm") ? join("/dev/shm", `den-${this.instance}`) : join(this.dataDir, "ram");
+  }
+
   private snapshotDir(id: string): string {
     return join(this.dataDir, "snapshots", id);
   }
@@ -191,6 +196,13 @@ export class Runtime {
     const snaps = join(this.dataDir, "snapshots");
     for (const id of readdirSync(snaps)) {
       if (!existsSync(join(snaps, id, "manifest.json"))) await rm(join(snaps, id), { recursive: true, force: true });
+    }
+    // RAM files of forks: running children keep their mappings; the files outlive no snapshot.
+    if (existsSync(this.ramDir)) {
+      for (const f of readdirSync(this.ramDir)) {
+        const id = f.replace(/\.ram$/, "");
+        if (!existsSync(join(snaps, id, "manifest.json")) || existsSync(join(snaps, id, DELETED_MARKER))) await rm(join(this.ramDir, f), { force: true });
+      }
     }
     await this.gc();
   }
@@ -346,12 +358,12 @@ export class Runtime {
    * Takes a snapshot of a sandbox into the snapshot store. The sandbox keeps running,
    * or with `keepRunning: false` stays paused (a warm hibernate).
    */
-  async snapshot(sandboxId: string, opts: { keepRunning?: boolean } = {}): Promise<SnapshotInfo> {
+  async snapshot(sandboxId: string, opts: { keepRunning?: boolean; ignoreShared?: boolean } = {}): Promise<SnapshotInfo> {
     const sbx = this.get(sandboxId);
     const id = newId("snap");
     const dir = this.snapshotDir(id);
     try {
-      const r = await sbx.snapshot(dir, { id, keepRunning: opts.keepRunning ?? true });
+      const r = await sbx.snapshot(dir, { id, keepRunning: opts.keepRunning ?? true, ...(opts.ignoreShared === false ? { ignoreShared: false } : {}) });
       return { id, dir, manifest: r.manifest };
     } catch (e) {
       await rm(dir, { recursive: true, force: true });
@@ -382,7 +394,10 @@ export class Runtime {
   async deleteSnapshot(id: string): Promise<void> {
     const snap = await this.getSnapshot(id);
     await writeFile(join(snap.dir, DELETED_MARKER), "");
+    // Sandboxes restored from it keep their mapping of memory.bin; the name can go.
     await rm(join(snap.dir, TEMPLATE_FILES.state), { force: true });
+    await rm(join(snap.dir, TEMPLATE_FILES.memory), { force: true });
+    await rm(join(this.ramDir, `${id}.ram`), { force: true });
     await this.gc();
   }
 
@@ -423,8 +438,13 @@ export class Runtime {
   async fork(sandboxId: string, count = 1): Promise<Sandbox[]> {
     if (!Number.isInteger(count) || count < 1 || count > 16) throw new DenError("invalid_argument", "fork count must be an integer in 1..16");
     const parent = this.get(sandboxId);
-    const snap = await this.snapshot(parent.id);
+    // The stream is loaded by a helper whose RAM is shared: it must say it carries all RAM.
+    // Children of one fork share its RAM; a single child has nothing to share it with and
+    // restores straight from the stream, which is several times faster under TCG.
+    const shared = count > 1;
+    const snap = await this.snapshot(parent.id, shared ? { ignoreShared: false } : {});
     try {
+      if (shared) await this.shareMemory(snap);
       const children: Sandbox[] = [];
       const results = await Promise.allSettled(Array.from({ length: count }, () => this.restore(snap.id, { pidsMax: parent.info.pidsMax })));
       for (const r of results) if (r.status === "fulfilled") children.push(r.value);
@@ -438,6 +458,46 @@ export class Runtime {
       // The fork's snapshot is internal: its disk lives on while children use it.
       await this.deleteSnapshot(snap.id);
     }
+  }
+
+  /**
+   * Turns a fork's snapshot into one whose RAM is a file, so the children map that file
+   * copy-on-write and share every page none of them has written. A paused helper QEMU
+   * loads the migration stream into a shared RAM file and saves just its device state.
+   */
+  private async shareMemory(snap: SnapshotInfo): Promise<void> {
+    if (snap.manifest.memory === "file") return;
+    const helperDir = join(snap.dir, "helper");
+    await mkdir(helperDir);
+    // In tmpfs: the load touches every page of the file, and on disk each would be written back.
+    await mkdir(this.ramDir, { recursive: true });
+    const ramPath = join(this.ramDir, `${snap.id}.ram`);
+    await symlink(ramPath, join(snap.dir, TEMPLATE_FILES.memory));
+    try {
+      await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", join(snap.dir, TEMPLATE_FILES.disk), join(helperDir, VM_FILES.disk)], "qemu_error");
+      const vm = await Vm.launch({
+        dir: helperDir, vcpus: snap.manifest.vm.vcpus, memoryMb: snap.manifest.vm.memoryMb,
+        memoryFile: ramPath, shareMemory: true, disk: join(helperDir, VM_FILES.disk),
+        incoming: true, macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: snap.id },
+      }, this.host);
+      try {
+        // The stream carries every page: load it into the shared file, then save all but the RAM.
+        await vm.setIgnoreShared(false);
+        await vm.loadState(join(snap.dir, TEMPLATE_FILES.state));
+        await vm.setIgnoreShared(true);
+        await vm.saveState(join(helperDir, TEMPLATE_FILES.state));
+      } finally {
+        await vm.kill();
+      }
+      await rename(join(helperDir, TEMPLATE_FILES.state), join(snap.dir, TEMPLATE_FILES.state));
+      // Loading read every zero page into the file; give those pages back.
+      await runTool("fallocate", ["--dig-holes", ramPath], "qemu_error");
+    } finally {
+      await rm(helperDir, { recursive: true, force: true });
+    }
+    // The RAM file is not hashed: this snapshot is internal and gone once the children run.
+    snap.manifest = { ...snap.manifest, memory: "file", files: { ...snap.manifest.files, ...(await digestFiles(snap.dir, [TEMPLATE_FILES.state])) } };
+    await writeManifest(snap.dir, snap.manifest);
   }
 
   // ---- housekeeping ----

@@ -215,7 +215,7 @@ export class Sandbox {
    * Writes a snapshot of the running VM into `dir`: the VM is paused only while its
    * memory and disk overlay are copied; hashing and the manifest come after it resumes.
    */
-  snapshot(dir: string, opts: { id: string; keepRunning?: boolean } = { id: "" }): Promise<SnapshotResult> {
+  snapshot(dir: string, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean } = { id: "" }): Promise<SnapshotResult> {
     return this.lifecycle.run(async () => {
       this.assertUsable();
       const vm = this.requireVm();
@@ -232,7 +232,7 @@ export class Sandbox {
           await vm.cont();
           await vm.stop();
         }
-        await vm.saveState(join(dir, "state.bin"));
+        await vm.saveState(join(dir, "state.bin"), { ignoreShared: this.record.ramFile ? true : opts.ignoreShared });
         await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
         // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.
         if (this.record.ramFile) await copyFile(join(this.dir, "memory.bin"), join(dir, "memory.bin"));

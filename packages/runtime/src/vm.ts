@@ -38,8 +38,14 @@ export class Vm {
   static async attach(dir: string, pid: number): Promise<Vm> {
     const qmp = await QmpClient.connect(join(dir, VM_FILES.qmp));
     const console = await ConsoleLog.attach(join(dir, VM_FILES.console), join(dir, VM_FILES.consoleLog));
-    await qmp.execute("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: true }] });
-    return new Vm(dir, pid, qmp, console);
+    const vm = new Vm(dir, pid, qmp, console);
+    await vm.setIgnoreShared(true);
+    return vm;
+  }
+
+  /** With it, RAM in a shared file stays out of saved states: the file is the memory. */
+  async setIgnoreShared(on: boolean): Promise<void> {
+    await this.qmp.execute("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: on }] });
   }
 
   async status(): Promise<string> {
@@ -69,14 +75,20 @@ export class Vm {
   }
 
   /** Writes the VM's state to a file. The VM must be stopped (so the disk is quiescent too). */
-  async saveState(stateFile: string): Promise<void> {
+  async saveState(stateFile: string, opts: { ignoreShared?: boolean } = {}): Promise<void> {
+    const ignoreShared = opts.ignoreShared ?? true;
     await this.qmp.execute("migrate-set-parameters", { "max-bandwidth": MIGRATE_BANDWIDTH });
-    await this.qmp.execute("migrate", { uri: `exec:cat > ${shellQuote(stateFile)}` });
-    for (;;) {
-      const m = await this.qmp.execute<{ status?: string; "error-desc"?: string }>("query-migrate");
-      if (m.status === "completed") return;
-      if (m.status === "failed" || m.status === "cancelled") throw new DenError("qemu_error", `snapshot failed: ${m["error-desc"] ?? m.status}`);
-      await sleep(2);
+    if (!ignoreShared) await this.setIgnoreShared(false);
+    try {
+      await this.qmp.execute("migrate", { uri: `exec:cat > ${shellQuote(stateFile)}` });
+      for (;;) {
+        const m = await this.qmp.execute<{ status?: string; "error-desc"?: string }>("query-migrate");
+        if (m.status === "completed") return;
+        if (m.status === "failed" || m.status === "cancelled") throw new DenError("qemu_error", `snapshot failed: ${m["error-desc"] ?? m.status}`);
+        await sleep(2);
+      }
+    } finally {
+      if (!ignoreShared) await this.setIgnoreShared(true);
     }
   }
 

@@ -1,7 +1,18 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { findInstanceProcesses } from "@den/runtime";
 import type { RunningServer } from "../src/index.js";
 import { client, testServer, waitFor } from "./helpers.js";
+
+/** A process holding 128 MiB it hashes on demand: the parent's state its forks read. */
+const HOLDER = "nohup python3 -c \"import hashlib, os, time; d = bytearray(os.urandom(128 << 20))\nwhile True:\n  os.path.exists('/tmp/held') or open('/tmp/held', 'w').write(hashlib.sha256(d).hexdigest()); time.sleep(0.2)\" >/dev/null 2>&1 &";
+
+/** Resident and proportional set sizes of a process, in KiB. */
+function memoryKb(pid: number): { rss: number; pss: number } {
+  const t = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
+  return { rss: Number(/\nRss:\s+(\d+)/.exec(t)![1]), pss: Number(/\nPss:\s+(\d+)/.exec(t)![1]) };
+}
 
 const COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 & echo $!";
 
@@ -42,9 +53,11 @@ describe("checkpoints and forks over the API", () => {
     assert.equal((await api("GET", `/v1/checkpoints/${c.body.id}`)).status, 404);
   });
 
-  test("fork into 3: children diverge, inherit metadata and TTL, fork of a fork works, the parent continues", async () => {
+  test("fork into 3: children diverge, inherit metadata and TTL, fork of a fork works, the parent continues", async (t) => {
     const parent = (await api("POST", "/v1/sandboxes", { ttl_seconds: 1800, metadata: { task_id: "t1" } })).body;
     await api("POST", `/v1/sandboxes/${parent.id}/exec`, { cmd: COUNTER });
+    await api("POST", `/v1/sandboxes/${parent.id}/exec`, { cmd: HOLDER });
+    const held = await api("POST", `/v1/sandboxes/${parent.id}/exec`, { cmd: "until [ -s /tmp/held ]; do sleep 0.2; done; cat /tmp/held", timeout_seconds: 60 });
     const f = await api("POST", `/v1/sandboxes/${parent.id}/fork`, { count: 3 });
     assert.equal(f.status, 201, f.text);
     const kids = f.body.sandboxes as Array<{ id: string; metadata: Record<string, string>; ttl_seconds: number; state: string }>;
@@ -59,6 +72,16 @@ describe("checkpoints and forks over the API", () => {
       const ls = await api("POST", `/v1/sandboxes/${k.id}/exec`, { cmd: "ls /workspace | grep mine; cat /tmp/own" });
       assert.equal(ls.body.stdout, `mine-${i}\n${i * 100}\n`);
     }
+    // Each child's copy of the held data is read (hashed again) but never written: those pages stay shared.
+    for (const k of kids) {
+      const r = await api("POST", `/v1/sandboxes/${k.id}/exec`, { cmd: "rm /tmp/held; until [ -s /tmp/held ]; do sleep 0.2; done; cat /tmp/held", timeout_seconds: 60 });
+      assert.equal(r.body.stdout, held.body.stdout, "the child's process holds the parent's data");
+    }
+    const qemus = findInstanceProcesses(server.cp.host.instance);
+    const mem = kids.map((k) => memoryKb(qemus.get(k.id)!));
+    const summedPss = mem.reduce((a, m) => a + m.pss, 0);
+    t.diagnostic(`children's PSS ${mem.map((m) => m.pss >> 10).join(" + ")} MiB; one child's RSS ${mem[0]!.rss >> 10} MiB`);
+    assert.ok(summedPss < 2 * mem[0]!.rss, `children share pages: summed PSS ${summedPss >> 10} MiB vs one child's RSS ${mem[0]!.rss >> 10} MiB`);
     const rand = await Promise.all(kids.map(async (k) => (await api("POST", `/v1/sandboxes/${k.id}/exec`, { cmd: "head -c 16 /dev/urandom | od -An -tx1" })).body.stdout));
     assert.equal(new Set(rand).size, 3, "random bytes differ");
     const grand = await api("POST", `/v1/sandboxes/${kids[0]!.id}/fork`, {});
