@@ -85,6 +85,8 @@ export const Sandbox = z.object({
   destroyed_at: z.string().nullable(),
   /** How it is hibernated (null unless hibernated). */
   hibernate_mode: z.enum(["warm", "cold"]).nullable(),
+  /** Bytes its snapshot occupies in the store while cold-hibernated (null otherwise): compare with memory_mb. */
+  stored_bytes: z.number().int().nullable(),
 });
 export type Sandbox = z.infer<typeof Sandbox>;
 

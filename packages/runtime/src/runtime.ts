@@ -512,6 +512,12 @@ export class Runtime {
     await writeFile(join(this.dataDir, "pins", holder), `${ref.name}@${ref.version}\n`);
   }
 
+  /** Who holds template pins (see `pinTemplate`). */
+  pinHolders(): string[] {
+    const pins = join(this.dataDir, "pins");
+    return existsSync(pins) ? readdirSync(pins) : [];
+  }
+
   async unpinTemplate(holder: string): Promise<void> {
     if (!ID_PATTERN.test(holder)) return;
     await rm(join(this.dataDir, "pins", holder), { force: true });

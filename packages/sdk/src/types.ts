@@ -65,6 +65,8 @@ export interface SandboxInfo {
   destroyedAt: Date | null;
   /** How it is hibernated: "warm" (paused in place) or "cold" (in the snapshot store); null unless hibernated. */
   hibernateMode: "warm" | "cold" | null;
+  /** Bytes its snapshot occupies in the store while cold-hibernated (compare with `memoryMb`); null otherwise. */
+  storedBytes: number | null;
 }
 
 /** Maps the wire `Sandbox` to {@link SandboxInfo}. */
@@ -88,6 +90,7 @@ export function toSandboxInfo(w: api.Sandbox): SandboxInfo {
     lastActivityAt: new Date(w.last_activity_at),
     destroyedAt: date(w.destroyed_at),
     hibernateMode: w.hibernate_mode,
+    storedBytes: w.stored_bytes,
   };
 }
 

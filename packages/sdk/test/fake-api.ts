@@ -118,6 +118,7 @@ export class FakeDen {
       template: "base",
       template_version: "0123456789ab",
       hibernate_mode: null,
+      stored_bytes: null,
       persistent: false,
       ttl_seconds: 3600,
       expires_at: new Date(Date.now() + 3600_000).toISOString(),

@@ -26,6 +26,8 @@ export interface ServerConfig {
     uploadBytes: number;
     execOutputBytes: number;
     eventsPerSandbox: number;
+    /** Bytes an owner may keep in the snapshot store (checkpoints and cold-hibernated sandboxes). */
+    storedBytesPerOwner: number;
   };
   reaper: {
     intervalMs: number;
@@ -77,6 +79,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       uploadBytes: num(env.DEN_MAX_UPLOAD_BYTES, 1024 * 1024 * 1024),
       execOutputBytes: num(env.DEN_MAX_EXEC_OUTPUT_BYTES, 16 * 1024 * 1024),
       eventsPerSandbox: num(env.DEN_MAX_EVENTS_PER_SANDBOX, 200),
+      storedBytesPerOwner: num(env.DEN_MAX_STORED_BYTES_PER_OWNER, 100 * 1024 ** 3),
     },
     reaper: {
       intervalMs: num(env.DEN_REAPER_INTERVAL_MS, 1000),

@@ -32,7 +32,15 @@ export class ControlPlane {
     readonly host: HostAgent,
     readonly config: ServerConfig,
     readonly clock: Clock = systemClock,
-  ) {}
+  ) {
+    host.onTransfer = (t) => {
+      this.log.info(t, `${t.direction} ${t.file}: ${t.bytes}${t.total !== null ? ` of ${t.total}` : ""} bytes`);
+      this.event(t.sandbox, "transfer.progress", null, { ...t }).catch(() => undefined);
+    };
+  }
+
+  /** Where progress of long transfers is logged (the server hands in its logger). */
+  log: { info(obj: object, msg: string): void } = { info: () => undefined };
 
   /** Runs `fn` after every earlier operation on the same sandbox has settled. */
   private serialize<T>(id: string, fn: () => Promise<T>): Promise<T> {
@@ -63,6 +71,15 @@ export class ControlPlane {
     return row;
   }
 
+  /** A new checkpoint or cold snapshot is refused once the owner's stored bytes reach the quota. */
+  private async checkStoreQuota(owner: string): Promise<void> {
+    const max = this.config.limits.storedBytesPerOwner;
+    const used = await this.store.storedBytes(owner);
+    if (used >= max) {
+      throw new DenError("quota_exceeded", `owner ${owner} keeps ${used} bytes in the snapshot store, the quota is ${max}; delete checkpoints or destroy hibernated sandboxes first`, { stored_bytes: used, quota_bytes: max });
+    }
+  }
+
   private async checkQuota(p: Principal, adding = 1): Promise<void> {
     const max = this.config.limits.sandboxesPerOwner;
     if ((await this.store.countLive(p.owner)) + adding > max) {
@@ -83,7 +100,7 @@ export class ControlPlane {
       on_idle: req.on_idle ?? this.config.defaults.onIdle,
       metadata: JSON.stringify(req.metadata ?? {}), env: JSON.stringify(req.env ?? {}),
       vcpus: 0, memory_mb: 0, disk_mb: 0,
-      created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null, hibernate_mode: null,
+      created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null,
     };
   }
 
@@ -127,6 +144,7 @@ export class ControlPlane {
     return this.serialize(id, async () => {
       const row = (await this.store.getSandbox(id))!;
       if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}`);
+      await this.checkStoreQuota(row.owner);
       const c = await this.host.checkpoint(id);
       const cp: CheckpointRow = {
         id: c.snapshotId, owner: p.owner, sandbox_id: id, name: name ?? null, template: row.template, template_version: row.template_version,
@@ -212,15 +230,25 @@ export class ControlPlane {
       if (row.state === "hibernated" && modeOf(row) === mode) return row;
       if (row.state === "hibernated" && mode === "cold") {
         // Warm -> cold: the VM is paused in place; take it down to the store.
+        await this.checkStoreQuota(row.owner);
         const t0 = performance.now();
         const snapshot = await this.host.hibernate(id, "cold", row.hibernate_snapshot ?? undefined);
-        return this.transition(id, "hibernated", reason, { hibernate_snapshot: snapshot, hibernate_mode: "cold" }, { mode, snapshot, ms: Math.round(performance.now() - t0) });
+        return this.hibernated(row, reason, mode, snapshot, t0);
       }
       if (row.state === "hibernated") return row;
       if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a running sandbox can hibernate`);
+      if (mode === "cold") await this.checkStoreQuota(row.owner);
       const t0 = performance.now();
       const snapshot = await this.host.hibernate(id, mode);
-      return this.transition(id, "hibernated", reason, { hibernate_snapshot: snapshot, hibernate_mode: mode }, { mode, snapshot, ms: Math.round(performance.now() - t0) });
+      return this.hibernated(row, reason, mode, snapshot, t0);
+    });
+  }
+
+  private async hibernated(row: SandboxRow, reason: Reason, mode: HibernateMode, snapshot: string, t0: number): Promise<SandboxRow> {
+    const stored = mode === "cold" ? await this.host.storedBytes(snapshot) : null;
+    return this.transition(row.id, "hibernated", reason, { hibernate_snapshot: snapshot, hibernate_mode: mode, stored_bytes: stored }, {
+      mode, snapshot, ms: Math.round(performance.now() - t0),
+      ...(stored !== null ? { stored_bytes: stored, memory_bytes: row.memory_mb * 1024 * 1024 } : {}),
     });
   }
 
@@ -235,7 +263,7 @@ export class ControlPlane {
     const t0 = performance.now();
     await this.host.wake(id, row.hibernate_snapshot, modeOf(row));
     if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, modeOf(row));
-    return this.transition(id, "running", reason, { hibernate_snapshot: null, hibernate_mode: null, last_activity_at: this.clock.now() }, { mode: modeOf(row), ms: Math.round(performance.now() - t0) });
+    return this.transition(id, "running", reason, { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: this.clock.now() }, { mode: modeOf(row), ms: Math.round(performance.now() - t0) });
   }
 
   async setTimeout(id: string, seconds: number): Promise<SandboxRow> {
@@ -337,11 +365,13 @@ export class ControlPlane {
         await this.host.resume(row.id);
       } else if ((row.state === "lost" || row.state === "hibernated") && this.host.vmState(row.id) === "running") {
         // Stopped mid-wake (or the VM came back): the VM runs, so the record follows it.
-        await this.transition(row.id, "running", "restart", { last_activity_at: this.clock.now(), hibernate_snapshot: null, hibernate_mode: null });
+        await this.transition(row.id, "running", "restart", { last_activity_at: this.clock.now(), hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null });
         if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, modeOf(row));
       }
     }
     for (const id of onHost) if (!known.has(id)) await this.host.destroy(id);
+    // Snapshots nothing points at: half-done uploads and local copies a crash left behind.
+    await this.host.collectSnapshots(await this.store.referencedSnapshots());
   }
 
   /**

@@ -35,6 +35,7 @@ export interface SandboxesTable {
   destroyed_at: number | null;
   hibernate_snapshot: string | null;
   hibernate_mode: string | null;
+  stored_bytes: number | null;
 }
 
 export interface SandboxMetadataTable {

@@ -1,6 +1,6 @@
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { deleteStoredSnapshot, downloadSnapshot, storedBytes, uploadSnapshot, type ObjectStore } from "@den/store";
+import { deleteStoredSnapshot, downloadSnapshot, listStoredSnapshotIds, storedBytes, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
 import { DenError } from "@den/protocol";
 import { Runtime, bakeVariant, type Sandbox as VmSandbox, type SnapshotInfo, type TemplateInfo } from "@den/runtime";
 
@@ -18,6 +18,28 @@ export interface HostSandboxInfo {
   vcpus: number;
   memoryMb: number;
   diskMb: number;
+}
+
+/** Progress of one object of a snapshot moving to or from the store. */
+export interface TransferEvent {
+  sandbox: string;
+  snapshot: string;
+  direction: "upload" | "download";
+  file: string;
+  bytes: number;
+  total: number | null;
+  done: boolean;
+}
+
+/** At most one report a second per transfer, plus the last one. */
+function throttled(emit: (p: TransferProgress) => void): (p: TransferProgress) => void {
+  let last = 0;
+  return (p) => {
+    const done = p.total !== undefined && p.bytes >= p.total;
+    if (!done && Date.now() - last < 1000) return;
+    last = Date.now();
+    emit(p);
+  };
 }
 
 /**
@@ -55,6 +77,12 @@ export interface HostAgent {
   /** The guest side: exec, files, processes. */
   guest(id: string): VmSandbox;
   templates(): Promise<TemplateInfo[]>;
+  /** Bytes a snapshot occupies in the store. */
+  storedBytes(snapshotId: string): Promise<number>;
+  /** Deletes every snapshot (stored or local) and template pin that is not in `referenced`. */
+  collectSnapshots(referenced: Set<string>): Promise<void>;
+  /** Called as snapshots move to and from the store. */
+  onTransfer: ((t: TransferEvent) => void) | undefined;
   close(): void;
 }
 
@@ -67,6 +95,14 @@ function info(sbx: VmSandbox): HostSandboxInfo {
 
 export class LocalHostAgent implements HostAgent {
   private bakes = new Map<string, Promise<TemplateInfo>>();
+  onTransfer: ((t: TransferEvent) => void) | undefined;
+
+  private progress(sandbox: string, snapshot: string, direction: TransferEvent["direction"]): (p: TransferProgress) => void {
+    return throttled((p) => this.onTransfer?.({
+      sandbox, snapshot, direction, file: p.key.slice(p.key.lastIndexOf("/") + 1), bytes: p.bytes, total: p.total ?? null,
+      done: p.total !== undefined && p.bytes >= p.total,
+    }));
+  }
 
   private constructor(private readonly rt: Runtime, readonly store: ObjectStore) {}
 
@@ -114,7 +150,7 @@ export class LocalHostAgent implements HostAgent {
     const sbx = this.rt.has(id) ? this.rt.get(id) : undefined;
     const snap = warmSnapshot ? await this.rt.getSnapshot(warmSnapshot) : await this.rt.snapshot(id, { keepRunning: false });
     try {
-      await this.toStore(snap);
+      await this.toStore(snap, id);
     } catch (e) {
       if (!warmSnapshot) {
         // Nothing is lost: the VM is still there, paused; put it back to work.
@@ -148,7 +184,7 @@ export class LocalHostAgent implements HostAgent {
   async restoreStored(id: string, snapshotId: string): Promise<HostSandboxInfo> {
     const staging = await mkdtemp(join(this.rt.dataDir, DOWNLOAD_PREFIX));
     try {
-      await downloadSnapshot(this.store, snapshotId, staging);
+      await downloadSnapshot(this.store, snapshotId, staging, this.progress(id, snapshotId, "download"));
       const local = await this.rt.importSnapshot(staging);
       try {
         return info(await this.rt.restore(local.id, { id }));
@@ -168,7 +204,7 @@ export class LocalHostAgent implements HostAgent {
   async checkpoint(id: string): Promise<{ snapshotId: string; pauseMs: number; storedBytes: number }> {
     const snap = await this.rt.snapshot(id);
     try {
-      await this.toStore(snap);
+      await this.toStore(snap, id);
     } finally {
       await this.rt.deleteSnapshot(snap.id);
     }
@@ -179,10 +215,10 @@ export class LocalHostAgent implements HostAgent {
    * Uploads a local snapshot to the store, pinning its template version on this host
    * (the stored copy needs it to restore); a failed upload leaves no pin behind.
    */
-  private async toStore(snap: SnapshotInfo): Promise<void> {
+  private async toStore(snap: SnapshotInfo, sandbox: string): Promise<void> {
     await this.rt.pinTemplate(snap.id, snap.manifest.template);
     try {
-      await uploadSnapshot(this.store, snap.id, snap.dir, Object.keys(snap.manifest.files), snap.manifest);
+      await uploadSnapshot(this.store, snap.id, snap.dir, Object.keys(snap.manifest.files), snap.manifest, this.progress(sandbox, snap.id, "upload"));
     } catch (e) {
       await this.rt.unpinTemplate(snap.id);
       throw e;
@@ -209,6 +245,12 @@ export class LocalHostAgent implements HostAgent {
   /** Bytes a cold-hibernated sandbox occupies in the store. */
   storedBytes(snapshotId: string): Promise<number> {
     return storedBytes(this.store, snapshotId);
+  }
+
+  async collectSnapshots(referenced: Set<string>): Promise<void> {
+    for (const id of await listStoredSnapshotIds(this.store)) if (!referenced.has(id)) await deleteStoredSnapshot(this.store, id);
+    for (const s of await this.rt.listSnapshots()) if (!referenced.has(s.id)) await this.rt.deleteSnapshot(s.id);
+    for (const holder of this.rt.pinHolders()) if (!referenced.has(holder)) await this.rt.unpinTemplate(holder);
   }
 
   running(): string[] {

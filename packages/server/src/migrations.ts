@@ -82,4 +82,9 @@ export const migrations: Record<string, Migration> = {
       await db.schema.createIndex("checkpoints_owner").on("checkpoints").columns(["owner", "created_at"]).execute();
     },
   },
+  "004_stored_bytes": {
+    async up(db: Kysely<unknown>): Promise<void> {
+      await db.schema.alterTable("sandboxes").addColumn("stored_bytes", "bigint").execute();
+    },
+  },
 };

@@ -53,6 +53,7 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
     throw e;
   }
   const app = await buildApp(cp, { logger: opts.logger ?? false });
+  cp.log = app.log;
   await app.listen({ port: config.port, host: config.host });
   const addr = app.server.address();
   const port = typeof addr === "object" && addr ? addr.port : config.port;

@@ -47,6 +47,7 @@ export function toApiSandbox(r: SandboxRow): api.Sandbox {
     last_activity_at: iso(r.last_activity_at)!,
     destroyed_at: iso(r.destroyed_at),
     hibernate_mode: r.state === "hibernated" ? ((r.hibernate_mode as "warm" | "cold" | null) ?? "warm") : null,
+    stored_bytes: r.state === "hibernated" && r.stored_bytes !== null ? Number(r.stored_bytes) : null,
   };
 }
 
@@ -127,6 +128,22 @@ export class Store {
     return query.orderBy("id").limit(q.limit).execute();
   }
 
+  /** Bytes an owner keeps in the snapshot store: cold-hibernated sandboxes plus checkpoints. */
+  async storedBytes(owner: string): Promise<number> {
+    const s = await this.db.selectFrom("sandboxes").select((eb) => eb.fn.sum<number>("stored_bytes").as("n"))
+      .where("owner", "=", owner).where("state", "=", "hibernated").executeTakeFirstOrThrow();
+    const c = await this.db.selectFrom("checkpoints").select((eb) => eb.fn.sum<number>("stored_bytes").as("n")).where("owner", "=", owner).executeTakeFirstOrThrow();
+    return Number(s.n ?? 0) + Number(c.n ?? 0);
+  }
+
+  /** Every snapshot id the database points at: hibernated sandboxes' and checkpoints'. */
+  async referencedSnapshots(): Promise<Set<string>> {
+    const ids = new Set<string>();
+    for (const r of await this.db.selectFrom("sandboxes").select("hibernate_snapshot").where("state", "!=", "destroyed").where("hibernate_snapshot", "is not", null).execute()) ids.add(r.hibernate_snapshot!);
+    for (const r of await this.db.selectFrom("checkpoints").select("id").execute()) ids.add(r.id);
+    return ids;
+  }
+
   // ---- checkpoints ----
 
   async insertCheckpoint(row: CheckpointRow): Promise<void> {
@@ -150,15 +167,16 @@ export class Store {
   // ---- events ----
 
   /**
-   * Appends an event. Exec events are frequent and guest-driven, so only the newest
-   * `cap` of them are kept per sandbox; lifecycle events are few and all kept.
+   * Appends an event. Exec and transfer-progress events are frequent, so only the newest
+   * `cap` of each kind are kept per sandbox; lifecycle events are few and all kept.
    */
   async addEvent(sandboxId: string, type: string, reason: string | null, data: Record<string, unknown>, cap: number): Promise<void> {
     await this.db.insertInto("events").values({ sandbox_id: sandboxId, at: Date.now(), type, reason, data: JSON.stringify(data) }).execute();
-    if (type.startsWith("exec.")) {
-      const old = await this.db.selectFrom("events").select("seq").where("sandbox_id", "=", sandboxId).where("type", "like", "exec.%")
+    const family = ["exec.", "transfer."].find((f) => type.startsWith(f));
+    if (family) {
+      const old = await this.db.selectFrom("events").select("seq").where("sandbox_id", "=", sandboxId).where("type", "like", `${family}%`)
         .orderBy("seq", "desc").offset(cap).limit(1).executeTakeFirst();
-      if (old) await this.db.deleteFrom("events").where("sandbox_id", "=", sandboxId).where("type", "like", "exec.%").where("seq", "<=", old.seq).execute();
+      if (old) await this.db.deleteFrom("events").where("sandbox_id", "=", sandboxId).where("type", "like", `${family}%`).where("seq", "<=", old.seq).execute();
     }
   }
 

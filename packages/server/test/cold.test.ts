@@ -1,12 +1,30 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import S3rver from "s3rver";
 import { findInstanceProcesses } from "@den/runtime";
 import type { RunningServer } from "../src/index.js";
 import { client, dataDir, testServer } from "./helpers.js";
+
+/** Deletes every path under the data dir (outside the store and templates) whose name holds one of `needles`. */
+function removeHostFiles(root: string, needles: string[]): string[] {
+  const removed: string[] = [];
+  const walk = (dir: string) => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, e.name);
+      if (needles.some((n) => e.name.includes(n))) {
+        rmSync(path, { recursive: true, force: true });
+        removed.push(path);
+      } else if (e.isDirectory() && path !== join(root, "store") && path !== join(root, "templates")) {
+        walk(path);
+      }
+    }
+  };
+  walk(root);
+  return removed;
+}
 
 /** Cold hibernate against both snapshot stores: the VM is gone, the sandbox wakes from the store. */
 for (const kind of ["local", "s3"] as const) {
@@ -33,41 +51,85 @@ for (const kind of ["local", "s3"] as const) {
       if (s3dir) rmSync(s3dir, { recursive: true, force: true });
     });
 
-    test("processes, memory and files survive rounds of cold hibernate and wake; no VM or local file while hibernated", async () => {
+    test("a 100 MB process and its HTTP server survive five cold rounds, with every host file but the store deleted before each wake", async () => {
       const c = await api("POST", "/v1/sandboxes", { persistent: true });
       const id = c.body.id;
       const start = await api("POST", `/v1/sandboxes/${id}/exec`, {
-        cmd: "mkdir -p /work && cd /work && echo tree > f.txt && nohup python3 -c \"import hashlib, http.server, os; data = os.urandom(50 * 1024 * 1024); open('/tmp/sum', 'w').write(hashlib.sha256(data).hexdigest()); h = type('H', (http.server.BaseHTTPRequestHandler,), {'do_GET': lambda s: (s.send_response(200), s.end_headers(), s.wfile.write(hashlib.sha256(data).hexdigest().encode()))}); http.server.HTTPServer(('127.0.0.1', 8000), h).serve_forever()\" >/dev/null 2>&1 & echo $!",
+        cmd: "mkdir -p /work && cd /work && echo tree > f.txt && nohup python3 -c \"import hashlib, http.server, os; data = bytearray(os.urandom(100 * 1024 * 1024)); h = type('H', (http.server.BaseHTTPRequestHandler,), {'do_GET': lambda s: (s.send_response(200), s.end_headers(), s.wfile.write(hashlib.sha256(data).hexdigest().encode()))}); http.server.HTTPServer(('127.0.0.1', 8000), h).serve_forever()\" >/dev/null 2>&1 & echo $!",
       });
       const pid = start.body.stdout.trim();
       // Wait until the server holds its data and listens.
-      const ready = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "for i in $(seq 100); do curl -sf http://127.0.0.1:8000/ && exit 0; sleep 0.2; done; exit 1", timeout_seconds: 60 });
+      const ready = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "for i in $(seq 300); do curl -sf http://127.0.0.1:8000/ && exit 0; sleep 0.2; done; exit 1", timeout_seconds: 120 });
       assert.equal(ready.body.exit_code, 0, ready.text);
       const sum = ready.body.stdout;
+      const tree = (await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "find /work -exec stat -c '%n %s %Y' {} + | sort" })).body.stdout;
       const instance = server.cp.host.instance;
-      for (let round = 1; round <= 3; round++) {
+      for (let round = 1; round <= 5; round++) {
+        const diskDelta = statSync(join(dataDir(), "sandboxes", id, "disk.qcow2")).size;
         const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
         assert.equal(h.status, 200, h.text);
         assert.equal(h.body.state, "hibernated");
         assert.equal(h.body.hibernate_mode, "cold");
         assert.equal(findInstanceProcesses(instance).has(id), false, "no QEMU while cold");
-        assert.equal(existsSync(join(dataDir(), "sandboxes", id)), false, "no local files while cold");
+        assert.equal(existsSync(join(dataDir(), "sandboxes", id)), false, "no sandbox dir while cold");
+        assert.ok(h.body.stored_bytes > 0 && h.body.stored_bytes <= h.body.memory_mb * 1024 * 1024 + diskDelta,
+          `stored ${h.body.stored_bytes} bytes; RAM ${h.body.memory_mb} MiB + disk delta ${diskDelta} bytes`);
+        // Whatever else of it is on this host (a template pin, stray files) goes too: the store alone must do.
+        const snapshot = (await server.cp.store.getSandbox(id))!.hibernate_snapshot!;
+        const removed = removeHostFiles(dataDir(), [id, snapshot]);
+        assert.ok(removed.some((f) => f.includes(join("pins", snapshot))), `the template pin was among the files removed: ${removed.join(", ")}`);
         // The next exec wakes it transparently.
         const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: `kill -0 ${pid} && curl -sf http://127.0.0.1:8000/ && cat /work/f.txt` });
         assert.equal(r.body.stdout, `${sum}tree\n`, `round ${round}: ${r.text}`);
         assert.equal((await api("GET", `/v1/sandboxes/${id}`)).body.state, "running");
       }
-      const events = (await api("GET", `/v1/sandboxes/${id}/events`)).body.events.filter((e: { type: string }) => e.type === "hibernated");
-      assert.equal(events.length, 3);
+      assert.equal((await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "find /work -exec stat -c '%n %s %Y' {} + | sort" })).body.stdout, tree, "the file tree is unchanged");
+      const events = (await api("GET", `/v1/sandboxes/${id}/events`)).body.events as Array<{ type: string; data: Record<string, unknown> }>;
+      assert.equal(events.filter((e) => e.type === "hibernated").length, 5);
+      for (const direction of ["upload", "download"]) {
+        assert.ok(events.some((e) => e.type === "transfer.progress" && e.data.direction === direction && e.data.done === true), `a finished ${direction} is reported`);
+      }
       await api("DELETE", `/v1/sandboxes/${id}`);
     });
+
+    test("destroying a sandbox and deleting its checkpoints gives the store back its bytes; over the stored-bytes quota is a 429", async () => {
+      const storeBytes = async () => (await host().store.list("")).reduce((n, o) => n + o.size, 0);
+      const key = (await api("POST", "/v1/keys", { owner: `quota-${kind}` })).body.key;
+      const user = client(server.url, key);
+      const before = await storeBytes();
+      const id = (await user("POST", "/v1/sandboxes", {})).body.id;
+      await user("POST", `/v1/sandboxes/${id}/exec`, { cmd: "head -c 5000000 /dev/urandom > /tmp/blob" });
+      const cp1 = await user("POST", `/v1/sandboxes/${id}/checkpoints`, { name: "one" });
+      assert.equal(cp1.status, 201, cp1.text);
+      const limits = server.cp.config.limits;
+      const quota = limits.storedBytesPerOwner;
+      limits.storedBytesPerOwner = cp1.body.stored_bytes;
+      try {
+        const refused = await user("POST", `/v1/sandboxes/${id}/checkpoints`, { name: "two" });
+        assert.equal(refused.status, 429, refused.text);
+        assert.equal(refused.body.error.code, "quota_exceeded");
+        const cold = await user("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
+        assert.equal(cold.status, 429, cold.text);
+        // Refused, and nothing lost: it still runs with its data.
+        assert.equal((await user("POST", `/v1/sandboxes/${id}/exec`, { cmd: "stat -c %s /tmp/blob" })).body.stdout, "5000000\n");
+      } finally {
+        limits.storedBytesPerOwner = quota;
+      }
+      assert.equal((await user("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" })).status, 200);
+      assert.ok(await storeBytes() > before);
+      assert.equal((await user("DELETE", `/v1/sandboxes/${id}`)).status, 200);
+      assert.equal((await user("DELETE", `/v1/checkpoints/${cp1.body.id}`)).status, 204);
+      assert.equal(await storeBytes(), before, "the store is back to its size before the sandbox existed");
+    });
+
+    const host = () => server.cp.host as unknown as { store: { list(p: string): Promise<Array<{ key: string; size: number }>>; getBytes(k: string): Promise<Buffer>; putBytes(k: string, b: Buffer): Promise<void> } };
 
     test("a stored snapshot with one flipped byte is refused; the sandbox stays hibernated", async () => {
       const id = (await api("POST", "/v1/sandboxes", {})).body.id;
       await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "echo v > /tmp/v" });
       const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
       assert.equal(h.body.hibernate_mode, "cold");
-      const store = (server.cp.host as unknown as { store: { list(p: string): Promise<Array<{ key: string }>>; getBytes(k: string): Promise<Buffer>; putBytes(k: string, b: Buffer): Promise<void> } }).store;
+      const store = host().store;
       const key = (await store.list("snapshots/")).find((o) => o.key.endsWith("/state.bin.gz"))!.key;
       const good = await store.getBytes(key);
       const bad = Buffer.from(good);

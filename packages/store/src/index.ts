@@ -2,3 +2,4 @@ export * from "./object-store.js";
 export { LocalDirStore } from "./local-store.js";
 export { S3Store, type S3StoreOptions } from "./s3-store.js";
 export * from "./snapshots.js";
+export { faultPoint } from "./faults.js";

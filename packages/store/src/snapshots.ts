@@ -6,6 +6,7 @@ import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGunzip, createGzip } from "node:zlib";
 import { DenError } from "@den/protocol";
+import { faultPoint } from "./faults.js";
 import type { ObjectStore, TransferProgress } from "./object-store.js";
 
 export const STORE_MANIFEST = "store-manifest.json";
@@ -65,6 +66,7 @@ export async function uploadSnapshot(
     } finally {
       await rm(tmp, { force: true });
     }
+    faultPoint("snapshot-upload-mid");
   }
   const manifest: StoredSnapshot = { format: 1, id, storedAt: new Date().toISOString(), files: stored, snapshot: snapshotManifest };
   await store.putBytes(`${base(id)}/${STORE_MANIFEST}`, Buffer.from(JSON.stringify(manifest, null, 2)));
@@ -125,4 +127,14 @@ export async function deleteStoredSnapshot(store: ObjectStore, id: string): Prom
 /** Bytes a stored snapshot occupies (all its objects). */
 export async function storedBytes(store: ObjectStore, id: string): Promise<number> {
   return (await store.list(`${base(id)}/`)).reduce((n, o) => n + o.size, 0);
+}
+
+/** Ids of every snapshot with objects in the store, complete or not. */
+export async function listStoredSnapshotIds(store: ObjectStore): Promise<string[]> {
+  const ids = new Set<string>();
+  for (const o of await store.list("snapshots/")) {
+    const id = o.key.split("/")[1];
+    if (id) ids.add(id);
+  }
+  return [...ids];
 }
