@@ -2,7 +2,9 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { findInstanceProcesses } from "@den/runtime";
-import { readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { client, dataDir, spawnServer, waitFor } from "./helpers.js";
 
 const PORT = 18787;
@@ -103,6 +105,44 @@ describe("a clean stop", () => {
       await api("DELETE", `/v1/sandboxes/${id}`);
     } finally {
       await killHard(server);
+    }
+  });
+});
+
+describe("a crash in the middle of a cold-hibernate upload", () => {
+  test("after the restart the sandbox runs with its state; the half upload is never taken for a snapshot and is collected", async () => {
+    const markerDir = mkdtempSync(join(tmpdir(), "den-fault-"));
+    const marker = join(markerDir, "hit");
+    let server = await spawnServer(PORT, { DEN_FAULT_POINT: "snapshot-upload-mid", DEN_FAULT_MARKER: marker });
+    try {
+      const id = (await api("POST", "/v1/sandboxes", { persistent: true })).body.id;
+      const pid = (await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "echo kept > /workspace/k; nohup sleep 1000 >/dev/null 2>&1 & echo $!" })).body.stdout.trim();
+      const stored = join(dataDir(), "store", "snapshots");
+      const nonEmpty = () => (existsSync(stored) ? readdirSync(stored) : []).filter((snap) => readdirSync(join(stored, snap)).length > 0);
+      const earlier = new Set(nonEmpty());
+      const exited = new Promise((r) => server.once("exit", r));
+      const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" }).catch((e: Error) => ({ status: 0, text: e.message }));
+      await exited;
+      assert.equal(server.signalCode, "SIGKILL", `the server died at the fault point (hibernate answered ${h.status})`);
+      assert.equal(readFileSync(marker, "utf8").trim(), "snapshot-upload-mid", "the armed fault point was hit");
+      // Half an upload: objects, but no manifest, so nothing that looks like a snapshot.
+      const partial = nonEmpty().filter((snap) => !earlier.has(snap));
+      assert.equal(partial.length, 1, "one half-uploaded snapshot");
+      assert.equal(existsSync(join(stored, partial[0]!, "store-manifest.json")), false);
+
+      server = await spawnServer(PORT);
+      const row = (await api("GET", `/v1/sandboxes/${id}`)).body;
+      assert.ok(row.state === "running" || (row.state === "hibernated" && row.hibernate_mode === "cold"), `running or hibernated, never neither: ${row.state}`);
+      const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: `cat /workspace/k; kill -0 ${pid} && echo alive` });
+      assert.equal(r.body.stdout, "kept\nalive\n", r.text);
+      assert.equal(existsSync(join(stored, partial[0]!)) && readdirSync(join(stored, partial[0]!)).length > 0, false, "the half upload is collected");
+      // And the next cold hibernate goes through.
+      assert.equal((await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" })).body.hibernate_mode, "cold");
+      assert.equal((await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "cat /workspace/k" })).body.stdout, "kept\n");
+      await api("DELETE", `/v1/sandboxes/${id}`);
+    } finally {
+      if (server.exitCode === null && server.signalCode === null) await killHard(server);
+      rmSync(markerDir, { recursive: true, force: true });
     }
   });
 });
