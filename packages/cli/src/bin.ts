@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 import { Command } from "commander";
 import { DenError } from "@den/protocol";
+import { DenApiError } from "@den/sdk";
 import { registerTemplateBuild } from "./commands/template-build.js";
+import { registerTemplateCreate } from "./commands/template-create.js";
 import { registerTemplateLs } from "./commands/template-ls.js";
 import { registerDemo } from "./commands/demo.js";
 import { registerServe } from "./commands/serve.js";
@@ -10,9 +12,10 @@ const program = new Command();
 program.name("den").description("Long-running microVM sandboxes for AI agents").version("0.1.0");
 program.option("--data-dir <dir>", "where templates, sandboxes and snapshots live (env DEN_DATA_DIR)");
 
-const template = program.command("template").description("build and list sandbox templates");
+const template = program.command("template").description("build, create and list sandbox templates");
 registerTemplateBuild(template);
 registerTemplateLs(template);
+registerTemplateCreate(template);
 registerDemo(program);
 registerServe(program);
 
@@ -20,7 +23,7 @@ try {
   await program.parseAsync(process.argv);
 } catch (e) {
   // A user mistake or a known failure is one clear line and a non-zero exit, never a stack trace.
-  if (e instanceof DenError) {
+  if (e instanceof DenError || e instanceof DenApiError) {
     process.stderr.write(`den: ${e.code}: ${e.message}\n`);
     process.exit(e.status >= 500 ? 2 : 1);
   }

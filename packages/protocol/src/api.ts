@@ -204,12 +204,32 @@ export const Template = z.object({
   name: z.string(),
   version: z.string(),
   current: z.boolean(),
+  /** Who made it with `POST /v1/templates` (only they can use it); null for the host's own templates. */
+  owner: z.string().nullable(),
   vcpus: z.number().int(),
   memory_mb: z.number().int(),
   disk_mb: z.number().int(),
   created_at: z.string(),
 });
 export type Template = z.infer<typeof Template>;
+
+/** Names of templates made through the API: no dots (those name a template's size variants). */
+export const TemplateName = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, "template names are lowercase letters, digits, _ and -");
+
+export const CreateTemplateRequest = z
+  .strictObject({
+    name: TemplateName,
+    /** Start from this template (default `base`)... */
+    from_template: TemplateSpec.optional(),
+    /** ...or from a checkpoint's exact state. */
+    from_checkpoint: z.string().regex(/^snap_[a-z2-7]{16}$/, "not a checkpoint id").optional(),
+    /** Shell commands run in order in the building sandbox (no network); each must exit 0. */
+    setup: z.array(z.string().min(1).max(65536)).max(64).optional(),
+    /** Per setup command (default 600). */
+    setup_timeout_seconds: z.number().int().min(1).max(3600).optional(),
+  })
+  .refine((r) => !(r.from_template && r.from_checkpoint), "give from_template or from_checkpoint, not both");
+export type CreateTemplateRequest = z.infer<typeof CreateTemplateRequest>;
 
 export const CreateKeyRequest = z.strictObject({
   owner: z.string().min(1).max(64).regex(/^[A-Za-z0-9_.-]+$/, "owner names are letters, digits, _ . -"),

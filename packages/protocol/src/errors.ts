@@ -29,6 +29,7 @@ export const ERROR_STATUS = {
   invalid_state: 409,
   snapshot_incompatible: 409,
   snapshot_corrupt: 422,
+  setup_failed: 422,
   capacity_exhausted: 503,
   agent_unavailable: 503,
   agent_protocol_error: 502,

@@ -1,11 +1,24 @@
 import { createHash } from "node:crypto";
-import { chmod, copyFile, readFile, readdir, rm, writeFile } from "node:fs/promises";
+import { chmod, copyFile, link, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { ImageArtifacts, Recipe } from "@den/images";
 import { deviceSetId } from "./qemu.js";
 import type { Runtime } from "./runtime.js";
-import { digestFiles, hostSection, writeManifest, type TemplateRef } from "./snapshot.js";
+import { digestFiles, hostSection, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, checkTemplateName, type TemplateInfo } from "./templates.js";
+import { runTool } from "./util.js";
+
+/** A template's disk may overlay its source's, up to this many levels; deeper ones are flattened. */
+const MAX_DISK_DEPTH = 3;
+
+/** Read-only files shared between template versions: a hard link costs no space. */
+async function linkOrCopy(from: string, to: string): Promise<void> {
+  try {
+    await link(from, to);
+  } catch {
+    await copyFile(from, to);
+  }
+}
 
 /** A template's version: the hash of its recipe, its image, and the host shape its snapshot needs. */
 export function templateVersion(recipe: Recipe, image: ImageArtifacts, rt: Runtime): string {
@@ -45,19 +58,26 @@ export async function bakeVariant(rt: Runtime, base: TemplateInfo, vcpus: number
   if (rt.templates.has(ref)) return rt.templates.resolve(`${ref.name}@${ref.version}`);
   const recipe = { ...(JSON.parse(await readFile(join(base.dir, TEMPLATE_FILES.recipe), "utf8")) as Recipe), name: ref.name, vcpus, memoryMb };
   const files = { kernel: join(base.dir, TEMPLATE_FILES.kernel), initrd: join(base.dir, TEMPLATE_FILES.initrd), disk: join(base.dir, TEMPLATE_FILES.disk) };
-  return bakeInto(rt, ref, recipe, files, `variant of ${base.name}@${base.version}`, log);
+  return bakeInto(rt, ref, recipe, files, `variant of ${base.name}@${base.version}`, log, base);
 }
 
 /** Boots kernel + disk once with its RAM in a file, waits for the agent, snapshots, installs. */
 async function bakeInto(
   rt: Runtime, ref: TemplateRef, recipe: Recipe, from: { kernel: string; initrd: string; disk: string },
-  what: string, log: (l: string) => void,
+  what: string, log: (l: string) => void, overlayOn?: TemplateInfo,
 ): Promise<TemplateInfo & { reused: boolean }> {
   const dir = await rt.templates.buildDir(ref);
   try {
-    await copyFile(from.kernel, join(dir, TEMPLATE_FILES.kernel));
-    await copyFile(from.initrd, join(dir, TEMPLATE_FILES.initrd));
-    await copyFile(from.disk, join(dir, TEMPLATE_FILES.disk));
+    await linkOrCopy(from.kernel, join(dir, TEMPLATE_FILES.kernel));
+    await linkOrCopy(from.initrd, join(dir, TEMPLATE_FILES.initrd));
+    // A variant's disk overlays its base template's (which it then keeps alive); an image's is copied.
+    const depth = overlayOn ? (overlayOn.manifest.diskDepth ?? 0) + 1 : 0;
+    if (overlayOn && depth <= MAX_DISK_DEPTH) {
+      await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", from.disk, join(dir, TEMPLATE_FILES.disk)], "qemu_error");
+    } else {
+      await copyFile(from.disk, join(dir, TEMPLATE_FILES.disk));
+    }
+    const disk = overlayOn && depth <= MAX_DISK_DEPTH ? { baseTemplate: { name: overlayOn.name, version: overlayOn.version }, diskDepth: depth } : { diskDepth: 0 };
     await chmod(join(dir, TEMPLATE_FILES.disk), 0o644);
     await writeFile(join(dir, TEMPLATE_FILES.recipe), JSON.stringify(recipe, null, 2) + "\n");
     const t0 = Date.now();
@@ -78,20 +98,57 @@ async function bakeInto(
       agent.close();
       await vm.kill();
     }
-    const keep = new Set<string>(Object.values(TEMPLATE_FILES));
-    for (const f of await readdir(dir)) if (!keep.has(f as never)) await rm(join(dir, f), { force: true });
-    const files = [TEMPLATE_FILES.state, TEMPLATE_FILES.memory, TEMPLATE_FILES.disk, TEMPLATE_FILES.kernel, TEMPLATE_FILES.initrd];
-    for (const f of files) await chmod(join(dir, f), 0o444);
-    await writeManifest(dir, {
-      format: 1, kind: "template", id: `${ref.name}@${ref.version}`, createdAt: new Date().toISOString(), template: ref,
-      memory: "file", host: hostSection(rt.host),
-      vm: { vcpus: recipe.vcpus, memoryMb: recipe.memoryMb, diskMb: recipe.diskMb },
-      pauseMs: Math.round(pauseMs), files: await digestFiles(dir, files),
-    });
-    await rt.templates.install(ref, dir);
-    log(`template ${ref.name}@${ref.version}: ready`);
-    await rt.gc();
-    return { ...(await rt.templates.resolve(`${ref.name}@${ref.version}`)), reused: false };
+    return await installTemplate(rt, dir, ref, { vcpus: recipe.vcpus, memoryMb: recipe.memoryMb, diskMb: recipe.diskMb }, pauseMs, log, disk);
+  } catch (e) {
+    await rm(dir, { recursive: true, force: true });
+    throw e;
+  }
+}
+
+/** Seals a build dir holding a template's files (read-only, manifest last) and makes it the current version. */
+async function installTemplate(
+  rt: Runtime, dir: string, ref: TemplateRef, vm: SnapshotManifest["vm"], pauseMs: number, log: (l: string) => void,
+  disk: Pick<SnapshotManifest, "baseTemplate" | "diskDepth"> = {},
+): Promise<TemplateInfo & { reused: boolean }> {
+  const keep = new Set<string>(Object.values(TEMPLATE_FILES));
+  for (const f of await readdir(dir)) if (!keep.has(f as never)) await rm(join(dir, f), { recursive: true, force: true });
+  const files = [TEMPLATE_FILES.state, TEMPLATE_FILES.memory, TEMPLATE_FILES.disk, TEMPLATE_FILES.kernel, TEMPLATE_FILES.initrd];
+  for (const f of files) await chmod(join(dir, f), 0o444);
+  await writeManifest(dir, {
+    format: 1, kind: "template", id: `${ref.name}@${ref.version}`, createdAt: new Date().toISOString(), template: ref,
+    memory: "file", host: hostSection(rt.host), vm, pauseMs: Math.round(pauseMs), ...disk, files: await digestFiles(dir, files),
+  });
+  await rt.templates.install(ref, dir);
+  log(`template ${ref.name}@${ref.version}: ready`);
+  await rt.gc();
+  return { ...(await rt.templates.resolve(`${ref.name}@${ref.version}`)), reused: false };
+}
+
+/**
+ * A template from a running sandbox's exact state (what its setup commands left in
+ * memory and on disk): creates from it restore that state, as fast as from any template.
+ * `recipe` records how it was made; the same `ref` twice is built once.
+ */
+export async function bakeFromSandbox(
+  rt: Runtime, sandboxId: string, ref: TemplateRef, recipe: Record<string, unknown>, log: (l: string) => void = () => undefined,
+): Promise<TemplateInfo & { reused: boolean }> {
+  checkTemplateName(ref.name);
+  if (rt.templates.has(ref)) {
+    await rt.templates.setCurrent(ref);
+    return { ...(await rt.templates.resolve(`${ref.name}@${ref.version}`)), reused: true };
+  }
+  const source = rt.get(sandboxId).info.template;
+  const from = await rt.templates.resolve(`${source.name}@${source.version}`);
+  const dir = await rt.templates.buildDir(ref);
+  try {
+    log(`template ${ref.name}@${ref.version}: capturing sandbox ${sandboxId}`);
+    const depth = (from.manifest.diskDepth ?? 0) + 1;
+    const flattenDisk = depth > MAX_DISK_DEPTH;
+    const captured = await rt.captureSandbox(sandboxId, dir, { flattenDisk });
+    for (const f of [TEMPLATE_FILES.kernel, TEMPLATE_FILES.initrd]) await linkOrCopy(join(from.dir, f), join(dir, f));
+    await writeFile(join(dir, TEMPLATE_FILES.recipe), JSON.stringify({ ...recipe, name: ref.name, ...captured.vm, from: source }, null, 2) + "\n");
+    const disk = flattenDisk ? { diskDepth: 0 } : { baseTemplate: { name: from.name, version: from.version }, diskDepth: depth };
+    return await installTemplate(rt, dir, ref, captured.vm, captured.pauseMs, log, disk);
   } catch (e) {
     await rm(dir, { recursive: true, force: true });
     throw e;

@@ -462,17 +462,30 @@ export class Runtime {
 
   /**
    * Turns a fork's snapshot into one whose RAM is a file, so the children map that file
-   * copy-on-write and share every page none of them has written. A paused helper QEMU
-   * loads the migration stream into a shared RAM file and saves just its device state.
+   * copy-on-write and share every page none of them has written.
    */
   private async shareMemory(snap: SnapshotInfo): Promise<void> {
     if (snap.manifest.memory === "file") return;
-    const helperDir = join(snap.dir, "helper");
-    await mkdir(helperDir);
     // In tmpfs: the load touches every page of the file, and on disk each would be written back.
     await mkdir(this.ramDir, { recursive: true });
     const ramPath = join(this.ramDir, `${snap.id}.ram`);
     await symlink(ramPath, join(snap.dir, TEMPLATE_FILES.memory));
+    const state = join(snap.dir, `.${TEMPLATE_FILES.state}.devices`);
+    await this.streamToRamFile(snap, ramPath, state);
+    await rename(state, join(snap.dir, TEMPLATE_FILES.state));
+    // The RAM file is not hashed: this snapshot is internal and gone once the children run.
+    snap.manifest = { ...snap.manifest, memory: "file", files: { ...snap.manifest.files, ...(await digestFiles(snap.dir, [TEMPLATE_FILES.state])) } };
+    await writeManifest(snap.dir, snap.manifest);
+  }
+
+  /**
+   * Loads a snapshot's migration stream (taken with `ignoreShared: false`) into a paused
+   * helper QEMU whose RAM is the shared file `ramPath`, then saves only its device state
+   * to `stateOut`: together they are the snapshot with its RAM as a file.
+   */
+  private async streamToRamFile(snap: SnapshotInfo, ramPath: string, stateOut: string): Promise<void> {
+    const helperDir = join(snap.dir, "helper");
+    await mkdir(helperDir);
     try {
       await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", join(snap.dir, TEMPLATE_FILES.disk), join(helperDir, VM_FILES.disk)], "qemu_error");
       const vm = await Vm.launch({
@@ -485,19 +498,34 @@ export class Runtime {
         await vm.setIgnoreShared(false);
         await vm.loadState(join(snap.dir, TEMPLATE_FILES.state));
         await vm.setIgnoreShared(true);
-        await vm.saveState(join(helperDir, TEMPLATE_FILES.state));
+        await vm.saveState(stateOut);
       } finally {
         await vm.kill();
       }
-      await rename(join(helperDir, TEMPLATE_FILES.state), join(snap.dir, TEMPLATE_FILES.state));
       // Loading read every zero page into the file; give those pages back.
       await runTool("fallocate", ["--dig-holes", ramPath], "qemu_error");
     } finally {
       await rm(helperDir, { recursive: true, force: true });
     }
-    // The RAM file is not hashed: this snapshot is internal and gone once the children run.
-    snap.manifest = { ...snap.manifest, memory: "file", files: { ...snap.manifest.files, ...(await digestFiles(snap.dir, [TEMPLATE_FILES.state])) } };
-    await writeManifest(snap.dir, snap.manifest);
+  }
+
+  /**
+   * Captures a running sandbox into `dir` as a template's files: RAM as a file
+   * (memory.bin), device state (state.bin), and its disk flattened into one standalone
+   * image (disk.qcow2). The sandbox pauses only for its snapshot and keeps running.
+   */
+  async captureSandbox(sandboxId: string, dir: string, opts: { flattenDisk: boolean }): Promise<{ template: TemplateRef; vm: SnapshotManifest["vm"]; pauseMs: number }> {
+    const snap = await this.snapshot(sandboxId, { ignoreShared: false });
+    try {
+      await this.streamToRamFile(snap, join(dir, TEMPLATE_FILES.memory), join(dir, TEMPLATE_FILES.state));
+      // The snapshot's disk is an overlay on its template's disk: keep it so (small), or
+      // flatten it into one standalone image when the chain would get long.
+      if (opts.flattenDisk) await runTool("qemu-img", ["convert", "-O", "qcow2", join(snap.dir, TEMPLATE_FILES.disk), join(dir, TEMPLATE_FILES.disk)], "qemu_error");
+      else await rename(join(snap.dir, TEMPLATE_FILES.disk), join(dir, TEMPLATE_FILES.disk));
+      return { template: snap.manifest.template, vm: snap.manifest.vm, pauseMs: snap.manifest.pauseMs };
+    } finally {
+      await this.deleteSnapshot(snap.id);
+    }
   }
 
   // ---- housekeeping ----
@@ -535,6 +563,7 @@ export class Runtime {
       if (s.info.backingSnapshot) snapRefs.add(s.info.backingSnapshot);
       tplRefs.add(`${s.info.template.name}@${s.info.template.version}`);
     }
+    for (const t of await this.templates.list()) if (t.manifest.baseTemplate) tplRefs.add(`${t.manifest.baseTemplate.name}@${t.manifest.baseTemplate.version}`);
     const root = join(this.dataDir, "snapshots");
     for (const id of readdirSync(root)) {
       const dir = join(root, id);

@@ -44,6 +44,10 @@ export interface SnapshotManifest {
   /** How long the VM was paused while its state was copied. */
   pauseMs: number;
   sourceSandbox?: string;
+  /** Templates only: the template whose disk this one's disk overlays (kept while this one exists). */
+  baseTemplate?: TemplateRef;
+  /** Templates only: how many overlays deep its disk is (0: standalone). */
+  diskDepth?: number;
   files: Record<string, FileDigest>;
 }
 

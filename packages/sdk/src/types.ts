@@ -183,6 +183,8 @@ export interface TemplateInfo {
   version: string;
   /** Whether `name` alone resolves to this version. */
   current: boolean;
+  /** Who built it through the API (only they can use it); null for the server's own templates. */
+  owner: string | null;
   vcpus: number;
   memoryMb: number;
   diskMb: number;
@@ -191,7 +193,7 @@ export interface TemplateInfo {
 
 /** Maps the wire `Template` to {@link TemplateInfo}. */
 export function toTemplateInfo(w: api.Template): TemplateInfo {
-  return { name: w.name, version: w.version, current: w.current, vcpus: w.vcpus, memoryMb: w.memory_mb, diskMb: w.disk_mb, createdAt: new Date(w.created_at) };
+  return { name: w.name, version: w.version, current: w.current, owner: w.owner, vcpus: w.vcpus, memoryMb: w.memory_mb, diskMb: w.disk_mb, createdAt: new Date(w.created_at) };
 }
 
 /**

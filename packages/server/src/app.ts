@@ -41,8 +41,8 @@ const PTY_PATH_DOC = {
   },
 };
 
-function errorBody(code: ErrorCode, message: string) {
-  return { error: { code, message } };
+function errorBody(code: ErrorCode, message: string, details?: Record<string, unknown>) {
+  return { error: { code, message, ...(details ? { details } : {}) } };
 }
 
 /** The caller's identity; routes under /v1 always have one (the auth hook ran). */
@@ -94,7 +94,8 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   app.addContentTypeParser("application/octet-stream", (_req, payload, done) => done(null, payload));
 
   app.setErrorHandler((err: FastifyError | DenError | Error, req, reply) => {
-    if (err instanceof DenError) return reply.status(err.status).send(errorBody(err.code, err.message));
+    // Details say more about the caller's mistake (a setup command's output, a quota); a server fault keeps its own.
+    if (err instanceof DenError) return reply.status(err.status).send(errorBody(err.code, err.message, err.status < 500 ? (err.details as Record<string, unknown> | undefined) : undefined));
     if (hasZodFastifySchemaValidationErrors(err)) {
       const first = err.validation[0];
       const where = first?.instancePath ? `${first.instancePath.slice(1).replace(/\//g, ".")}: ` : "";

@@ -28,6 +28,8 @@ export interface ServerConfig {
     eventsPerSandbox: number;
     /** Bytes an owner may keep in the snapshot store (checkpoints and cold-hibernated sandboxes). */
     storedBytesPerOwner: number;
+    /** Templates an owner may make with `POST /v1/templates`. */
+    templatesPerOwner: number;
   };
   reaper: {
     intervalMs: number;
@@ -80,6 +82,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       execOutputBytes: num(env.DEN_MAX_EXEC_OUTPUT_BYTES, 16 * 1024 * 1024),
       eventsPerSandbox: num(env.DEN_MAX_EVENTS_PER_SANDBOX, 200),
       storedBytesPerOwner: num(env.DEN_MAX_STORED_BYTES_PER_OWNER, 100 * 1024 ** 3),
+      templatesPerOwner: num(env.DEN_MAX_TEMPLATES_PER_OWNER, 20),
     },
     reaper: {
       intervalMs: num(env.DEN_REAPER_INTERVAL_MS, 1000),

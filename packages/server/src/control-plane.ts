@@ -3,7 +3,14 @@ import { newId } from "@den/runtime";
 import type { ServerConfig } from "./config.js";
 import type { HostAgent, HostSandboxInfo } from "./host-agent.js";
 import { type CheckpointRow, type Principal, type SandboxRow, type Store, toApiCheckpoint, toApiSandbox } from "./store.js";
-import type { Sandbox as VmSandbox } from "@den/runtime";
+import type { Sandbox as VmSandbox, TemplateInfo } from "@den/runtime";
+
+export function toApiTemplate(t: TemplateInfo, owner: string | null): api.Template {
+  return {
+    name: t.name, version: t.version, current: t.current, owner, vcpus: t.manifest.vm.vcpus,
+    memory_mb: t.manifest.vm.memoryMb, disk_mb: t.manifest.vm.diskMb, created_at: t.manifest.createdAt,
+  };
+}
 
 /** A source of "now": the real clock, or a test's. */
 export interface Clock {
@@ -129,11 +136,61 @@ export class ControlPlane {
     if ((req.memory_mb ?? 0) > lim.memoryMbPerSandbox) throw new DenError("invalid_argument", `memory_mb: at most ${lim.memoryMbPerSandbox} on this server`);
     if ((req.disk_mb ?? 0) > lim.diskMbPerSandbox) throw new DenError("invalid_argument", `disk_mb: at most ${lim.diskMbPerSandbox} on this server`);
     await this.checkQuota(p);
+    await this.checkTemplateAccess(p, req.template ?? this.config.defaults.template);
     const row = this.newRow(p, newId("sbx"), req, req.template ?? this.config.defaults.template);
     return this.materialize(row, () => this.host.create({
       id: row.id, template: row.template,
       ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}), ...(req.disk_mb ? { diskMb: req.disk_mb } : {}),
     }), { template: row.template });
+  }
+
+  // ---- templates ----
+
+  /** A template made through the API is its owner's alone; the host's own are everyone's. */
+  private async checkTemplateAccess(p: Principal, spec: string): Promise<void> {
+    const name = spec.split("@")[0]!.split(".")[0]!;
+    const owner = await this.store.templateOwner(name);
+    if (owner !== undefined && owner !== p.owner && !p.admin) throw new DenError("template_not_found", `template ${JSON.stringify(spec)} does not exist`);
+  }
+
+  /** The template versions this principal may use. */
+  async listTemplates(p: Principal): Promise<api.Template[]> {
+    const owners = await this.store.templateOwners();
+    const out: api.Template[] = [];
+    for (const t of await this.host.templates()) {
+      const owner = owners.get(t.name.split(".")[0]!) ?? null;
+      if (owner === null || owner === p.owner || p.admin) out.push(toApiTemplate(t, owner));
+    }
+    return out;
+  }
+
+  /**
+   * Builds a template from a template or checkpoint plus setup commands, run in a sandbox
+   * of its own. The name is claimed (durably) for the caller first; the same recipe again
+   * returns the version already built.
+   */
+  async createTemplate(p: Principal, req: api.CreateTemplateRequest): Promise<api.Template> {
+    const owner = await this.store.templateOwner(req.name);
+    if (owner !== undefined && owner !== p.owner) throw new DenError("already_exists", `template ${req.name} belongs to another owner`);
+    const exists = (await this.host.templates()).some((t) => t.name === req.name);
+    if (owner === undefined && exists) throw new DenError("already_exists", `template ${req.name} is one of this host's own templates`);
+    if (owner === undefined && (await this.store.countTemplates(p.owner)) >= this.config.limits.templatesPerOwner) {
+      throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${this.config.limits.templatesPerOwner} templates`);
+    }
+    if (req.from_template) await this.checkTemplateAccess(p, req.from_template);
+    if (req.from_checkpoint) await this.ownedCheckpoint(p, req.from_checkpoint);
+    await this.store.insertTemplate(req.name, p.owner, this.clock.now());
+    try {
+      const t = await this.host.buildTemplate({
+        name: req.name, setup: req.setup ?? [], setupTimeoutSeconds: req.setup_timeout_seconds ?? 600,
+        ...(req.from_template ? { fromTemplate: req.from_template } : {}), ...(req.from_checkpoint ? { fromCheckpoint: req.from_checkpoint } : {}),
+      });
+      return toApiTemplate(t, p.owner);
+    } catch (e) {
+      // A first build that failed leaves the name free again.
+      if (!(await this.host.templates()).some((t) => t.name === req.name)) await this.store.deleteTemplate(req.name);
+      throw e;
+    }
   }
 
   // ---- checkpoints and forks ----

@@ -68,7 +68,15 @@ export interface CheckpointsTable {
   created_at: number;
 }
 
+/** Templates made through the API, and who owns them (the host's own templates have no row). */
+export interface TemplatesTable {
+  name: string;
+  owner: string;
+  created_at: number;
+}
+
 export interface Database {
+  templates: TemplatesTable;
   checkpoints: CheckpointsTable;
   api_keys: ApiKeysTable;
   sandboxes: SandboxesTable;

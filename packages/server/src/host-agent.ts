@@ -1,8 +1,9 @@
+import { createHash } from "node:crypto";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { deleteStoredSnapshot, downloadSnapshot, listStoredSnapshotIds, storedBytes, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
 import { DenError } from "@den/protocol";
-import { Runtime, bakeVariant, type Sandbox as VmSandbox, type SnapshotInfo, type TemplateInfo } from "@den/runtime";
+import { Runtime, bakeFromSandbox, bakeVariant, newId, type Sandbox as VmSandbox, type SnapshotInfo, type TemplateInfo } from "@den/runtime";
 
 export interface HostCreateSpec {
   id: string;
@@ -10,6 +11,15 @@ export interface HostCreateSpec {
   vcpus?: number;
   memoryMb?: number;
   diskMb?: number;
+}
+
+/** A template made from a sandbox: a source (template or stored checkpoint) plus setup commands. */
+export interface TemplateBuildSpec {
+  name: string;
+  fromTemplate?: string;
+  fromCheckpoint?: string;
+  setup: string[];
+  setupTimeoutSeconds: number;
 }
 
 export interface HostSandboxInfo {
@@ -77,6 +87,8 @@ export interface HostAgent {
   /** The guest side: exec, files, processes. */
   guest(id: string): VmSandbox;
   templates(): Promise<TemplateInfo[]>;
+  /** Builds (or finds, if the same recipe was built before) a template version and makes it current. */
+  buildTemplate(spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }>;
   /** Bytes a snapshot occupies in the store. */
   storedBytes(snapshotId: string): Promise<number>;
   /** Deletes every snapshot (stored or local) and template pin that is not in `referenced`. */
@@ -95,6 +107,7 @@ function info(sbx: VmSandbox): HostSandboxInfo {
 
 export class LocalHostAgent implements HostAgent {
   private bakes = new Map<string, Promise<TemplateInfo>>();
+  private builds = new Map<string, Promise<unknown>>();
   onTransfer: ((t: TransferEvent) => void) | undefined;
 
   private progress(sandbox: string, snapshot: string, direction: TransferEvent["direction"]): (p: TransferProgress) => void {
@@ -281,6 +294,51 @@ export class LocalHostAgent implements HostAgent {
 
   templates(): Promise<TemplateInfo[]> {
     return this.rt.templates.list();
+  }
+
+  buildTemplate(spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }> {
+    // One build per name at a time: a second waits and then finds the first one's version.
+    const prev = this.builds.get(spec.name) ?? Promise.resolve();
+    const next = prev.catch(() => undefined).then(() => this.build(spec));
+    this.builds.set(spec.name, next);
+    return next.finally(() => {
+      if (this.builds.get(spec.name) === next) this.builds.delete(spec.name);
+    });
+  }
+
+  private async build(spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }> {
+    let source: Record<string, string>;
+    if (spec.fromCheckpoint) source = { checkpoint: spec.fromCheckpoint };
+    else {
+      const t = await this.rt.templates.resolve(spec.fromTemplate ?? "base");
+      source = { template: `${t.name}@${t.version}` };
+    }
+    const recipe = { source, setup: spec.setup };
+    const ref = { name: spec.name, version: createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 12) };
+    if (this.rt.templates.has(ref)) {
+      await this.rt.templates.setCurrent(ref);
+      return { ...(await this.rt.templates.resolve(`${ref.name}@${ref.version}`)), reused: true };
+    }
+    // The building sandbox is on this host only: a crash mid-build leaves a VM no database
+    // row knows, which the next start destroys.
+    const id = newId("sbx");
+    if (spec.fromCheckpoint) await this.restoreStored(id, spec.fromCheckpoint);
+    else await this.rt.create({ id, template: source.template! });
+    const sbx = this.rt.get(id);
+    try {
+      for (const [i, cmd] of spec.setup.entries()) {
+        const r = await sbx.exec(cmd, { timeoutMs: spec.setupTimeoutSeconds * 1000 });
+        if (r.exitCode !== 0 || r.timedOut) {
+          const why = r.timedOut ? `timed out after ${spec.setupTimeoutSeconds} s` : r.exitCode === null ? `died of signal ${r.signal}` : `exited with ${r.exitCode}`;
+          throw new DenError("setup_failed", `setup command ${i + 1} ${why}: ${cmd.slice(0, 200)}`, {
+            command_index: i, exit_code: r.exitCode, stdout: r.stdout.subarray(-4096).toString("utf8"), stderr: r.stderr.subarray(-4096).toString("utf8"),
+          });
+        }
+      }
+      return await bakeFromSandbox(this.rt, id, ref, recipe);
+    } finally {
+      await sbx.destroy();
+    }
   }
 
   close(): void {

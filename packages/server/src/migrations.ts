@@ -87,4 +87,14 @@ export const migrations: Record<string, Migration> = {
       await db.schema.alterTable("sandboxes").addColumn("stored_bytes", "bigint").execute();
     },
   },
+  "005_templates": {
+    async up(db: Kysely<unknown>): Promise<void> {
+      await db.schema
+        .createTable("templates")
+        .addColumn("name", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("owner", "varchar(64)", (c) => c.notNull())
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .execute();
+    },
+  },
 };

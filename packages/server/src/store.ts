@@ -144,6 +144,30 @@ export class Store {
     return ids;
   }
 
+  // ---- templates ----
+
+  async templateOwners(): Promise<Map<string, string>> {
+    const rows = await this.db.selectFrom("templates").selectAll().execute();
+    return new Map(rows.map((r) => [r.name, r.owner]));
+  }
+
+  async templateOwner(name: string): Promise<string | undefined> {
+    return (await this.db.selectFrom("templates").select("owner").where("name", "=", name).executeTakeFirst())?.owner;
+  }
+
+  async insertTemplate(name: string, owner: string, at: number): Promise<void> {
+    await this.db.insertInto("templates").values({ name, owner, created_at: at }).onConflict((oc) => oc.column("name").doNothing()).execute();
+  }
+
+  async deleteTemplate(name: string): Promise<void> {
+    await this.db.deleteFrom("templates").where("name", "=", name).execute();
+  }
+
+  async countTemplates(owner: string): Promise<number> {
+    const r = await this.db.selectFrom("templates").select((eb) => eb.fn.countAll<number>().as("n")).where("owner", "=", owner).executeTakeFirstOrThrow();
+    return Number(r.n);
+  }
+
   // ---- checkpoints ----
 
   async insertCheckpoint(row: CheckpointRow): Promise<void> {

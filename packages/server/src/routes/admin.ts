@@ -6,16 +6,14 @@ import type { ControlPlane } from "../control-plane.js";
 export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
   app.get("/v1/templates", {
     schema: { summary: "Template versions on this host", response: { 200: z.object({ templates: z.array(api.Template) }) } },
-  }, async (req) => {
-    principal(req);
-    const list = await cp.host.templates();
-    return {
-      templates: list.map((t) => ({
-        name: t.name, version: t.version, current: t.current, vcpus: t.manifest.vm.vcpus,
-        memory_mb: t.manifest.vm.memoryMb, disk_mb: t.manifest.vm.diskMb, created_at: t.manifest.createdAt,
-      })),
-    };
-  });
+  }, async (req) => ({ templates: await cp.listTemplates(principal(req)) }));
+
+  app.post("/v1/templates", {
+    schema: {
+      summary: "Build a template: a source (template or checkpoint) plus setup commands, captured with its memory",
+      body: api.CreateTemplateRequest, response: { 201: api.Template },
+    },
+  }, async (req, reply) => reply.status(201).send(await cp.createTemplate(principal(req), req.body)));
 
   app.post("/v1/keys", {
     schema: { summary: "Create an API key (admin); the secret is returned once", body: api.CreateKeyRequest, response: { 201: api.ApiKey } },
