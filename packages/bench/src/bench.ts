@@ -9,6 +9,8 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Runtime, type Sandbox } from "@den/runtime";
 import { rawDestroy, rawPauseResume, rawRestore, rawSnapshot, type RawTemplate } from "./raw-qemu.js";
+import { benchServer } from "./server-bench.js";
+import { fmt, pct, row, rows, time } from "./table.js";
 
 const { values: flags } = parseArgs({
   options: {
@@ -21,33 +23,6 @@ const { values: flags } = parseArgs({
 });
 const RUNS = Number(flags.runs ?? (flags.quick ? 3 : 20));
 const COLD_RUNS = flags.quick ? 2 : Math.max(RUNS, 20);
-
-interface Row {
-  op: string;
-  den: number[];
-  raw: number[];
-}
-
-const rows: Row[] = [];
-function row(op: string): Row {
-  const r: Row = { op, den: [], raw: [] };
-  rows.push(r);
-  return r;
-}
-
-async function time(fn: () => Promise<unknown>): Promise<number> {
-  const t0 = performance.now();
-  await fn();
-  return performance.now() - t0;
-}
-
-function pct(xs: number[], p: number): number {
-  if (!xs.length) return NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
-}
-
-const fmt = (ms: number) => (Number.isNaN(ms) ? "-" : ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(1)} ms`);
 
 async function main(): Promise<void> {
   const rt = await Runtime.open(flags["data-dir"] ? { dataDir: flags["data-dir"] } : {});
@@ -151,10 +126,12 @@ async function main(): Promise<void> {
     rt.close();
     rmSync(scratch, { recursive: true, force: true });
   }
-  report();
+  // Hibernate, wake, checkpoints and custom templates go through the API, as users see them.
+  const notes = await benchServer({ dataDir: rt.dataDir, runs: RUNS, log });
+  report(notes);
 }
 
-function report(): void {
+function report(notes: string[]): void {
   const header = ["operation", "runs", "den p50", "den p99", "raw p50", "raw p99", "den/raw"];
   const lines = rows.map((r) => {
     const d50 = pct(r.den, 50);
@@ -169,9 +146,10 @@ function report(): void {
   process.stdout.write("\nraw = the same QEMU operation from a bare QMP script: restore = spawn + migrate-incoming + cont (running, no agent);\n" +
     "Den's 'agent ready' adds the agent connection, clock set and RNG reseed.\n");
   process.stdout.write(`create-from-template vs cold boot, to first exec (p50): ${(cold / create).toFixed(1)}x faster\n`);
+  for (const n of notes) process.stdout.write(`${n}\n`);
   if (flags.json) {
     const out = rows.map((r) => ({ op: r.op, runs: r.den.length, den_ms: { p50: pct(r.den, 50), p99: pct(r.den, 99) }, raw_ms: r.raw.length ? { p50: pct(r.raw, 50), p99: pct(r.raw, 99) } : null }));
-    writeFileSync(flags.json, JSON.stringify({ date: new Date().toISOString(), runs: RUNS, rows: out }, null, 2) + "\n");
+    writeFileSync(flags.json, JSON.stringify({ date: new Date().toISOString(), runs: RUNS, rows: out, notes }, null, 2) + "\n");
   }
 }
 

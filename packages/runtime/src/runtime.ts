@@ -1,5 +1,6 @@
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { cp, mkdir, symlink, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { cp, mkdir, open, symlink, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { spawn } from "node:child_process";
 import { join, resolve } from "node:path";
 import { DenError } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
@@ -453,6 +454,7 @@ export class Runtime {
         await Promise.all(children.map((c) => c.destroy()));
         throw (failed as PromiseRejectedResult).reason;
       }
+      if (shared) await this.digHolesLater(join(this.ramDir, `${snap.id}.ram`));
       return children;
     } finally {
       // The fork's snapshot is internal: its disk lives on while children use it.
@@ -479,6 +481,19 @@ export class Runtime {
   }
 
   /**
+   * Frees the zero pages that loading put into a fork's RAM file, in the background: the
+   * children map them unchanged (zero either way), so they need not wait. The open file
+   * outlives the snapshot's deletion.
+   */
+  private async digHolesLater(ramPath: string): Promise<void> {
+    const fh = await open(ramPath, "r+").catch(() => undefined);
+    if (!fh) return;
+    const child = spawn("fallocate", ["--dig-holes", "/dev/fd/3"], { stdio: ["ignore", "ignore", "ignore", fh.fd] });
+    child.on("error", () => undefined);
+    child.on("close", () => void fh.close().catch(() => undefined));
+  }
+
+  /**
    * Loads a snapshot's migration stream (taken with `ignoreShared: false`) into a paused
    * helper QEMU whose RAM is the shared file `ramPath`, then saves only its device state
    * to `stateOut`: together they are the snapshot with its RAM as a file.
@@ -502,8 +517,6 @@ export class Runtime {
       } finally {
         await vm.kill();
       }
-      // Loading read every zero page into the file; give those pages back.
-      await runTool("fallocate", ["--dig-holes", ramPath], "qemu_error");
     } finally {
       await rm(helperDir, { recursive: true, force: true });
     }

@@ -1,0 +1,125 @@
+/**
+ * The scale-to-zero rows, measured through a real `den serve` (in this process) as an
+ * API user sees them: warm and cold hibernate/wake against a local-directory store and
+ * against S3 (s3rver), durable checkpoints and their restore, and creates from a custom
+ * template beside creates from `base`.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import S3rver from "s3rver";
+import { loadConfig, startServer } from "@den/server";
+import { fmt, pct, row, time } from "./table.js";
+
+const KEY = "den_bench_admin_key_0123456789";
+
+type Api = (method: string, path: string, body?: unknown) => Promise<any>;
+
+function client(base: string): Api {
+  return async (method, path, body) => {
+    const res = await fetch(base + path, {
+      method,
+      headers: { authorization: `Bearer ${KEY}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text}`);
+    return text ? JSON.parse(text) : undefined;
+  };
+}
+
+/** A recipe for the custom-template rows: a project tree, a git repo, compiled Python. */
+const RECIPE = [
+  "mkdir -p /workspace/app && cd /workspace/app && printf 'def f():\\n    return 1\\n' > lib.py && git init -q",
+  "cd /workspace/app && python3 -m compileall -q .",
+];
+
+export async function benchServer(opts: { dataDir: string; runs: number; log: (s: string) => void }): Promise<string[]> {
+  const notes: string[] = [];
+  for (const kind of ["local", "s3"] as const) {
+    let s3: S3rver | undefined;
+    let s3dir = "";
+    let env: Record<string, string> = {};
+    if (kind === "s3") {
+      s3dir = mkdtempSync(join(tmpdir(), "den-bench-s3-"));
+      s3 = new S3rver({ port: 0, address: "127.0.0.1", silent: true, directory: s3dir, configureBuckets: [{ name: "den" }] });
+      const { port } = await s3.run();
+      env = { DEN_STORE: "s3", DEN_S3_BUCKET: "den", DEN_S3_ENDPOINT: `http://127.0.0.1:${port}`, AWS_ACCESS_KEY_ID: "S3RVER", AWS_SECRET_ACCESS_KEY: "S3RVER" };
+    }
+    const server = await startServer(loadConfig({ port: "0", host: "127.0.0.1", dataDir: opts.dataDir }, { DEN_API_KEY: KEY, ...env }));
+    const api = client(server.url);
+    const made: string[] = [];
+    const create = async (body: Record<string, unknown>) => {
+      const s = await api("POST", "/v1/sandboxes", body);
+      made.push(s.id);
+      return s;
+    };
+    try {
+      const sbx = await create({ persistent: true });
+      const exec = (id: string, cmd: string) => api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
+      // Some state worth keeping: a process holding 32 MiB and a file.
+      await exec(sbx.id, "nohup python3 -c 'import os, time; d = bytearray(os.urandom(32 << 20)); time.sleep(10**6)' >/dev/null 2>&1 & echo x > /workspace/f");
+      if (kind === "local") {
+        const h = row("warm hibernate");
+        const w = row("warm wake -> first exec");
+        for (let i = 0; i < opts.runs; i++) {
+          h.den.push(await time(() => api("POST", `/v1/sandboxes/${sbx.id}/hibernate`, { mode: "warm" })));
+          w.den.push(await time(() => exec(sbx.id, "true")));
+        }
+      }
+      const h = row(`cold hibernate (${kind} store)`);
+      const w = row(`cold wake -> first exec (${kind} store)`);
+      const stored: number[] = [];
+      for (let i = 0; i < opts.runs; i++) {
+        let r: any;
+        h.den.push(await time(async () => (r = await api("POST", `/v1/sandboxes/${sbx.id}/hibernate`, { mode: "cold" }))));
+        stored.push(r.stored_bytes);
+        w.den.push(await time(() => exec(sbx.id, "true")));
+      }
+      const mib = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MiB`;
+      notes.push(`bytes stored per cold-hibernated sandbox (${kind} store, p50): ${mib(pct(stored, 50))} for ${sbx.memory_mb} MiB of RAM (${((pct(stored, 50) / (sbx.memory_mb * 1024 * 1024)) * 100).toFixed(0)}%)`);
+      opts.log(`  cold hibernate (${kind}) p50 ${fmt(pct(h.den, 50))}, wake ${fmt(pct(w.den, 50))}`);
+
+      if (kind === "local") {
+        const c = row("checkpoint (running sandbox, to the store)");
+        const pause = row("  of which the VM was paused");
+        const r = row("restore checkpoint -> first exec");
+        for (let i = 0; i < opts.runs; i++) {
+          let cp: any;
+          c.den.push(await time(async () => (cp = await api("POST", `/v1/sandboxes/${sbx.id}/checkpoints`, {}))));
+          pause.den.push(cp.pause_ms);
+          let restored: any;
+          r.den.push(await time(async () => {
+            restored = await api("POST", `/v1/checkpoints/${cp.id}/restore`, {});
+            made.push(restored.id);
+            await exec(restored.id, "true");
+          }));
+          await api("DELETE", `/v1/sandboxes/${restored.id}`);
+          await api("DELETE", `/v1/checkpoints/${cp.id}`);
+        }
+
+        const build = row("custom template build (2 setup commands)");
+        build.den.push(await time(() => api("POST", "/v1/templates", { name: "bench-project", setup: RECIPE })));
+        const fromBase = row("create from base -> first exec (API)");
+        const fromCustom = row("create from custom template -> first exec (API)");
+        for (let i = 0; i < opts.runs; i++) {
+          for (const [t, r2] of [["base", fromBase], ["bench-project", fromCustom]] as const) {
+            let id = "";
+            r2.den.push(await time(async () => {
+              id = (await create({ template: t })).id;
+              await exec(id, "true");
+            }));
+            await api("DELETE", `/v1/sandboxes/${id}`);
+          }
+        }
+        notes.push(`create from a custom template vs from base, to first exec (p50): ${fmt(pct(fromCustom.den, 50))} vs ${fmt(pct(fromBase.den, 50))}`);
+      }
+    } finally {
+      for (const id of made) await api("DELETE", `/v1/sandboxes/${id}`).catch(() => undefined);
+      await server.close();
+      await s3?.close();
+      if (s3dir) rmSync(s3dir, { recursive: true, force: true });
+    }
+  }
+  return notes;
+}
