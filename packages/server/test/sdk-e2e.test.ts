@@ -1,6 +1,6 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { Checkpoints, Sandbox, SandboxNotFoundError, UnauthorizedError } from "@den/sdk";
+import { Checkpoints, DenApiError, Sandbox, SandboxNotFoundError, Templates, UnauthorizedError } from "@den/sdk";
 import type { RunningServer } from "../src/index.js";
 import { ADMIN_KEY, testServer } from "./helpers.js";
 
@@ -37,6 +37,7 @@ describe("the SDK drives an agent loop end to end", () => {
         // A longer wait: cold, so it costs nothing; the next exec wakes it.
         await sbx.hibernate({ mode: "cold" });
         assert.equal(sbx.info.hibernateMode, "cold");
+        assert.ok(sbx.info.storedBytes! > 0 && sbx.info.storedBytes! < sbx.info.memoryMb * 1024 * 1024, `stored ${sbx.info.storedBytes} bytes`);
       }
     }
     const log = await sbx.exec("cd /work && git status --porcelain");
@@ -107,6 +108,14 @@ describe("the SDK drives an agent loop end to end", () => {
     assert.equal(restored.info.metadata.restored_from, cp.id);
     await Checkpoints.delete(cp.id, opts);
     assert.equal((await Checkpoints.list({ ...opts, sandboxId: sbx.id })).length, 0);
+  });
+
+  test("a custom template from the SDK; a failed setup is a typed error with the output", async () => {
+    const t = await Templates.create({ name: "sdk-project", setup: ["mkdir -p /workspace/p && echo from-setup > /workspace/p/readme"] }, opts);
+    assert.equal(t.owner, "admin");
+    await using sbx = await Sandbox.create({ template: "sdk-project", ...opts });
+    assert.equal((await sbx.exec("cat /workspace/p/readme")).stdout, "from-setup\n");
+    await assert.rejects(Templates.create({ name: "sdk-broken", setup: ["echo nope >&2; false"] }, opts), (e: unknown) => e instanceof DenApiError && e.code === "setup_failed" && e.status === 422 && e.details?.stderr === "nope\n");
   });
 
   test("typed errors from the server's codes", async () => {
