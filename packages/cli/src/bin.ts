@@ -7,6 +7,7 @@ import { registerTemplateCreate } from "./commands/template-create.js";
 import { registerTemplateLs } from "./commands/template-ls.js";
 import { registerDemo } from "./commands/demo.js";
 import { registerServe } from "./commands/serve.js";
+import { registerUsage } from "./commands/usage.js";
 
 const program = new Command();
 program.name("den").description("Long-running microVM sandboxes for AI agents").version("0.1.0");
@@ -18,6 +19,7 @@ registerTemplateLs(template);
 registerTemplateCreate(template);
 registerDemo(program);
 registerServe(program);
+registerUsage(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -231,6 +231,60 @@ export const CreateTemplateRequest = z
   .refine((r) => !(r.from_template && r.from_checkpoint), "give from_template or from_checkpoint, not both");
 export type CreateTemplateRequest = z.infer<typeof CreateTemplateRequest>;
 
+const Instant = z.string().max(64).refine((s) => !Number.isNaN(Date.parse(s)), "must be an ISO 8601 date-time");
+
+export const UsageQuery = z.object({
+  /** Start of the period (ISO 8601; default: 24 hours before `to`). */
+  from: Instant.optional(),
+  /** End of the period (ISO 8601; default: now). */
+  to: Instant.optional(),
+  /** `sandbox` (default), `owner`, or `metadata.<key>` (e.g. `metadata.task_id`). */
+  group_by: z.string().regex(/^(owner|sandbox|metadata\.[A-Za-z0-9_.:-]{1,64})$/, "group_by is owner, sandbox or metadata.<key>").optional(),
+  /** Admin only: one owner's usage (default: the caller's own; an admin with none sees everyone's). */
+  owner: z.string().max(64).optional(),
+});
+export type UsageQuery = z.infer<typeof UsageQuery>;
+
+export const UsageCost = z.object({ vcpu: z.number(), memory: z.number(), storage: z.number(), total: z.number() });
+
+export const UsageGroup = z.object({
+  /** The owner, sandbox id or metadata value; null for sandboxes without that metadata key. */
+  key: z.string().nullable(),
+  sandboxes: z.number().int(),
+  running_seconds: z.number(),
+  warm_hibernated_seconds: z.number(),
+  cold_hibernated_seconds: z.number(),
+  /** Reserved while running: vCPUs x seconds, and memory GiB x seconds. */
+  vcpu_seconds: z.number(),
+  memory_gib_seconds: z.number(),
+  /** CPU its QEMU processes actually used on the host. */
+  host_cpu_seconds: z.number(),
+  /** CPU Den spent on its behalf: snapshots, compression, hashing, transfers, helper VMs. */
+  den_cpu_seconds: z.number(),
+  /** Snapshot store: bytes held x seconds (cold sandboxes and checkpoints), and the same in GB-months (10^9 bytes, 30 days). */
+  stored_byte_seconds: z.number(),
+  stored_gb_months: z.number(),
+  /** From the server's price table; null when it has none. */
+  cost: UsageCost.nullable(),
+});
+export type UsageGroup = z.infer<typeof UsageGroup>;
+
+export const UsageReport = z.object({
+  from: z.string(),
+  to: z.string(),
+  group_by: z.string(),
+  prices: z.object({ vcpu_second: z.number(), gib_second: z.number(), gb_month: z.number() }).nullable(),
+  groups: z.array(UsageGroup),
+});
+export type UsageReport = z.infer<typeof UsageReport>;
+
+/** What a host may hold (admission control) and what it holds now: VMs that exist, running or warm-hibernated. */
+export const HostCapacity = z.object({
+  capacity: z.object({ memory_mb: z.number().int(), vcpus: z.number().int(), disk_reserve_mb: z.number().int() }),
+  used: z.object({ memory_mb: z.number().int(), vcpus: z.number().int(), sandboxes: z.number().int() }),
+});
+export type HostCapacity = z.infer<typeof HostCapacity>;
+
 export const CreateKeyRequest = z.strictObject({
   owner: z.string().min(1).max(64).regex(/^[A-Za-z0-9_.-]+$/, "owner names are letters, digits, _ . -"),
   admin: z.boolean().optional(),

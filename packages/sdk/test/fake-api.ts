@@ -169,7 +169,7 @@ export class FakeDen {
     // Admin and global routes.
     if (p === "/v1/templates" && m === "GET") {
       return send(res, 200, {
-        templates: [{ name: "base", version: "0123456789ab", current: true, vcpus: 1, memory_mb: 512, disk_mb: 4096, created_at: "2026-01-01T00:00:00.000Z" }],
+        templates: [{ name: "base", version: "0123456789ab", current: true, owner: null, vcpus: 1, memory_mb: 512, disk_mb: 4096, created_at: "2026-01-01T00:00:00.000Z" }],
       });
     }
     if (p.startsWith("/v1/keys")) {

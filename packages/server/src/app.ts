@@ -11,6 +11,7 @@ import { registerFileRoutes } from "./routes/files.js";
 import { registerAdminRoutes } from "./routes/admin.js";
 import { registerPtyRoutes } from "./routes/pty.js";
 import { registerCheckpointRoutes } from "./routes/checkpoints.js";
+import { registerUsageRoutes } from "./routes/usage.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -126,6 +127,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
 
   const typed = app.withTypeProvider<ZodTypeProvider>();
   registerSandboxRoutes(typed, cp);
+  registerUsageRoutes(typed, cp);
   registerExecRoutes(typed, cp);
   registerFileRoutes(typed, cp);
   registerAdminRoutes(typed, cp);

@@ -1,4 +1,6 @@
 import { defaultDataDir } from "@den/runtime";
+import { defaultCapacity, type Capacity } from "./capacity.js";
+import type { Prices } from "./usage.js";
 
 /** Server configuration: flags override environment, environment overrides defaults. */
 export interface ServerConfig {
@@ -31,6 +33,14 @@ export interface ServerConfig {
     /** Templates an owner may make with `POST /v1/templates`. */
     templatesPerOwner: number;
   };
+  /** What this host may hold (admission control). */
+  capacity: Capacity;
+  meter: {
+    /** A sandbox's usage is written in segments at most this long (and at every transition). */
+    intervalMs: number;
+  };
+  /** The price table usage costs are computed with; null: no costs in usage reports. */
+  prices: Prices | null;
   reaper: {
     intervalMs: number;
     /** Guest CPU (share of one core, from the QEMU process) above which a sandbox counts as active. */
@@ -83,6 +93,15 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       eventsPerSandbox: num(env.DEN_MAX_EVENTS_PER_SANDBOX, 200),
       storedBytesPerOwner: num(env.DEN_MAX_STORED_BYTES_PER_OWNER, 100 * 1024 ** 3),
       templatesPerOwner: num(env.DEN_MAX_TEMPLATES_PER_OWNER, 20),
+    },
+    meter: { intervalMs: num(env.DEN_METER_INTERVAL_SECONDS, 60) * 1000 },
+    prices: env.DEN_PRICE_VCPU_SECOND || env.DEN_PRICE_GIB_SECOND || env.DEN_PRICE_GB_MONTH
+      ? { vcpuSecond: num(env.DEN_PRICE_VCPU_SECOND, 0), gibSecond: num(env.DEN_PRICE_GIB_SECOND, 0), gbMonth: num(env.DEN_PRICE_GB_MONTH, 0) }
+      : null,
+    capacity: {
+      memoryMb: num(env.DEN_CAPACITY_MEMORY_MB, defaultCapacity().memoryMb),
+      vcpus: num(env.DEN_CAPACITY_VCPUS, defaultCapacity().vcpus),
+      diskReserveMb: num(env.DEN_DISK_RESERVE_MB, defaultCapacity().diskReserveMb),
     },
     reaper: {
       intervalMs: num(env.DEN_REAPER_INTERVAL_MS, 1000),

@@ -4,6 +4,8 @@ import type { ServerConfig } from "./config.js";
 import type { HostAgent, HostSandboxInfo } from "./host-agent.js";
 import { type CheckpointRow, type Principal, type SandboxRow, type Store, toApiCheckpoint, toApiSandbox } from "./store.js";
 import type { Sandbox as VmSandbox, TemplateInfo } from "@den/runtime";
+import { Meter, meteredState } from "./meter.js";
+import { usageReport } from "./usage.js";
 
 export function toApiTemplate(t: TemplateInfo, owner: string | null): api.Template {
   return {
@@ -33,6 +35,7 @@ export class ControlPlane {
   private activeExecs = new Map<string, number>();
   private cpuSamples = new Map<string, { at: number; cpu: number }>();
   private lastTouch = new Map<string, number>();
+  readonly meter: Meter;
 
   constructor(
     readonly store: Store,
@@ -40,6 +43,7 @@ export class ControlPlane {
     readonly config: ServerConfig,
     readonly clock: Clock = systemClock,
   ) {
+    this.meter = new Meter(store, host);
     host.onTransfer = (t) => {
       this.log.info(t, `${t.direction} ${t.file}: ${t.bytes}${t.total !== null ? ` of ${t.total}` : ""} bytes`);
       this.event(t.sandbox, "transfer.progress", null, { ...t }).catch(() => undefined);
@@ -66,7 +70,10 @@ export class ControlPlane {
   }
 
   private async transition(id: string, state: api.SandboxState, reason: Reason, patch: Partial<SandboxRow> = {}, data: Record<string, unknown> = {}): Promise<SandboxRow> {
-    const row = await this.store.updateSandbox(id, { ...patch, state, state_reason: reason });
+    // The usage segment of the state it leaves closes here.
+    const before = await this.store.getSandbox(id);
+    const meter = before ? await this.meter.roll(before, this.clock.now()) : {};
+    const row = await this.store.updateSandbox(id, { ...patch, ...meter, state, state_reason: reason });
     await this.event(id, state, reason, data);
     return row!;
   }
@@ -108,6 +115,7 @@ export class ControlPlane {
       metadata: JSON.stringify(req.metadata ?? {}), env: JSON.stringify(req.env ?? {}),
       vcpus: 0, memory_mb: 0, disk_mb: 0,
       created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null,
+      meter_since: now, meter_cpu: null,
     };
   }
 
@@ -137,11 +145,53 @@ export class ControlPlane {
     if ((req.disk_mb ?? 0) > lim.diskMbPerSandbox) throw new DenError("invalid_argument", `disk_mb: at most ${lim.diskMbPerSandbox} on this server`);
     await this.checkQuota(p);
     await this.checkTemplateAccess(p, req.template ?? this.config.defaults.template);
+    // A create the host cannot hold is refused before it leaves a record behind.
+    await this.host.checkCreate({ template: req.template ?? this.config.defaults.template, ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}) });
     const row = this.newRow(p, newId("sbx"), req, req.template ?? this.config.defaults.template);
     return this.materialize(row, () => this.host.create({
       id: row.id, template: row.template,
       ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}), ...(req.disk_mb ? { diskMb: req.disk_mb } : {}),
     }), { template: row.template });
+  }
+
+  // ---- usage ----
+
+  /**
+   * Usage over a period: closed segments plus the open ones up to now (running sandboxes,
+   * hibernated ones, live checkpoints), grouped by owner, sandbox or a metadata key.
+   */
+  async usage(p: Principal, q: api.UsageQuery): Promise<api.UsageReport> {
+    const now = this.clock.now();
+    const to = q.to !== undefined ? Date.parse(q.to) : now;
+    const from = q.from !== undefined ? Date.parse(q.from) : to - 86_400_000;
+    if (!(from < to)) throw new DenError("invalid_argument", "from must be before to");
+    if (q.owner !== undefined && !p.admin) throw new DenError("forbidden", "only an admin key reads another owner's usage");
+    // An admin without `owner` sees every owner; anyone else sees their own.
+    const owner = q.owner ?? (p.admin ? undefined : p.owner);
+    const segments = await this.store.segments(from, to, owner);
+    for (const row of await this.store.liveSandboxes()) {
+      if (owner !== undefined && row.owner !== owner) continue;
+      const state = meteredState(row);
+      if (!state || row.meter_since === null || row.meter_since >= to) continue;
+      segments.push({
+        sandbox_id: row.id, owner: row.owner, state, start_ms: row.meter_since, end_ms: Math.max(now, row.meter_since + 1),
+        vcpus: row.vcpus, memory_mb: row.memory_mb,
+        host_cpu_ms: state === "cold" ? 0 : Math.round(this.meter.openCpu(row) * 1000), den_cpu_ms: Math.round(this.meter.pendingDenCpu(row.id) * 1000),
+        stored_bytes: state === "cold" ? Number(row.stored_bytes ?? 0) : 0,
+      });
+    }
+    for (const c of await this.store.allCheckpoints(owner)) {
+      segments.push({ sandbox_id: c.sandbox_id, owner: c.owner, state: "checkpoint", start_ms: c.created_at, end_ms: Math.max(now, c.created_at + 1), vcpus: 0, memory_mb: 0, host_cpu_ms: 0, den_cpu_ms: 0, stored_bytes: Number(c.stored_bytes) });
+    }
+    const rows = new Map((await this.store.sandboxesByIds([...new Set(segments.map((s) => s.sandbox_id))])).map((r) => [r.id, r]));
+    const groupBy = q.group_by ?? "sandbox";
+    return usageReport({
+      segments, from, to, groupBy, prices: this.config.prices,
+      sandbox: (id) => {
+        const r = rows.get(id);
+        return r ? { owner: r.owner, metadata: JSON.parse(r.metadata) as Record<string, string> } : undefined;
+      },
+    });
   }
 
   // ---- templates ----
@@ -202,7 +252,7 @@ export class ControlPlane {
       const row = (await this.store.getSandbox(id))!;
       if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}`);
       await this.checkStoreQuota(row.owner);
-      const c = await this.host.checkpoint(id);
+      const c = await this.meter.work(id, () => this.host.checkpoint(id));
       const cp: CheckpointRow = {
         id: c.snapshotId, owner: p.owner, sandbox_id: id, name: name ?? null, template: row.template, template_version: row.template_version,
         vcpus: row.vcpus, memory_mb: row.memory_mb, disk_mb: row.disk_mb, pause_ms: Math.round(c.pauseMs), stored_bytes: c.storedBytes,
@@ -224,6 +274,11 @@ export class ControlPlane {
     const row = await this.ownedCheckpoint(p, id);
     // Sandboxes restored from it keep their own copy of its disk: deleting never breaks them.
     await this.host.dropSnapshot(row.id, "cold");
+    // Its time in the store stays on the bill.
+    await this.store.insertSegment({
+      sandbox_id: row.sandbox_id, owner: row.owner, state: "checkpoint", start_ms: row.created_at, end_ms: this.clock.now(),
+      vcpus: 0, memory_mb: 0, host_cpu_ms: 0, den_cpu_ms: 0, stored_bytes: Number(row.stored_bytes),
+    });
     await this.store.deleteCheckpoint(row.id);
   }
 
@@ -231,8 +286,9 @@ export class ControlPlane {
   async restoreCheckpoint(p: Principal, id: string, req: api.RestoreCheckpointRequest): Promise<api.Sandbox> {
     const cp = await this.ownedCheckpoint(p, id);
     await this.checkQuota(p);
+    this.host.checkCapacity({ vcpus: cp.vcpus, memoryMb: cp.memory_mb });
     const row = this.newRow(p, newId("sbx"), { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template);
-    return this.materialize(row, () => this.host.restoreStored(row.id, cp.id), { checkpoint: cp.id });
+    return this.materialize(row, () => this.meter.work(row.id, () => this.host.restoreStored(row.id, cp.id)), { checkpoint: cp.id });
   }
 
   /**
@@ -246,7 +302,7 @@ export class ControlPlane {
     return this.serialize(id, async () => {
       const parent = (await this.store.getSandbox(id))!;
       if (parent.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${parent.state}`);
-      const kids = await this.host.fork(id, count);
+      const kids = await this.meter.work(id, () => this.host.fork(id, count));
       const out: api.Sandbox[] = [];
       for (const k of kids) {
         const settings = {
@@ -289,14 +345,16 @@ export class ControlPlane {
         // Warm -> cold: the VM is paused in place; take it down to the store.
         await this.checkStoreQuota(row.owner);
         const t0 = performance.now();
-        const snapshot = await this.host.hibernate(id, "cold", row.hibernate_snapshot ?? undefined);
+        this.meter.sample(id);
+        const snapshot = await this.meter.work(id, () => this.host.hibernate(id, "cold", row.hibernate_snapshot ?? undefined));
         return this.hibernated(row, reason, mode, snapshot, t0);
       }
       if (row.state === "hibernated") return row;
       if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a running sandbox can hibernate`);
       if (mode === "cold") await this.checkStoreQuota(row.owner);
       const t0 = performance.now();
-      const snapshot = await this.host.hibernate(id, mode);
+      this.meter.sample(id);
+      const snapshot = await this.meter.work(id, () => this.host.hibernate(id, mode));
       return this.hibernated(row, reason, mode, snapshot, t0);
     });
   }
@@ -318,8 +376,10 @@ export class ControlPlane {
     if (row.state === "running") return row;
     if (row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; it cannot be woken`);
     const t0 = performance.now();
-    await this.host.wake(id, row.hibernate_snapshot, modeOf(row));
-    if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, modeOf(row));
+    await this.meter.work(id, async () => {
+      await this.host.wake(id, row.hibernate_snapshot, modeOf(row));
+      if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, modeOf(row));
+    });
     return this.transition(id, "running", reason, { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: this.clock.now() }, { mode: modeOf(row), ms: Math.round(performance.now() - t0) });
   }
 
@@ -396,6 +456,7 @@ export class ControlPlane {
   }
 
   private forget(id: string): void {
+    this.meter.forget(id);
     this.cpuSamples.delete(id);
     this.lastTouch.delete(id);
     this.activeExecs.delete(id);
@@ -489,6 +550,13 @@ export class ControlPlane {
   async reap(): Promise<void> {
     const now = this.clock.now();
     for (const row of await this.store.liveSandboxes()) {
+      // Metering: a long stretch in one state is closed every interval, so CPU lands near when it was used.
+      if (meteredState(row) && row.meter_since !== null && now - row.meter_since >= this.config.meter.intervalMs && !this.queues.has(row.id)) {
+        await this.serialize(row.id, async () => {
+          const cur = await this.store.getSandbox(row.id);
+          if (cur && meteredState(cur) && cur.meter_since === row.meter_since) await this.store.updateSandbox(row.id, await this.meter.roll(cur, this.clock.now()));
+        });
+      }
       if (row.state === "creating") continue;
       if (row.expires_at !== null && row.expires_at <= now) {
         await this.destroy(row.id, "ttl").catch(() => undefined);

@@ -36,6 +36,24 @@ export interface SandboxesTable {
   hibernate_snapshot: string | null;
   hibernate_mode: string | null;
   stored_bytes: number | null;
+  /** Metering: when its open usage segment began, and its VM's CPU counter then. */
+  meter_since: number | null;
+  meter_cpu: number | null;
+}
+
+/** One closed stretch of a sandbox's (or a deleted checkpoint's) life, as billed. */
+export interface UsageSegmentsTable {
+  sandbox_id: string;
+  owner: string;
+  /** running | warm | cold | checkpoint */
+  state: string;
+  start_ms: number;
+  end_ms: number;
+  vcpus: number;
+  memory_mb: number;
+  host_cpu_ms: number;
+  den_cpu_ms: number;
+  stored_bytes: number;
 }
 
 export interface SandboxMetadataTable {
@@ -76,6 +94,7 @@ export interface TemplatesTable {
 }
 
 export interface Database {
+  usage_segments: UsageSegmentsTable;
   templates: TemplatesTable;
   checkpoints: CheckpointsTable;
   api_keys: ApiKeysTable;

@@ -1,9 +1,10 @@
 import { createHash } from "node:crypto";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { deleteStoredSnapshot, downloadSnapshot, listStoredSnapshotIds, storedBytes, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
+import { deleteStoredSnapshot, downloadSnapshot, listStoredSnapshotIds, readStoredManifest, storedBytes, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
 import { DenError } from "@den/protocol";
-import { Runtime, bakeFromSandbox, bakeVariant, newId, type Sandbox as VmSandbox, type SnapshotInfo, type TemplateInfo } from "@den/runtime";
+import { Runtime, bakeFromSandbox, bakeVariant, newId, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
+import { Admission, type Capacity, type Shape } from "./capacity.js";
 
 export interface HostCreateSpec {
   id: string;
@@ -60,6 +61,12 @@ function throttled(emit: (p: TransferProgress) => void): (p: TransferProgress) =
 export interface HostAgent {
   readonly instance: string;
   create(spec: HostCreateSpec): Promise<HostSandboxInfo>;
+  /** Throws `capacity_exhausted` if a create of this spec would not fit now (checked again by `create`). */
+  checkCreate(spec: Omit<HostCreateSpec, "id">): Promise<void>;
+  /** Throws `capacity_exhausted` if a VM of this shape would not fit now. */
+  checkCapacity(shape: Shape): void;
+  /** What this host may hold and what it holds now. */
+  capacity(): { capacity: Capacity; used: Shape & { sandboxes: number } };
   destroy(id: string): Promise<void>;
   /**
    * warm: snapshot (kept on this host) + pause in place. cold: snapshot uploaded to the
@@ -117,13 +124,34 @@ export class LocalHostAgent implements HostAgent {
     }));
   }
 
-  private constructor(private readonly rt: Runtime, readonly store: ObjectStore) {}
+  private readonly admission: Admission;
 
-  static async open(dataDir: string, store: ObjectStore): Promise<LocalHostAgent> {
+  private constructor(private readonly rt: Runtime, readonly store: ObjectStore, capacity: Capacity) {
+    this.admission = new Admission(capacity, rt.dataDir, () => new Map(rt.list().filter((s) => s.state !== "destroyed").map((s) => [s.id, { vcpus: s.info.vcpus, memoryMb: s.info.memoryMb }])));
+  }
+
+  static async open(dataDir: string, store: ObjectStore, capacity: Capacity): Promise<LocalHostAgent> {
     const rt = await Runtime.open({ dataDir });
     // Downloads a crash interrupted: the store still has the snapshot.
     for (const d of await readdir(dataDir)) if (d.startsWith(DOWNLOAD_PREFIX)) await rm(join(dataDir, d), { recursive: true, force: true });
-    return new LocalHostAgent(rt, store);
+    return new LocalHostAgent(rt, store, capacity);
+  }
+
+  capacity(): { capacity: Capacity; used: Shape & { sandboxes: number } } {
+    return { capacity: this.admission.capacity, used: this.admission.used() };
+  }
+
+  private async shapeOf(spec: Omit<HostCreateSpec, "id">): Promise<{ tpl: TemplateInfo; shape: Shape }> {
+    const tpl = await this.rt.templates.resolve(spec.template);
+    return { tpl, shape: { vcpus: spec.vcpus ?? tpl.manifest.vm.vcpus, memoryMb: spec.memoryMb ?? tpl.manifest.vm.memoryMb } };
+  }
+
+  checkCapacity(shape: Shape): void {
+    this.admission.check(shape);
+  }
+
+  async checkCreate(spec: Omit<HostCreateSpec, "id">): Promise<void> {
+    this.admission.check((await this.shapeOf(spec)).shape);
   }
 
   get instance(): string {
@@ -131,14 +159,18 @@ export class LocalHostAgent implements HostAgent {
   }
 
   async create(spec: HostCreateSpec): Promise<HostSandboxInfo> {
-    const tpl = await this.rt.templates.resolve(spec.template);
-    const vcpus = spec.vcpus ?? tpl.manifest.vm.vcpus;
-    const memoryMb = spec.memoryMb ?? tpl.manifest.vm.memoryMb;
-    // A template snapshot fixes vCPUs and memory: another shape restores a snapshot of that
-    // shape, baked once on first use (concurrent first uses share one bake).
-    const source = vcpus === tpl.manifest.vm.vcpus && memoryMb === tpl.manifest.vm.memoryMb ? tpl : await this.variant(tpl, vcpus, memoryMb);
-    const sbx = await this.rt.create({ id: spec.id, template: `${source.name}@${source.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}) });
-    return { ...info(sbx), template: tpl.name, templateVersion: tpl.version };
+    const { tpl, shape } = await this.shapeOf(spec);
+    const { vcpus, memoryMb } = shape;
+    const release = this.admission.reserve(spec.id, shape);
+    try {
+      // A template snapshot fixes vCPUs and memory: another shape restores a snapshot of that
+      // shape, baked once on first use (concurrent first uses share one bake).
+      const source = vcpus === tpl.manifest.vm.vcpus && memoryMb === tpl.manifest.vm.memoryMb ? tpl : await this.variant(tpl, vcpus, memoryMb);
+      const sbx = await this.rt.create({ id: spec.id, template: `${source.name}@${source.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}) });
+      return { ...info(sbx), template: tpl.name, templateVersion: tpl.version };
+    } finally {
+      release();
+    }
   }
 
   private variant(base: TemplateInfo, vcpus: number, memoryMb: number): Promise<TemplateInfo> {
@@ -187,7 +219,12 @@ export class LocalHostAgent implements HostAgent {
     if (this.rt.has(id)) await this.rt.get(id).destroy();
     await rm(join(this.rt.dataDir, "sandboxes", id), { recursive: true, force: true });
     if (mode === "warm") {
-      await this.rt.restore(snapshotId, { id });
+      const release = this.admission.reserve(id, (await this.rt.getSnapshot(snapshotId)).manifest.vm);
+      try {
+        await this.rt.restore(snapshotId, { id });
+      } finally {
+        release();
+      }
       return;
     }
     await this.restoreStored(id, snapshotId);
@@ -195,6 +232,8 @@ export class LocalHostAgent implements HostAgent {
 
   /** Downloads a stored snapshot, verifies it, and restores it as sandbox `id`. */
   async restoreStored(id: string, snapshotId: string): Promise<HostSandboxInfo> {
+    // Room first: a wake that cannot fit fails before it downloads anything.
+    const release = this.admission.reserve(id, ((await readStoredManifest(this.store, snapshotId)).snapshot as SnapshotManifest).vm);
     const staging = await mkdtemp(join(this.rt.dataDir, DOWNLOAD_PREFIX));
     try {
       await downloadSnapshot(this.store, snapshotId, staging, this.progress(id, snapshotId, "download"));
@@ -206,6 +245,7 @@ export class LocalHostAgent implements HostAgent {
         await this.rt.deleteSnapshot(local.id);
       }
     } finally {
+      release();
       await rm(staging, { recursive: true, force: true });
     }
   }
@@ -240,8 +280,14 @@ export class LocalHostAgent implements HostAgent {
 
   /** Forks a running sandbox into `count` copy-on-write children. */
   async fork(id: string, count: number): Promise<Array<{ id: string } & HostSandboxInfo>> {
-    const kids = await this.rt.fork(id, count);
-    return kids.map((k) => ({ id: k.id, ...info(k) }));
+    const p = this.rt.get(id).info;
+    const release = this.admission.reserve(undefined, { vcpus: p.vcpus, memoryMb: p.memoryMb }, count);
+    try {
+      const kids = await this.rt.fork(id, count);
+      return kids.map((k) => ({ id: k.id, ...info(k) }));
+    } finally {
+      release();
+    }
   }
 
   async dropSnapshot(snapshotId: string, mode: "warm" | "cold"): Promise<void> {
@@ -323,7 +369,7 @@ export class LocalHostAgent implements HostAgent {
     // row knows, which the next start destroys.
     const id = newId("sbx");
     if (spec.fromCheckpoint) await this.restoreStored(id, spec.fromCheckpoint);
-    else await this.rt.create({ id, template: source.template! });
+    else await this.create({ id, template: source.template! });
     const sbx = this.rt.get(id);
     try {
       for (const [i, cmd] of spec.setup.entries()) {

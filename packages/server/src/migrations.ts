@@ -97,4 +97,25 @@ export const migrations: Record<string, Migration> = {
         .execute();
     },
   },
+  "006_metering": {
+    async up(db: Kysely<unknown>): Promise<void> {
+      await db.schema.alterTable("sandboxes").addColumn("meter_since", "bigint").execute();
+      await db.schema.alterTable("sandboxes").addColumn("meter_cpu", "double precision").execute();
+      await db.schema
+        .createTable("usage_segments")
+        .addColumn("sandbox_id", "varchar(64)", (c) => c.notNull())
+        .addColumn("owner", "varchar(64)", (c) => c.notNull())
+        .addColumn("state", "varchar(16)", (c) => c.notNull())
+        .addColumn("start_ms", "bigint", (c) => c.notNull())
+        .addColumn("end_ms", "bigint", (c) => c.notNull())
+        .addColumn("vcpus", "integer", (c) => c.notNull())
+        .addColumn("memory_mb", "integer", (c) => c.notNull())
+        .addColumn("host_cpu_ms", "bigint", (c) => c.notNull())
+        .addColumn("den_cpu_ms", "bigint", (c) => c.notNull())
+        .addColumn("stored_bytes", "bigint", (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("usage_segments_end").on("usage_segments").columns(["end_ms"]).execute();
+      await db.schema.createIndex("usage_segments_owner").on("usage_segments").columns(["owner", "end_ms"]).execute();
+    },
+  },
 };

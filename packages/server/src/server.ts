@@ -37,7 +37,7 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   await mkdir(config.dataDir, { recursive: true });
   const db = await openDatabase(config.dataDir);
   const store = new Store(db);
-  const host = await LocalHostAgent.open(config.dataDir, openStore(config));
+  const host = await LocalHostAgent.open(config.dataDir, openStore(config), config.capacity);
   const cp = new ControlPlane(store, host, config, opts.clock ?? systemClock);
   let createdAdminKey: string | undefined;
   try {

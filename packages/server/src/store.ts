@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
 import type { api } from "@den/protocol";
-import type { CheckpointsTable, Database, SandboxesTable } from "./db.js";
+import type { CheckpointsTable, Database, SandboxesTable, UsageSegmentsTable } from "./db.js";
 
 export type SandboxRow = Selectable<SandboxesTable>;
 export type CheckpointRow = Selectable<CheckpointsTable>;
@@ -142,6 +142,31 @@ export class Store {
     for (const r of await this.db.selectFrom("sandboxes").select("hibernate_snapshot").where("state", "!=", "destroyed").where("hibernate_snapshot", "is not", null).execute()) ids.add(r.hibernate_snapshot!);
     for (const r of await this.db.selectFrom("checkpoints").select("id").execute()) ids.add(r.id);
     return ids;
+  }
+
+  // ---- usage ----
+
+  async insertSegment(s: UsageSegmentsTable): Promise<void> {
+    await this.db.insertInto("usage_segments").values(s).execute();
+  }
+
+  /** Closed segments that overlap [from, to), of one owner or all. */
+  async segments(from: number, to: number, owner?: string): Promise<UsageSegmentsTable[]> {
+    let q = this.db.selectFrom("usage_segments").selectAll().where("end_ms", ">", from).where("start_ms", "<", to);
+    if (owner !== undefined) q = q.where("owner", "=", owner);
+    return q.execute();
+  }
+
+  async allCheckpoints(owner?: string): Promise<CheckpointRow[]> {
+    let q = this.db.selectFrom("checkpoints").selectAll();
+    if (owner !== undefined) q = q.where("owner", "=", owner);
+    return q.execute();
+  }
+
+  async sandboxesByIds(ids: string[]): Promise<SandboxRow[]> {
+    const out: SandboxRow[] = [];
+    for (let i = 0; i < ids.length; i += 500) out.push(...(await this.db.selectFrom("sandboxes").selectAll().where("id", "in", ids.slice(i, i + 500)).execute()));
+    return out;
   }
 
   // ---- templates ----

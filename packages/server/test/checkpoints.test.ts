@@ -1,9 +1,8 @@
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { findInstanceProcesses } from "@den/runtime";
-import type { RunningServer } from "../src/index.js";
-import { client, testServer, waitFor } from "./helpers.js";
+import { client, serverFixture, waitFor } from "./helpers.js";
 
 /** A process holding 128 MiB it hashes on demand: the parent's state its forks read. */
 const HOLDER = "nohup python3 -c \"import hashlib, os, time; d = bytearray(os.urandom(128 << 20))\nwhile True:\n  os.path.exists('/tmp/held') or open('/tmp/held', 'w').write(hashlib.sha256(d).hexdigest()); time.sleep(0.2)\" >/dev/null 2>&1 &";
@@ -17,17 +16,8 @@ function memoryKb(pid: number): { rss: number; pss: number } {
 const COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 & echo $!";
 
 describe("checkpoints and forks over the API", () => {
-  let server: RunningServer;
-  let api: ReturnType<typeof client>;
-  before(async () => {
-    server = await testServer();
-    api = client(server.url);
-  });
-  after(async () => {
-    for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
-    for (const c of (await api("GET", "/v1/checkpoints")).body?.checkpoints ?? []) await api("DELETE", `/v1/checkpoints/${c.id}`);
-    await server?.close();
-  });
+  const fx = serverFixture();
+  const api: ReturnType<typeof client> = (...args) => fx.api(...args);
 
   test("checkpoint, destroy, restore twice: two independent sandboxes; deleting the checkpoint leaves both working", async () => {
     const s = (await api("POST", "/v1/sandboxes", { metadata: { task: "cp" } })).body;
@@ -77,7 +67,7 @@ describe("checkpoints and forks over the API", () => {
       const r = await api("POST", `/v1/sandboxes/${k.id}/exec`, { cmd: "rm /tmp/held; until [ -s /tmp/held ]; do sleep 0.2; done; cat /tmp/held", timeout_seconds: 60 });
       assert.equal(r.body.stdout, held.body.stdout, "the child's process holds the parent's data");
     }
-    const qemus = findInstanceProcesses(server.cp.host.instance);
+    const qemus = findInstanceProcesses(fx.server.cp.host.instance);
     const mem = kids.map((k) => memoryKb(qemus.get(k.id)!));
     const summedPss = mem.reduce((a, m) => a + m.pss, 0);
     t.diagnostic(`children's PSS ${mem.map((m) => m.pss >> 10).join(" + ")} MiB; one child's RSS ${mem[0]!.rss >> 10} MiB`);
@@ -98,7 +88,7 @@ describe("checkpoints and forks over the API", () => {
     await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "echo checkpointed > /workspace/f" });
     const c = (await api("POST", `/v1/sandboxes/${s.id}/checkpoints`, {})).body;
     await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "echo later > /workspace/f" });
-    process.kill(server.cp.host.guest(s.id).pid!, "SIGKILL");
+    process.kill(fx.server.cp.host.guest(s.id).pid!, "SIGKILL");
     const lost = await waitFor("lost", async () => {
       const r = await api("GET", `/v1/sandboxes/${s.id}`);
       return r.body.state === "lost" ? r.body : undefined;

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { after, before } from "node:test";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadConfig, startServer, type RunningServer } from "../src/index.js";
@@ -70,4 +71,24 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | undefined>,
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
+}
+
+/**
+ * For a describe block: an in-process server before its tests, and after them whatever
+ * they left (sandboxes, checkpoints) removed and the server closed. Read `.server` and
+ * `.api` inside tests.
+ */
+export function serverFixture(): { server: RunningServer; api: ReturnType<typeof client> } {
+  const f = {} as { server: RunningServer; api: ReturnType<typeof client> };
+  before(async () => {
+    f.server = await testServer();
+    f.api = client(f.server.url);
+  });
+  after(async () => {
+    if (!f.server) return;
+    for (const s of (await f.api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await f.api("DELETE", `/v1/sandboxes/${s.id}`);
+    for (const c of (await f.api("GET", "/v1/checkpoints")).body?.checkpoints ?? []) await f.api("DELETE", `/v1/checkpoints/${c.id}`);
+    await f.server.close();
+  });
+  return f;
 }

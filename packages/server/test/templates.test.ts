@@ -1,8 +1,7 @@
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { findInstanceProcesses } from "@den/runtime";
-import type { RunningServer } from "../src/index.js";
-import { client, testServer } from "./helpers.js";
+import { client, serverFixture } from "./helpers.js";
 
 /** A project tree, a git repo, compiled Python, and a server process left running: all captured. */
 const SETUP = [
@@ -13,17 +12,8 @@ const SETUP = [
 ];
 
 describe("custom templates", () => {
-  let server: RunningServer;
-  let api: ReturnType<typeof client>;
-  before(async () => {
-    server = await testServer();
-    api = client(server.url);
-  });
-  after(async () => {
-    for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
-    for (const c of (await api("GET", "/v1/checkpoints")).body?.checkpoints ?? []) await api("DELETE", `/v1/checkpoints/${c.id}`);
-    await server?.close();
-  });
+  const fx = serverFixture();
+  const api: ReturnType<typeof client> = (...args) => fx.api(...args);
 
   test("from a recipe: creates see its files, repo and running server; the same recipe is built once", async () => {
     const t = await api("POST", "/v1/templates", { name: "proj", setup: SETUP });
@@ -49,13 +39,13 @@ describe("custom templates", () => {
   });
 
   test("a failing setup command is a 422 with its output; nothing is left behind", async () => {
-    const before = findInstanceProcesses(server.cp.host.instance).size;
+    const before = findInstanceProcesses(fx.server.cp.host.instance).size;
     const r = await api("POST", "/v1/templates", { name: "broken", setup: ["echo ok", "echo oops >&2; exit 3"] });
     assert.equal(r.status, 422, r.text);
     assert.equal(r.body.error.code, "setup_failed");
     assert.match(r.body.error.message, /setup command 2 exited with 3/);
     assert.equal(r.body.error.details.stderr, "oops\n");
-    assert.equal(findInstanceProcesses(server.cp.host.instance).size, before, "the building VM is gone");
+    assert.equal(findInstanceProcesses(fx.server.cp.host.instance).size, before, "the building VM is gone");
     assert.ok(!((await api("GET", "/v1/templates")).body.templates as Array<{ name: string }>).some((x) => x.name === "broken"));
     assert.equal((await api("POST", "/v1/sandboxes", { template: "broken" })).status, 404);
     assert.equal((await api("POST", "/v1/templates", { name: "Bad.Name" })).status, 400);
@@ -71,7 +61,7 @@ describe("custom templates", () => {
     const c = (await api("POST", "/v1/sandboxes", { template: "fromcp" })).body;
     assert.equal((await api("POST", `/v1/sandboxes/${c.id}/exec`, { cmd: "cat /workspace/state" })).body.stdout, "from-checkpoint\nmore\n");
 
-    const other = client(server.url, (await api("POST", "/v1/keys", { owner: "someone-else" })).body.key);
+    const other = client(fx.server.url, (await api("POST", "/v1/keys", { owner: "someone-else" })).body.key);
     assert.equal((await other("POST", "/v1/sandboxes", { template: "fromcp" })).status, 404);
     assert.ok(!((await other("GET", "/v1/templates")).body.templates as Array<{ name: string }>).some((x) => x.name === "fromcp"));
     assert.equal((await other("POST", "/v1/templates", { name: "fromcp" })).status, 409);

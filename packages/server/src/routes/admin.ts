@@ -15,6 +15,17 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     },
   }, async (req, reply) => reply.status(201).send(await cp.createTemplate(principal(req), req.body)));
 
+  app.get("/v1/host", {
+    schema: { summary: "This host's capacity and what is in use (admin)", response: { 200: api.HostCapacity } },
+  }, async (req) => {
+    requireAdmin(req);
+    const { capacity, used } = cp.host.capacity();
+    return {
+      capacity: { memory_mb: capacity.memoryMb, vcpus: capacity.vcpus, disk_reserve_mb: capacity.diskReserveMb },
+      used: { memory_mb: used.memoryMb, vcpus: used.vcpus, sandboxes: used.sandboxes },
+    };
+  });
+
   app.post("/v1/keys", {
     schema: { summary: "Create an API key (admin); the secret is returned once", body: api.CreateKeyRequest, response: { 201: api.ApiKey } },
   }, async (req, reply) => {

@@ -1,0 +1,93 @@
+import { statfsSync } from "node:fs";
+import { cpus, totalmem } from "node:os";
+import { DenError } from "@den/protocol";
+
+/** What one VM holds while it exists (running or warm-hibernated); a cold one holds nothing. */
+export interface Shape {
+  vcpus: number;
+  memoryMb: number;
+}
+
+/** How much this host may hand out. */
+export interface Capacity {
+  /** Guest memory, summed over every VM: memory is never overcommitted. */
+  memoryMb: number;
+  /** vCPUs, summed over every VM (an agent's sandbox idles most of the time, so this may exceed the cores). */
+  vcpus: number;
+  /** A new VM is refused while the data dir's filesystem has less free space than this. */
+  diskReserveMb: number;
+}
+
+/** The default: the machine's memory minus a reserve (10%, at least 1 GiB), 4 vCPUs per core, 2 GiB of disk kept free. */
+export function defaultCapacity(): Capacity {
+  const totalMb = Math.floor(totalmem() / 1024 / 1024);
+  return { memoryMb: totalMb - Math.max(1024, Math.ceil(totalMb * 0.1)), vcpus: cpus().length * 4, diskReserveMb: 2048 };
+}
+
+/**
+ * Admission control for one host: a VM is admitted only if what exists (`inUse`) plus
+ * what is being made (reservations) plus it fits. Reservations are taken synchronously,
+ * so two concurrent requests can never both take the last room.
+ */
+export class Admission {
+  private reservations = new Map<string, { shape: Shape; count: number }>();
+  private seq = 0;
+
+  constructor(
+    readonly capacity: Capacity,
+    private readonly dataDir: string,
+    /** The VMs that exist now, by sandbox id. */
+    private readonly inUse: () => Map<string, Shape>,
+  ) {}
+
+  used(): Shape & { sandboxes: number } {
+    const live = this.inUse();
+    let vcpus = 0;
+    let memoryMb = 0;
+    for (const s of live.values()) {
+      vcpus += s.vcpus;
+      memoryMb += s.memoryMb;
+    }
+    let sandboxes = live.size;
+    for (const [key, r] of this.reservations) {
+      if (live.has(key)) continue;
+      vcpus += r.shape.vcpus * r.count;
+      memoryMb += r.shape.memoryMb * r.count;
+      sandboxes += r.count;
+    }
+    return { vcpus, memoryMb, sandboxes };
+  }
+
+  /** Throws `capacity_exhausted` unless `count` VMs of `shape` fit now. */
+  check(shape: Shape, count = 1): void {
+    const used = this.used();
+    const cap = this.capacity;
+    const what = count === 1 ? `a ${shape.memoryMb} MiB, ${shape.vcpus}-vCPU sandbox` : `${count} sandboxes of ${shape.memoryMb} MiB, ${shape.vcpus} vCPU`;
+    const hint = "destroy or cold-hibernate a sandbox, or raise the host's capacity";
+    if (used.memoryMb + shape.memoryMb * count > cap.memoryMb) {
+      throw new DenError("capacity_exhausted", `this host cannot hold ${what}: ${used.memoryMb} of ${cap.memoryMb} MiB of guest memory are in use (${used.sandboxes} sandboxes); ${hint}`,
+        { resource: "memory", used_mb: used.memoryMb, capacity_mb: cap.memoryMb });
+    }
+    if (used.vcpus + shape.vcpus * count > cap.vcpus) {
+      throw new DenError("capacity_exhausted", `this host cannot hold ${what}: ${used.vcpus} of ${cap.vcpus} vCPUs are in use; ${hint}`,
+        { resource: "vcpus", used: used.vcpus, capacity: cap.vcpus });
+    }
+    const st = statfsSync(this.dataDir);
+    const freeMb = Math.floor((st.bavail * st.bsize) / 1024 / 1024);
+    if (freeMb < cap.diskReserveMb) {
+      throw new DenError("capacity_exhausted", `this host's disk is full: ${freeMb} MiB free, ${cap.diskReserveMb} MiB are kept in reserve; ${hint}`,
+        { resource: "disk", free_mb: freeMb, reserve_mb: cap.diskReserveMb });
+    }
+  }
+
+  /**
+   * Checks and holds room for VMs being made under `key` (a sandbox id, while that VM does
+   * not exist yet). Call the returned function once they exist or the attempt failed.
+   */
+  reserve(key: string | undefined, shape: Shape, count = 1): () => void {
+    this.check(shape, count);
+    const k = key ?? `reservation-${++this.seq}`;
+    this.reservations.set(k, { shape, count });
+    return () => this.reservations.delete(k);
+  }
+}

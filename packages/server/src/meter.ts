@@ -1,0 +1,100 @@
+import { readFileSync } from "node:fs";
+import type { HostAgent } from "./host-agent.js";
+import type { SandboxRow, Store } from "./store.js";
+
+/** The states a sandbox is billed in; others (creating, lost, error, destroyed) cost nothing. */
+export type MeteredState = "running" | "warm" | "cold";
+
+export function meteredState(row: Pick<SandboxRow, "state" | "hibernate_mode">): MeteredState | null {
+  if (row.state === "running") return "running";
+  if (row.state === "hibernated") return row.hibernate_mode === "cold" ? "cold" : "warm";
+  return null;
+}
+
+/** Linux reports process times in clock ticks of 1/100 s. */
+const CLOCK_TICKS = 100;
+
+/**
+ * CPU seconds this process has used, plus its reaped children's (qemu-img, the helper
+ * QEMUs of forks and templates): the host work Den does itself.
+ */
+export function denCpuSeconds(): number {
+  const { user, system } = process.cpuUsage();
+  let children = 0;
+  try {
+    const f = readFileSync("/proc/self/stat", "latin1").replace(/^.*\) /, "").split(" ");
+    children = (Number(f[13]) + Number(f[14])) / CLOCK_TICKS;
+  } catch {
+    // not Linux: own CPU only
+  }
+  return (user + system) / 1e6 + children;
+}
+
+/**
+ * Meters sandboxes in segments: a sandbox's open segment starts at `meter_since` (in its
+ * row, so it survives a restart) and is closed into `usage_segments` at every transition
+ * and every `intervalMs`, with the host CPU its QEMU used meanwhile (read from /proc) and
+ * the CPU Den spent on its behalf (snapshots, compression, hashing, transfers).
+ */
+export class Meter {
+  private denCpu = new Map<string, number>();
+  private lastCpu = new Map<string, number>();
+
+  constructor(private readonly store: Store, private readonly host: HostAgent) {}
+
+  /** Reads the VM's CPU counter now: call before an operation that may end the VM. */
+  sample(id: string): void {
+    const c = this.host.cpuSeconds(id);
+    if (c !== undefined) this.lastCpu.set(id, c);
+  }
+
+  /** Runs host work done for `ids` and charges its CPU to them (split evenly). */
+  async work<T>(ids: string | string[], fn: () => Promise<T>): Promise<T> {
+    const c0 = denCpuSeconds();
+    try {
+      return await fn();
+    } finally {
+      const list = typeof ids === "string" ? [ids] : ids;
+      const share = (denCpuSeconds() - c0) / Math.max(1, list.length);
+      for (const id of list) this.denCpu.set(id, (this.denCpu.get(id) ?? 0) + share);
+    }
+  }
+
+  /** Den CPU charged to a sandbox and not yet in a closed segment. */
+  pendingDenCpu(id: string): number {
+    return this.denCpu.get(id) ?? 0;
+  }
+
+  /** The VM's CPU since its open segment began (0 without a VM). */
+  openCpu(row: SandboxRow): number {
+    const now = this.host.cpuSeconds(row.id) ?? this.lastCpu.get(row.id);
+    return now === undefined ? 0 : Math.max(0, now - (row.meter_cpu ?? 0));
+  }
+
+  /**
+   * Closes `row`'s open segment at `now` (recording it if it is billable) and returns the
+   * fields that open the next one. `row` must be the sandbox as it was until now.
+   */
+  async roll(row: SandboxRow, now: number): Promise<Pick<SandboxRow, "meter_since" | "meter_cpu">> {
+    const state = meteredState(row);
+    const live = this.host.cpuSeconds(row.id);
+    if (state && row.meter_since !== null && now > row.meter_since) {
+      const den = this.denCpu.get(row.id) ?? 0;
+      this.denCpu.delete(row.id);
+      await this.store.insertSegment({
+        sandbox_id: row.id, owner: row.owner, state, start_ms: row.meter_since, end_ms: now,
+        vcpus: row.vcpus, memory_mb: row.memory_mb,
+        host_cpu_ms: state === "cold" ? 0 : Math.round(this.openCpu(row) * 1000), den_cpu_ms: Math.round(den * 1000),
+        stored_bytes: state === "cold" ? Number(row.stored_bytes ?? 0) : 0,
+      });
+    }
+    if (live === undefined) this.lastCpu.delete(row.id);
+    else this.lastCpu.set(row.id, live);
+    return { meter_since: now, meter_cpu: live ?? 0 };
+  }
+
+  forget(id: string): void {
+    this.denCpu.delete(id);
+    this.lastCpu.delete(id);
+  }
+}
