@@ -26,4 +26,6 @@ node --test --test-concurrency=1 --test-reporter=spec \
   packages/server/dist/test/*.test.js
 if [ "${DEN_SKIP_BENCH:-}" != 1 ]; then
   node packages/bench/dist/src/bench.js --quick
+  # The agent loop four ways; it fails if a persistent way ever loses its state.
+  node packages/bench/dist/src/agent-loop.js --quick
 fi
