@@ -18,10 +18,10 @@ export interface Capacity {
   diskReserveMb: number;
 }
 
-/** The default: the machine's memory minus a reserve (10%, at least 1 GiB), 4 vCPUs per core, 2 GiB of disk kept free. */
+/** The default: the machine's memory minus a reserve (10%, at least 1 GiB); 8 vCPUs per core, since an agent's sandbox mostly waits; 2 GiB of disk kept free. */
 export function defaultCapacity(): Capacity {
   const totalMb = Math.floor(totalmem() / 1024 / 1024);
-  return { memoryMb: totalMb - Math.max(1024, Math.ceil(totalMb * 0.1)), vcpus: cpus().length * 4, diskReserveMb: 2048 };
+  return { memoryMb: totalMb - Math.max(1024, Math.ceil(totalMb * 0.1)), vcpus: cpus().length * 8, diskReserveMb: 2048 };
 }
 
 /**
