@@ -111,10 +111,10 @@ async function runWay(way: Way, gaps: number[], opts: { apiUrl: string; apiKey: 
   return r;
 }
 
-/** Per way: QEMU CPU-seconds and RSS over time, from /proc, every half second. */
+/** Per way: QEMU CPU-seconds and memory (PSS) over time, from /proc, every half second. */
 class Sampler {
   readonly owner = new Map<string, Way>();
-  readonly series = new Map<Way, Array<{ t: number; cpu: number; rssMb: number }>>(WAYS.map((w) => [w, []]));
+  readonly series = new Map<Way, Array<{ t: number; cpu: number; pssMb: number }>>(WAYS.map((w) => [w, []]));
   readonly cpuSeconds = new Map<Way, number>(WAYS.map((w) => [w, 0]));
   readonly ramGibSeconds = new Map<Way, number>(WAYS.map((w) => [w, 0]));
   private last = new Map<number, number>();
@@ -138,24 +138,28 @@ class Sampler {
     const dt = (now - this.prevAt) / 1000;
     this.prevAt = now;
     const cpu = new Map<Way, number>(WAYS.map((w) => [w, 0]));
-    const rss = new Map<Way, number>(WAYS.map((w) => [w, 0]));
+    const mem = new Map<Way, number>(WAYS.map((w) => [w, 0]));
     for (const [id, pid] of findInstanceProcesses(this.instance)) {
       const way = this.owner.get(id);
       if (!way) continue;
       const stat = readProc(`/proc/${pid}/stat`);
-      const status = readProc(`/proc/${pid}/status`);
+      // Memory that cannot be given back: anonymous and shmem pages, PSS (shared ones split
+      // between the VMs that share them). Clean file pages (the template's RAM file, mapped
+      // read-only, and what a snapshot's read faulted in) are cache the kernel reclaims.
+      const status = readProc(`/proc/${pid}/smaps_rollup`);
       if (!stat || !status) continue;
       const f = stat.replace(/^.*\) /, "").split(" ");
       const total = (Number(f[11]) + Number(f[12])) / 100;
       const prev = this.last.get(pid) ?? 0;
       this.last.set(pid, total);
       cpu.set(way, cpu.get(way)! + (total - prev));
-      rss.set(way, rss.get(way)! + Number(/VmRSS:\s*(\d+)/.exec(status)?.[1] ?? 0) / 1024);
+      const kb = (k: string) => Number(new RegExp(`\\n${k}:\\s*(\\d+)`).exec(status)?.[1] ?? 0);
+      mem.set(way, mem.get(way)! + (kb("Pss_Anon") + kb("Pss_Shmem")) / 1024);
     }
     for (const w of WAYS) {
       this.cpuSeconds.set(w, this.cpuSeconds.get(w)! + cpu.get(w)!);
-      this.ramGibSeconds.set(w, this.ramGibSeconds.get(w)! + (rss.get(w)! / 1024) * dt);
-      this.series.get(w)!.push({ t: (now - this.t0) / 1000, cpu: dt > 0 ? cpu.get(w)! / dt : 0, rssMb: rss.get(w)! });
+      this.ramGibSeconds.set(w, this.ramGibSeconds.get(w)! + (mem.get(w)! / 1024) * dt);
+      this.series.get(w)!.push({ t: (now - this.t0) / 1000, cpu: dt > 0 ? cpu.get(w)! / dt : 0, pssMb: mem.get(w)! });
     }
   }
 }

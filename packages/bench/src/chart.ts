@@ -1,7 +1,7 @@
 /** A dependency-free SVG chart: host CPU (cores) and RSS (MiB) over time, one line per series. */
 export interface Series {
   name: string;
-  points: Array<{ t: number; cpu: number; rssMb: number }>;
+  points: Array<{ t: number; cpu: number; pssMb: number }>;
 }
 
 const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"];
@@ -33,7 +33,7 @@ export function chartSvg(series: Series[], w = 900): string {
     `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${2 * h + 145}" font-family="sans-serif">`,
     `<rect width="100%" height="100%" fill="white"/>`,
     panel(series, (p) => p.cpu, "host CPU of the sandboxes' QEMU processes (cores)", 30, w, h, tMax),
-    panel(series, (p) => p.rssMb, "RAM held by them (RSS, MiB)", h + 90, w, h, tMax),
+    panel(series, (p) => p.pssMb, "RAM held by them (anonymous + shmem PSS, MiB)", h + 90, w, h, tMax),
     ...legend,
     "</svg>",
   ].join("\n") + "\n";

@@ -1,4 +1,3 @@
-import { readFileSync } from "node:fs";
 import type { HostAgent } from "./host-agent.js";
 import type { SandboxRow, Store } from "./store.js";
 
@@ -11,23 +10,14 @@ export function meteredState(row: Pick<SandboxRow, "state" | "hibernate_mode">):
   return null;
 }
 
-/** Linux reports process times in clock ticks of 1/100 s. */
-const CLOCK_TICKS = 100;
-
 /**
- * CPU seconds this process has used, plus its reaped children's (qemu-img, the helper
- * QEMUs of forks and templates): the host work Den does itself.
+ * CPU seconds this process has used (its threads: compression and hashing run on the
+ * thread pool). Reaped children are left out on purpose: a QEMU that ends is reaped by
+ * this process, and its whole life's CPU would land here.
  */
 export function denCpuSeconds(): number {
   const { user, system } = process.cpuUsage();
-  let children = 0;
-  try {
-    const f = readFileSync("/proc/self/stat", "latin1").replace(/^.*\) /, "").split(" ");
-    children = (Number(f[13]) + Number(f[14])) / CLOCK_TICKS;
-  } catch {
-    // not Linux: own CPU only
-  }
-  return (user + system) / 1e6 + children;
+  return (user + system) / 1e6;
 }
 
 /**
