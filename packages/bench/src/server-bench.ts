@@ -99,6 +99,8 @@ export async function benchServer(opts: { dataDir: string; runs: number; log: (s
         }
 
         const build = row("custom template build (2 setup commands)");
+        // Built afresh each run: an earlier run's version would be reused, not built.
+        await api("DELETE", "/v1/templates/bench-project").catch(() => undefined);
         build.den.push(await time(() => api("POST", "/v1/templates", { name: "bench-project", setup: RECIPE })));
         const fromBase = row("create from base -> first exec (API)");
         const fromCustom = row("create from custom template -> first exec (API)");
@@ -113,6 +115,7 @@ export async function benchServer(opts: { dataDir: string; runs: number; log: (s
           }
         }
         notes.push(`create from a custom template vs from base, to first exec (p50): ${fmt(pct(fromCustom.den, 50))} vs ${fmt(pct(fromBase.den, 50))}`);
+        await api("DELETE", "/v1/templates/bench-project");
       }
     } finally {
       for (const id of made) await api("DELETE", `/v1/sandboxes/${id}`).catch(() => undefined);

@@ -93,6 +93,15 @@ export class TemplateStore {
     await this.setCurrent(ref);
   }
 
+  /**
+   * Retires a template name: it no longer resolves, and its versions go at the next gc
+   * once nothing references them (sandboxes and snapshots that use one keep it).
+   */
+  async retire(name: string): Promise<void> {
+    checkTemplateName(name);
+    await rm(join(this.root, name, "current"), { force: true });
+  }
+
   async setCurrent(ref: TemplateRef): Promise<void> {
     const tmp = join(this.root, ref.name, ".current.tmp");
     await writeFile(tmp, ref.version + "\n");

@@ -1,6 +1,6 @@
 /** Templates: the images sandboxes are created from. */
 import { api } from "@den/protocol";
-import { DenClient, type DenClientOptions, type RequestOptions, listOf } from "./client.js";
+import { DenClient, type DenClientOptions, type RequestOptions, listOf, seg } from "./client.js";
 import { type TemplateInfo, type WireInput, toTemplateInfo } from "./types.js";
 
 /**
@@ -52,5 +52,18 @@ export const Templates = {
     if (spec.setup !== undefined) body.setup = spec.setup;
     if (spec.setupTimeoutSeconds !== undefined) body.setup_timeout_seconds = spec.setupTimeoutSeconds;
     return toTemplateInfo(await client.json({ method: "POST", path: "/v1/templates", json: body, signal: opts.signal }, api.Template.parse));
+  },
+
+  /**
+   * Deletes a template you built; sandboxes and checkpoints made from it keep working.
+   *
+   * @example
+   * ```ts
+   * await Templates.delete("myproject");
+   * ```
+   */
+  async delete(name: string, opts: DenClientOptions & RequestOptions = {}): Promise<void> {
+    const client = new DenClient(opts);
+    await client.request({ method: "DELETE", path: `/v1/templates/${seg(name)}`, signal: opts.signal });
   },
 };

@@ -196,20 +196,20 @@ export class ControlPlane {
 
   // ---- templates ----
 
-  /** A template made through the API is its owner's alone; the host's own are everyone's. */
+  /** A template made through the API is its owner's alone; the host's own are everyone's; a deleted one, nobody's. */
   private async checkTemplateAccess(p: Principal, spec: string): Promise<void> {
-    const name = spec.split("@")[0]!.split(".")[0]!;
-    const owner = await this.store.templateOwner(name);
-    if (owner !== undefined && owner !== p.owner && !p.admin) throw new DenError("template_not_found", `template ${JSON.stringify(spec)} does not exist`);
+    const row = await this.store.templateRow(spec.split("@")[0]!.split(".")[0]!);
+    if (row && (row.deleted_at !== null || (row.owner !== p.owner && !p.admin))) throw new DenError("template_not_found", `template ${JSON.stringify(spec)} does not exist`);
   }
 
   /** The template versions this principal may use. */
   async listTemplates(p: Principal): Promise<api.Template[]> {
-    const owners = await this.store.templateOwners();
+    const rows = await this.store.templateRows();
     const out: api.Template[] = [];
     for (const t of await this.host.templates()) {
-      const owner = owners.get(t.name.split(".")[0]!) ?? null;
-      if (owner === null || owner === p.owner || p.admin) out.push(toApiTemplate(t, owner));
+      const row = rows.get(t.name.split(".")[0]!);
+      if (!row) out.push(toApiTemplate(t, null));
+      else if (row.deleted_at === null && (row.owner === p.owner || p.admin)) out.push(toApiTemplate(t, row.owner));
     }
     return out;
   }
@@ -220,16 +220,15 @@ export class ControlPlane {
    * returns the version already built.
    */
   async createTemplate(p: Principal, req: api.CreateTemplateRequest): Promise<api.Template> {
-    const owner = await this.store.templateOwner(req.name);
-    if (owner !== undefined && owner !== p.owner) throw new DenError("already_exists", `template ${req.name} belongs to another owner`);
-    const exists = (await this.host.templates()).some((t) => t.name === req.name);
-    if (owner === undefined && exists) throw new DenError("already_exists", `template ${req.name} is one of this host's own templates`);
-    if (owner === undefined && (await this.store.countTemplates(p.owner)) >= this.config.limits.templatesPerOwner) {
+    const row = await this.store.templateRow(req.name);
+    if (row && row.owner !== p.owner) throw new DenError("already_exists", `template ${req.name} belongs to another owner`);
+    if (!row && (await this.host.templates()).some((t) => t.name === req.name)) throw new DenError("already_exists", `template ${req.name} is one of this host's own templates`);
+    if ((!row || row.deleted_at !== null) && (await this.store.countTemplates(p.owner)) >= this.config.limits.templatesPerOwner) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${this.config.limits.templatesPerOwner} templates`);
     }
     if (req.from_template) await this.checkTemplateAccess(p, req.from_template);
     if (req.from_checkpoint) await this.ownedCheckpoint(p, req.from_checkpoint);
-    await this.store.insertTemplate(req.name, p.owner, this.clock.now());
+    await this.store.claimTemplate(req.name, p.owner, this.clock.now());
     try {
       const t = await this.host.buildTemplate({
         name: req.name, setup: req.setup ?? [], setupTimeoutSeconds: req.setup_timeout_seconds ?? 600,
@@ -237,10 +236,26 @@ export class ControlPlane {
       });
       return toApiTemplate(t, p.owner);
     } catch (e) {
-      // A first build that failed leaves the name free again.
-      if (!(await this.host.templates()).some((t) => t.name === req.name)) await this.store.deleteTemplate(req.name);
+      // Nothing usable was built: the name goes back to how it was.
+      if (!(await this.host.templates()).some((t) => t.name === req.name && t.current)) {
+        if (row) await this.store.markTemplateDeleted(req.name, row.deleted_at ?? this.clock.now());
+        else await this.store.dropTemplate(req.name);
+      }
       throw e;
     }
+  }
+
+  /** Deletes a template its owner built; sandboxes and checkpoints made from it keep working. */
+  async deleteTemplate(p: Principal, name: string): Promise<void> {
+    const row = await this.store.templateRow(name);
+    if (!row || row.deleted_at !== null || (row.owner !== p.owner && !p.admin)) {
+      if (!row && (await this.host.templates()).some((t) => t.name === name)) {
+        throw new DenError("forbidden", `template ${name} is one of this host's own templates (den template build); it is not deleted through the API`);
+      }
+      throw new DenError("template_not_found", `template ${JSON.stringify(name)} does not exist`);
+    }
+    await this.store.markTemplateDeleted(name, this.clock.now());
+    await this.host.deleteTemplate(name);
   }
 
   // ---- checkpoints and forks ----

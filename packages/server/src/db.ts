@@ -91,6 +91,8 @@ export interface TemplatesTable {
   name: string;
   owner: string;
   created_at: number;
+  /** Deleted by its owner: it resolves for nobody (versions in use stay on the host), and the name stays theirs. */
+  deleted_at: number | null;
 }
 
 export interface Database {

@@ -94,6 +94,8 @@ export interface HostAgent {
   /** The guest side: exec, files, processes. */
   guest(id: string): VmSandbox;
   templates(): Promise<TemplateInfo[]>;
+  /** Retires a template and its size variants (versions in use stay until nothing uses them). */
+  deleteTemplate(name: string): Promise<void>;
   /** Builds (or finds, if the same recipe was built before) a template version and makes it current. */
   buildTemplate(spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }>;
   /** Bytes a snapshot occupies in the store. */
@@ -340,6 +342,12 @@ export class LocalHostAgent implements HostAgent {
 
   templates(): Promise<TemplateInfo[]> {
     return this.rt.templates.list();
+  }
+
+  async deleteTemplate(name: string): Promise<void> {
+    const names = new Set((await this.rt.templates.list()).map((t) => t.name).filter((n) => n === name || n.startsWith(`${name}.`)));
+    for (const n of names) await this.rt.templates.retire(n);
+    await this.rt.gc();
   }
 
   buildTemplate(spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }> {

@@ -118,4 +118,9 @@ export const migrations: Record<string, Migration> = {
       await db.schema.createIndex("usage_segments_owner").on("usage_segments").columns(["owner", "end_ms"]).execute();
     },
   },
+  "007_template_deleted": {
+    async up(db: Kysely<unknown>): Promise<void> {
+      await db.schema.alterTable("templates").addColumn("deleted_at", "bigint").execute();
+    },
+  },
 };

@@ -1,10 +1,11 @@
 import { createHash, randomBytes } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
 import type { api } from "@den/protocol";
-import type { CheckpointsTable, Database, SandboxesTable, UsageSegmentsTable } from "./db.js";
+import type { CheckpointsTable, Database, SandboxesTable, TemplatesTable, UsageSegmentsTable } from "./db.js";
 
 export type SandboxRow = Selectable<SandboxesTable>;
 export type CheckpointRow = Selectable<CheckpointsTable>;
+export type TemplateRow = Selectable<TemplatesTable>;
 
 export function toApiCheckpoint(r: CheckpointRow): api.Checkpoint {
   return {
@@ -171,25 +172,31 @@ export class Store {
 
   // ---- templates ----
 
-  async templateOwners(): Promise<Map<string, string>> {
+  async templateRows(): Promise<Map<string, TemplateRow>> {
     const rows = await this.db.selectFrom("templates").selectAll().execute();
-    return new Map(rows.map((r) => [r.name, r.owner]));
+    return new Map(rows.map((r) => [r.name, r]));
   }
 
-  async templateOwner(name: string): Promise<string | undefined> {
-    return (await this.db.selectFrom("templates").select("owner").where("name", "=", name).executeTakeFirst())?.owner;
+  async templateRow(name: string): Promise<TemplateRow | undefined> {
+    return this.db.selectFrom("templates").selectAll().where("name", "=", name).executeTakeFirst();
   }
 
-  async insertTemplate(name: string, owner: string, at: number): Promise<void> {
-    await this.db.insertInto("templates").values({ name, owner, created_at: at }).onConflict((oc) => oc.column("name").doNothing()).execute();
+  /** Claims a name for an owner (or takes back their deleted one). */
+  async claimTemplate(name: string, owner: string, at: number): Promise<void> {
+    await this.db.insertInto("templates").values({ name, owner, created_at: at, deleted_at: null })
+      .onConflict((oc) => oc.column("name").doUpdateSet({ deleted_at: null })).execute();
   }
 
-  async deleteTemplate(name: string): Promise<void> {
+  async markTemplateDeleted(name: string, at: number): Promise<void> {
+    await this.db.updateTable("templates").set({ deleted_at: at }).where("name", "=", name).execute();
+  }
+
+  async dropTemplate(name: string): Promise<void> {
     await this.db.deleteFrom("templates").where("name", "=", name).execute();
   }
 
   async countTemplates(owner: string): Promise<number> {
-    const r = await this.db.selectFrom("templates").select((eb) => eb.fn.countAll<number>().as("n")).where("owner", "=", owner).executeTakeFirstOrThrow();
+    const r = await this.db.selectFrom("templates").select((eb) => eb.fn.countAll<number>().as("n")).where("owner", "=", owner).where("deleted_at", "is", null).executeTakeFirstOrThrow();
     return Number(r.n);
   }
 

@@ -66,5 +66,15 @@ describe("custom templates", () => {
     assert.ok(!((await other("GET", "/v1/templates")).body.templates as Array<{ name: string }>).some((x) => x.name === "fromcp"));
     assert.equal((await other("POST", "/v1/templates", { name: "fromcp" })).status, 409);
     assert.equal((await other("POST", "/v1/templates", { name: "theirs", from_checkpoint: cp.id })).status, 404, "not their checkpoint");
+    assert.equal((await other("DELETE", "/v1/templates/fromcp")).status, 404, "not theirs to delete");
+    assert.equal((await api("DELETE", "/v1/templates/base")).status, 403, "the host's own templates are not deleted through the API");
+
+    // Deleted: it no longer resolves or lists, while the sandbox made from it keeps working.
+    assert.equal((await api("DELETE", "/v1/templates/fromcp")).status, 204);
+    assert.equal((await api("POST", "/v1/sandboxes", { template: "fromcp" })).status, 404);
+    assert.ok(!((await api("GET", "/v1/templates")).body.templates as Array<{ name: string }>).some((x) => x.name === "fromcp"));
+    assert.equal((await api("POST", `/v1/sandboxes/${c.id}/exec`, { cmd: "cat /workspace/state" })).body.stdout, "from-checkpoint\nmore\n");
+    assert.equal((await api("POST", `/v1/sandboxes/${c.id}/hibernate`, { mode: "cold" })).status, 200);
+    assert.equal((await api("POST", `/v1/sandboxes/${c.id}/exec`, { cmd: "cat /workspace/state" })).body.stdout, "from-checkpoint\nmore\n", "and wakes from the store");
   });
 });

@@ -15,6 +15,13 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     },
   }, async (req, reply) => reply.status(201).send(await cp.createTemplate(principal(req), req.body)));
 
+  app.delete("/v1/templates/:name", {
+    schema: { summary: "Delete a template you built (sandboxes and checkpoints made from it keep working)", params: z.object({ name: api.TemplateName }) },
+  }, async (req, reply) => {
+    await cp.deleteTemplate(principal(req), req.params.name);
+    return reply.status(204).send();
+  });
+
   app.get("/v1/host", {
     schema: { summary: "This host's capacity and what is in use (admin)", response: { 200: api.HostCapacity } },
   }, async (req) => {
