@@ -1,0 +1,76 @@
+import { REFUSED_V4 } from "./addresses.js";
+
+export type EgressMode = "none" | "allowlist" | "open";
+
+/** The nftables ruleset of one sandbox's network namespace, which its egress passes through. */
+export interface FirewallSpec {
+  mode: EgressMode;
+  /** allowlist mode: the only destinations let through (CIDRs, plus addresses its DNS answers added). */
+  allow: string[];
+  /** open mode: destinations refused anyway. */
+  deny: string[];
+  /** Den's DNS server for this sandbox (the host end of its link): port 53 only. */
+  dns: string;
+  /** This machine's own addresses: never reachable. */
+  hostAddresses: string[];
+  /** New connections allowed at once (conntrack), or null for no limit. */
+  maxConnections: number | null;
+}
+
+const set = (name: string, elements: string[]) =>
+  `  set ${name} { type ipv4_addr; flags interval; auto-merge;${elements.length ? ` elements = { ${elements.join(", ")} }` : ""} }`;
+
+/**
+ * The whole table, replaced atomically on every policy change (`nft -f`): output of the
+ * namespace (where the user-mode network makes the guest's connections) is filtered;
+ * the refused ranges come before any allow, so no policy reaches them.
+ */
+export function firewallRules(spec: FirewallSpec): string {
+  const policy =
+    spec.mode === "allowlist" ? ["    ip daddr != @allow4 counter name refused_policy reject"]
+    : spec.mode === "open" ? ["    ip daddr @deny4 counter name refused_policy reject"]
+    : ["    counter name refused_policy reject"];
+  return [
+    "table inet den",
+    "delete table inet den",
+    "table inet den {",
+    set("allow4", spec.allow),
+    set("deny4", spec.deny),
+    set("refused4", [...REFUSED_V4, ...spec.hostAddresses.map((a) => `${a}/32`)]),
+    "  counter refused_private {}",
+    "  counter refused_policy {}",
+    "  counter refused_limit {}",
+    "  chain out {",
+    "    type filter hook output priority 0; policy accept;",
+    `    ip daddr ${spec.dns} udp dport 53 accept`,
+    `    ip daddr ${spec.dns} tcp dport 53 accept`,
+    "    ip daddr @refused4 counter name refused_private reject",
+    // IPv6 stays closed until it gets the same care (private ranges, the host's addresses).
+    "    meta nfproto ipv6 counter name refused_private reject",
+    ...policy,
+    ...(spec.maxConnections !== null ? [`    ct state new ct count over ${spec.maxConnections} counter name refused_limit reject`] : []),
+    "  }",
+    "}",
+    "",
+  ].join("\n");
+}
+
+/** Counters of refused attempts, by why. */
+export interface RefusedCounts {
+  private: number;
+  policy: number;
+  limit: number;
+}
+
+/** Reads the counters out of `nft -j list counters` output. */
+export function parseCounters(json: string): RefusedCounts {
+  const out: RefusedCounts = { private: 0, policy: 0, limit: 0 };
+  const doc = JSON.parse(json) as { nftables?: Array<{ counter?: { name: string; packets: number } }> };
+  for (const item of doc.nftables ?? []) {
+    const c = item.counter;
+    if (c?.name === "refused_private") out.private = c.packets;
+    else if (c?.name === "refused_policy") out.policy = c.packets;
+    else if (c?.name === "refused_limit") out.limit = c.packets;
+  }
+  return out;
+}

@@ -1,0 +1,214 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { closeSync, openSync } from "node:fs";
+import { mkdir, writeFile, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { DenError } from "@den/protocol";
+import { runTool } from "../util.js";
+import { isCidr, slotLink } from "./addresses.js";
+import { SandboxDns } from "./dns.js";
+import { firewallRules, parseCounters, type EgressMode, type RefusedCounts } from "./firewall.js";
+
+export interface EgressPolicy {
+  egress: EgressMode;
+  /** CIDRs, addresses or domain names (`*.example.com` for subdomains). */
+  allow?: string[];
+  deny?: string[];
+  /** New connections at once (default: no limit). */
+  maxConnections?: number | null;
+}
+
+export interface NetworkEnv {
+  /** The pool of /30 links (one per networked sandbox). */
+  pool: string;
+  /** This machine's own addresses: never reachable from a sandbox. */
+  hostAddresses: string[];
+  /** Test-only fixed DNS answers. */
+  hosts: Record<string, string>;
+}
+
+const netnsName = (sandboxId: string) => `den-${sandboxId}`;
+
+/** What the guest sees: libslirp's usual addresses (each sandbox has its own router, so they never meet). */
+export const GUEST_NET = { cidr: "10.0.2.0/24", address: "10.0.2.15", gateway: "10.0.2.2", dns: "10.0.2.3" } as const;
+
+/**
+ * One sandbox's way out: a network namespace linked to the host by a veth pair, an
+ * nftables table in it that every connection passes, Den's DNS server on the host end,
+ * and a router process in the namespace whose user-mode network turns the guest's frames
+ * (from QEMU's stream socket) into connections made there. The guest never reaches
+ * anything the namespace's firewall does not let through; the router's alias for "the
+ * host" (10.0.2.2) leads to the namespace's own loopback, which the firewall refuses.
+ */
+export class SandboxNetwork {
+  private router: ChildProcess | undefined;
+  private dns: SandboxDns | undefined;
+  private extraAllow: string[] = [];
+  dnsRefused = 0;
+
+  private constructor(
+    readonly instance: string,
+    readonly sandboxId: string,
+    readonly slot: number,
+    private policy: EgressPolicy,
+    private readonly env: NetworkEnv,
+    private readonly dir: string,
+  ) {}
+
+  get netns(): string {
+    return netnsName(this.sandboxId);
+  }
+
+  get link(): { host: string; guest: string; cidr: string } {
+    return slotLink(this.env.pool, this.slot);
+  }
+
+  /** `ip netns exec` puts this dir's resolv.conf in place of /etc/resolv.conf. */
+  private get etcDir(): string {
+    return join("/etc/netns", this.netns);
+  }
+
+  get hostInterface(): string {
+    return `den${this.slot}`;
+  }
+
+  static validate(policy: EgressPolicy): void {
+    for (const e of [...(policy.allow ?? []), ...(policy.deny ?? [])]) {
+      if (!isCidr(e) && !/^(\*\.)?([a-z0-9-]{1,63}\.)*[a-z0-9-]{1,63}$/i.test(e)) throw new DenError("invalid_argument", `not a CIDR, address or domain name: ${JSON.stringify(e)}`);
+    }
+    if ((policy.deny ?? []).some((e) => !isCidr(e))) throw new DenError("invalid_argument", "deny takes CIDRs and addresses");
+  }
+
+  /** Builds the namespace, link, firewall and DNS server, and plugs passt into the VM's NIC socket. */
+  static async up(instance: string, sandboxId: string, slot: number, policy: EgressPolicy, env: NetworkEnv, dir: string): Promise<SandboxNetwork> {
+    SandboxNetwork.validate(policy);
+    const n = new SandboxNetwork(instance, sandboxId, slot, policy, env, dir);
+    try {
+      await n.createLink();
+      await n.applyFirewall();
+      n.dns = await SandboxDns.listen(n.link.host, () => n.dnsPolicy());
+      await n.startRouter();
+      return n;
+    } catch (e) {
+      await n.down();
+      throw e;
+    }
+  }
+
+  private async createLink(): Promise<void> {
+    const { host, guest } = this.link;
+    const ns = this.netns;
+    await SandboxNetwork.remove(this.sandboxId, this.slot);
+    await runTool("ip", ["netns", "add", ns]);
+    await runTool("ip", ["link", "add", this.hostInterface, "type", "veth", "peer", "name", "eth0", "netns", ns]);
+    await runTool("ip", ["addr", "add", `${host}/30`, "dev", this.hostInterface]);
+    await runTool("ip", ["link", "set", this.hostInterface, "up"]);
+    await runTool("ip", ["-n", ns, "addr", "add", `${guest}/30`, "dev", "eth0"]);
+    await runTool("ip", ["-n", ns, "link", "set", "eth0", "up"]);
+    await runTool("ip", ["-n", ns, "link", "set", "lo", "up"]);
+    await runTool("ip", ["-n", ns, "route", "add", "default", "via", host]);
+  }
+
+  private dnsPolicy() {
+    const p = this.policy;
+    const names = p.egress === "allowlist" ? (p.allow ?? []).filter((e) => !isCidr(e)) : p.egress === "open" ? null : [];
+    return {
+      names, hosts: this.env.hosts,
+      onResolved: async (_name: string, addresses: string[]) => {
+        if (p.egress !== "allowlist") return;
+        const fresh = addresses.filter((a) => !this.extraAllow.includes(a));
+        if (!fresh.length) return;
+        this.extraAllow.push(...fresh);
+        await runTool("ip", ["netns", "exec", this.netns, "nft", "add", "element", "inet", "den", "allow4", `{ ${fresh.join(", ")} }`]);
+      },
+      onRefused: () => {
+        this.dnsRefused++;
+      },
+    };
+  }
+
+  private async applyFirewall(): Promise<void> {
+    const p = this.policy;
+    const rules = firewallRules({
+      mode: p.egress, allow: [...(p.allow ?? []).filter(isCidr), ...this.extraAllow], deny: p.deny ?? [],
+      dns: this.link.host, hostAddresses: this.env.hostAddresses, maxConnections: p.maxConnections ?? null,
+    });
+    const file = join(this.dir, "nft.rules");
+    await writeFile(file, rules);
+    await runTool("ip", ["netns", "exec", this.netns, "nft", "-f", file]);
+  }
+
+  /**
+   * The router: a QEMU with no machine, only its user-mode network (libslirp) joined by a
+   * hub to a stream connection into the sandbox VM's NIC socket. It runs inside the
+   * namespace, so every connection it makes for the guest passes the firewall. Its DNS
+   * forwards to the resolver in the namespace's resolv.conf: Den's server.
+   */
+  private async startRouter(): Promise<void> {
+    await mkdir(this.etcDir, { recursive: true });
+    await writeFile(join(this.etcDir, "resolv.conf"), `nameserver ${this.link.host}\n`);
+    const args = [
+      "netns", "exec", this.netns, "qemu-system-x86_64", "-M", "none", "-nodefaults", "-no-user-config", "-display", "none",
+      "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+      "-netdev", `user,id=u,net=${GUEST_NET.cidr},host=${GUEST_NET.gateway},dns=${GUEST_NET.dns},ipv6=off`,
+      "-netdev", `stream,id=s,server=off,addr.type=unix,addr.path=${join(this.dir, "net.sock")}`,
+      "-netdev", "hubport,id=hu,hubid=0,netdev=u", "-netdev", "hubport,id=hs,hubid=0,netdev=s",
+      "-pidfile", join(this.dir, "router.pid"),
+    ];
+    const log = openSync(join(this.dir, "router.log"), "a");
+    try {
+      const child = spawn("ip", args, {
+        stdio: ["ignore", log, log], detached: true,
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", DEN_INSTANCE: this.instance, DEN_SANDBOX: `net-${this.sandboxId}` },
+      });
+      child.on("error", () => undefined);
+      child.unref();
+      this.router = child;
+    } finally {
+      closeSync(log);
+    }
+  }
+
+  /** The guest side: address, route and resolver for its NIC (run through the agent). */
+  guestSetup(): string {
+    const g = GUEST_NET;
+    return `ip link set eth0 up && ip addr flush dev eth0 && ip addr add ${g.address}/24 dev eth0 && ip route replace default via ${g.gateway} && printf 'nameserver ${g.dns}\\n' > /etc/resolv.conf`;
+  }
+
+  /** Changes the policy of a running sandbox: takes effect at once (the table is replaced atomically). */
+  async setPolicy(policy: EgressPolicy): Promise<void> {
+    SandboxNetwork.validate(policy);
+    this.policy = policy;
+    this.extraAllow = [];
+    await this.applyFirewall();
+  }
+
+  async refused(): Promise<RefusedCounts & { dns: number }> {
+    try {
+      const json = await runTool("ip", ["netns", "exec", this.netns, "nft", "-j", "list", "counters", "table", "inet", "den"]);
+      return { ...parseCounters(json), dns: this.dnsRefused };
+    } catch {
+      return { private: 0, policy: 0, limit: 0, dns: this.dnsRefused };
+    }
+  }
+
+  async down(): Promise<void> {
+    this.dns?.close();
+    this.dns = undefined;
+    if (this.router?.pid) {
+      try {
+        process.kill(-this.router.pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    }
+    await rm(join(this.dir, "router.pid"), { force: true });
+    await rm(this.etcDir, { recursive: true, force: true });
+    await SandboxNetwork.remove(this.sandboxId, this.slot);
+  }
+
+  /** Removes a sandbox's namespace and link, whatever is left of them (idempotent). */
+  static async remove(sandboxId: string, slot: number): Promise<void> {
+    await runTool("ip", ["netns", "del", netnsName(sandboxId)]).catch(() => undefined);
+    await runTool("ip", ["link", "del", `den${slot}`]).catch(() => undefined);
+  }
+}
