@@ -9,6 +9,12 @@ import { registerDemo } from "./commands/demo.js";
 import { registerServe } from "./commands/serve.js";
 import { registerUsage } from "./commands/usage.js";
 
+// `den usage --json | head` closes the pipe early: that is the reader's choice, not an error.
+process.stdout.on("error", (e: NodeJS.ErrnoException) => {
+  if (e.code === "EPIPE") process.exit(0);
+  throw e;
+});
+
 const program = new Command();
 program.name("den").description("Long-running microVM sandboxes for AI agents").version("0.1.0");
 program.option("--data-dir <dir>", "where templates, sandboxes and snapshots live (env DEN_DATA_DIR)");
