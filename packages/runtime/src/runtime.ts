@@ -12,6 +12,8 @@ import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManife
 import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
 import { ID_PATTERN, newId, runTool } from "./util.js";
 import { Vm } from "./vm.js";
+import { NetworkManager, parseHostsMap } from "./network/manager.js";
+import type { EgressPolicy } from "./network/sandbox-network.js";
 
 /** The MAC of every guest NIC; a fork gets its own network identity when networking is on. */
 const GUEST_MAC = "52:54:00:de:4e:01";
@@ -111,12 +113,16 @@ export class Runtime {
     for (const s of this.sandboxes.values()) capAppendLog(join(s.dir, VM_FILES.log));
   }, 30_000).unref();
 
+  /** Sandboxes' networks (egress policy, namespaces, routers). */
+  readonly networks: NetworkManager;
+
   private constructor(
     readonly dataDir: string,
     readonly instance: string,
     readonly host: HostProfile,
   ) {
     this.templates = new TemplateStore(join(dataDir, "templates"));
+    this.networks = new NetworkManager(instance, process.env.DEN_NET_POOL ?? "100.96.0.0/16", parseHostsMap(process.env.DEN_NET_HOSTS));
   }
 
   /** Opens a data dir: adopts sandboxes whose QEMU still runs, cleans up what's left of others. */
@@ -159,6 +165,7 @@ export class Runtime {
       templateDisk: (ref: TemplateRef) => join(this.templates.dir(ref), TEMPLATE_FILES.disk),
       onDestroyed: async (id: string) => {
         this.sandboxes.delete(id);
+        await this.networks.release(id);
         await this.gc();
       },
     };
@@ -167,6 +174,13 @@ export class Runtime {
   /** Finds sandboxes again after a restart; kills this instance's QEMUs that have no sandbox. */
   private async recover(): Promise<void> {
     const live = findInstanceProcesses(this.instance);
+    // Network routers of the last run go first: each VM's NIC takes one router at a time,
+    // and the adopted ones get new routers below.
+    for (const [tag, pid] of live) {
+      if (!tag.startsWith("net-")) continue;
+      await killAndWait(pid);
+      live.delete(tag);
+    }
     const root = join(this.dataDir, "sandboxes");
     for (const id of readdirSync(root)) {
       const dir = join(root, id);
@@ -184,13 +198,17 @@ export class Runtime {
           const status = await vm.status();
           record.state = status === "running" ? "running" : "paused";
           await writeRecord(dir, record);
-          this.sandboxes.set(id, new Sandbox(dir, record, vm, this.context()));
+          const sbx = new Sandbox(dir, record, vm, this.context());
+          this.sandboxes.set(id, sbx);
+          // Its router died with the old runtime (or was killed below as a stray): a new one.
+          await this.networks.readopt(sbx).catch(() => this.networks.release(id, dir));
           continue;
         } catch {
           // unreachable QEMU: treat as dead below
         }
       }
       if (pid) await killAndWait(pid);
+      await this.networks.release(id, dir);
       await rm(dir, { recursive: true, force: true });
     }
     for (const pid of live.values()) await killAndWait(pid);
@@ -433,6 +451,16 @@ export class Runtime {
     await verifySnapshot(s.dir, s.manifest);
   }
 
+  // ---- network ----
+
+  /**
+   * Sets a running sandbox's egress policy: `none` (the default: its NIC leads nowhere),
+   * `allowlist` or `open`. Takes effect at once; see `network/` for how it is enforced.
+   */
+  async setNetwork(sandboxId: string, policy: EgressPolicy): Promise<void> {
+    await this.networks.set(this.get(sandboxId), policy);
+  }
+
   // ---- fork ----
 
   /** Forks a running sandbox into `count` new, independent sandboxes (copy-on-write disks). */
@@ -600,6 +628,7 @@ export class Runtime {
   close(): void {
     for (const s of this.sandboxes.values()) s.detach();
     this.sandboxes.clear();
+    this.networks.detach();
     clearInterval(this.logCapTimer);
     unlockDataDir(this.dataDir);
   }

@@ -28,6 +28,9 @@ export interface NetworkEnv {
 
 const netnsName = (sandboxId: string) => `den-${sandboxId}`;
 
+/** The host end of a slot's link: unique per runtime instance, within the 15 characters Linux allows. */
+export const hostInterfaceName = (instance: string, slot: number) => `d${instance.slice(-4)}${slot.toString(36)}`;
+
 /** What the guest sees: libslirp's usual addresses (each sandbox has its own router, so they never meet). */
 export const GUEST_NET = { cidr: "10.0.2.0/24", address: "10.0.2.15", gateway: "10.0.2.2", dns: "10.0.2.3" } as const;
 
@@ -54,6 +57,10 @@ export class SandboxNetwork {
     private readonly dir: string,
   ) {}
 
+  get currentPolicy(): EgressPolicy {
+    return this.policy;
+  }
+
   get netns(): string {
     return netnsName(this.sandboxId);
   }
@@ -68,7 +75,7 @@ export class SandboxNetwork {
   }
 
   get hostInterface(): string {
-    return `den${this.slot}`;
+    return hostInterfaceName(this.instance, this.slot);
   }
 
   static validate(policy: EgressPolicy): void {
@@ -97,7 +104,7 @@ export class SandboxNetwork {
   private async createLink(): Promise<void> {
     const { host, guest } = this.link;
     const ns = this.netns;
-    await SandboxNetwork.remove(this.sandboxId, this.slot);
+    await SandboxNetwork.remove(this.instance, this.sandboxId, this.slot);
     await runTool("ip", ["netns", "add", ns]);
     await runTool("ip", ["link", "add", this.hostInterface, "type", "veth", "peer", "name", "eth0", "netns", ns]);
     await runTool("ip", ["addr", "add", `${host}/30`, "dev", this.hostInterface]);
@@ -191,6 +198,12 @@ export class SandboxNetwork {
     }
   }
 
+  /** Closes what lives in this process (the DNS server), leaving the namespace and router. */
+  detach(): void {
+    this.dns?.close();
+    this.dns = undefined;
+  }
+
   async down(): Promise<void> {
     this.dns?.close();
     this.dns = undefined;
@@ -203,12 +216,13 @@ export class SandboxNetwork {
     }
     await rm(join(this.dir, "router.pid"), { force: true });
     await rm(this.etcDir, { recursive: true, force: true });
-    await SandboxNetwork.remove(this.sandboxId, this.slot);
+    await SandboxNetwork.remove(this.instance, this.sandboxId, this.slot);
   }
 
   /** Removes a sandbox's namespace and link, whatever is left of them (idempotent). */
-  static async remove(sandboxId: string, slot: number): Promise<void> {
+  static async remove(instance: string, sandboxId: string, slot: number): Promise<void> {
     await runTool("ip", ["netns", "del", netnsName(sandboxId)]).catch(() => undefined);
-    await runTool("ip", ["link", "del", `den${slot}`]).catch(() => undefined);
+    await runTool("ip", ["link", "del", hostInterfaceName(instance, slot)]).catch(() => undefined);
+    await rm(join("/etc/netns", netnsName(sandboxId)), { recursive: true, force: true });
   }
 }

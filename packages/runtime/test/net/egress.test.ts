@@ -86,3 +86,38 @@ describe("sandbox egress", { skip: !insideTestNetns && "run through scripts/netn
     assert.throws(() => SandboxNetwork.validate({ egress: "allowlist", allow: ["not a host!"] }), (e: unknown) => e instanceof DenError && e.code === "invalid_argument");
   });
 });
+
+describe("a sandbox's network through the runtime", { skip: !insideTestNetns && "run through scripts/netns-test.sh" }, () => {
+  test("set on a running sandbox, switched off and on, rebuilt after a restart, and gone without a trace on destroy", async () => {
+    process.env.DEN_NET_HOSTS = "allowed.test=198.51.100.10";
+    let rt = await testRuntime();
+    const sbx = await rt.create({ template: "base" });
+    const get = async (s: Sandbox, url: string) => (await s.exec(`curl -sS -m 3 ${url}`, { timeoutMs: 20_000 })).exitCode === 0;
+    const traces = (id: string) => ({
+      netns: execFileSync("ip", ["netns", "list"], { encoding: "utf8" }).includes(`den-${id}`),
+      // The router is the QEMU with no machine whose stream leads to this sandbox's NIC socket.
+      router: execFileSync("ps", ["-eo", "args"], { encoding: "utf8" }).split("\n").some((l) => l.includes("-M none") && l.includes(`${id}/net.sock`)),
+    });
+    try {
+      assert.equal(await get(sbx, "http://198.51.100.10/"), false);
+      await rt.setNetwork(sbx.id, { egress: "allowlist", allow: ["allowed.test"] });
+      assert.equal(await get(sbx, "http://allowed.test/"), true);
+      assert.equal(await get(sbx, "http://203.0.113.10/"), false);
+      await rt.setNetwork(sbx.id, { egress: "none" });
+      assert.equal(await get(sbx, "http://198.51.100.10/"), false);
+      assert.deepEqual(traces(sbx.id), { netns: false, router: false }, "none tears the network down");
+      await rt.setNetwork(sbx.id, { egress: "open" });
+      assert.equal(await get(sbx, "http://203.0.113.10/"), true);
+      // A restarted runtime adopts the VM and builds its network again.
+      rt.close();
+      rt = await testRuntime();
+      const again = rt.get(sbx.id);
+      assert.equal(await get(again, "http://203.0.113.10/"), true, "the network works after a restart");
+      await again.destroy();
+      assert.deepEqual(traces(sbx.id), { netns: false, router: false });
+    } finally {
+      await rt.destroyAll();
+      rt.close();
+    }
+  });
+});
