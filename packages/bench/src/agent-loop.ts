@@ -208,12 +208,10 @@ async function main(): Promise<void> {
   for (const l of all) process.stdout.write(l.map((c, i) => (i === 0 ? c.padEnd(w[i]!) : c.padStart(w[i]!))).join("  ") + "\n");
   const fresh = results.find((r) => r.way === "fresh-per-call")!;
   process.stdout.write(`\nfresh-per-call re-pays create + setup every turn: p50 ${pct(fresh.addedMs, 50).toFixed(0)} ms, p99 ${pct(fresh.addedMs, 99).toFixed(0)} ms (its state checks see no earlier turn: nothing persists)\n`);
-  const on = results.find((r) => r.way === "always-on")!;
   for (const r of results.filter((x) => x.way.startsWith("hibernate"))) {
     const ratio = sampler.ramGibSeconds.get(r.way)! / Math.max(1e-9, sampler.ramGibSeconds.get("always-on")!);
     process.stdout.write(`${r.way}: ${(ratio * 100).toFixed(0)}% of always-on's RAM GiB-seconds, wake adds p50 ${pct(r.addedMs, 50).toFixed(0)} ms per turn\n`);
   }
-  void on;
   const report = {
     date: started.toISOString(), turns: TURNS, seed: Number(flags.seed), gaps_s: gaps,
     ways: results.map((r) => ({

@@ -20,6 +20,13 @@ async function linkOrCopy(from: string, to: string): Promise<void> {
   }
 }
 
+/** Templates are immutable: a version built before is made current again and used as is. */
+export async function reuseTemplate(rt: Runtime, ref: TemplateRef): Promise<(TemplateInfo & { reused: true }) | undefined> {
+  if (!rt.templates.has(ref)) return undefined;
+  await rt.templates.setCurrent(ref);
+  return { ...(await rt.templates.resolve(`${ref.name}@${ref.version}`)), reused: true };
+}
+
 /** A template's version: the hash of its recipe, its image, and the host shape its snapshot needs. */
 export function templateVersion(recipe: Recipe, image: ImageArtifacts, rt: Runtime): string {
   const h = rt.host;
@@ -39,10 +46,10 @@ export function templateVersion(recipe: Recipe, image: ImageArtifacts, rt: Runti
 export async function bakeTemplate(rt: Runtime, recipe: Recipe, image: ImageArtifacts, log: (l: string) => void = () => undefined): Promise<TemplateInfo & { reused: boolean }> {
   checkTemplateName(recipe.name);
   const ref = { name: recipe.name, version: templateVersion(recipe, image, rt) };
-  if (rt.templates.has(ref)) {
-    await rt.templates.setCurrent(ref);
+  const existing = await reuseTemplate(rt, ref);
+  if (existing) {
     log(`template ${ref.name}@${ref.version}: already built`);
-    return { ...(await rt.templates.resolve(`${ref.name}@${ref.version}`)), reused: true };
+    return existing;
   }
   return bakeInto(rt, ref, recipe, { kernel: image.kernel, initrd: image.initrd, disk: image.disk }, `booting ${image.kernelVersion}`, log);
 }
@@ -133,10 +140,8 @@ export async function bakeFromSandbox(
   rt: Runtime, sandboxId: string, ref: TemplateRef, recipe: Record<string, unknown>, log: (l: string) => void = () => undefined,
 ): Promise<TemplateInfo & { reused: boolean }> {
   checkTemplateName(ref.name);
-  if (rt.templates.has(ref)) {
-    await rt.templates.setCurrent(ref);
-    return { ...(await rt.templates.resolve(`${ref.name}@${ref.version}`)), reused: true };
-  }
+  const existing = await reuseTemplate(rt, ref);
+  if (existing) return existing;
   const source = rt.get(sandboxId).info.template;
   const from = await rt.templates.resolve(`${source.name}@${source.version}`);
   const dir = await rt.templates.buildDir(ref);

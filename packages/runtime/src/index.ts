@@ -4,7 +4,7 @@ export { ExecProcess, type Command, type ExecChunk, type ExecOptions, type ExecR
 export { GuestFiles, type FileSource } from "./files.js";
 export { AgentClient } from "./agent-client.js";
 export { TemplateStore, type TemplateInfo } from "./templates.js";
-export { bakeFromSandbox, bakeTemplate, bakeVariant, templateVersion } from "./bake.js";
+export { bakeFromSandbox, bakeTemplate, bakeVariant, reuseTemplate, templateVersion } from "./bake.js";
 export { hostProfile, cacheDir, type HostProfile } from "./host.js";
 export { type SnapshotManifest, readManifest, verifySnapshot } from "./snapshot.js";
 export { findInstanceProcesses, VM_FILES } from "./qemu.js";

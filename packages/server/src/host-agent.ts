@@ -3,7 +3,7 @@ import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { deleteStoredSnapshot, downloadSnapshot, listStoredSnapshotIds, readStoredManifest, storedBytes, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
 import { DenError } from "@den/protocol";
-import { Runtime, bakeFromSandbox, bakeVariant, newId, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
+import { Runtime, bakeFromSandbox, bakeVariant, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
 import { Admission, type Capacity, type Shape } from "./capacity.js";
 
 export interface HostCreateSpec {
@@ -235,10 +235,11 @@ export class LocalHostAgent implements HostAgent {
   /** Downloads a stored snapshot, verifies it, and restores it as sandbox `id`. */
   async restoreStored(id: string, snapshotId: string): Promise<HostSandboxInfo> {
     // Room first: a wake that cannot fit fails before it downloads anything.
-    const release = this.admission.reserve(id, ((await readStoredManifest(this.store, snapshotId)).snapshot as SnapshotManifest).vm);
+    const stored = await readStoredManifest(this.store, snapshotId);
+    const release = this.admission.reserve(id, (stored.snapshot as SnapshotManifest).vm);
     const staging = await mkdtemp(join(this.rt.dataDir, DOWNLOAD_PREFIX));
     try {
-      await downloadSnapshot(this.store, snapshotId, staging, this.progress(id, snapshotId, "download"));
+      await downloadSnapshot(this.store, snapshotId, staging, this.progress(id, snapshotId, "download"), stored);
       const local = await this.rt.importSnapshot(staging);
       try {
         return info(await this.rt.restore(local.id, { id }));
@@ -369,10 +370,9 @@ export class LocalHostAgent implements HostAgent {
     }
     const recipe = { source, setup: spec.setup };
     const ref = { name: spec.name, version: createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 12) };
-    if (this.rt.templates.has(ref)) {
-      await this.rt.templates.setCurrent(ref);
-      return { ...(await this.rt.templates.resolve(`${ref.name}@${ref.version}`)), reused: true };
-    }
+    // Checked before a building sandbox is made for nothing.
+    const existing = await reuseTemplate(this.rt, ref);
+    if (existing) return existing;
     // The building sandbox is on this host only: a crash mid-build leaves a VM no database
     // row knows, which the next start destroys.
     const id = newId("sbx");

@@ -55,9 +55,9 @@ export class Meter {
     return this.denCpu.get(id) ?? 0;
   }
 
-  /** The VM's CPU since its open segment began (0 without a VM). */
-  openCpu(row: SandboxRow): number {
-    const now = this.host.cpuSeconds(row.id) ?? this.lastCpu.get(row.id);
+  /** The VM's CPU since its open segment began (0 without a VM); `live` is a reading just taken. */
+  openCpu(row: SandboxRow, live = this.host.cpuSeconds(row.id)): number {
+    const now = live ?? this.lastCpu.get(row.id);
     return now === undefined ? 0 : Math.max(0, now - (row.meter_cpu ?? 0));
   }
 
@@ -74,7 +74,7 @@ export class Meter {
       await this.store.insertSegment({
         sandbox_id: row.id, owner: row.owner, state, start_ms: row.meter_since, end_ms: now,
         vcpus: row.vcpus, memory_mb: row.memory_mb,
-        host_cpu_ms: state === "cold" ? 0 : Math.round(this.openCpu(row) * 1000), den_cpu_ms: Math.round(den * 1000),
+        host_cpu_ms: state === "cold" ? 0 : Math.round(this.openCpu(row, live) * 1000), den_cpu_ms: Math.round(den * 1000),
         stored_bytes: state === "cold" ? Number(row.stored_bytes ?? 0) : 0,
       });
     }

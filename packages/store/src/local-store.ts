@@ -4,6 +4,7 @@ import { dirname, join, relative } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { randomBytes } from "node:crypto";
 import { DenError } from "@den/protocol";
+import { streamToFile } from "./download.js";
 import { checkKey, checkPrefix, type ObjectInfo, type ObjectStore, type TransferProgress } from "./object-store.js";
 
 /** Objects as files under a root directory; every write is a temp file renamed into place. */
@@ -51,20 +52,7 @@ export class LocalDirStore implements ObjectStore {
     const src = this.path(key);
     const info = await this.head(key);
     if (!info) throw new DenError("snapshot_not_found", `no object ${key} in the store`);
-    const tmp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
-    try {
-      let bytes = 0;
-      const rs = createReadStream(src, { highWaterMark: 1 << 20 });
-      rs.on("data", (c) => {
-        bytes += c.length;
-        onProgress?.({ key, bytes, total: info.size });
-      });
-      await pipeline(rs, createWriteStream(tmp));
-      await rename(tmp, path);
-    } catch (e) {
-      await rm(tmp, { force: true });
-      throw e;
-    }
+    await streamToFile(createReadStream(src, { highWaterMark: 1 << 20 }), path, key, info.size, onProgress);
   }
 
   async getBytes(key: string): Promise<Buffer> {

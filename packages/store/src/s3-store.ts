@@ -1,11 +1,10 @@
-import { createReadStream, createWriteStream } from "node:fs";
-import { rename, rm, stat } from "node:fs/promises";
-import { randomBytes } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { stat } from "node:fs/promises";
 import type { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import { DenError } from "@den/protocol";
+import { streamToFile } from "./download.js";
 import { checkKey, checkPrefix, type ObjectInfo, type ObjectStore, type TransferProgress } from "./object-store.js";
 
 export interface S3StoreOptions {
@@ -84,19 +83,7 @@ export class S3Store implements ObjectStore {
 
   async getFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void> {
     const { stream, size } = await this.body(key);
-    const tmp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
-    try {
-      let bytes = 0;
-      stream.on("data", (c: Buffer) => {
-        bytes += c.length;
-        onProgress?.({ key, bytes, ...(size !== undefined ? { total: size } : {}) });
-      });
-      await pipeline(stream, createWriteStream(tmp));
-      await rename(tmp, path);
-    } catch (e) {
-      await rm(tmp, { force: true });
-      throw e;
-    }
+    await streamToFile(stream, path, key, size, onProgress);
   }
 
   async getBytes(key: string): Promise<Buffer> {

@@ -88,8 +88,12 @@ export async function readStoredManifest(store: ObjectStore, id: string): Promis
  * Downloads a stored snapshot into `dir`, checking the stored bytes' and the restored
  * files' sha256: a corrupt object is `snapshot_corrupt`, and nothing in `dir` is kept.
  */
-export async function downloadSnapshot(store: ObjectStore, id: string, dir: string, onProgress?: (p: TransferProgress) => void): Promise<StoredSnapshot> {
-  const m = await readStoredManifest(store, id);
+export async function downloadSnapshot(
+  store: ObjectStore, id: string, dir: string, onProgress?: (p: TransferProgress) => void,
+  /** Its manifest, when the caller has already read it. */
+  manifest?: StoredSnapshot,
+): Promise<StoredSnapshot> {
+  const m = manifest ?? (await readStoredManifest(store, id));
   await mkdir(dir, { recursive: true });
   try {
     for (const [name, obj] of Object.entries(m.files)) {

@@ -56,10 +56,6 @@ export class NetworkManager {
     return this.nets.get(id);
   }
 
-  policy(id: string): EgressPolicy {
-    return this.nets.get(id)?.currentPolicy ?? { egress: "none" };
-  }
-
   /**
    * Gives a running sandbox this egress policy: `none` takes its network away (its NIC
    * leads nowhere again); anything else brings one up or changes it in place.
@@ -119,7 +115,4 @@ export class NetworkManager {
     this.nets.clear();
   }
 
-  async releaseAll(): Promise<void> {
-    for (const id of [...this.nets.keys()]) await this.release(id);
-  }
 }

@@ -57,10 +57,6 @@ export class SandboxNetwork {
     private readonly dir: string,
   ) {}
 
-  get currentPolicy(): EgressPolicy {
-    return this.policy;
-  }
-
   get netns(): string {
     return netnsName(this.sandboxId);
   }
