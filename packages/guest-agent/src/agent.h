@@ -38,7 +38,7 @@ ssize_t out_data_from_fd(uint32_t id, int ch, int fd, size_t max);
 int out_room(void);
 
 /* ---- main.c: event loop ---- */
-enum { W_SIG, W_CONN, W_POUT, W_PIN, W_DISCARD, W_FREAD };
+enum { W_SIG, W_CONN, W_POUT, W_PIN, W_DISCARD, W_FREAD, W_TUNNEL };
 void watch(int fd, short events, int kind, void *ptr, int ch);
 void timer_at(int64_t when_ms);
 extern int g_cgroup; /* cgroups v2 in use */
@@ -101,6 +101,19 @@ int op_file_mkdir(struct req *r);
 int op_file_remove(struct req *r);
 int op_file_rename(struct req *r);
 int op_stream_cancel(struct req *r);
+
+/* ---- tunnel.c ---- */
+void tunnels_tick(int64_t now);
+void tunnels_prepare(void);
+void tunnels_event(void *ptr, short revents);
+void tunnels_abort_all(void);
+void tunnel_cancel(uint32_t id);
+/* Stream frames for a tunnel's id: 1 = handled (the id is a tunnel), 0 = not a tunnel. */
+int tunnel_on_data(uint32_t id, const char *p, size_t n);
+int tunnel_on_eof(uint32_t id);
+int tunnel_on_credit(uint32_t id, uint32_t n);
+int op_tcp_connect(struct req *r);
+int op_net_ports(struct req *r);
 
 /* ---- sys.c ---- */
 void cgroup_setup(void);

@@ -93,6 +93,7 @@ static void reset_io(void)
 	buf_clear(&c.in);
 	buf_clear(&c.out);
 	files_abort_all();
+	tunnels_abort_all();
 }
 
 static void hangup(int64_t now)

@@ -447,7 +447,8 @@ int op_file_rename(struct req *r)
 }
 
 /* The host gave up on a transfer (its source failed, or its reader went away): a write's
- * temp file is removed and the target is left as it was. Unknown ids are fine (it ended). */
+ * temp file is removed and the target is left as it was; a tunnel is reset. Unknown ids
+ * are fine (it ended). */
 int op_stream_cancel(struct req *r)
 {
 	int64_t id;
@@ -456,5 +457,6 @@ int op_stream_cancel(struct req *r)
 	for (struct xfer *x = xfers; x; x = x->next)
 		if (!x->dead && x->id == (uint32_t)id)
 			xfer_end(x, 1);
+	tunnel_cancel(id);
 	return 0;
 }

@@ -153,6 +153,7 @@ static const struct {
 	{"pty.resize", op_pty_resize}, {"file.read", op_file_read}, {"file.write", op_file_write},
 	{"file.stat", op_file_stat}, {"file.list", op_file_list}, {"file.mkdir", op_file_mkdir},
 	{"file.remove", op_file_remove}, {"file.rename", op_file_rename}, {"stream.cancel", op_stream_cancel},
+	{"tcp.connect", op_tcp_connect}, {"net.ports", op_net_ports},
 };
 
 static void handle_req(uint32_t id, const char *p, size_t n)
@@ -207,13 +208,14 @@ void handle_frame(int type, uint32_t id, const char *p, size_t n)
 	case F_DATA:
 		if (n < 1)
 			break;
-		if (p[0] == CH_STDIN)
+		/* Channel 0 is an exec's stdin or a tunnel's host->guest bytes: the id tells. */
+		if (p[0] == CH_STDIN && !tunnel_on_data(id, p + 1, n - 1))
 			proc_on_data(id, p + 1, n - 1);
 		else if (p[0] == CH_FILE)
 			file_on_data(id, p + 1, n - 1);
 		break;
 	case F_EOF:
-		if (n >= 1 && p[0] == CH_STDIN)
+		if (n >= 1 && p[0] == CH_STDIN && !tunnel_on_eof(id))
 			proc_on_eof(id);
 		else if (n >= 1 && p[0] == CH_FILE)
 			file_on_eof(id);
@@ -223,6 +225,8 @@ void handle_frame(int type, uint32_t id, const char *p, size_t n)
 			break;
 		const unsigned char *u = (const unsigned char *)p;
 		uint32_t v = (uint32_t)u[1] << 24 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 8 | u[4];
+		if (u[0] == CH_STDOUT && tunnel_on_credit(id, v))
+			break;
 		if (u[0] == CH_STDOUT || u[0] == CH_STDERR)
 			proc_on_credit(id, u[0], v);
 		else if (u[0] == CH_FILE)
@@ -278,6 +282,7 @@ int main(int argc, char **argv)
 		conn_tick(now);
 		proc_tick(now);
 		files_tick();
+		tunnels_tick(now);
 		conn_process_input();
 		conn_flush();
 
@@ -287,6 +292,7 @@ int main(int argc, char **argv)
 		conn_prepare();
 		proc_prepare();
 		files_prepare();
+		tunnels_prepare();
 		int timeout = -1;
 		if (wake_at >= 0) {
 			int64_t d = wake_at - mono_ms();
@@ -308,6 +314,7 @@ int main(int argc, char **argv)
 			case W_SIG: proc_sigchld(sigfd); break;
 			case W_CONN: conn_event(rev); break;
 			case W_FREAD: files_event(wents[i].ptr, rev); break;
+			case W_TUNNEL: tunnels_event(wents[i].ptr, rev); break;
 			default: proc_event(wents[i].kind, wents[i].ptr, wents[i].ch, rev); break;
 			}
 		}

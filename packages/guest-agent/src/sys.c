@@ -81,6 +81,9 @@ int op_sys_hello(struct req *r)
 		sync[8 + i] = hi << 4 | lo;
 	}
 	out_clear();
+	/* Even for the same session: their queued bytes were just dropped, so the streams
+	 * have holes. (A new host has forgotten them anyway.) */
+	tunnels_abort_all();
 	if (strcasecmp(s, session)) {
 		proc_new_session();
 		files_abort_all();

@@ -156,4 +156,79 @@ export class Host {
     r.grant = (ch, n) => { avail[ch] += n; this.credit(res.id, ch, n); };
     return r;
   }
+
+  // Opens a tcp.connect tunnel. Like exec: opts.grant(n) says how much credit to grant
+  // back after receiving n bytes (default all), after opts.grantDelay ms; checks the
+  // guest's credit is respected. r.write/r.end respect the guest's credit.
+  tunnel(args, opts = {}) {
+    const window = args.window ?? 262144;
+    const chunks = [];
+    let avail = window, credit = 0, received = 0;
+    const waiters = [];
+    const wake = () => waiters.splice(0).forEach((f) => f());
+    const r = { frames: [], eof: false, closedEvent: undefined };
+    let closedResolve;
+    r.closed = new Promise((f) => (closedResolve = f));
+    const handler = {
+      data: (ch, b) => {
+        r.frames.push('data');
+        if (ch !== 1) this.violations.push(`tunnel DATA on ch${ch}`);
+        if (r.eof) this.violations.push('tunnel DATA after EOF');
+        chunks.push(b);
+        received += b.length;
+        avail -= b.length;
+        if (avail < 0) this.violations.push('tunnel credit exceeded');
+        if (b.length > 65536) this.violations.push('DATA too large');
+        opts.onData?.(b);
+        const g = opts.grant ? opts.grant(b.length) : b.length;
+        if (g) setTimeout(() => { avail += g; if (this.sock && !r.closedEvent) this.credit(res.id, 1, g); }, opts.grantDelay ?? 0);
+        wake();
+      },
+      eof: (ch) => {
+        r.frames.push('eof');
+        if (ch !== 1) this.violations.push(`tunnel EOF on ch${ch}`);
+        r.eof = true;
+        wake();
+      },
+      credit: (ch, n) => {
+        if (ch !== 0) this.violations.push(`tunnel CREDIT on ch${ch}`);
+        credit += n;
+        wake();
+      },
+      event: (e) => {
+        r.frames.push('event');
+        if (e.event !== 'closed') this.violations.push('unexpected tunnel event ' + JSON.stringify(e));
+        if (r.closedEvent) this.violations.push('second closed event');
+        r.closedEvent = e;
+        closedResolve(e);
+        wake();
+      },
+    };
+    const res = this.req('tcp.connect', { ...args, window }, handler);
+    r.res = res;
+    r.id = res.id;
+    res.then((x) => { if (x.ok) { credit = x.window; wake(); } else this.streams.delete(res.id); });
+    r.received = () => Buffer.concat(chunks);
+    r.receivedBytes = () => received;
+    // Resolves once at least n bytes arrived (or EOF / closed).
+    r.waitBytes = async (n) => { while (received < n && !r.eof && !r.closedEvent) await new Promise((f) => waiters.push(f)); };
+    r.waitEof = async () => { while (!r.eof && !r.closedEvent) await new Promise((f) => waiters.push(f)); };
+    r.write = async (buf) => {
+      await res;
+      let off = 0;
+      while (off < buf.length) {
+        while (credit <= 0) {
+          if (r.closedEvent) throw new Error('tunnel closed');
+          await new Promise((f) => waiters.push(f));
+        }
+        const n = Math.min(credit, 65536, buf.length - off);
+        this.data(res.id, 0, buf.subarray(off, off + n));
+        credit -= n;
+        off += n;
+      }
+    };
+    r.end = async () => { await res; this.eof(res.id, 0); };
+    r.grant = (n) => { avail += n; this.credit(res.id, 1, n); };
+    return r;
+  }
 }

@@ -3,6 +3,7 @@
 import { spawn, execSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import assert from 'node:assert/strict';
@@ -351,6 +352,223 @@ test('a file write aborted by disconnect leaves no temp file', async () => {
   assert.equal(fs.readdirSync(dir).filter((n) => n.includes('den-tmp')).length, 0);
   await host.waitConn();
   await host.hello();
+});
+
+// A TCP server on the host's loopback for tunnel tests (the agent runs as a host process).
+async function tcpServer(onConn, { host: h = '127.0.0.1' } = {}) {
+  const srv = net.createServer({ allowHalfOpen: true }, (s) => { s.on('error', () => {}); onConn(s); });
+  await new Promise((resolve, reject) => { srv.once('error', reject); srv.listen(0, h, resolve); });
+  srv.port = srv.address().port;
+  return srv;
+}
+const fdCount = (pid) => fs.readdirSync(`/proc/${pid}/fd`).length;
+
+test('tunnel: 5 MB echoed both ways, byte-identical, within credit', async () => {
+  const fds = fdCount(agentPid());
+  const srv = await tcpServer((s) => s.pipe(s));
+  const data = crypto.randomBytes(5e6);
+  const t0 = Date.now();
+  const t = host.tunnel({ port: srv.port, window: 65536 }, { grantDelay: 1 });
+  const res = await t.res;
+  assert.equal(res.ok, true);
+  assert.equal(res.window, 262144);
+  await t.write(data);
+  await t.end();
+  assert.deepEqual(await t.closed, { event: 'closed' });
+  console.log(`    5 MB echo in ${Date.now() - t0} ms`);
+  assert.equal(t.eof, true);
+  assert.ok(t.received().equals(data), 'echo differs, got ' + t.receivedBytes());
+  assert.deepEqual(t.frames.slice(-2), ['eof', 'event']);
+  srv.close();
+  await sleep(50);
+  assert.equal(fdCount(agentPid()), fds, 'agent leaked fds');
+});
+
+test('tunnel: without credit the server blocks; no spinning', async () => {
+  const total = 32 << 20;
+  let sent = 0;
+  const chunk = Buffer.alloc(65536, 7);
+  const srv = await tcpServer((s) => {
+    const pump = () => {
+      while (sent < total) {
+        sent += chunk.length;
+        if (!s.write(chunk)) return void s.once('drain', pump);
+      }
+      s.end();
+    };
+    pump();
+  });
+  const t = host.tunnel({ port: srv.port, window: 10000 }, { grant: () => 0 });
+  assert.equal((await t.res).ok, true);
+  await sleep(300);
+  const c0 = cpuTicks(agentPid());
+  await sleep(700);
+  assert.ok(cpuTicks(agentPid()) - c0 <= 2, 'agent busy while out of credit');
+  assert.equal(t.receivedBytes(), 10000);
+  assert.ok(sent < total, 'the server was never blocked');
+  t.grant(total);
+  await t.waitEof();
+  assert.equal(t.receivedBytes(), total);
+  assert.equal(t.closedEvent, undefined, 'closed before the host finished');
+  await t.end();
+  assert.deepEqual(await t.closed, { event: 'closed' });
+  srv.close();
+});
+
+test('tunnel: half-close both ways', async () => {
+  // The host finishes first: the server still answers after its EOF.
+  const srv = await tcpServer((s) => {
+    const parts = [];
+    s.on('data', (d) => parts.push(d));
+    s.on('end', () => s.end('got ' + Buffer.concat(parts).length));
+  });
+  const t = host.tunnel({ port: srv.port });
+  assert.equal((await t.res).ok, true);
+  await t.write(Buffer.from('hello'));
+  await t.end();
+  assert.deepEqual(await t.closed, { event: 'closed' });
+  assert.equal(t.received().toString(), 'got 5');
+
+  // The server finishes first: the host can still send, and the tunnel idles quietly.
+  let gotResolve;
+  const got = new Promise((r) => (gotResolve = r));
+  const srv2 = await tcpServer((s) => {
+    s.end('bye');
+    const parts = [];
+    s.on('data', (d) => parts.push(d));
+    s.on('end', () => gotResolve(Buffer.concat(parts).toString()));
+  });
+  const t2 = host.tunnel({ port: srv2.port });
+  assert.equal((await t2.res).ok, true);
+  await t2.waitEof();
+  assert.equal(t2.received().toString(), 'bye');
+  const c0 = cpuTicks(agentPid());
+  await sleep(500);
+  assert.ok(cpuTicks(agentPid()) - c0 <= 2, 'agent busy on a half-closed tunnel');
+  assert.equal(t2.closedEvent, undefined);
+  await t2.write(Buffer.from('after'));
+  await t2.end();
+  assert.equal(await got, 'after');
+  assert.deepEqual(await t2.closed, { event: 'closed' });
+  srv.close();
+  srv2.close();
+});
+
+test('tunnel: a reset by the server ends it with an error', async () => {
+  const srv = await tcpServer((s) => setTimeout(() => s.resetAndDestroy(), 50));
+  const t = host.tunnel({ port: srv.port });
+  assert.equal((await t.res).ok, true);
+  const e = await t.closed;
+  assert.match(e.error, /reset/i);
+  // A reset while the host holds no credit is noticed too (POLLERR without reading).
+  const t2 = host.tunnel({ port: srv.port, window: 0 });
+  assert.equal((await t2.res).ok, true);
+  assert.match((await t2.closed).error, /reset/i);
+  srv.close();
+});
+
+test('tunnel: refused port, bad arguments, ::1 fallback', async () => {
+  const srv = await tcpServer(() => {});
+  const port = srv.port;
+  await new Promise((r) => srv.close(r));
+  const r1 = await host.req('tcp.connect', { port });
+  assert.equal(r1.code, 'connection_refused', JSON.stringify(r1));
+  assert.equal((await host.req('tcp.connect', { port, host: '127.0.0.1' })).code, 'connection_refused');
+  for (const a of [{ port: 0 }, { port: 65536 }, {}, { port: '80' }, { port, host: '10.0.0.1' }, { port, host: 'example.com' }, { port, host: '::' }, { port, window: -1 }]) {
+    assert.equal((await host.req('tcp.connect', a)).code, 'invalid_argument', JSON.stringify(a));
+  }
+  const v6 = await tcpServer((s) => s.end('six'), { host: '::1' }).catch(() => null);
+  if (!v6) return console.log('    (no IPv6 loopback here: fallback not tested)');
+  const t = host.tunnel({ port: v6.port });
+  assert.equal((await t.res).ok, true);
+  await t.waitEof();
+  assert.equal(t.received().toString(), 'six');
+  await t.end();
+  assert.deepEqual(await t.closed, { event: 'closed' });
+  assert.equal((await host.req('tcp.connect', { port: v6.port, host: '127.0.0.1' })).code, 'connection_refused');
+  v6.close();
+});
+
+test('tunnel: stream.cancel resets it at once, nothing more is sent', async () => {
+  let closedResolve;
+  const serverClosed = new Promise((r) => (closedResolve = r));
+  const srv = await tcpServer((s) => { s.on('close', closedResolve); setTimeout(() => s.write('late'), 300); });
+  const t = host.tunnel({ port: srv.port });
+  assert.equal((await t.res).ok, true);
+  await t.write(Buffer.from('x'));
+  assert.deepEqual(await host.req('stream.cancel', { stream: t.id }), { ok: true });
+  await serverClosed;
+  await sleep(400);
+  assert.deepEqual(t.frames, []);
+  // Late frames from the host for it are ignored.
+  host.data(t.id, 0, Buffer.from('late'));
+  host.eof(t.id, 0);
+  host.credit(t.id, 1, 1000);
+  assert.deepEqual(await host.req('sys.ping'), { ok: true });
+  assert.deepEqual(await host.req('stream.cancel', { stream: t.id }), { ok: true });
+  srv.close();
+});
+
+test('tunnel: a new session or a disconnect closes every tunnel', async () => {
+  const closes = [];
+  const srv = await tcpServer((s) => closes.push(new Promise((r) => s.on('close', r))));
+  const open3 = async () => {
+    closes.length = 0;
+    const ts = [host.tunnel({ port: srv.port }), host.tunnel({ port: srv.port }), host.tunnel({ port: srv.port })];
+    for (const t of ts) assert.equal((await t.res).ok, true);
+    while (closes.length < 3) await sleep(10);
+    return ts;
+  };
+  let ts = await open3();
+  await host.hello();
+  await Promise.all(closes);
+  ts = await open3();
+  const session = host.session;
+  host.disconnect();
+  await Promise.all(closes);
+  await host.waitConn();
+  await host.hello(session);
+  await sleep(100);
+  for (const t of ts) assert.equal(t.closedEvent, undefined);
+  // And new ones work.
+  const t = host.tunnel({ port: srv.port });
+  assert.equal((await t.res).ok, true);
+  await t.end();
+  srv.close();
+  await host.req('stream.cancel', { stream: t.id });
+});
+
+test('tunnel: at most 256 open, fds released', async () => {
+  const fds = fdCount(agentPid());
+  const srv = await tcpServer(() => {});
+  const ts = [];
+  for (let i = 0; i < 256; i++) ts.push(host.tunnel({ port: srv.port }));
+  for (const t of ts) assert.equal((await t.res).ok, true);
+  assert.equal((await host.req('tcp.connect', { port: srv.port })).code, 'limit_exceeded');
+  for (const t of ts) await host.req('stream.cancel', { stream: t.id });
+  const t = host.tunnel({ port: srv.port });
+  assert.equal((await t.res).ok, true);
+  await host.req('stream.cancel', { stream: t.id });
+  await host.req('sys.ping');
+  assert.equal(fdCount(agentPid()), fds, 'agent leaked fds');
+  srv.close();
+});
+
+test('net.ports lists listening TCP sockets with their process', async () => {
+  const srv = await tcpServer(() => {});
+  const srv6 = await tcpServer(() => {}, { host: '::' }).catch(() => null);
+  const r = await host.req('net.ports');
+  assert.equal(r.ok, true);
+  assert.equal(r.truncated, false);
+  const comm = fs.readFileSync(`/proc/${process.pid}/comm`, 'utf8').trim();
+  assert.deepEqual(r.ports.filter((p) => p.port === srv.port), [{ port: srv.port, address: '127.0.0.1', family: 4, pid: process.pid, process: comm }]);
+  if (srv6) assert.deepEqual(r.ports.filter((p) => p.port === srv6.port), [{ port: srv6.port, address: '::', family: 6, pid: process.pid, process: comm }]);
+  const sorted = r.ports.map((p) => p.port);
+  assert.deepEqual(sorted, [...sorted].sort((a, b) => a - b));
+  await new Promise((res) => srv.close(res));
+  const r2 = await host.req('net.ports');
+  assert.equal(r2.ports.some((p) => p.port === srv.port), false);
+  srv6?.close();
 });
 
 test('garbage input resyncs', async () => {

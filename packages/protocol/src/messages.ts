@@ -93,6 +93,28 @@ export interface SysInfo {
   procs_running: number;
 }
 
+/** Reply to `tcp.connect`: the tunnel is open; `window` is the host's first credit on channel 0. */
+export interface TcpConnectReply {
+  window: number;
+}
+
+/** The last frame of a tunnel: both directions finished, or `error` (reset, socket error). */
+export interface TunnelClosedEvent {
+  event: "closed";
+  error?: string;
+}
+
+/** A TCP socket listening inside the guest (`net.ports`). */
+export interface ListeningPort {
+  port: number;
+  /** The bound address: "0.0.0.0", "::", "127.0.0.1", ... */
+  address: string;
+  family: 4 | 6;
+  /** The process holding the socket, when the agent could tell. */
+  pid?: number;
+  process?: string;
+}
+
 /** Every op the agent understands, with the reply it gives. */
 export interface AgentOps {
   "sys.hello": { req: { version: number; session: string }; res: HelloReply };
@@ -116,6 +138,8 @@ export interface AgentOps {
   "file.mkdir": { req: { path: string; parents: boolean; mode?: number }; res: Record<string, never> };
   "file.remove": { req: { path: string; recursive: boolean }; res: Record<string, never> };
   "file.rename": { req: { from: string; to: string }; res: Record<string, never> };
+  "tcp.connect": { req: { port: number; host?: string; window?: number }; res: TcpConnectReply };
+  "net.ports": { req: Record<string, never>; res: { ports: ListeningPort[]; truncated: boolean } };
 }
 
 export type AgentOp = keyof AgentOps;

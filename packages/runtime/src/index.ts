@@ -2,6 +2,7 @@ export { Runtime, defaultDataDir, type CreateOptions, type RuntimeOptions, type 
 export { Sandbox, type SandboxRecord, type SandboxState } from "./sandbox.js";
 export { ExecProcess, type Command, type ExecChunk, type ExecOptions, type ExecResult, type ExitInfo } from "./exec.js";
 export { GuestFiles, type FileSource } from "./files.js";
+export { listPorts, openTunnel, type TunnelOptions } from "./tunnel.js";
 export { AgentClient } from "./agent-client.js";
 export { TemplateStore, type TemplateInfo } from "./templates.js";
 export { bakeFromSandbox, bakeTemplate, bakeVariant, reuseTemplate, templateVersion } from "./bake.js";

@@ -2,12 +2,14 @@ import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { DenError, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
+import type { Duplex } from "node:stream";
+import { DenError, type ListeningPort, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
 import { ExecProcess, execBody, runToCompletion, type Command, type ExecOptions, type ExecResult } from "./exec.js";
 import { GuestFiles } from "./files.js";
 import { VM_FILES } from "./qemu.js";
 import { digestFiles, hostSection, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
+import { listPorts, openTunnel, type TunnelOptions } from "./tunnel.js";
 import { SerialQueue, runTool } from "./util.js";
 import type { Vm } from "./vm.js";
 import type { HostProfile } from "./host.js";
@@ -183,6 +185,19 @@ export class Sandbox {
       await (await this.agent()).request("proc.kill", { proc });
     },
   };
+
+  /**
+   * Opens a TCP connection to `port` on the guest's loopback, carried by the agent: it
+   * reaches servers inside the sandbox even when the sandbox has no network.
+   */
+  async tunnel(port: number, opts: TunnelOptions = {}): Promise<Duplex> {
+    return openTunnel(await this.agent(), port, opts);
+  }
+
+  /** The TCP ports listening inside the guest, with the process holding each when known. */
+  async listeningPorts(): Promise<ListeningPort[]> {
+    return listPorts(await this.agent());
+  }
 
   /** Freezes the VM in place (vCPUs stopped, memory kept). */
   pause(): Promise<void> {
