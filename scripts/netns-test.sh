@@ -31,6 +31,7 @@ serve() { # name address outer-address body
   ip -n "$ns" route add default via "$gw"
   mkdir -p "$www/$ns"
   echo "$4" > "$www/$ns/index.html"
+  head -c 1048576 /dev/urandom > "$www/$ns/big.bin"
   ip netns exec "$ns" python3 -m http.server 80 --bind "$addr" --directory "$www/$ns" >/dev/null 2>&1 &
 }
 serve den-t-net1 198.51.100.10 198.51.100.1 "net1"

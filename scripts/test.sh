@@ -25,7 +25,7 @@ node --test --test-concurrency=1 --test-reporter=spec \
   packages/sdk/dist/test/*.test.js \
   packages/server/dist/test/*.test.js
 # Sandbox networking, inside a namespace with no way off this machine (scripts/netns-test.sh).
-DEN_NETNS_TEST=1 scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/runtime/dist/test/net/*.test.js
+DEN_NETNS_TEST=1 scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/runtime/dist/test/net/*.test.js packages/server/dist/test/net/*.test.js
 if [ "${DEN_SKIP_BENCH:-}" != 1 ]; then
   node packages/bench/dist/src/bench.js --quick
   # The agent loop four ways; it fails if a persistent way ever loses its state.

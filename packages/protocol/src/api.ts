@@ -50,6 +50,49 @@ export type TransitionReason = z.infer<typeof TransitionReason>;
 
 export const OnIdle = z.enum(["hibernate", "destroy"]);
 
+/** A CIDR, an address, or a domain name (`*.example.com` covers its subdomains). */
+const NetworkTarget = z
+  .string()
+  .min(1)
+  .max(253)
+  .regex(/^([0-9]{1,3}(\.[0-9]{1,3}){3}(\/[0-9]{1,2})?|(\*\.)?([A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]{1,63})$/, "not a CIDR, address or domain name");
+
+/**
+ * A sandbox's network. Egress is off unless asked for; private, loopback and link-local
+ * ranges and the host itself are refused whatever the policy says.
+ */
+export const NetworkPolicy = z.strictObject({
+  /** `none` (default): no connection leaves the guest. `allowlist`: only `allow`. `open`: all but `deny`. */
+  egress: z.enum(["none", "allowlist", "open"]),
+  /** allowlist: CIDRs, addresses and domain names the guest may reach (names resolve through Den's DNS). */
+  allow: z.array(NetworkTarget).max(256).optional(),
+  /** open: CIDRs and addresses refused on top of the always-refused ranges. */
+  deny: z.array(NetworkTarget).max(256).optional(),
+  /** Connections open at once; the next one is refused. Default and maximum: the server's limit. */
+  max_connections: z.number().int().min(1).max(65536).optional(),
+  /** Bandwidth each way, in megabits per second. Default and maximum: the server's limit (0 = none). */
+  bandwidth_mbps: z.number().int().min(1).max(100_000).optional(),
+});
+export type NetworkPolicy = z.infer<typeof NetworkPolicy>;
+
+/** Refused connection attempts of a sandbox since its network came up, by why. */
+export const NetworkStatus = z.object({
+  policy: NetworkPolicy,
+  /** Whether its network is up now (a hibernated or egress-none sandbox has none). */
+  active: z.boolean(),
+  refused: z.object({
+    /** Private, loopback, link-local ranges and this machine's addresses. */
+    private: z.number().int(),
+    /** Not allowed by the policy. */
+    policy: z.number().int(),
+    /** Over the connection limit. */
+    limit: z.number().int(),
+    /** DNS names not on the allowlist. */
+    dns: z.number().int(),
+  }),
+});
+export type NetworkStatus = z.infer<typeof NetworkStatus>;
+
 export const CreateSandboxRequest = z.strictObject({
   template: TemplateSpec.optional(),
   persistent: z.boolean().optional(),
@@ -62,6 +105,7 @@ export const CreateSandboxRequest = z.strictObject({
   memory_mb: z.number().int().min(128).max(65536).optional(),
   disk_mb: z.number().int().min(1024).max(256 * 1024).optional(),
   env: EnvVars.optional(),
+  network: NetworkPolicy.optional(),
 });
 export type CreateSandboxRequest = z.infer<typeof CreateSandboxRequest>;
 
@@ -87,6 +131,7 @@ export const Sandbox = z.object({
   hibernate_mode: z.enum(["warm", "cold"]).nullable(),
   /** Bytes its snapshot occupies in the store while cold-hibernated (null otherwise): compare with memory_mb. */
   stored_bytes: z.number().int().nullable(),
+  network: NetworkPolicy,
 });
 export type Sandbox = z.infer<typeof Sandbox>;
 
@@ -332,6 +377,8 @@ export const RestoreCheckpointRequest = z.strictObject({
   idle_timeout_seconds: z.number().int().min(1).max(API_LIMITS.maxIdleTimeoutSeconds).optional(),
   on_idle: OnIdle.optional(),
   metadata: Metadata.optional(),
+  /** Default: the network policy the sandbox had when the checkpoint was taken. */
+  network: NetworkPolicy.optional(),
 });
 export type RestoreCheckpointRequest = z.infer<typeof RestoreCheckpointRequest>;
 

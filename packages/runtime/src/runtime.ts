@@ -122,7 +122,7 @@ export class Runtime {
     readonly host: HostProfile,
   ) {
     this.templates = new TemplateStore(join(dataDir, "templates"));
-    this.networks = new NetworkManager(instance, process.env.DEN_NET_POOL ?? "100.96.0.0/16", parseHostsMap(process.env.DEN_NET_HOSTS));
+    this.networks = new NetworkManager(instance, process.env.DEN_NET_POOL ?? "100.96.0.0/16", parseHostsMap(process.env.DEN_NET_HOSTS), process.env.DEN_NET_MASQUERADE !== "0");
   }
 
   /** Opens a data dir: adopts sandboxes whose QEMU still runs, cleans up what's left of others. */
@@ -459,6 +459,11 @@ export class Runtime {
    */
   async setNetwork(sandboxId: string, policy: EgressPolicy): Promise<void> {
     await this.networks.set(this.get(sandboxId), policy);
+  }
+
+  /** Refused attempts since the sandbox's network came up, or undefined if it has none. */
+  async networkRefusals(sandboxId: string): Promise<{ private: number; policy: number; limit: number; dns: number } | undefined> {
+    return this.networks.get(sandboxId)?.refused();
   }
 
   // ---- fork ----

@@ -1,6 +1,7 @@
 import { defaultDataDir } from "@den/runtime";
 import { defaultCapacity, type Capacity } from "./capacity.js";
 import type { Prices } from "./usage.js";
+import type { NetworkLimits } from "./network.js";
 
 /** Server configuration: flags override environment, environment overrides defaults. */
 export interface ServerConfig {
@@ -35,6 +36,8 @@ export interface ServerConfig {
   };
   /** What this host may hold (admission control). */
   capacity: Capacity;
+  /** Sandbox networks: limits and how refusals are reported. */
+  network: NetworkLimits;
   meter: {
     /** A sandbox's usage is written in segments at most this long (and at every transition). */
     intervalMs: number;
@@ -102,6 +105,11 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       memoryMb: num(env.DEN_CAPACITY_MEMORY_MB, defaultCapacity().memoryMb),
       vcpus: num(env.DEN_CAPACITY_VCPUS, defaultCapacity().vcpus),
       diskReserveMb: num(env.DEN_DISK_RESERVE_MB, defaultCapacity().diskReserveMb),
+    },
+    network: {
+      maxConnections: num(env.DEN_NET_MAX_CONNECTIONS, 256),
+      bandwidthMbps: num(env.DEN_NET_BANDWIDTH_MBPS, 0),
+      eventsIntervalMs: num(env.DEN_NET_EVENTS_INTERVAL_SECONDS, 10) * 1000,
     },
     reaper: {
       intervalMs: num(env.DEN_REAPER_INTERVAL_MS, 1000),

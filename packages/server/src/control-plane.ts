@@ -2,10 +2,11 @@ import { DenError, api } from "@den/protocol";
 import { newId } from "@den/runtime";
 import type { ServerConfig } from "./config.js";
 import type { HostAgent, HostSandboxInfo } from "./host-agent.js";
-import { type CheckpointRow, type Principal, type SandboxRow, type Store, toApiCheckpoint, toApiSandbox } from "./store.js";
+import { type CheckpointRow, type Principal, type SandboxRow, type Store, networkOf, toApiCheckpoint, toApiSandbox } from "./store.js";
 import type { Sandbox as VmSandbox, TemplateInfo } from "@den/runtime";
 import { Meter, meteredState } from "./meter.js";
 import { usageReport } from "./usage.js";
+import { NO_NETWORK, RefusalTracker, effectivePolicy, serializePolicy } from "./network.js";
 
 export function toApiTemplate(t: TemplateInfo, owner: string | null): api.Template {
   return {
@@ -35,6 +36,7 @@ export class ControlPlane {
   private activeExecs = new Map<string, number>();
   private cpuSamples = new Map<string, { at: number; cpu: number }>();
   private lastTouch = new Map<string, number>();
+  private refusals = new RefusalTracker();
   readonly meter: Meter;
 
   constructor(
@@ -102,7 +104,7 @@ export class ControlPlane {
   }
 
   /** A new sandbox's record, before its VM exists (state `creating`). */
-  private newRow(p: Principal, id: string, req: Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">, template: string): SandboxRow {
+  private newRow(p: Principal, id: string, req: Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">, template: string, network: api.NetworkPolicy = NO_NETWORK): SandboxRow {
     const persistent = req.persistent ?? false;
     if (req.ttl_seconds === null && !persistent) throw new DenError("invalid_argument", "ttl_seconds: null (no deadline) needs persistent: true");
     const ttl = req.ttl_seconds === undefined ? this.config.defaults.ttlSeconds : req.ttl_seconds;
@@ -115,7 +117,7 @@ export class ControlPlane {
       metadata: JSON.stringify(req.metadata ?? {}), env: JSON.stringify(req.env ?? {}),
       vcpus: 0, memory_mb: 0, disk_mb: 0,
       created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null,
-      meter_since: now, meter_cpu: null,
+      meter_since: now, meter_cpu: null, network: serializePolicy(network),
     };
   }
 
@@ -147,11 +149,77 @@ export class ControlPlane {
     await this.checkTemplateAccess(p, req.template ?? this.config.defaults.template);
     // A create the host cannot hold is refused before it leaves a record behind.
     await this.host.checkCreate({ template: req.template ?? this.config.defaults.template, ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}) });
-    const row = this.newRow(p, newId("sbx"), req, req.template ?? this.config.defaults.template);
-    return this.materialize(row, () => this.host.create({
+    const network = effectivePolicy(req.network, this.config.network);
+    const row = this.newRow(p, newId("sbx"), req, req.template ?? this.config.defaults.template, network);
+    return this.materialize(row, () => this.withNetwork(row.id, network, () => this.host.create({
       id: row.id, template: row.template,
       ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}), ...(req.disk_mb ? { diskMb: req.disk_mb } : {}),
-    }), { template: row.template });
+    })), { template: row.template });
+  }
+
+  /** Makes a sandbox's VM, then its network; a network that cannot come up takes the VM with it. */
+  private async withNetwork<T>(id: string, policy: api.NetworkPolicy, make: () => Promise<T>): Promise<T> {
+    const made = await make();
+    if (policy.egress === "none") return made;
+    try {
+      await this.host.setNetwork(id, policy);
+    } catch (e) {
+      await this.host.destroy(id).catch(() => undefined);
+      throw e;
+    }
+    return made;
+  }
+
+  // ---- network ----
+
+  /**
+   * Changes a sandbox's network policy. A running sandbox gets it at once; a hibernated
+   * one keeps it for its wake. Written first, so a crash in between converges at start.
+   */
+  async setNetwork(p: Principal, id: string, req: api.NetworkPolicy): Promise<SandboxRow> {
+    const policy = effectivePolicy(req, this.config.network);
+    await this.owned(p, id);
+    return this.serialize(id, async () => {
+      const row = (await this.store.getSandbox(id))!;
+      if (row.state !== "running" && row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}`);
+      const updated = await this.store.updateSandbox(id, { network: serializePolicy(policy) });
+      if (row.state === "running") {
+        await this.flushRefusals(id);
+        try {
+          await this.host.setNetwork(id, policy);
+        } catch (e) {
+          await this.store.updateSandbox(id, { network: row.network });
+          throw e;
+        }
+      }
+      await this.event(id, "network", "user", { egress: policy.egress });
+      return updated!;
+    });
+  }
+
+  /** A sandbox's policy, whether its network is up, and the attempts it refused. */
+  async networkStatus(p: Principal, id: string): Promise<api.NetworkStatus> {
+    const row = await this.owned(p, id);
+    const refused = row.state === "running" ? await this.host.networkRefusals(id) : undefined;
+    return { policy: networkOf(row), active: refused !== undefined, refused: refused ?? { private: 0, policy: 0, limit: 0, dns: 0 } };
+  }
+
+  /**
+   * Writes what each sandbox's network refused since the last pass as one aggregated
+   * `network.refused` event: a port scan costs one row per interval, not one per probe.
+   */
+  async pollRefusals(): Promise<void> {
+    for (const id of this.host.running()) await this.flushRefusals(id);
+  }
+
+  private async flushRefusals(id: string): Promise<void> {
+    const now = await this.host.networkRefusals(id).catch(() => undefined);
+    if (!now) {
+      this.refusals.forget(id);
+      return;
+    }
+    const d = this.refusals.delta(id, now);
+    if (d) await this.event(id, "network.refused", null, { ...d, total: d.private + d.policy + d.limit + d.dns });
   }
 
   // ---- usage ----
@@ -271,7 +339,7 @@ export class ControlPlane {
       const cp: CheckpointRow = {
         id: c.snapshotId, owner: p.owner, sandbox_id: id, name: name ?? null, template: row.template, template_version: row.template_version,
         vcpus: row.vcpus, memory_mb: row.memory_mb, disk_mb: row.disk_mb, pause_ms: Math.round(c.pauseMs), stored_bytes: c.storedBytes,
-        created_at: this.clock.now(),
+        created_at: this.clock.now(), network: row.network,
       };
       await this.store.insertCheckpoint(cp);
       await this.event(id, "checkpoint", "user", { checkpoint: cp.id, name: cp.name, pause_ms: cp.pause_ms, stored_bytes: cp.stored_bytes });
@@ -302,8 +370,9 @@ export class ControlPlane {
     const cp = await this.ownedCheckpoint(p, id);
     await this.checkQuota(p);
     this.host.checkCapacity({ vcpus: cp.vcpus, memoryMb: cp.memory_mb });
-    const row = this.newRow(p, newId("sbx"), { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template);
-    return this.materialize(row, () => this.meter.work(row.id, () => this.host.restoreStored(row.id, cp.id)), { checkpoint: cp.id });
+    const network = effectivePolicy(req.network ?? networkOf(cp), this.config.network);
+    const row = this.newRow(p, newId("sbx"), { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template, network);
+    return this.materialize(row, () => this.withNetwork(row.id, network, () => this.meter.work(row.id, () => this.host.restoreStored(row.id, cp.id))), { checkpoint: cp.id });
   }
 
   /**
@@ -318,6 +387,14 @@ export class ControlPlane {
       const parent = (await this.store.getSandbox(id))!;
       if (parent.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${parent.state}`);
       const kids = await this.meter.work(id, () => this.host.fork(id, count));
+      // Each child gets a network of its own with the parent's policy.
+      const network = networkOf(parent);
+      try {
+        if (network.egress !== "none") for (const k of kids) await this.host.setNetwork(k.id, network);
+      } catch (e) {
+        for (const k of kids) await this.host.destroy(k.id).catch(() => undefined);
+        throw e;
+      }
       const out: api.Sandbox[] = [];
       for (const k of kids) {
         const settings = {
@@ -327,7 +404,7 @@ export class ControlPlane {
           env: JSON.parse(parent.env) as Record<string, string>,
         };
         const row: SandboxRow = {
-          ...this.newRow(p, k.id, settings, parent.template),
+          ...this.newRow(p, k.id, settings, parent.template, network),
           state: "running", template: k.template, template_version: k.templateVersion, vcpus: k.vcpus, memory_mb: k.memoryMb, disk_mb: k.diskMb,
         };
         await this.store.insertSandbox(row);
@@ -345,6 +422,7 @@ export class ControlPlane {
       if (row.state === "destroyed") return row;
       // The record goes first: a crash after it leaves a VM the next start destroys, never a lost sandbox.
       const done = await this.transition(id, "destroyed", reason, { destroyed_at: this.clock.now() });
+      await this.flushRefusals(id);
       await this.host.destroy(id);
       if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, modeOf(row));
       this.forget(id);
@@ -367,6 +445,7 @@ export class ControlPlane {
       if (row.state === "hibernated") return row;
       if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a running sandbox can hibernate`);
       if (mode === "cold") await this.checkStoreQuota(row.owner);
+      await this.flushRefusals(id);
       const t0 = performance.now();
       this.meter.sample(id);
       const snapshot = await this.meter.work(id, () => this.host.hibernate(id, mode));
@@ -395,7 +474,21 @@ export class ControlPlane {
       await this.host.wake(id, row.hibernate_snapshot, modeOf(row));
       if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, modeOf(row));
     });
-    return this.transition(id, "running", reason, { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: this.clock.now() }, { mode: modeOf(row), ms: Math.round(performance.now() - t0) });
+    const done = await this.transition(id, "running", reason, { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: this.clock.now() }, { mode: modeOf(row), ms: Math.round(performance.now() - t0) });
+    await this.restoreNetwork(done);
+    return done;
+  }
+
+  /**
+   * Brings a woken (or recovered, or adopted) sandbox's network back to its policy. A
+   * failure leaves the sandbox running without a network and says so in its events.
+   */
+  private async restoreNetwork(row: SandboxRow): Promise<void> {
+    try {
+      await this.host.setNetwork(row.id, networkOf(row));
+    } catch (e) {
+      await this.event(row.id, "network.error", "error", { message: (e as Error).message });
+    }
   }
 
   async setTimeout(id: string, seconds: number): Promise<SandboxRow> {
@@ -503,6 +596,8 @@ export class ControlPlane {
       }
     }
     for (const id of onHost) if (!known.has(id)) await this.host.destroy(id);
+    // Networks follow the database (a policy change may have been cut short by the stop).
+    for (const row of await this.store.liveSandboxes()) if (row.state === "running" && onHost.has(row.id)) await this.restoreNetwork(row);
     // Snapshots nothing points at: half-done uploads and local copies a crash left behind.
     await this.host.collectSnapshots(await this.store.referencedSnapshots());
   }
@@ -519,9 +614,11 @@ export class ControlPlane {
       if (!cp || cp.sandbox_id !== id) throw new DenError("snapshot_not_found", `sandbox ${id} has no checkpoint to recover from`);
       await this.host.destroy(id);
       const info = await this.host.restoreStored(id, cp.id);
-      return this.transition(id, "running", "user", {
+      const done = await this.transition(id, "running", "user", {
         template_version: info.templateVersion, vcpus: info.vcpus, memory_mb: info.memoryMb, disk_mb: info.diskMb, last_activity_at: this.clock.now(),
       }, { recovered_from: cp.id, checkpoint_age_seconds: Math.round((this.clock.now() - cp.created_at) / 1000) });
+      await this.restoreNetwork(done);
+      return done;
     });
   }
 

@@ -39,6 +39,8 @@ export interface SandboxesTable {
   /** Metering: when its open usage segment began, and its VM's CPU counter then. */
   meter_since: number | null;
   meter_cpu: number | null;
+  /** JSON of its api.NetworkPolicy; null: egress none. */
+  network: string | null;
 }
 
 /** One closed stretch of a sandbox's (or a deleted checkpoint's) life, as billed. */
@@ -84,6 +86,8 @@ export interface CheckpointsTable {
   pause_ms: number;
   stored_bytes: number;
   created_at: number;
+  /** The sandbox's network policy when it was taken (JSON), the default of its restores. */
+  network: string | null;
 }
 
 /** Templates made through the API, and who owns them (the host's own templates have no row). */

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { deleteStoredSnapshot, downloadSnapshot, listStoredSnapshotIds, readStoredManifest, storedBytes, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
-import { DenError } from "@den/protocol";
+import { DenError, type api } from "@den/protocol";
 import { Runtime, bakeFromSandbox, bakeVariant, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
 import { Admission, type Capacity, type Shape } from "./capacity.js";
 
@@ -91,6 +91,13 @@ export interface HostAgent {
   resume(id: string): Promise<void>;
   /** Host CPU seconds used by the sandbox's VM, if it runs. */
   cpuSeconds(id: string): number | undefined;
+  /**
+   * Gives a running sandbox this network policy (`none` takes its network away). Takes
+   * effect at once; a no-op if it already has exactly this policy.
+   */
+  setNetwork(id: string, policy: api.NetworkPolicy): Promise<void>;
+  /** Refused connection attempts since its network came up; undefined if it has none here. */
+  networkRefusals(id: string): Promise<api.NetworkStatus["refused"] | undefined>;
   /** The guest side: exec, files, processes. */
   guest(id: string): VmSandbox;
   templates(): Promise<TemplateInfo[]>;
@@ -183,6 +190,17 @@ export class LocalHostAgent implements HostAgent {
       this.bakes.set(key, p);
     }
     return p;
+  }
+
+  async setNetwork(id: string, policy: api.NetworkPolicy): Promise<void> {
+    await this.rt.setNetwork(id, {
+      egress: policy.egress, allow: policy.allow ?? [], deny: policy.deny ?? [],
+      maxConnections: policy.max_connections ?? null, bandwidthMbps: policy.bandwidth_mbps ?? null,
+    });
+  }
+
+  async networkRefusals(id: string): Promise<api.NetworkStatus["refused"] | undefined> {
+    return this.rt.has(id) ? this.rt.networkRefusals(id) : undefined;
   }
 
   async destroy(id: string): Promise<void> {

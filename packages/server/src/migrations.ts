@@ -123,4 +123,11 @@ export const migrations: Record<string, Migration> = {
       await db.schema.alterTable("templates").addColumn("deleted_at", "bigint").execute();
     },
   },
+  "008_network": {
+    async up(db: Kysely<unknown>): Promise<void> {
+      // JSON of api.NetworkPolicy; null means egress none.
+      await db.schema.alterTable("sandboxes").addColumn("network", "text").execute();
+      await db.schema.alterTable("checkpoints").addColumn("network", "text").execute();
+    },
+  },
 };

@@ -63,11 +63,18 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
     reaping = true;
     cp.reap().catch((err: unknown) => app.log.error({ err }, "reaper pass failed")).finally(() => (reaping = false));
   }, config.reaper.intervalMs);
+  let polling = false;
+  const refusals = setInterval(() => {
+    if (polling) return;
+    polling = true;
+    cp.pollRefusals().catch((err: unknown) => app.log.error({ err }, "network refusal pass failed")).finally(() => (polling = false));
+  }, config.network.eventsIntervalMs);
   return {
     app, cp, url: `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`,
     ...(createdAdminKey ? { createdAdminKey } : {}),
     async close() {
       clearInterval(reaper);
+      clearInterval(refusals);
       await app.close();
       const r = await cp.hibernateAllCold(Date.now() + config.defaults.shutdownTimeoutSeconds * 1000);
       if (r.done || r.left) app.log.info(r, "clean stop: sandboxes cold-hibernated (the rest are adopted at the next start)");

@@ -1,3 +1,4 @@
+import { NO_NETWORK } from "./network.js";
 import { createHash, randomBytes } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
 import type { api } from "@den/protocol";
@@ -49,7 +50,13 @@ export function toApiSandbox(r: SandboxRow): api.Sandbox {
     destroyed_at: iso(r.destroyed_at),
     hibernate_mode: r.state === "hibernated" ? ((r.hibernate_mode as "warm" | "cold" | null) ?? "warm") : null,
     stored_bytes: r.state === "hibernated" && r.stored_bytes !== null ? Number(r.stored_bytes) : null,
+    network: networkOf(r),
   };
+}
+
+/** A row's network policy (null in the database means egress none). */
+export function networkOf(r: { network: string | null }): api.NetworkPolicy {
+  return r.network ? (JSON.parse(r.network) as api.NetworkPolicy) : NO_NETWORK;
 }
 
 /** All SQL lives here, in portable kysely queries. */

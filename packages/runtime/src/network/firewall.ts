@@ -15,6 +15,8 @@ export interface FirewallSpec {
   hostAddresses: string[];
   /** New connections allowed at once (conntrack), or null for no limit. */
   maxConnections: number | null;
+  /** Where refused TCP connections are sent to be reset (see Refuser). */
+  refuser: { address: string; port: number };
 }
 
 const set = (name: string, elements: string[]) =>
@@ -26,10 +28,21 @@ const set = (name: string, elements: string[]) =>
  * the refused ranges come before any allow, so no policy reaches them.
  */
 export function firewallRules(spec: FirewallSpec): string {
-  const policy =
-    spec.mode === "allowlist" ? ["    ip daddr != @allow4 counter name refused_policy reject"]
-    : spec.mode === "open" ? ["    ip daddr @deny4 counter name refused_policy reject"]
-    : ["    counter name refused_policy reject"];
+  // The same refusals twice: in the nat chain, TCP connections go to the refuser (counted
+  // once per connection); in the filter chain, everything else is rejected (counted per
+  // packet), and so is anything the nat chain let by.
+  const verdicts = (proto: string, verdict: string) => {
+    const policy =
+      spec.mode === "allowlist" ? [`ip daddr != @allow4 ${proto}counter name refused_policy ${verdict}`]
+      : spec.mode === "open" ? [`ip daddr @deny4 ${proto}counter name refused_policy ${verdict}`]
+      : [`${proto}counter name refused_policy ${verdict}`];
+    return [
+      `ip daddr @refused4 ${proto}counter name refused_private ${verdict}`,
+      ...policy,
+      ...(spec.maxConnections !== null ? [`${proto}ct state new ct count over ${spec.maxConnections} counter name refused_limit ${verdict}`] : []),
+    ].map((r) => `    ${r}`);
+  };
+  const r = spec.refuser;
   return [
     "table inet den",
     "delete table inet den",
@@ -40,15 +53,22 @@ export function firewallRules(spec: FirewallSpec): string {
     "  counter refused_private {}",
     "  counter refused_policy {}",
     "  counter refused_limit {}",
+    "  chain refuse_tcp {",
+    "    type nat hook output priority -100; policy accept;",
+    `    ip daddr ${spec.dns} tcp dport 53 accept`,
+    "    meta nfproto ipv6 return",
+    ...verdicts("meta l4proto tcp ", `dnat ip to ${r.address}:${r.port}`),
+    "  }",
     "  chain out {",
     "    type filter hook output priority 0; policy accept;",
+    `    ip daddr ${r.address} tcp dport ${r.port} ct status dnat accept`,
+    // The errors the rejects below send back to this namespace's own sockets.
+    "    icmp type destination-unreachable fib daddr type local accept",
     `    ip daddr ${spec.dns} udp dport 53 accept`,
     `    ip daddr ${spec.dns} tcp dport 53 accept`,
-    "    ip daddr @refused4 counter name refused_private reject",
     // IPv6 stays closed until it gets the same care (private ranges, the host's addresses).
     "    meta nfproto ipv6 counter name refused_private reject",
-    ...policy,
-    ...(spec.maxConnections !== null ? [`    ct state new ct count over ${spec.maxConnections} counter name refused_limit reject`] : []),
+    ...verdicts("", "reject"),
     "  }",
     "}",
     "",

@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from "node:fs";
-import { readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
 import { runTool } from "../util.js";
@@ -37,6 +38,39 @@ async function hostAddresses(): Promise<string[]> {
   return links.flatMap((l) => (l.addr_info ?? []).map((a) => a.local).filter((a): a is string => !!a && !a.startsWith("127.")));
 }
 
+function samePolicy(a: EgressPolicy, b: EgressPolicy): boolean {
+  const norm = (p: EgressPolicy) => JSON.stringify([p.egress, p.allow ?? [], p.deny ?? [], p.maxConnections ?? null, p.bandwidthMbps ?? null]);
+  return norm(a) === norm(b);
+}
+
+/**
+ * Routes the pool's traffic out of this machine: forwarding on, and the pool's source
+ * addresses rewritten to the outgoing interface's (a table of its own, keyed by the pool,
+ * replaced whole so a restart never stacks rules).
+ */
+async function enableHostNat(pool: string): Promise<void> {
+  await writeFile("/proc/sys/net/ipv4/ip_forward", "1");
+  const table = `den_nat_${pool.replace(/[./]/g, "_")}`;
+  const rules = [
+    `table ip ${table}`,
+    `delete table ip ${table}`,
+    `table ip ${table} {`,
+    "  chain post {",
+    "    type nat hook postrouting priority srcnat; policy accept;",
+    `    ip saddr ${pool} ip daddr != ${pool} masquerade`,
+    "  }",
+    "}",
+    "",
+  ].join("\n");
+  const dir = await mkdtemp(join(tmpdir(), "den-nat-"));
+  try {
+    await writeFile(join(dir, "nat.rules"), rules);
+    await runTool("nft", ["-f", join(dir, "nat.rules")]);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 /**
  * The networks of one runtime's sandboxes: which slot (link) each has, its policy, and
  * bringing them up, changing and tearing them down — also after a restart.
@@ -45,10 +79,22 @@ export class NetworkManager {
   private nets = new Map<string, SandboxNetwork>();
   private env: NetworkEnv | undefined;
 
-  constructor(private readonly instance: string, private readonly pool: string, private readonly hosts: Record<string, string>) {}
+  /**
+   * `masquerade`: let sandboxes' connections out through this machine (IP forwarding and
+   * NAT for the pool), which a real deployment needs; off where a router does it.
+   */
+  constructor(
+    private readonly instance: string,
+    private readonly pool: string,
+    private readonly hosts: Record<string, string>,
+    private readonly masquerade = true,
+  ) {}
 
   private async netEnv(): Promise<NetworkEnv> {
-    this.env ??= { pool: this.pool, hostAddresses: await hostAddresses(), hosts: this.hosts };
+    if (!this.env) {
+      if (this.masquerade) await enableHostNat(this.pool);
+      this.env = { pool: this.pool, hostAddresses: await hostAddresses(), hosts: this.hosts };
+    }
     return this.env;
   }
 
@@ -67,6 +113,7 @@ export class NetworkManager {
       await this.release(guest.id, guest.dir);
       return;
     }
+    if (cur && samePolicy(cur.currentPolicy, policy)) return;
     if (cur) {
       await cur.setPolicy(policy);
     } else {

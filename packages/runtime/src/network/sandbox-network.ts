@@ -6,6 +6,7 @@ import { DenError } from "@den/protocol";
 import { runTool } from "../util.js";
 import { isCidr, slotLink } from "./addresses.js";
 import { SandboxDns } from "./dns.js";
+import { Refuser } from "./refuser.js";
 import { firewallRules, parseCounters, type EgressMode, type RefusedCounts } from "./firewall.js";
 
 export interface EgressPolicy {
@@ -15,6 +16,8 @@ export interface EgressPolicy {
   deny?: string[];
   /** New connections at once (default: no limit). */
   maxConnections?: number | null;
+  /** Bandwidth each way in megabits per second (default: no limit). */
+  bandwidthMbps?: number | null;
 }
 
 export interface NetworkEnv {
@@ -45,6 +48,7 @@ export const GUEST_NET = { cidr: "10.0.2.0/24", address: "10.0.2.15", gateway: "
 export class SandboxNetwork {
   private router: ChildProcess | undefined;
   private dns: SandboxDns | undefined;
+  private refuser: Refuser | undefined;
   private extraAllow: string[] = [];
   dnsRefused = 0;
 
@@ -56,6 +60,10 @@ export class SandboxNetwork {
     private readonly env: NetworkEnv,
     private readonly dir: string,
   ) {}
+
+  get currentPolicy(): EgressPolicy {
+    return this.policy;
+  }
 
   get netns(): string {
     return netnsName(this.sandboxId);
@@ -87,7 +95,9 @@ export class SandboxNetwork {
     const n = new SandboxNetwork(instance, sandboxId, slot, policy, env, dir);
     try {
       await n.createLink();
+      n.refuser = await Refuser.listen(n.link.host);
       await n.applyFirewall();
+      await n.applyShaping();
       n.dns = await SandboxDns.listen(n.link.host, () => n.dnsPolicy());
       await n.startRouter();
       return n;
@@ -108,6 +118,10 @@ export class SandboxNetwork {
     await runTool("ip", ["-n", ns, "addr", "add", `${guest}/30`, "dev", "eth0"]);
     await runTool("ip", ["-n", ns, "link", "set", "eth0", "up"]);
     await runTool("ip", ["-n", ns, "link", "set", "lo", "up"]);
+    // Every refused connect is answered by an ICMP error; rate-limited, a burst of refusals
+    // (a port scan) would leave the later connects hanging until they time out.
+    await runTool("ip", ["netns", "exec", ns, "sysctl", "-qw", "net.ipv4.icmp_ratelimit=0", "net.ipv4.icmp_msgs_per_sec=100000"]).catch(() =>
+      runTool("ip", ["netns", "exec", ns, "sysctl", "-qw", "net.ipv4.icmp_ratelimit=0"]));
     await runTool("ip", ["-n", ns, "route", "add", "default", "via", host]);
   }
 
@@ -134,6 +148,7 @@ export class SandboxNetwork {
     const rules = firewallRules({
       mode: p.egress, allow: [...(p.allow ?? []).filter(isCidr), ...this.extraAllow], deny: p.deny ?? [],
       dns: this.link.host, hostAddresses: this.env.hostAddresses, maxConnections: p.maxConnections ?? null,
+      refuser: { address: this.refuser!.address, port: this.refuser!.port },
     });
     const file = join(this.dir, "nft.rules");
     await writeFile(file, rules);
@@ -183,6 +198,25 @@ export class SandboxNetwork {
     this.policy = policy;
     this.extraAllow = [];
     await this.applyFirewall();
+    await this.applyShaping();
+  }
+
+  /**
+   * Bandwidth limits: a token bucket on each end of the link, so the namespace's uplink
+   * (the guest's uploads) and the host end (its downloads) are each held to the rate.
+   */
+  private async applyShaping(): Promise<void> {
+    const mbps = this.policy.bandwidthMbps ?? null;
+    const ends: Array<[string[], string]> = [[["-n", this.netns], "eth0"], [[], this.hostInterface]];
+    for (const [ns, dev] of ends) {
+      if (mbps === null) {
+        await runTool("tc", [...ns, "qdisc", "del", "dev", dev, "root"]).catch(() => undefined);
+        continue;
+      }
+      // The bucket holds 10 ms of traffic (at least 16 KiB): small enough to hold the rate, big enough for the timer.
+      const burst = Math.max(16384, Math.ceil((mbps * 125_000) / 100));
+      await runTool("tc", [...ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", `${mbps}mbit`, "burst", String(burst), "latency", "200ms"]);
+    }
   }
 
   async refused(): Promise<RefusedCounts & { dns: number }> {
@@ -198,11 +232,12 @@ export class SandboxNetwork {
   detach(): void {
     this.dns?.close();
     this.dns = undefined;
+    this.refuser?.close();
+    this.refuser = undefined;
   }
 
   async down(): Promise<void> {
-    this.dns?.close();
-    this.dns = undefined;
+    this.detach();
     if (this.router?.pid) {
       try {
         process.kill(-this.router.pid, "SIGKILL");
