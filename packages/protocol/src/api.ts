@@ -387,3 +387,39 @@ export const RecoveryPoint = z.object({ checkpoint_id: z.string(), created_at: z
 
 export const ForkRequest = z.strictObject({ count: z.number().int().min(1).max(16).optional() });
 export const ForkResponse = z.object({ sandboxes: z.array(Sandbox) });
+
+/** A TCP port listening inside a sandbox. */
+export const ListeningPort = z.object({
+  port: z.number().int(),
+  /** The address it is bound to inside the guest ("0.0.0.0", "::", "127.0.0.1", ...): all are reachable through Den. */
+  address: z.string(),
+  family: z.union([z.literal(4), z.literal(6)]),
+  pid: z.number().int().optional(),
+  process: z.string().optional(),
+});
+export const ListPortsResponse = z.object({
+  /** Empty unless the sandbox runs (listing never wakes it). */
+  ports: z.array(ListeningPort),
+  state: SandboxState,
+});
+export type ListPortsResponse = z.infer<typeof ListPortsResponse>;
+
+export const CreatePortUrlRequest = z.strictObject({
+  port: z.number().int().min(1).max(65535),
+  /** How long the URL works. Default 3600; at most the server's limit (7 days unless configured). */
+  expires_in_seconds: z.number().int().min(1).optional(),
+});
+export type CreatePortUrlRequest = z.infer<typeof CreatePortUrlRequest>;
+
+/** A signed URL that opens one port of one sandbox to whoever holds it, until it expires. */
+export const PortUrl = z.object({
+  port: z.number().int(),
+  /** Under the API's path: `/v1/sandboxes/{id}/ports/{port}/?den_token=...`. */
+  url: z.string(),
+  /** The same at `/` of the port's own host name (`{port}-sbx-{...}.<domain>`), for apps that must sit at the root. */
+  vhost_url: z.string(),
+  /** The token alone: as the `den_token` query parameter or cookie. */
+  token: z.string(),
+  expires_at: z.string(),
+});
+export type PortUrl = z.infer<typeof PortUrl>;

@@ -1,3 +1,4 @@
+import http from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawReplyDefaultExpression, type RawRequestDefaultExpression, type RawServerDefault } from "fastify";
 import swagger from "@fastify/swagger";
 import websocket from "@fastify/websocket";
@@ -12,6 +13,9 @@ import { registerAdminRoutes } from "./routes/admin.js";
 import { registerPtyRoutes } from "./routes/pty.js";
 import { registerCheckpointRoutes } from "./routes/checkpoints.js";
 import { registerUsageRoutes } from "./routes/usage.js";
+import { registerPortRoutes } from "./routes/ports.js";
+import { PortProxy } from "./ports/proxy.js";
+import { PortTokens } from "./ports/tokens.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -40,6 +44,23 @@ const PTY_PATH_DOC = {
       responses: { "101": { description: "Switching to the WebSocket protocol" } },
     },
   },
+  "/v1/sandboxes/{id}/ports/{port}/{path}": {
+    get: {
+      summary: "A server listening on `port` inside the sandbox (any method; WebSockets too)",
+      description: "Forwarded to the guest's server as is, minus Den's credentials; the sandbox wakes if hibernated. Authenticated by the owner's key, or a signed URL's `den_token` (query parameter, then cookie). The same is served at `/` of the host `{port}-sbx-{...}.<DEN_PORTS_DOMAIN>`. `Upgrade: den-tcp` on `/v1/sandboxes/{id}/ports/{port}` splices a raw TCP connection to the port.",
+      parameters: [
+        { name: "id", in: "path", required: true, schema: { type: "string" } },
+        { name: "port", in: "path", required: true, schema: { type: "integer", minimum: 1, maximum: 65535 } },
+        { name: "path", in: "path", required: true, schema: { type: "string" } },
+        { name: "den_token", in: "query", schema: { type: "string" } },
+      ],
+      responses: {
+        "200": { description: "Whatever the guest's server answers" },
+        "401": { description: "No key or signed URL, or an expired one" },
+        "502": { description: "Nothing listens on the port (code connection_refused)" },
+      },
+    },
+  },
 };
 
 function errorBody(code: ErrorCode, message: string, details?: Record<string, unknown>) {
@@ -60,7 +81,15 @@ export function requireAdmin(req: FastifyRequest): Principal {
 
 /** Builds the HTTP app: validation from the shared zod schemas, one error format, auth on /v1. */
 export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | object } = {}): Promise<FastifyInstance> {
+  // Requests for sandboxes' ports bypass the API's routing: their bodies and upgrades go to the guest as they are.
+  const tokens = PortTokens.open(cp.config.dataDir);
+  const proxy = new PortProxy(cp, tokens, cp.config.ports.domain);
   const app = Fastify({
+    serverFactory: (handler) => http.createServer((req, res) => {
+      const t = proxy.match(req);
+      if (t) void proxy.handle(req, res, t);
+      else handler(req, res);
+    }),
     logger: opts.logger ?? false,
     bodyLimit: cp.config.limits.bodyBytes,
     // Ids and paths travel in URLs; keep them bounded.
@@ -125,7 +154,19 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   app.get("/readyz", { schema: { hide: true } }, async () => ({ ok: true }));
   app.get("/openapi.json", { schema: { hide: true } }, async () => app.swagger());
 
+  app.addHook("onReady", async () => {
+    const server = app.server;
+    const others = server.listeners("upgrade") as Array<(...a: unknown[]) => void>;
+    server.removeAllListeners("upgrade");
+    server.on("upgrade", (req: http.IncomingMessage, socket, head: Buffer) => {
+      const t = proxy.match(req);
+      if (t) void proxy.upgrade(req, socket, head, t);
+      else for (const l of others) l.call(server, req, socket, head);
+    });
+  });
+
   const typed = app.withTypeProvider<ZodTypeProvider>();
+  registerPortRoutes(typed, cp, tokens);
   registerSandboxRoutes(typed, cp);
   registerUsageRoutes(typed, cp);
   registerExecRoutes(typed, cp);

@@ -38,6 +38,14 @@ export interface ServerConfig {
   capacity: Capacity;
   /** Sandbox networks: limits and how refusals are reported. */
   network: NetworkLimits;
+  ports: {
+    /** Ports are also served at `P-sbx-ID.<domain>` (default "localhost": browsers resolve *.localhost to this machine). */
+    domain: string;
+    /** The address users reach this server at, for the URLs it hands out; default: the request's Host. */
+    publicUrl?: string;
+    /** The longest a signed port URL may live. */
+    maxUrlTtlSeconds: number;
+  };
   meter: {
     /** A sandbox's usage is written in segments at most this long (and at every transition). */
     intervalMs: number;
@@ -110,6 +118,11 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       maxConnections: num(env.DEN_NET_MAX_CONNECTIONS, 256),
       bandwidthMbps: num(env.DEN_NET_BANDWIDTH_MBPS, 0),
       eventsIntervalMs: num(env.DEN_NET_EVENTS_INTERVAL_SECONDS, 10) * 1000,
+    },
+    ports: {
+      domain: env.DEN_PORTS_DOMAIN ?? "localhost",
+      ...(env.DEN_PUBLIC_URL ? { publicUrl: env.DEN_PUBLIC_URL.replace(/\/+$/, "") } : {}),
+      maxUrlTtlSeconds: num(env.DEN_MAX_URL_TTL_SECONDS, 7 * 24 * 3600),
     },
     reaper: {
       intervalMs: num(env.DEN_REAPER_INTERVAL_MS, 1000),

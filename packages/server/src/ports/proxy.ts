@@ -1,0 +1,270 @@
+import http from "node:http";
+import type { Duplex } from "node:stream";
+import { DenError, ERROR_STATUS, type ErrorCode } from "@den/protocol";
+import type { ControlPlane } from "../control-plane.js";
+import type { PortTokens } from "./tokens.js";
+
+/** The query parameter and cookie a signed port URL's token travels in. */
+export const TOKEN_PARAM = "den_token";
+const TOKEN_COOKIE = "den_token";
+
+const PATH_ROUTE = /^\/v1\/sandboxes\/(sbx_[a-z2-7]{16})\/ports\/(\d{1,5})(\/[^?]*)?(?:\?(.*))?$/;
+const VHOST = /^(\d{1,5})-sbx[-_]([a-z2-7]{16})\.(.+)$/;
+const HOP_BY_HOP = new Set(["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"]);
+
+/** A request meant for a port of a sandbox. */
+export interface PortTarget {
+  sandbox: string;
+  port: number;
+  /** Path and query to send to the guest's server (Den's token taken out). */
+  guestPath: string;
+  /** What the request's path starts with on Den's side ("" for a virtual host). */
+  prefix: string;
+  /** The path route without even a "/" after the port. */
+  bare: boolean;
+  token: string | undefined;
+}
+
+/**
+ * `P-sbx-ID.<domain>` of a port: the virtual host under which an app sits at `/`
+ * (sandbox ids hold an underscore, which host names should not; a dash stands for it).
+ */
+export function vhostName(sandbox: string, port: number, domain: string): string {
+  return `${port}-${sandbox.replace("_", "-")}.${domain}`;
+}
+
+/** Finds the sandbox and port a request is for: the path route or a virtual host. */
+export function matchPortRequest(req: http.IncomingMessage, domain: string): PortTarget | undefined {
+  const url = req.url ?? "/";
+  const m = PATH_ROUTE.exec(url);
+  let sandbox: string;
+  let port: number;
+  let path: string;
+  let query: string;
+  let prefix = "";
+  let bare = false;
+  if (m) {
+    sandbox = m[1]!;
+    port = Number(m[2]);
+    path = m[3] ?? "/";
+    bare = m[3] === undefined;
+    query = m[4] ?? "";
+    prefix = `/v1/sandboxes/${sandbox}/ports/${port}`;
+  } else {
+    const host = (req.headers.host ?? "").toLowerCase().replace(/:\d+$/, "");
+    const v = VHOST.exec(host);
+    if (!v || v[3] !== domain.toLowerCase()) return undefined;
+    sandbox = `sbx_${v[2]}`;
+    port = Number(v[1]);
+    const q = url.indexOf("?");
+    path = q < 0 ? url : url.slice(0, q);
+    query = q < 0 ? "" : url.slice(q + 1);
+  }
+  if (port < 1 || port > 65535) return undefined;
+  const params = new URLSearchParams(query);
+  const token = params.get(TOKEN_PARAM) ?? undefined;
+  params.delete(TOKEN_PARAM);
+  const rest = params.toString();
+  return { sandbox, port, guestPath: path + (rest ? `?${rest}` : ""), prefix, bare, token };
+}
+
+function cookieToken(req: http.IncomingMessage): string | undefined {
+  for (const part of (req.headers.cookie ?? "").split(";")) {
+    const [k, ...v] = part.trim().split("=");
+    if (k === TOKEN_COOKIE) return v.join("=");
+  }
+  return undefined;
+}
+
+/** How a request proved it may use the port. */
+type Grant = { via: "key" } | { via: "token"; token: string; fromQuery: boolean };
+
+/**
+ * Serves sandboxes' ports through Den: plain HTTP is forwarded request by request,
+ * upgrades (WebSockets) and raw TCP (`Upgrade: den-tcp`, for `den forward`) are spliced
+ * byte for byte. Each connection to the guest is a tunnel through its agent, so ports
+ * work whatever the sandbox's egress policy. A hibernated sandbox wakes for the request.
+ */
+export class PortProxy {
+  constructor(
+    private readonly cp: ControlPlane,
+    private readonly tokens: PortTokens,
+    readonly domain: string,
+  ) {}
+
+  match(req: http.IncomingMessage): PortTarget | undefined {
+    return matchPortRequest(req, this.domain);
+  }
+
+  /** The owner's key (never another's), or a valid signed token from the URL or its cookie. */
+  private async authorize(req: http.IncomingMessage, t: PortTarget): Promise<Grant> {
+    const m = /^Bearer\s+(\S{1,512})$/.exec(req.headers.authorization ?? "");
+    const principal = m ? await this.cp.store.findKey(m[1]!) : undefined;
+    const row = await this.cp.store.getSandbox(t.sandbox);
+    if (principal) {
+      // Another owner's sandbox does not exist for them.
+      if (!row || row.owner !== principal.owner) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(t.sandbox)} does not exist`);
+      return { via: "key" };
+    }
+    const now = Date.now();
+    for (const [token, fromQuery] of [[t.token, true], [cookieToken(req), false]] as const) {
+      if (token && this.tokens.verify(token, t.sandbox, t.port, now)) {
+        if (!row) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(t.sandbox)} does not exist`);
+        return { via: "token", token, fromQuery };
+      }
+    }
+    if (t.token) throw new DenError("unauthorized", "the port URL's token is invalid or has expired");
+    throw new DenError("unauthorized", "a port needs the owner's API key (Authorization: Bearer <key>) or a signed URL");
+  }
+
+  /** Headers for the guest's server: Den's own credentials removed, forwarding headers added. */
+  private guestHeaders(req: http.IncomingMessage, t: PortTarget, grant: Grant, keepUpgrade: boolean): Array<[string, string]> {
+    const out: Array<[string, string]> = [];
+    const raw = req.rawHeaders;
+    for (let i = 0; i + 1 < raw.length; i += 2) {
+      const name = raw[i]!;
+      const lower = name.toLowerCase();
+      let value = raw[i + 1]!;
+      if (lower === "authorization" && grant.via === "key") continue; // a Den key never enters a sandbox
+      if (!keepUpgrade && HOP_BY_HOP.has(lower)) continue;
+      if (lower.startsWith("x-forwarded-")) continue;
+      if (lower === "cookie") {
+        value = value.split(";").map((c) => c.trim()).filter((c) => c && !c.startsWith(`${TOKEN_COOKIE}=`)).join("; ");
+        if (!value) continue;
+      }
+      out.push([name, value]);
+    }
+    out.push(["X-Forwarded-For", req.socket.remoteAddress ?? ""], ["X-Forwarded-Proto", "http"]);
+    if (req.headers.host) out.push(["X-Forwarded-Host", req.headers.host]);
+    if (t.prefix) out.push(["X-Forwarded-Prefix", t.prefix]);
+    return out;
+  }
+
+  /** A signed URL's token is kept as a cookie, so the page's own requests (assets, XHR) pass too. */
+  private tokenCookie(t: PortTarget, grant: Grant): string | undefined {
+    if (grant.via !== "token" || !grant.fromQuery) return undefined;
+    const exp = Number(grant.token.split(".")[0]);
+    return `${TOKEN_COOKIE}=${grant.token}; Path=${t.prefix || "/"}; Expires=${new Date(exp * 1000).toUTCString()}; HttpOnly; SameSite=Lax`;
+  }
+
+  private async tunnel(t: PortTarget): Promise<Duplex> {
+    const guest = await this.cp.guest(t.sandbox);
+    try {
+      return await guest.tunnel(t.port);
+    } catch (e) {
+      if (e instanceof DenError && e.code === "connection_refused") {
+        throw new DenError("connection_refused", `nothing listens on port ${t.port} in sandbox ${t.sandbox}`);
+      }
+      throw e;
+    }
+  }
+
+  /** Forwards one HTTP request to the guest's server on the target port. */
+  async handle(req: http.IncomingMessage, res: http.ServerResponse, t: PortTarget): Promise<void> {
+    try {
+      const grant = await this.authorize(req, t);
+      if (t.bare) {
+        // Relative links of the app resolve under the port's path only with a trailing slash.
+        const q = t.guestPath.indexOf("?");
+        res.writeHead(308, { location: `${t.prefix}/${q < 0 ? "" : t.guestPath.slice(q)}` }).end();
+        return;
+      }
+      await this.cp.withExec(t.sandbox, async () => {
+        const tunnel = await this.tunnel(t);
+        await new Promise<void>((resolve) => {
+          const preq = http.request({
+            method: req.method, path: t.guestPath, headers: headerObject(this.guestHeaders(req, t, grant, false)),
+            createConnection: () => tunnel as never,
+          });
+          const fail = (e: Error) => {
+            tunnel.destroy();
+            if (!res.headersSent) sendError(res, e instanceof DenError ? e : new DenError("agent_unavailable", `port ${t.port}: ${e.message}`));
+            else res.destroy();
+            resolve();
+          };
+          preq.on("error", fail);
+          preq.on("response", (pres) => {
+            const headers: string[] = [];
+            for (let i = 0; i + 1 < pres.rawHeaders.length; i += 2) {
+              if (!HOP_BY_HOP.has(pres.rawHeaders[i]!.toLowerCase())) headers.push(pres.rawHeaders[i]!, pres.rawHeaders[i + 1]!);
+            }
+            const cookie = this.tokenCookie(t, grant);
+            if (cookie) headers.push("Set-Cookie", cookie);
+            res.writeHead(pres.statusCode ?? 502, pres.statusMessage, headers);
+            pres.pipe(res);
+            pres.on("error", fail);
+          });
+          res.on("close", () => {
+            tunnel.destroy();
+            resolve();
+          });
+          req.pipe(preq);
+        });
+      });
+    } catch (e) {
+      sendError(res, e);
+    }
+  }
+
+  /**
+   * An upgrade: `den-tcp` on the bare path route splices the client's connection to the
+   * port (for `den forward`); any other (WebSockets) is passed to the guest's server,
+   * which answers it itself.
+   */
+  async upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer, t: PortTarget): Promise<void> {
+    socket.on("error", () => undefined);
+    try {
+      const grant = await this.authorize(req, t);
+      const rawTcp = t.bare && (req.headers.upgrade ?? "").toLowerCase() === "den-tcp";
+      if (t.bare && !rawTcp) throw new DenError("invalid_argument", `upgrade to ${JSON.stringify(req.headers.upgrade)} needs a path after the port (${t.prefix}/...)`);
+      const tunnel = await this.tunnel(t);
+      tunnel.on("error", () => socket.destroy());
+      if (rawTcp) {
+        socket.write("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: den-tcp\r\n\r\n");
+      } else {
+        const lines = [`${req.method} ${t.guestPath} HTTP/1.1`, ...this.guestHeaders(req, t, grant, true).map(([k, v]) => `${k}: ${v}`)];
+        tunnel.write(lines.join("\r\n") + "\r\n\r\n");
+      }
+      if (head.length) tunnel.write(head);
+      socket.pipe(tunnel);
+      tunnel.pipe(socket);
+      // A spliced connection is activity for as long as it lasts.
+      void this.cp.withExec(t.sandbox, () => new Promise<void>((resolve) => {
+        socket.on("close", () => {
+          tunnel.destroy();
+          resolve();
+        });
+        tunnel.on("close", () => socket.destroy());
+      }));
+    } catch (e) {
+      const err = asDenError(e);
+      const body = JSON.stringify({ error: { code: err.code, message: err.message } });
+      socket.end(`HTTP/1.1 ${err.status} ${http.STATUS_CODES[err.status] ?? "Error"}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    }
+  }
+}
+
+function headerObject(pairs: Array<[string, string]>): http.OutgoingHttpHeaders {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of pairs) {
+    const key = k.toLowerCase();
+    const cur = out[key];
+    out[key] = cur === undefined ? v : [...[cur].flat(), v];
+  }
+  return out;
+}
+
+function asDenError(e: unknown): DenError {
+  if (e instanceof DenError) return e;
+  return new DenError("internal", "internal error");
+}
+
+function sendError(res: http.ServerResponse, e: unknown): void {
+  const err = asDenError(e);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const status = ERROR_STATUS[err.code as ErrorCode] ?? 500;
+  res.writeHead(status, { "content-type": "application/json; charset=utf-8" }).end(JSON.stringify({ error: { code: err.code, message: err.message } }));
+}

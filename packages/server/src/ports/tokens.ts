@@ -1,0 +1,40 @@
+import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+/**
+ * Signed port URLs: a token names one sandbox, one port and an expiry, and carries an
+ * HMAC of them under a secret that never leaves this server (kept in its data dir, so
+ * URLs stay valid across restarts).
+ */
+export class PortTokens {
+  private constructor(private readonly secret: Buffer) {}
+
+  static open(dataDir: string): PortTokens {
+    const file = join(dataDir, "url-secret");
+    if (!existsSync(file)) writeFileSync(file, randomBytes(32).toString("hex") + "\n", { mode: 0o600, flag: "wx" });
+    const hex = readFileSync(file, "utf8").trim();
+    if (!/^[0-9a-f]{64}$/.test(hex)) throw new Error(`${file} is not a 32-byte hex secret`);
+    return new PortTokens(Buffer.from(hex, "hex"));
+  }
+
+  private mac(sandbox: string, port: number, expires: number): string {
+    return createHmac("sha256", this.secret).update(`den-port:${sandbox}:${port}:${expires}`).digest("base64url");
+  }
+
+  /** A token for `sandbox`'s `port`, valid until `expires` (ms since the epoch). */
+  sign(sandbox: string, port: number, expires: number): string {
+    return `${Math.floor(expires / 1000)}.${this.mac(sandbox, port, Math.floor(expires / 1000))}`;
+  }
+
+  /** Whether `token` opens `sandbox`'s `port` at `now`. */
+  verify(token: string, sandbox: string, port: number, now: number): boolean {
+    const m = /^(\d{1,12})\.([A-Za-z0-9_-]{43})$/.exec(token);
+    if (!m) return false;
+    const expires = Number(m[1]);
+    if (expires * 1000 <= now) return false;
+    const want = Buffer.from(this.mac(sandbox, port, expires));
+    const got = Buffer.from(m[2]!);
+    return want.length === got.length && timingSafeEqual(want, got);
+  }
+}
