@@ -8,6 +8,8 @@ import { registerTemplateLs } from "./commands/template-ls.js";
 import { registerDemo } from "./commands/demo.js";
 import { registerServe } from "./commands/serve.js";
 import { registerUsage } from "./commands/usage.js";
+import { registerPort } from "./commands/port.js";
+import { registerForward } from "./commands/forward.js";
 
 // `den usage --json | head` closes the pipe early: that is the reader's choice, not an error.
 process.stdout.on("error", (e: NodeJS.ErrnoException) => {
@@ -26,6 +28,8 @@ registerTemplateCreate(template);
 registerDemo(program);
 registerServe(program);
 registerUsage(program);
+registerPort(program);
+registerForward(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -62,6 +62,9 @@ export type {
   SandboxEvent,
   TemplateInfo,
   ApiKeyInfo,
+  NetworkPolicy,
+  NetworkStatus,
 } from "./types.js";
+export type { ListeningPort, PortUrl, PortUrlOptions } from "./ports.js";
 export { Pty, type PtyOptions } from "./pty.js";
 export { Checkpoints, type CheckpointInfo } from "./checkpoints.js";

@@ -24,9 +24,15 @@ import {
   type SandboxInfo,
   type SandboxState,
   type WireInput,
+  type NetworkPolicy,
+  type NetworkStatus,
+  toNetworkPolicy,
   toSandboxEvent,
   toSandboxInfo,
+  toWireNetwork,
 } from "./types.js";
+import type { Duplex } from "node:stream";
+import { type ListeningPort, type PortUrl, type PortUrlOptions, connectPort, createPortUrl, listPorts } from "./ports.js";
 
 /**
  * Options of {@link Sandbox.create}: the sandbox's shape and lifetime, plus how to reach the API.
@@ -54,6 +60,8 @@ export interface CreateSandboxOptions extends DenClientOptions, RequestOptions {
   diskMb?: number;
   /** Environment variables every command in the sandbox gets. */
   env?: Record<string, string>;
+  /** Its network (default: egress `none`). */
+  network?: NetworkPolicy;
 }
 
 /**
@@ -175,6 +183,7 @@ export class Sandbox {
     if (opts.memoryMb !== undefined) body.memory_mb = opts.memoryMb;
     if (opts.diskMb !== undefined) body.disk_mb = opts.diskMb;
     if (opts.env !== undefined) body.env = opts.env;
+    if (opts.network !== undefined) body.network = toWireNetwork(opts.network);
     const w = await client.json({ method: "POST", path: "/v1/sandboxes", json: body, signal: opts.signal }, api.Sandbox.parse);
     return new Sandbox(client, toSandboxInfo(w));
   }
@@ -370,7 +379,7 @@ export class Sandbox {
    * const again = await Sandbox.restore(cp, { ttlSeconds: 600 });
    * ```
    */
-  static async restore(checkpoint: string | { id: string }, opts: DenClientOptions & RequestOptions & { persistent?: boolean; ttlSeconds?: number | null; idleTimeoutSeconds?: number; onIdle?: "hibernate" | "destroy"; metadata?: Record<string, string> } = {}): Promise<Sandbox> {
+  static async restore(checkpoint: string | { id: string }, opts: DenClientOptions & RequestOptions & { persistent?: boolean; ttlSeconds?: number | null; idleTimeoutSeconds?: number; onIdle?: "hibernate" | "destroy"; metadata?: Record<string, string>; network?: NetworkPolicy } = {}): Promise<Sandbox> {
     const client = new DenClient(opts);
     const id = typeof checkpoint === "string" ? checkpoint : checkpoint.id;
     const body: Record<string, unknown> = {};
@@ -379,6 +388,7 @@ export class Sandbox {
     if (opts.idleTimeoutSeconds !== undefined) body.idle_timeout_seconds = opts.idleTimeoutSeconds;
     if (opts.onIdle !== undefined) body.on_idle = opts.onIdle;
     if (opts.metadata !== undefined) body.metadata = opts.metadata;
+    if (opts.network !== undefined) body.network = toWireNetwork(opts.network);
     const w = await client.json({ method: "POST", path: `/v1/checkpoints/${seg(id)}/restore`, json: body, signal: opts.signal }, api.Sandbox.parse);
     return new Sandbox(client, toSandboxInfo(w));
   }
@@ -425,6 +435,89 @@ export class Sandbox {
    */
   async wake(opts: RequestOptions = {}): Promise<SandboxInfo> {
     return this.#update({ method: "POST", path: this.#path("/wake"), signal: opts.signal });
+  }
+
+  /**
+   * Changes the sandbox's network policy: at once if it runs, at its wake if hibernated.
+   *
+   * @example
+   * ```ts
+   * await sbx.setNetwork({ egress: "allowlist", allow: ["registry.npmjs.org"] });
+   * await sbx.exec("npm install");
+   * await sbx.setNetwork({ egress: "none" });
+   * ```
+   */
+  async setNetwork(policy: NetworkPolicy, opts: RequestOptions = {}): Promise<SandboxInfo> {
+    return this.#update({ method: "PUT", path: this.#path("/network"), json: toWireNetwork(policy), signal: opts.signal });
+  }
+
+  /**
+   * The network policy, whether the network is up, and how many attempts it refused (by why).
+   *
+   * @example
+   * ```ts
+   * const { refused } = await sbx.networkStatus();
+   * console.log(refused.private, refused.policy);
+   * ```
+   */
+  async networkStatus(opts: RequestOptions = {}): Promise<NetworkStatus> {
+    const w = await this.#client.json({ method: "GET", path: this.#path("/network"), signal: opts.signal }, api.NetworkStatus.parse);
+    return { policy: toNetworkPolicy(w.policy), active: w.active, refused: w.refused };
+  }
+
+  /**
+   * TCP ports listening inside the sandbox (empty while it is hibernated; listing never wakes it).
+   *
+   * @example
+   * ```ts
+   * await sbx.exec("python3 -m http.server 8000", { background: true });
+   * console.log(await sbx.ports()); // [{ port: 8000, address: "0.0.0.0", family: 4, process: "python3", ... }]
+   * ```
+   */
+  ports(opts: RequestOptions = {}): Promise<ListeningPort[]> {
+    return listPorts(this.#client, this.id, opts);
+  }
+
+  /**
+   * A signed URL to `port` that works in a browser, without a key, until it expires. A
+   * request to it wakes the sandbox if hibernated.
+   *
+   * @example
+   * ```ts
+   * const u = await sbx.createPortUrl(3000, { expiresInSeconds: 900 });
+   * console.log(`open ${u.vhostUrl}`); // the app at "/" of its own host name
+   * ```
+   */
+  createPortUrl(port: number, opts: PortUrlOptions = {}): Promise<PortUrl> {
+    return createPortUrl(this.#client, this.id, port, opts);
+  }
+
+  /**
+   * The URL of a server listening on `port` in the sandbox: a signed one (see
+   * {@link Sandbox.createPortUrl}), under the API's path.
+   *
+   * @example
+   * ```ts
+   * const url = await sbx.getUrl(8000);
+   * const page = await (await fetch(url)).text();
+   * ```
+   */
+  async getUrl(port: number, opts: PortUrlOptions = {}): Promise<string> {
+    return (await this.createPortUrl(port, opts)).url;
+  }
+
+  /**
+   * A raw TCP connection to `port` inside the sandbox (Node only), whatever its network
+   * policy: what `den forward` serves on a local port.
+   *
+   * @example
+   * ```ts
+   * const sock = await sbx.connectPort(5432);
+   * sock.write(startupMessage);
+   * ```
+   */
+  connectPort(port: number, opts: RequestOptions = {}): Promise<Duplex> {
+    return connectPort(this.#client, this.id, port, opts);
   }
 
   /**

@@ -67,6 +67,67 @@ export interface SandboxInfo {
   hibernateMode: "warm" | "cold" | null;
   /** Bytes its snapshot occupies in the store while cold-hibernated (compare with `memoryMb`); null otherwise. */
   storedBytes: number | null;
+  /** Its network policy (egress `none` unless one was set). */
+  network: NetworkPolicy;
+}
+
+/**
+ * A sandbox's network. Egress is off by default; private, loopback and link-local ranges
+ * and the Den host itself are refused whatever the policy says.
+ *
+ * @example
+ * ```ts
+ * const policy: NetworkPolicy = { egress: "allowlist", allow: ["pypi.org", "*.pythonhosted.org", "198.51.100.0/24"] };
+ * ```
+ */
+export interface NetworkPolicy {
+  /** `none`: nothing leaves the guest. `allowlist`: only `allow`. `open`: all but `deny`. */
+  egress: "none" | "allowlist" | "open";
+  /** Domain names (`*.example.com` for subdomains), addresses and CIDRs (allowlist). */
+  allow?: string[];
+  /** Addresses and CIDRs refused on top of the always-refused ranges (open). */
+  deny?: string[];
+  /** Connections open at once (the server's limit by default). */
+  maxConnections?: number;
+  /** Bandwidth each way in Mbit/s (the server's limit by default). */
+  bandwidthMbps?: number;
+}
+
+/**
+ * What {@link Sandbox.networkStatus} returns.
+ *
+ * @example
+ * ```ts
+ * const st: NetworkStatus = await sbx.networkStatus();
+ * if (st.refused.private > 0) console.log("it tried to reach a private address");
+ * ```
+ */
+export interface NetworkStatus {
+  policy: NetworkPolicy;
+  /** Whether its network is up now. */
+  active: boolean;
+  /** Refused attempts since its network came up: private ranges and the host, the policy, the connection limit, DNS names. */
+  refused: { private: number; policy: number; limit: number; dns: number };
+}
+
+/** Maps a {@link NetworkPolicy} to the wire's snake_case. */
+export function toWireNetwork(p: NetworkPolicy): api.NetworkPolicy {
+  const w: api.NetworkPolicy = { egress: p.egress };
+  if (p.allow !== undefined) w.allow = p.allow;
+  if (p.deny !== undefined) w.deny = p.deny;
+  if (p.maxConnections !== undefined) w.max_connections = p.maxConnections;
+  if (p.bandwidthMbps !== undefined) w.bandwidth_mbps = p.bandwidthMbps;
+  return w;
+}
+
+/** Maps the wire's network policy to {@link NetworkPolicy}. */
+export function toNetworkPolicy(w: api.NetworkPolicy): NetworkPolicy {
+  const p: NetworkPolicy = { egress: w.egress };
+  if (w.allow !== undefined) p.allow = w.allow;
+  if (w.deny !== undefined) p.deny = w.deny;
+  if (w.max_connections !== undefined) p.maxConnections = w.max_connections;
+  if (w.bandwidth_mbps !== undefined) p.bandwidthMbps = w.bandwidth_mbps;
+  return p;
 }
 
 /** Maps the wire `Sandbox` to {@link SandboxInfo}. */
@@ -91,6 +152,7 @@ export function toSandboxInfo(w: api.Sandbox): SandboxInfo {
     destroyedAt: date(w.destroyed_at),
     hibernateMode: w.hibernate_mode,
     storedBytes: w.stored_bytes,
+    network: toNetworkPolicy(w.network),
   };
 }
 

@@ -1,6 +1,9 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
+import { spawn } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import WebSocket from "ws";
 import { ADMIN_KEY, serverFixture, waitFor } from "./helpers.js";
 
@@ -215,5 +218,50 @@ describe("exposed ports", () => {
       assert.equal(r.body.trim(), k);
     }
     for (const s of [id, ...kids]) await f.api("DELETE", `/v1/sandboxes/${s}`);
+  });
+
+  test("the CLI: `den port` lists and signs, `den forward ID 8000 LOCALPORT` serves the guest's page on a local port", async () => {
+    const id = await create();
+    await sh(id, "mkdir -p /srv && echo 'forwarded page' > /srv/index.html");
+    await startServer(id, "cd /srv && python3 -m http.server 8000", 8000);
+    const cli = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "cli", "dist", "src", "bin.js");
+    const env = { ...process.env, DEN_API_URL: f.server.url, DEN_API_KEY: ADMIN_KEY };
+    const run = (args: string[]) => new Promise<{ code: number; out: string; err: string }>((resolve) => {
+      const c = spawn(process.execPath, [cli, ...args], { env });
+      let out = "";
+      let err = "";
+      c.stdout.on("data", (d: Buffer) => (out += d));
+      c.stderr.on("data", (d: Buffer) => (err += d));
+      c.on("close", (code) => resolve({ code: code ?? -1, out, err }));
+    });
+    const ls = await run(["port", id, "--json"]);
+    assert.equal(ls.code, 0, ls.err);
+    assert.ok((JSON.parse(ls.out) as Array<{ port: number }>).some((p) => p.port === 8000));
+    const url = await run(["port", id, "8000", "--json"]);
+    assert.equal(url.code, 0, url.err);
+    const signed = JSON.parse(url.out) as { url: string };
+    assert.equal(await (await fetch(signed.url)).text(), "forwarded page\n", "the signed URL the CLI printed");
+    const missing = await run(["port", "sbx_aaaaaaaaaaaaaaaa"]);
+    assert.equal(missing.code, 1);
+    assert.match(missing.err, /^den: sandbox_not_found: /);
+
+    const local = 20000 + Math.floor(Math.random() * 20000);
+    const fwd = spawn(process.execPath, [cli, "forward", id, "8000", String(local)], { env });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        let err = "";
+        fwd.stderr.on("data", (d: Buffer) => {
+          err += d;
+          if (err.includes("forwarding")) resolve();
+        });
+        fwd.on("close", () => reject(new Error(`den forward exited: ${err}`)));
+      });
+      for (let i = 0; i < 3; i++) assert.equal(await (await fetch(`http://127.0.0.1:${local}/index.html`)).text(), "forwarded page\n");
+    } finally {
+      fwd.kill("SIGINT");
+      await new Promise((r) => fwd.once("close", r));
+    }
+    assert.equal(fwd.exitCode, 0, "Ctrl-C ends it cleanly");
+    await f.api("DELETE", `/v1/sandboxes/${id}`);
   });
 });

@@ -1,7 +1,8 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { client, testServer, waitFor } from "../helpers.js";
+import { Sandbox } from "@den/sdk";
+import { ADMIN_KEY, client, testServer, waitFor } from "../helpers.js";
 import type { RunningServer } from "../../src/index.js";
 
 /**
@@ -77,7 +78,12 @@ describe("sandbox networks through the API", { skip: !insideTestNetns && "run th
     assert.match(await get(s.id, "http://allowed.test/"), /^fail/, "a name not on the list");
     assert.equal((await api("PUT", `/v1/sandboxes/${s.id}/network`, { egress: "allowlist", allow: ["198.51.100.10"] })).status, 200);
     assert.match(await get(s.id, "http://203.0.113.10/"), /^fail/, "an address not on the list");
-    assert.equal((await api("PUT", `/v1/sandboxes/${s.id}/network`, { egress: "none" })).status, 200);
+    // The same through the SDK.
+    const sbx = await Sandbox.connect(s.id, { apiUrl: server.url, apiKey: ADMIN_KEY });
+    const st = await sbx.networkStatus();
+    assert.equal(st.active, true);
+    assert.deepEqual(st.policy.allow, ["198.51.100.10"]);
+    assert.equal((await sbx.setNetwork({ egress: "none" })).network.egress, "none");
     assert.match(await get(s.id, "http://198.51.100.10/"), /^fail/);
     assert.equal(netnsOf(s.id), false, "none leaves no namespace behind");
     await api("DELETE", `/v1/sandboxes/${s.id}`);
