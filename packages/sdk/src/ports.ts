@@ -7,21 +7,16 @@ import { type DenClient, type RequestOptions, seg } from "./client.js";
 import { apiError } from "./errors.js";
 
 /**
- * A TCP port listening inside a sandbox.
+ * A TCP port listening inside a sandbox: `port`, the `address` it is bound to in the guest
+ * (every one is reachable through Den), `family`, and the `pid` and `process` holding it
+ * when known.
  *
  * @example
  * ```ts
  * for (const p of await sbx.ports()) console.log(p.port, p.process);
  * ```
  */
-export interface ListeningPort {
-  port: number;
-  /** The address it is bound to in the guest; every one is reachable through Den. */
-  address: string;
-  family: 4 | 6;
-  pid?: number;
-  process?: string;
-}
+export type ListeningPort = import("@den/protocol").ListeningPort;
 
 /**
  * A signed URL to one port: anyone holding it reaches the port until `expiresAt`.

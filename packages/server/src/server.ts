@@ -57,18 +57,17 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   await app.listen({ port: config.port, host: config.host });
   const addr = app.server.address();
   const port = typeof addr === "object" && addr ? addr.port : config.port;
-  let reaping = false;
-  const reaper = setInterval(() => {
-    if (reaping) return;
-    reaping = true;
-    cp.reap().catch((err: unknown) => app.log.error({ err }, "reaper pass failed")).finally(() => (reaping = false));
-  }, config.reaper.intervalMs);
-  let polling = false;
-  const refusals = setInterval(() => {
-    if (polling) return;
-    polling = true;
-    cp.pollRefusals().catch((err: unknown) => app.log.error({ err }, "network refusal pass failed")).finally(() => (polling = false));
-  }, config.network.eventsIntervalMs);
+  /** Runs `pass` every `ms`, never two at once; a failed pass is logged, the next one runs. */
+  const every = (ms: number, what: string, pass: () => Promise<void>) => {
+    let busy = false;
+    return setInterval(() => {
+      if (busy) return;
+      busy = true;
+      pass().catch((err: unknown) => app.log.error({ err }, `${what} failed`)).finally(() => (busy = false));
+    }, ms);
+  };
+  const reaper = every(config.reaper.intervalMs, "reaper pass", () => cp.reap());
+  const refusals = every(config.network.eventsIntervalMs, "network refusal pass", () => cp.pollRefusals());
   return {
     app, cp, url: `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`,
     ...(createdAdminKey ? { createdAdminKey } : {}),
