@@ -14,6 +14,7 @@ import { registerPtyRoutes } from "./routes/pty.js";
 import { registerCheckpointRoutes } from "./routes/checkpoints.js";
 import { registerUsageRoutes } from "./routes/usage.js";
 import { registerPortRoutes } from "./routes/ports.js";
+import { registerHealthRoutes } from "./routes/health.js";
 import { PortProxy } from "./ports/proxy.js";
 import { PortTokens } from "./ports/tokens.js";
 
@@ -150,8 +151,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
     req.principal = p;
   });
 
-  app.get("/healthz", { schema: { hide: true } }, async () => ({ ok: true }));
-  app.get("/readyz", { schema: { hide: true } }, async () => ({ ok: true }));
+  registerHealthRoutes(app, cp);
   app.get("/openapi.json", { schema: { hide: true } }, async () => app.swagger());
 
   app.addHook("onReady", async () => {

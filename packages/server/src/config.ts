@@ -62,6 +62,8 @@ export interface ServerConfig {
     | { kind: "local"; dir?: string }
     | { kind: "s3"; bucket: string; prefix: string; endpoint?: string; region?: string; accessKeyId?: string; secretAccessKey?: string };
   logLevel: string;
+  /** Serve /metrics without a key (for a scraper on a private network). */
+  metricsPublic: boolean;
 }
 
 function required(env: NodeJS.ProcessEnv, name: string): string {
@@ -136,5 +138,6 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       }
       : { kind: "local", ...(env.DEN_STORE_DIR ? { dir: env.DEN_STORE_DIR } : {}) },
     logLevel: env.DEN_LOG_LEVEL ?? "info",
+    metricsPublic: env.DEN_METRICS_PUBLIC === "1",
   };
 }

@@ -6,6 +6,7 @@ import { type CheckpointRow, type Principal, type SandboxRow, type Store, networ
 import type { Sandbox as VmSandbox, TemplateInfo } from "@den/runtime";
 import { Meter, meteredState } from "./meter.js";
 import { usageReport } from "./usage.js";
+import { Metrics } from "./metrics.js";
 import { NO_NETWORK, RefusalTracker, effectivePolicy, serializePolicy } from "./network.js";
 
 export function toApiTemplate(t: TemplateInfo, owner: string | null): api.Template {
@@ -38,6 +39,7 @@ export class ControlPlane {
   private lastTouch = new Map<string, number>();
   private refusals = new RefusalTracker();
   readonly meter: Meter;
+  readonly metrics: Metrics;
 
   constructor(
     readonly store: Store,
@@ -46,6 +48,7 @@ export class ControlPlane {
     readonly clock: Clock = systemClock,
   ) {
     this.meter = new Meter(store, host);
+    this.metrics = new Metrics(store, host);
     host.onTransfer = (t) => {
       this.log.info(t, `${t.direction} ${t.file}: ${t.bytes}${t.total !== null ? ` of ${t.total}` : ""} bytes`);
       this.event(t.sandbox, "transfer.progress", null, { ...t }).catch(() => undefined);
@@ -77,6 +80,7 @@ export class ControlPlane {
     const meter = before ? await this.meter.roll(before, this.clock.now()) : {};
     const row = await this.store.updateSandbox(id, { ...patch, ...meter, state, state_reason: reason });
     await this.event(id, state, reason, data);
+    this.metrics.transition(state, reason);
     return row!;
   }
 
@@ -151,10 +155,10 @@ export class ControlPlane {
     await this.host.checkCreate({ template: req.template ?? this.config.defaults.template, ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}) });
     const network = effectivePolicy(req.network, this.config.network);
     const row = this.newRow(p, newId("sbx"), req, req.template ?? this.config.defaults.template, network);
-    return this.materialize(row, () => this.withNetwork(row.id, network, () => this.host.create({
+    return this.materialize(row, () => this.metrics.time("create", "", () => this.withNetwork(row.id, network, () => this.host.create({
       id: row.id, template: row.template,
       ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}), ...(req.disk_mb ? { diskMb: req.disk_mb } : {}),
-    })), { template: row.template });
+    }))), { template: row.template });
   }
 
   /** Makes a sandbox's VM, then its network; a network that cannot come up takes the VM with it. */
@@ -335,7 +339,7 @@ export class ControlPlane {
       const row = (await this.store.getSandbox(id))!;
       if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}`);
       await this.checkStoreQuota(row.owner);
-      const c = await this.meter.work(id, () => this.host.checkpoint(id));
+      const c = await this.metrics.time("checkpoint", "", () => this.meter.work(id, () => this.host.checkpoint(id)));
       const cp: CheckpointRow = {
         id: c.snapshotId, owner: p.owner, sandbox_id: id, name: name ?? null, template: row.template, template_version: row.template_version,
         vcpus: row.vcpus, memory_mb: row.memory_mb, disk_mb: row.disk_mb, pause_ms: Math.round(c.pauseMs), stored_bytes: c.storedBytes,
@@ -372,7 +376,7 @@ export class ControlPlane {
     this.host.checkCapacity({ vcpus: cp.vcpus, memoryMb: cp.memory_mb });
     const network = effectivePolicy(req.network ?? networkOf(cp), this.config.network);
     const row = this.newRow(p, newId("sbx"), { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template, network);
-    return this.materialize(row, () => this.withNetwork(row.id, network, () => this.meter.work(row.id, () => this.host.restoreStored(row.id, cp.id))), { checkpoint: cp.id });
+    return this.materialize(row, () => this.metrics.time("restore", "", () => this.withNetwork(row.id, network, () => this.meter.work(row.id, () => this.host.restoreStored(row.id, cp.id)))), { checkpoint: cp.id });
   }
 
   /**
@@ -386,7 +390,7 @@ export class ControlPlane {
     return this.serialize(id, async () => {
       const parent = (await this.store.getSandbox(id))!;
       if (parent.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${parent.state}`);
-      const kids = await this.meter.work(id, () => this.host.fork(id, count));
+      const kids = await this.metrics.time("fork", "", () => this.meter.work(id, () => this.host.fork(id, count)));
       // Each child gets a network of its own with the parent's policy.
       const network = networkOf(parent);
       try {
@@ -423,7 +427,7 @@ export class ControlPlane {
       // The record goes first: a crash after it leaves a VM the next start destroys, never a lost sandbox.
       const done = await this.transition(id, "destroyed", reason, { destroyed_at: this.clock.now() });
       await this.flushRefusals(id);
-      await this.host.destroy(id);
+      await this.metrics.time("destroy", "", () => this.host.destroy(id));
       if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, modeOf(row));
       this.forget(id);
       return done;
@@ -439,7 +443,7 @@ export class ControlPlane {
         await this.checkStoreQuota(row.owner);
         const t0 = performance.now();
         this.meter.sample(id);
-        const snapshot = await this.meter.work(id, () => this.host.hibernate(id, "cold", row.hibernate_snapshot ?? undefined));
+        const snapshot = await this.metrics.time("hibernate", "cold", () => this.meter.work(id, () => this.host.hibernate(id, "cold", row.hibernate_snapshot ?? undefined)));
         return this.hibernated(row, reason, mode, snapshot, t0);
       }
       if (row.state === "hibernated") return row;
@@ -448,7 +452,7 @@ export class ControlPlane {
       await this.flushRefusals(id);
       const t0 = performance.now();
       this.meter.sample(id);
-      const snapshot = await this.meter.work(id, () => this.host.hibernate(id, mode));
+      const snapshot = await this.metrics.time("hibernate", mode, () => this.meter.work(id, () => this.host.hibernate(id, mode)));
       return this.hibernated(row, reason, mode, snapshot, t0);
     });
   }
@@ -470,10 +474,10 @@ export class ControlPlane {
     if (row.state === "running") return row;
     if (row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; it cannot be woken`);
     const t0 = performance.now();
-    await this.meter.work(id, async () => {
+    await this.metrics.time("wake", modeOf(row), () => this.meter.work(id, async () => {
       await this.host.wake(id, row.hibernate_snapshot, modeOf(row));
       if (row.hibernate_snapshot) await this.host.dropSnapshot(row.hibernate_snapshot, modeOf(row));
-    });
+    }));
     const done = await this.transition(id, "running", reason, { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: this.clock.now() }, { mode: modeOf(row), ms: Math.round(performance.now() - t0) });
     await this.restoreNetwork(done);
     return done;

@@ -137,11 +137,22 @@ export class Store {
   }
 
   /** Bytes an owner keeps in the snapshot store: cold-hibernated sandboxes plus checkpoints. */
-  async storedBytes(owner: string): Promise<number> {
-    const s = await this.db.selectFrom("sandboxes").select((eb) => eb.fn.sum<number>("stored_bytes").as("n"))
-      .where("owner", "=", owner).where("state", "=", "hibernated").executeTakeFirstOrThrow();
-    const c = await this.db.selectFrom("checkpoints").select((eb) => eb.fn.sum<number>("stored_bytes").as("n")).where("owner", "=", owner).executeTakeFirstOrThrow();
-    return Number(s.n ?? 0) + Number(c.n ?? 0);
+  /** Bytes in the snapshot store: cold sandboxes' and checkpoints', of one owner or of all. */
+  async storedBytes(owner?: string): Promise<number> {
+    let s = this.db.selectFrom("sandboxes").select((eb) => eb.fn.sum<number>("stored_bytes").as("n")).where("state", "=", "hibernated");
+    let c = this.db.selectFrom("checkpoints").select((eb) => eb.fn.sum<number>("stored_bytes").as("n"));
+    if (owner !== undefined) {
+      s = s.where("owner", "=", owner);
+      c = c.where("owner", "=", owner);
+    }
+    const [a, b] = [await s.executeTakeFirstOrThrow(), await c.executeTakeFirstOrThrow()];
+    return Number(a.n ?? 0) + Number(b.n ?? 0);
+  }
+
+  /** How many sandboxes are in each state (destroyed ones included). */
+  async countByState(): Promise<Record<string, number>> {
+    const rows = await this.db.selectFrom("sandboxes").select(["state", (eb) => eb.fn.countAll<number>().as("n")]).groupBy("state").execute();
+    return Object.fromEntries(rows.map((r) => [r.state, Number(r.n)]));
   }
 
   /** Every snapshot id the database points at: hibernated sandboxes' and checkpoints'. */
