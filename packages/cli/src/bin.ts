@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { Command } from "commander";
 import { DenError } from "@den/protocol";
-import { DenApiError } from "@den/sdk";
+import { DenApiError, DenConfigError } from "@den/sdk";
 import { registerTemplateBuild } from "./commands/template-build.js";
 import { registerTemplateCreate } from "./commands/template-create.js";
 import { registerTemplateLs } from "./commands/template-ls.js";
@@ -10,6 +10,22 @@ import { registerServe } from "./commands/serve.js";
 import { registerUsage } from "./commands/usage.js";
 import { registerPort } from "./commands/port.js";
 import { registerForward } from "./commands/forward.js";
+import { registerCreate } from "./commands/create.js";
+import { registerLs } from "./commands/ls.js";
+import { registerExec } from "./commands/exec.js";
+import { registerShell } from "./commands/shell.js";
+import { registerCp } from "./commands/cp.js";
+import { registerHibernate } from "./commands/hibernate.js";
+import { registerWake } from "./commands/wake.js";
+import { registerSnapshot } from "./commands/snapshot.js";
+import { registerRestore } from "./commands/restore.js";
+import { registerFork } from "./commands/fork.js";
+import { registerRm } from "./commands/rm.js";
+import { registerEvents } from "./commands/events.js";
+import { registerKeysCreate } from "./commands/keys-create.js";
+import { registerKeysLs } from "./commands/keys-ls.js";
+import { registerKeysRevoke } from "./commands/keys-revoke.js";
+import { UsageError } from "./output.js";
 
 // `den usage --json | head` closes the pipe early: that is the reader's choice, not an error.
 process.stdout.on("error", (e: NodeJS.ErrnoException) => {
@@ -21,6 +37,22 @@ const program = new Command();
 program.name("den").description("Long-running microVM sandboxes for AI agents").version("0.1.0");
 program.option("--data-dir <dir>", "where templates, sandboxes and snapshots live (env DEN_DATA_DIR)");
 
+registerCreate(program);
+registerLs(program);
+registerExec(program);
+registerShell(program);
+registerCp(program);
+registerHibernate(program);
+registerWake(program);
+registerSnapshot(program);
+registerRestore(program);
+registerFork(program);
+registerRm(program);
+registerEvents(program);
+const keys = program.command("keys").description("manage API keys (needs an admin key)");
+registerKeysCreate(keys);
+registerKeysLs(keys);
+registerKeysRevoke(keys);
 const template = program.command("template").description("build, create and list sandbox templates");
 registerTemplateBuild(template);
 registerTemplateLs(template);
@@ -38,6 +70,17 @@ try {
   if (e instanceof DenError || e instanceof DenApiError) {
     process.stderr.write(`den: ${e.code}: ${e.message}\n`);
     process.exit(e.status >= 500 ? 2 : 1);
+  }
+  if (e instanceof UsageError || e instanceof DenConfigError) {
+    process.stderr.write(`den: ${e.message}\n`);
+    process.exit(1);
+  }
+  // The server cannot be reached: say where we looked, not a stack.
+  const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+  const code = (e as { code?: string }).code ?? cause?.code;
+  if ((e instanceof TypeError && e.message === "fetch failed") || (code && /^(ECONNREFUSED|ECONNRESET|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT)$/.test(code))) {
+    process.stderr.write(`den: cannot reach the Den API at ${process.env.DEN_API_URL ?? "http://127.0.0.1:8787"}: ${cause?.message ?? cause?.code ?? (e as Error).message}\n`);
+    process.exit(2);
   }
   throw e;
 }

@@ -56,6 +56,22 @@ export class Filesystem {
   }
 
   /**
+   * Reads a file as a stream of chunks, without holding it in memory (a missing file
+   * throws before the stream starts).
+   *
+   * @example
+   * ```ts
+   * import { Writable } from "node:stream";
+   * const stream = await sbx.filesystem.readStream("/workspace/big.tar");
+   * await stream.pipeTo(Writable.toWeb(createWriteStream("big.tar")));
+   * ```
+   */
+  async readStream(path: string, opts: RequestOptions = {}): Promise<ReadableStream<Uint8Array>> {
+    const res = await this.#client.request({ method: "GET", path: this.#path(), query: { path }, accept: "application/octet-stream", signal: opts.signal });
+    return res.body ?? new ReadableStream({ start: (c) => c.close() });
+  }
+
+  /**
    * Reads a whole file as UTF-8 text.
    *
    * @example

@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { Sandbox } from "@den/sdk";
-import { printTable } from "./template-ls.js";
+import { printTable } from "../output.js";
 
 /** `den port ID [PORT]`: what listens in a sandbox, or a signed URL to one port. */
 export function registerPort(program: Command): void {

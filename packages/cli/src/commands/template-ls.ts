@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { openRuntime } from "./options.js";
+import { printTable } from "../output.js";
 
 export function registerTemplateLs(parent: Command): void {
   parent
@@ -27,9 +28,4 @@ export function registerTemplateLs(parent: Command): void {
         rt.close();
       }
     });
-}
-
-export function printTable(rows: string[][]): void {
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length)));
-  for (const r of rows) process.stdout.write(r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd() + "\n");
 }

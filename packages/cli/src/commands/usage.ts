@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { Usage } from "@den/sdk";
-import { printTable } from "./template-ls.js";
+import { printTable } from "../output.js";
 
 /** `den usage`: the server's metering (DEN_API_URL, DEN_API_KEY), as a table or JSON. */
 export function registerUsage(program: Command): void {
