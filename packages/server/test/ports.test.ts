@@ -110,6 +110,7 @@ describe("exposed ports", () => {
     const viaUrl = await get(`${base}/hello.txt?den_token=${signed.token}`);
     assert.equal(viaUrl.status, 200);
     assert.equal(viaUrl.body, "hello from the sandbox\n");
+    assert.equal(viaUrl.headers["referrer-policy"], "same-origin", "the token in the URL does not leak through Referer");
     const cookie = String(viaUrl.headers["set-cookie"]);
     assert.match(cookie, new RegExp(`den_token=${signed.token.replace(".", "\\.")}; Path=${base};`));
     assert.equal((await get(`${base}/hello.txt`, { cookie: `den_token=${signed.token}` })).status, 200, "the cookie alone");

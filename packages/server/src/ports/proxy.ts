@@ -189,7 +189,8 @@ export class PortProxy {
               if (!HOP_BY_HOP.has(pres.rawHeaders[i]!.toLowerCase())) headers.push(pres.rawHeaders[i]!, pres.rawHeaders[i + 1]!);
             }
             const cookie = this.tokenCookie(t, grant);
-            if (cookie) headers.push("Set-Cookie", cookie);
+            // The token is in this page's URL: its links must not hand it to other sites.
+            if (cookie) headers.push("Set-Cookie", cookie, "Referrer-Policy", "same-origin");
             res.writeHead(pres.statusCode ?? 502, pres.statusMessage, headers);
             pres.pipe(res);
             pres.on("error", fail);
