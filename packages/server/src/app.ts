@@ -17,6 +17,7 @@ import { registerPortRoutes } from "./routes/ports.js";
 import { registerHealthRoutes } from "./routes/health.js";
 import { PortProxy } from "./ports/proxy.js";
 import { PortTokens } from "./ports/tokens.js";
+import { registerDashboardRoutes } from "./routes/dashboard.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -174,5 +175,6 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   registerAdminRoutes(typed, cp);
   registerPtyRoutes(typed, cp);
   registerCheckpointRoutes(typed, cp);
+  registerDashboardRoutes(app);
   return app;
 }

@@ -1,0 +1,84 @@
+// The Den API over fetch: the key from sessionStorage as `Authorization: Bearer`, errors as ApiError.
+
+const KEY = "den.apiKey";
+
+export const getKey = () => sessionStorage.getItem(KEY);
+export const setKey = (k) => sessionStorage.setItem(KEY, k);
+export const clearKey = () => sessionStorage.removeItem(KEY);
+
+/** An error answer of the API: `{error: {code, message, details?}}` with its HTTP status. */
+export class ApiError extends Error {
+  constructor(status, code, message, details) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.details = details;
+  }
+}
+
+/** Fired on `window` when the key stops working, so the app can ask for another. */
+export const UNAUTHORIZED = "den:unauthorized";
+
+export async function request(method, path, body, key = getKey()) {
+  const headers = { accept: "application/json" };
+  if (key) headers.authorization = `Bearer ${key}`;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  let res;
+  try {
+    res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), cache: "no-store" });
+  } catch (e) {
+    throw new ApiError(0, "network_error", `could not reach the Den server (${e.message})`);
+  }
+  const text = await res.text();
+  let json;
+  try {
+    json = text ? JSON.parse(text) : undefined;
+  } catch {
+    json = undefined;
+  }
+  if (!res.ok) {
+    const e = json?.error;
+    const err = new ApiError(res.status, e?.code ?? `http_${res.status}`, e?.message ?? (text.slice(0, 300) || res.statusText), e?.details);
+    if (res.status === 401 && key === getKey()) window.dispatchEvent(new CustomEvent(UNAUTHORIZED, { detail: err }));
+    throw err;
+  }
+  return json;
+}
+
+const q = (params) => {
+  const u = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== "") u.set(k, String(v));
+  const s = u.toString();
+  return s ? `?${s}` : "";
+};
+const sbx = (id) => `/v1/sandboxes/${encodeURIComponent(id)}`;
+
+/** Every page of a sandbox listing (at most 2,000 sandboxes). */
+export async function listSandboxes({ state, metadata = {} } = {}) {
+  const params = { state, limit: 200 };
+  for (const [k, v] of Object.entries(metadata)) params[`metadata.${k}`] = v;
+  const out = [];
+  let cursor;
+  for (let page = 0; page < 10; page++) {
+    const r = await request("GET", `/v1/sandboxes${q({ ...params, cursor })}`);
+    out.push(...r.sandboxes);
+    if (!r.next_cursor) break;
+    cursor = r.next_cursor;
+  }
+  return out;
+}
+
+export const getSandbox = (id) => request("GET", sbx(id));
+export const events = (id, after = 0) => request("GET", `${sbx(id)}/events${q({ after })}`).then((r) => r.events);
+export const hibernate = (id, mode) => request("POST", `${sbx(id)}/hibernate`, { mode });
+export const wake = (id) => request("POST", `${sbx(id)}/wake`);
+export const destroy = (id) => request("DELETE", sbx(id));
+export const fork = (id, count) => request("POST", `${sbx(id)}/fork`, { count }).then((r) => r.sandboxes);
+export const checkpoint = (id, name) => request("POST", `${sbx(id)}/checkpoints`, name ? { name } : {});
+export const checkpoints = (id) => request("GET", `/v1/checkpoints${q({ sandbox_id: id })}`).then((r) => r.checkpoints);
+export const getCheckpoint = (id) => request("GET", `/v1/checkpoints/${encodeURIComponent(id)}`);
+export const ports = (id) => request("GET", `${sbx(id)}/ports`);
+export const portUrl = (id, port) => request("POST", `${sbx(id)}/urls`, { port });
+export const networkStatus = (id) => request("GET", `${sbx(id)}/network`);
+export const usage = (from) => request("GET", `/v1/usage${q({ group_by: "sandbox", from })}`);
+export const restore = (checkpointId) => request("POST", `/v1/checkpoints/${encodeURIComponent(checkpointId)}/restore`, {});

@@ -1,0 +1,50 @@
+// Entry point: sign-in or the signed-in shell, and a hash router between the views.
+//   #/                          sandboxes (with ?state=...&metadata=k=v,k2=v2)
+//   #/sandboxes/<id>            one sandbox
+import { clearKey, getKey, UNAUTHORIZED } from "./api.js";
+import { mountSignIn } from "./views/signin.js";
+import { mountShell } from "./views/shell.js";
+import { mountSandboxes } from "./views/sandboxes.js";
+import { mountSandbox } from "./views/sandbox.js";
+
+const root = document.getElementById("app");
+let shell = null;
+let view = null;
+
+function parseHash() {
+  const raw = location.hash.replace(/^#/, "") || "/";
+  const [path, query = ""] = raw.split("?");
+  return { parts: path.split("/").filter(Boolean).map(decodeURIComponent), query: new URLSearchParams(query) };
+}
+
+function unmountView() {
+  view?.unmount();
+  view = null;
+}
+
+function signOut(reason) {
+  unmountView();
+  shell?.unmount();
+  shell = null;
+  clearKey();
+  document.title = "Sign in · Den";
+  view = mountSignIn(root, { reason, onSignedIn: route });
+}
+
+function route() {
+  if (!getKey()) return signOut();
+  if (!shell) shell = mountShell(root, { onSignOut: () => signOut() });
+  unmountView();
+  const { parts, query } = parseHash();
+  if (parts[0] === "sandboxes" && parts[1]) {
+    shell.setSection("sandbox");
+    view = mountSandbox(shell.main, { id: parts[1] });
+  } else {
+    shell.setSection("sandboxes");
+    view = mountSandboxes(shell.main, { query });
+  }
+}
+
+window.addEventListener("hashchange", route);
+window.addEventListener(UNAUTHORIZED, (e) => signOut(e.detail));
+route();
