@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { createHash } from "node:crypto";
 import { closeSync, openSync } from "node:fs";
 import { mkdir, writeFile, rm } from "node:fs/promises";
 import { join } from "node:path";
@@ -30,6 +31,12 @@ export interface NetworkEnv {
 }
 
 const netnsName = (sandboxId: string) => `den-${sandboxId}`;
+
+/** A locally administered unicast MAC derived from a sandbox id. */
+export function guestMac(sandboxId: string): string {
+  const h = createHash("sha256").update(sandboxId).digest();
+  return ["02", ...[...h.subarray(0, 5)].map((b) => b.toString(16).padStart(2, "0"))].join(":");
+}
 
 /** The host end of a slot's link: unique per runtime instance, within the 15 characters Linux allows. */
 export const hostInterfaceName = (instance: string, slot: number) => `d${instance.slice(-4)}${slot.toString(36)}`;
@@ -189,7 +196,10 @@ export class SandboxNetwork {
   /** The guest side: address, route and resolver for its NIC (run through the agent). */
   guestSetup(): string {
     const g = GUEST_NET;
-    return `ip link set eth0 up && ip addr flush dev eth0 && ip addr add ${g.address}/24 dev eth0 && ip route replace default via ${g.gateway} && printf 'nameserver ${g.dns}\\n' > /etc/resolv.conf`;
+    // A MAC of its own (locally administered, from its id): forks of one sandbox, which
+    // share its snapshot, do not share a link-layer identity.
+    const mac = guestMac(this.sandboxId);
+    return `ip link set eth0 down && ip link set eth0 address ${mac} && ip link set eth0 up && ip addr flush dev eth0 && ip addr add ${g.address}/24 dev eth0 && ip route replace default via ${g.gateway} && printf 'nameserver ${g.dns}\\n' > /etc/resolv.conf`;
   }
 
   /** Changes the policy of a running sandbox: takes effect at once (the table is replaced atomically). */

@@ -182,6 +182,8 @@ EOF`);
       assert.equal(await get(k.id, "http://198.51.100.10/"), "ok net1");
     }
     assert.equal(await get(s.id, "http://198.51.100.10/"), "ok net1", "the parent keeps its network");
+    const macs = await Promise.all([s.id, ...kids.map((k) => k.id)].map(async (id) => (await sh(id, "cat /sys/class/net/eth0/address")).stdout.trim()));
+    assert.equal(new Set(macs).size, 3, `each has a MAC of its own: ${macs.join(" ")}`);
     for (const id of [s.id, restored.body.id, ...kids.map((k) => k.id)]) await api("DELETE", `/v1/sandboxes/${id}`);
     await api("DELETE", `/v1/checkpoints/${cp.body.id}`);
   });
