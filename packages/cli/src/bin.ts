@@ -63,12 +63,15 @@ registerUsage(program);
 registerPort(program);
 registerForward(program);
 
+/** Error messages on one line (some carry JSON), bounded. */
+const oneLine = (m: string) => m.replace(/\s*\n\s*/g, " ").slice(0, 1000);
+
 try {
   await program.parseAsync(process.argv);
 } catch (e) {
   // A user mistake or a known failure is one clear line and a non-zero exit, never a stack trace.
   if (e instanceof DenError || e instanceof DenApiError) {
-    process.stderr.write(`den: ${e.code}: ${e.message}\n`);
+    process.stderr.write(`den: ${e.code}: ${oneLine(e.message)}\n`);
     process.exit(e.status >= 500 ? 2 : 1);
   }
   if (e instanceof UsageError || e instanceof DenConfigError) {

@@ -2,7 +2,7 @@
  * The HTTP layer: configuration (options, then `DEN_API_URL`/`DEN_API_KEY`), the bearer
  * header, query strings, JSON bodies, and turning error responses into typed errors.
  */
-import { DenConfigError, InvalidResponseError, errorFromResponse } from "./errors.js";
+import { DenConfigError, InvalidArgumentError, InvalidResponseError, errorFromResponse } from "./errors.js";
 
 /**
  * The default API address when neither `apiUrl` nor `DEN_API_URL` is set.
@@ -279,5 +279,7 @@ function toSearchParams(q: Query): URLSearchParams {
  * ```
  */
 export function seg(s: string | number): string {
+  // An empty id would turn `/v1/sandboxes/{id}` into the list route.
+  if (String(s) === "") throw new InvalidArgumentError("invalid_argument", "an id must not be empty", 400);
   return encodeURIComponent(String(s));
 }

@@ -175,6 +175,15 @@ describe("the den CLI against a real server", () => {
     assert.match(revoked.err, /^den: unauthorized: /);
     const usage = await json(["usage"]);
     assert.ok(Array.isArray(usage.groups));
+    // Templates through the server: list, build one from base plus a setup command, use it.
+    const templates = await json(["template", "ls"]);
+    assert.ok(templates.some((t: { name: string; current: boolean }) => t.name === "base" && t.current));
+    const built = await json(["template", "create", "cli-tpl", "--run", "echo from-setup > /etc/cli-tpl"]);
+    assert.equal(built.name, "cli-tpl");
+    const fromTpl = (await ok(["create", "--template", "cli-tpl"])).out.trim();
+    assert.equal((await ok(["exec", fromTpl, "--", "cat", "/etc/cli-tpl"])).out, "from-setup\n");
+    await ok(["rm", fromTpl]);
+    await fetch(`${f.server.url}/v1/templates/cli-tpl`, { method: "DELETE", headers: { authorization: `Bearer ${ADMIN_KEY}` } });
     const bad = await run(["create", "--meta", "novalue"]);
     assert.equal(bad.code, 1);
     assert.match(bad.err, /^den: --meta wants key=value/);

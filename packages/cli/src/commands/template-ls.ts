@@ -1,13 +1,28 @@
 import type { Command } from "commander";
+import { Templates } from "@den/sdk";
 import { openRuntime } from "./options.js";
-import { printTable } from "../output.js";
+import { printJson, printTable } from "../output.js";
 
+/**
+ * `den template ls`: the templates a running server offers this key (its own and the
+ * caller's); `--local` reads this host's data dir instead (no server needed, but not
+ * while one runs on it).
+ */
 export function registerTemplateLs(parent: Command): void {
   parent
     .command("ls")
-    .description("list template versions on this host")
+    .description("list templates of a running server (--local: of this host's data dir)")
+    .option("--local", "read the data dir (--data-dir) instead of asking a server")
     .option("--json", "print JSON")
-    .action(async (opts: { json?: boolean }, cmd: Command) => {
+    .action(async (opts: { local?: boolean; json?: boolean }, cmd: Command) => {
+      if (!opts.local) {
+        const list = await Templates.list();
+        if (opts.json) printJson(list);
+        else printTable([["NAME", "VERSION", "CURRENT", "OWNER", "VCPUS", "MEMORY", "DISK", "CREATED"], ...list.map((t) => [
+          t.name, t.version, t.current ? "*" : "", t.owner ?? "-", String(t.vcpus), `${t.memoryMb} MiB`, `${t.diskMb} MiB`, t.createdAt.toISOString(),
+        ])]);
+        return;
+      }
       const rt = await openRuntime(cmd);
       try {
         const list = await rt.templates.list();
@@ -18,7 +33,7 @@ export function registerTemplateLs(parent: Command): void {
           tsc_khz: t.manifest.host.tscKhz,
         }));
         if (opts.json) {
-          process.stdout.write(JSON.stringify(rows, null, 2) + "\n");
+          printJson(rows);
           return;
         }
         const header = ["NAME", "VERSION", "CURRENT", "VCPUS", "MEMORY", "DISK", "QEMU", "ACCEL", "CREATED"];
