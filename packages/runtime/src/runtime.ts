@@ -422,11 +422,14 @@ export class Runtime {
 
   /**
    * Imports a snapshot directory from elsewhere (another host, a download): verifies
-   * every checksum and the host's compatibility before anything is copied in.
+   * every checksum and the host's compatibility before anything is copied in. `owned`:
+   * the files were just checked against their checksums by the caller (a download from
+   * the store), and the directory is the caller's to give away, so they are moved in, not
+   * copied and hashed again.
    */
-  async importSnapshot(srcDir: string): Promise<SnapshotInfo> {
+  async importSnapshot(srcDir: string, opts: { owned?: boolean } = {}): Promise<SnapshotInfo> {
     const m = await readManifest(srcDir);
-    await verifySnapshot(srcDir, m);
+    if (!opts.owned) await verifySnapshot(srcDir, m);
     checkCompatible(m, this.host);
     if (!this.templates.has(m.template)) throw new DenError("template_not_found", `snapshot needs template ${m.template.name}@${m.template.version}, which is not on this host`);
     const id = newId("snap");
@@ -434,9 +437,13 @@ export class Runtime {
     const staging = `${dir}.import`;
     try {
       await mkdir(staging, { recursive: true });
-      for (const name of Object.keys(m.files)) await cp(join(srcDir, name), join(staging, name));
-      await runTool("qemu-img", ["rebase", "-q", "-u", "-f", "qcow2", "-b", join(this.templates.dir(m.template), TEMPLATE_FILES.disk), "-F", "qcow2", join(staging, "disk.qcow2")], "qemu_error");
-      await writeManifest(staging, { ...m, id, files: await digestFiles(staging, Object.keys(m.files)) });
+      for (const name of Object.keys(m.files)) {
+        if (opts.owned) await rename(join(srcDir, name), join(staging, name));
+        else await cp(join(srcDir, name), join(staging, name));
+      }
+      // Its disk's backing file is this host's copy of the template: only the disk changes.
+      await runTool("qemu-img", ["rebase", "-q", "-u", "-f", "qcow2", "-b", join(this.templates.dir(m.template), TEMPLATE_FILES.disk), "-F", "qcow2", join(staging, TEMPLATE_FILES.disk)], "qemu_error");
+      await writeManifest(staging, { ...m, id, files: { ...m.files, ...(await digestFiles(staging, [TEMPLATE_FILES.disk])) } });
       await rename(staging, dir);
     } catch (e) {
       await rm(staging, { recursive: true, force: true });

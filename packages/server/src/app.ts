@@ -85,7 +85,7 @@ export function requireAdmin(req: FastifyRequest): Principal {
 export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | object } = {}): Promise<FastifyInstance> {
   // Requests for sandboxes' ports bypass the API's routing: their bodies and upgrades go to the guest as they are.
   const tokens = PortTokens.open(cp.config.dataDir);
-  const proxy = new PortProxy(cp, tokens, cp.config.ports.domain);
+  const proxy = new PortProxy(cp, tokens, cp.config.ports.domain, cp.config.ports.maxConnectionsPerOwner);
   const app = Fastify({
     serverFactory: (handler) => http.createServer((req, res) => {
       const t = proxy.match(req);

@@ -45,6 +45,8 @@ export interface ServerConfig {
     publicUrl?: string;
     /** The longest a signed port URL may live. */
     maxUrlTtlSeconds: number;
+    /** Connections to sandboxes' ports an owner may hold open at once (each buffers up to 256 KiB here). */
+    maxConnectionsPerOwner: number;
   };
   meter: {
     /** A sandbox's usage is written in segments at most this long (and at every transition). */
@@ -125,6 +127,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       domain: env.DEN_PORTS_DOMAIN ?? "localhost",
       ...(env.DEN_PUBLIC_URL ? { publicUrl: env.DEN_PUBLIC_URL.replace(/\/+$/, "") } : {}),
       maxUrlTtlSeconds: num(env.DEN_MAX_URL_TTL_SECONDS, 7 * 24 * 3600),
+      maxConnectionsPerOwner: num(env.DEN_MAX_PORT_CONNECTIONS_PER_OWNER, 256),
     },
     reaper: {
       intervalMs: num(env.DEN_REAPER_INTERVAL_MS, 1000),

@@ -258,7 +258,8 @@ export class LocalHostAgent implements HostAgent {
     const staging = await mkdtemp(join(this.rt.dataDir, DOWNLOAD_PREFIX));
     try {
       await downloadSnapshot(this.store, snapshotId, staging, this.progress(id, snapshotId, "download"), stored);
-      const local = await this.rt.importSnapshot(staging);
+      // Checked object by object while downloading: moved in, not hashed again.
+      const local = await this.rt.importSnapshot(staging, { owned: true });
       try {
         return info(await this.rt.restore(local.id, { id }));
       } finally {

@@ -5,7 +5,7 @@ import { spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import WebSocket from "ws";
-import { ADMIN_KEY, serverFixture, waitFor } from "./helpers.js";
+import { ADMIN_KEY, client, serverFixture, testServer, waitFor } from "./helpers.js";
 
 /** A WebSocket echo server and a POST echo in Python's standard library, for port 8001. */
 const ECHO_SERVER = String.raw`
@@ -264,5 +264,47 @@ describe("exposed ports", () => {
     }
     assert.equal(fwd.exitCode, 0, "Ctrl-C ends it cleanly");
     await f.api("DELETE", `/v1/sandboxes/${id}`);
+  });
+});
+
+describe("port connections per owner are limited", () => {
+  test("with a limit of 2, a third connection is a 429 until one closes", async () => {
+    const server = await testServer({ DEN_MAX_PORT_CONNECTIONS_PER_OWNER: "2" });
+    const api = client(server.url);
+    try {
+      const id = (await api("POST", "/v1/sandboxes", { template: "base" })).body.id as string;
+      assert.equal((await api("POST", `/v1/sandboxes/${id}/processes`, { cmd: "python3 -m http.server 8000" })).status, 201);
+      await waitFor("port 8000", async () => ((await api("GET", `/v1/sandboxes/${id}/ports`)).body.ports.some((p: { port: number }) => p.port === 8000) ? true : undefined));
+      const u = new URL(server.url);
+      const open = () => new Promise<{ status: number; socket?: import("node:stream").Duplex; body?: string }>((resolve, reject) => {
+        const req = http.request({ host: u.hostname, port: u.port, path: `/v1/sandboxes/${id}/ports/8000`, headers: { authorization: `Bearer ${ADMIN_KEY}`, connection: "Upgrade", upgrade: "den-tcp" } });
+        req.on("upgrade", (res, socket) => resolve({ status: res.statusCode!, socket }));
+        req.on("response", (res) => {
+          let body = "";
+          res.on("data", (d: Buffer) => (body += d));
+          res.on("end", () => resolve({ status: res.statusCode!, body }));
+        });
+        req.on("error", reject);
+        req.end();
+      });
+      const a = await open();
+      const b = await open();
+      assert.equal(a.status, 101);
+      assert.equal(b.status, 101);
+      const c = await open();
+      assert.equal(c.status, 429);
+      assert.equal(JSON.parse(c.body!).error.code, "limit_exceeded");
+      a.socket!.destroy();
+      const d = await waitFor("a freed slot", async () => {
+        const r = await open();
+        if (r.status === 101) return r;
+        return undefined;
+      }, 10_000);
+      b.socket!.destroy();
+      d.socket!.destroy();
+      await api("DELETE", `/v1/sandboxes/${id}`);
+    } finally {
+      await server.close();
+    }
   });
 });

@@ -77,7 +77,7 @@ function cookieToken(req: http.IncomingMessage): string | undefined {
 }
 
 /** How a request proved it may use the port. */
-type Grant = { via: "key" } | { via: "token"; token: string; fromQuery: boolean };
+type Grant = { owner: string } & ({ via: "key" } | { via: "token"; token: string; fromQuery: boolean });
 
 /**
  * Serves sandboxes' ports through Den: plain HTTP is forwarded request by request,
@@ -86,11 +86,30 @@ type Grant = { via: "key" } | { via: "token"; token: string; fromQuery: boolean 
  * work whatever the sandbox's egress policy. A hibernated sandbox wakes for the request.
  */
 export class PortProxy {
+  /** Connections to guests' ports open now, per owner: each holds buffers on this host. */
+  private open = new Map<string, number>();
+
   constructor(
     private readonly cp: ControlPlane,
     private readonly tokens: PortTokens,
     readonly domain: string,
+    private readonly maxPerOwner = 256,
   ) {}
+
+  /** Counts a connection against its owner's limit; the returned function gives it back (once). */
+  private claim(owner: string): () => void {
+    const n = this.open.get(owner) ?? 0;
+    if (n >= this.maxPerOwner) throw new DenError("limit_exceeded", `owner ${owner} has ${n} connections to sandbox ports open, the limit is ${this.maxPerOwner}`);
+    this.open.set(owner, n + 1);
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      const left = (this.open.get(owner) ?? 1) - 1;
+      if (left > 0) this.open.set(owner, left);
+      else this.open.delete(owner);
+    };
+  }
 
   match(req: http.IncomingMessage): PortTarget | undefined {
     return matchPortRequest(req, this.domain);
@@ -104,13 +123,13 @@ export class PortProxy {
     if (principal) {
       // Another owner's sandbox does not exist for them.
       if (!row || row.owner !== principal.owner) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(t.sandbox)} does not exist`);
-      return { via: "key" };
+      return { owner: row.owner, via: "key" };
     }
     const now = Date.now();
     for (const [token, fromQuery] of [[t.token, true], [cookieToken(req), false]] as const) {
       if (token && this.tokens.verify(token, t.sandbox, t.port, now)) {
         if (!row) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(t.sandbox)} does not exist`);
-        return { via: "token", token, fromQuery };
+        return { owner: row.owner, via: "token", token, fromQuery };
       }
     }
     if (t.token) throw new DenError("unauthorized", "the port URL's token is invalid or has expired");
@@ -169,6 +188,8 @@ export class PortProxy {
         res.writeHead(308, { location: `${t.prefix}/${q < 0 ? "" : t.guestPath.slice(q)}` }).end();
         return;
       }
+      const release = this.claim(grant.owner);
+      res.on("close", release);
       await this.cp.withExec(t.sandbox, async () => {
         const tunnel = await this.tunnel(t);
         await new Promise<void>((resolve) => {
@@ -218,6 +239,8 @@ export class PortProxy {
       const grant = await this.authorize(req, t);
       const rawTcp = t.bare && (req.headers.upgrade ?? "").toLowerCase() === "den-tcp";
       if (t.bare && !rawTcp) throw new DenError("invalid_argument", `upgrade to ${JSON.stringify(req.headers.upgrade)} needs a path after the port (${t.prefix}/...)`);
+      const release = this.claim(grant.owner);
+      socket.on("close", release);
       const tunnel = await this.tunnel(t);
       tunnel.on("error", () => socket.destroy());
       if (rawTcp) {
