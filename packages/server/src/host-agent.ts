@@ -293,7 +293,8 @@ export class LocalHostAgent implements HostAgent {
   private async toStore(snap: SnapshotInfo, sandbox: string): Promise<void> {
     await this.rt.pinTemplate(snap.id, snap.manifest.template);
     try {
-      await uploadSnapshot(this.store, snap.id, snap.dir, Object.keys(snap.manifest.files), snap.manifest, this.progress(sandbox, snap.id, "upload"));
+      // The runtime hashed the files when it took the snapshot: the upload reuses those sums.
+      await uploadSnapshot(this.store, snap.id, snap.dir, Object.keys(snap.manifest.files), snap.manifest, this.progress(sandbox, snap.id, "upload"), snap.manifest.files);
     } catch (e) {
       await this.rt.unpinTemplate(snap.id);
       throw e;

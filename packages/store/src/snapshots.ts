@@ -45,24 +45,33 @@ const base = (id: string) => `snapshots/${id}`;
 
 /**
  * Uploads a snapshot directory: every file compressed and hashed, then the manifest
- * last, so a crash mid-upload never leaves something that looks complete.
+ * last, so a crash mid-upload never leaves something that looks complete. `digests`:
+ * files' sha256 the caller already has (the runtime's manifest), not computed again.
  */
 export async function uploadSnapshot(
   store: ObjectStore, id: string, dir: string, files: string[], snapshotManifest: unknown,
   onProgress?: (p: TransferProgress) => void,
+  digests: Record<string, { size: number; sha256: string }> = {},
 ): Promise<StoredSnapshot> {
   const stored: Record<string, StoredObject> = {};
   for (const name of files) {
     const tmp = join(dir, `.${name}.gz.upload`);
+    const known = digests[name];
     const raw = createHash("sha256");
     const packed = createHash("sha256");
     const rawN = { n: 0 };
     const packedN = { n: 0 };
     try {
-      await pipeline(createReadStream(join(dir, name), { highWaterMark: 1 << 20 }), hashing(raw, rawN), createGzip({ level: 1 }), hashing(packed, packedN), createWriteStream(tmp));
+      const read = createReadStream(join(dir, name), { highWaterMark: 1 << 20 });
+      const gzip = createGzip({ level: 1 });
+      if (known) await pipeline(read, gzip, hashing(packed, packedN), createWriteStream(tmp));
+      else await pipeline(read, hashing(raw, rawN), gzip, hashing(packed, packedN), createWriteStream(tmp));
       const key = `${base(id)}/${name}.gz`;
       await store.putFile(key, tmp, onProgress);
-      stored[name] = { key, size: packedN.n, sha256: packed.digest("hex"), rawSize: rawN.n, rawSha256: raw.digest("hex"), compression: "gzip" };
+      stored[name] = {
+        key, size: packedN.n, sha256: packed.digest("hex"), compression: "gzip",
+        rawSize: known ? known.size : rawN.n, rawSha256: known ? known.sha256 : raw.digest("hex"),
+      };
     } finally {
       await rm(tmp, { force: true });
     }

@@ -1,6 +1,6 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -76,6 +76,19 @@ function contract(name: string, open: () => Promise<{ store: ObjectStore; corrup
       await deleteStoredSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa");
       assert.equal((await h.store.list("snapshots/")).length, before);
       await assert.rejects(downloadSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa", dst2), isCode("snapshot_not_found"));
+
+      // Sums the caller already has are used as they are: right ones restore, a wrong one is caught on download.
+      const sum = (b: Buffer) => createHash("sha256").update(b).digest("hex");
+      const disk = readFileSync(join(src, "disk.qcow2"));
+      const known = { "state.bin": { size: state.length, sha256: sum(state) }, "disk.qcow2": { size: disk.length, sha256: sum(disk) } };
+      const m2 = await uploadSnapshot(h.store, "snap_bbbbbbbbbbbbbbbb", src, ["state.bin", "disk.qcow2"], {}, undefined, known);
+      assert.equal(m2.files["state.bin"]!.rawSha256, sum(state));
+      await downloadSnapshot(h.store, "snap_bbbbbbbbbbbbbbbb", join(work, "restored3"));
+      assert.ok(readFileSync(join(work, "restored3", "disk.qcow2")).equals(disk));
+      await uploadSnapshot(h.store, "snap_cccccccccccccccc", src, ["state.bin"], {}, undefined, { "state.bin": { size: state.length, sha256: sum(disk) } });
+      await assert.rejects(downloadSnapshot(h.store, "snap_cccccccccccccccc", join(work, "restored4")), isCode("snapshot_corrupt"));
+      await deleteStoredSnapshot(h.store, "snap_bbbbbbbbbbbbbbbb");
+      await deleteStoredSnapshot(h.store, "snap_cccccccccccccccc");
     });
 
     test("an upload that never wrote its manifest is not a snapshot", async () => {
