@@ -21,6 +21,21 @@ def _client(api_url: Optional[str], api_key: Optional[str], client: Optional[Cli
     return client if client is not None else Client(api_url, api_key)
 
 
+def _body(**fields: Any) -> Dict[str, Any]:
+    """A create or restore body: what was left out is not sent (UNSET, or None, except
+    ``ttl_seconds=None``, which asks for no deadline)."""
+    body: Dict[str, Any] = {}
+    for k, v in fields.items():
+        if v is UNSET or (v is None and k != "ttl_seconds"):
+            continue
+        if k == "network":
+            v = network_to_wire(v)
+        elif isinstance(v, Mapping):
+            v = dict(v)
+        body[k] = v
+    return body
+
+
 class Sandbox:
     """One sandbox: a long-running microVM. Get one with :meth:`create`, :meth:`connect`,
     :meth:`list` or :meth:`restore`. As a context manager it is destroyed when the block ends
@@ -92,29 +107,11 @@ class Sandbox:
             )
         """
         client = Client(api_url, api_key)
-        body: Dict[str, Any] = {}
-        if template is not None:
-            body["template"] = template
-        if persistent:
-            body["persistent"] = True
-        if ttl_seconds is not UNSET:
-            body["ttl_seconds"] = ttl_seconds
-        if idle_timeout_seconds is not None:
-            body["idle_timeout_seconds"] = idle_timeout_seconds
-        if on_idle is not None:
-            body["on_idle"] = on_idle
-        if metadata is not None:
-            body["metadata"] = dict(metadata)
-        if vcpus is not None:
-            body["vcpus"] = vcpus
-        if memory_mb is not None:
-            body["memory_mb"] = memory_mb
-        if disk_mb is not None:
-            body["disk_mb"] = disk_mb
-        if env is not None:
-            body["env"] = dict(env)
-        if network is not None:
-            body["network"] = network_to_wire(network)
+        body = _body(
+            template=template, persistent=True if persistent else None, ttl_seconds=ttl_seconds,
+            idle_timeout_seconds=idle_timeout_seconds, on_idle=on_idle, metadata=metadata,
+            vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb, env=env, network=network,
+        )
         w = client.json("POST", "/v1/sandboxes", json_body=body)
         return cls(client, convert(w, SandboxInfo.from_wire))
 
@@ -203,19 +200,10 @@ class Sandbox:
         """
         client = _client if _client is not None else Client(api_url, api_key)
         cp_id = checkpoint if isinstance(checkpoint, str) else checkpoint.id
-        body: Dict[str, Any] = {}
-        if persistent is not None:
-            body["persistent"] = persistent
-        if ttl_seconds is not UNSET:
-            body["ttl_seconds"] = ttl_seconds
-        if idle_timeout_seconds is not None:
-            body["idle_timeout_seconds"] = idle_timeout_seconds
-        if on_idle is not None:
-            body["on_idle"] = on_idle
-        if metadata is not None:
-            body["metadata"] = dict(metadata)
-        if network is not None:
-            body["network"] = network_to_wire(network)
+        body = _body(
+            persistent=persistent, ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds,
+            on_idle=on_idle, metadata=metadata, network=network,
+        )
         w = client.json("POST", f"/v1/checkpoints/{seg(cp_id)}/restore", json_body=body)
         return cls(client, convert(w, SandboxInfo.from_wire))
 
