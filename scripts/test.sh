@@ -17,6 +17,9 @@ agent_tmp=$(mktemp -d)
 trap 'rm -rf "$agent_tmp"' EXIT
 OUT="$agent_tmp/den-agent" packages/guest-agent/build.sh
 node packages/guest-agent/test/run.mjs "$agent_tmp/den-agent"
+# No test outside the network namespace below may touch this host's networking.
+host_net() { nft list tables 2>/dev/null | grep den_ || true; ip netns list 2>/dev/null | grep '^den-' || true; }
+host_net_before=$(host_net)
 node --test --test-concurrency=1 --test-reporter=spec \
   packages/protocol/dist/test/*.test.js \
   packages/images/dist/test/*.test.js \
@@ -24,6 +27,11 @@ node --test --test-concurrency=1 --test-reporter=spec \
   packages/runtime/dist/test/*.test.js \
   packages/sdk/dist/test/*.test.js \
   packages/server/dist/test/*.test.js
+if [ "$(host_net)" != "$host_net_before" ]; then
+  echo "a test outside the network test namespace changed this host's networking:" >&2
+  diff <(echo "$host_net_before") <(host_net) >&2 || true
+  exit 1
+fi
 # Sandbox networking, inside a namespace with no way off this machine (scripts/netns-test.sh).
 DEN_NETNS_TEST=1 scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/runtime/dist/test/net/*.test.js packages/server/dist/test/net/*.test.js
 if [ "${DEN_SKIP_BENCH:-}" != 1 ]; then
