@@ -47,13 +47,13 @@ export function sandboxRow(s: SandboxInfo, now = Date.now()): string[] {
   ];
 }
 
-/** Parses repeated `--meta k=v` options. */
-export function parseMeta(pairs: string[] | undefined): Record<string, string> | undefined {
+/** Parses a repeated `key=value` option (`--meta`, `--env`). */
+export function parsePairs(pairs: string[] | undefined, flag = "--meta"): Record<string, string> | undefined {
   if (!pairs?.length) return undefined;
   const out: Record<string, string> = {};
   for (const p of pairs) {
     const i = p.indexOf("=");
-    if (i < 1) throw new UsageError(`--meta wants key=value, got ${JSON.stringify(p)}`);
+    if (i < 1) throw new UsageError(`${flag} wants key=value, got ${JSON.stringify(p)}`);
     out[p.slice(0, i)] = p.slice(i + 1);
   }
   return out;

@@ -11,4 +11,5 @@ export { type SnapshotManifest, readManifest, verifySnapshot } from "./snapshot.
 export { findInstanceProcesses, VM_FILES } from "./qemu.js";
 export { newId } from "./util.js";
 export { type EgressPolicy, GUEST_NET } from "./network/sandbox-network.js";
+export { isCidr } from "./network/addresses.js";
 export type { EgressMode } from "./network/firewall.js";

@@ -5,7 +5,7 @@ import websocket from "@fastify/websocket";
 import { hasZodFastifySchemaValidationErrors, jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from "fastify-type-provider-zod";
 import { DenError, type ErrorCode } from "@den/protocol";
 import type { ControlPlane } from "./control-plane.js";
-import type { Principal } from "./store.js";
+import { bearerKey, type Principal } from "./store.js";
 import { registerSandboxRoutes } from "./routes/sandboxes.js";
 import { registerExecRoutes } from "./routes/exec.js";
 import { registerFileRoutes } from "./routes/files.js";
@@ -145,10 +145,9 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
 
   app.addHook("onRequest", async (req) => {
     if (!req.url.startsWith("/v1/")) return;
-    const header = req.headers.authorization ?? "";
-    const m = /^Bearer\s+(\S{1,512})$/.exec(header);
-    const p = m ? await cp.store.findKey(m[1]!) : undefined;
-    if (!p) throw new DenError("unauthorized", m ? "invalid or revoked API key" : "missing API key (Authorization: Bearer <key>)");
+    const key = bearerKey(req.headers.authorization);
+    const p = key ? await cp.store.findKey(key) : undefined;
+    if (!p) throw new DenError("unauthorized", key ? "invalid or revoked API key" : "missing API key (Authorization: Bearer <key>)");
     req.principal = p;
   });
 

@@ -7,7 +7,7 @@ import type { Sandbox as VmSandbox, TemplateInfo } from "@den/runtime";
 import { Meter, meteredState } from "./meter.js";
 import { usageReport } from "./usage.js";
 import { Metrics } from "./metrics.js";
-import { NO_NETWORK, RefusalTracker, effectivePolicy, serializePolicy } from "./network.js";
+import { NO_NETWORK, NO_REFUSALS, RefusalTracker, effectivePolicy, serializePolicy } from "./network.js";
 
 export function toApiTemplate(t: TemplateInfo, owner: string | null): api.Template {
   return {
@@ -205,7 +205,7 @@ export class ControlPlane {
   async networkStatus(p: Principal, id: string): Promise<api.NetworkStatus> {
     const row = await this.owned(p, id);
     const refused = row.state === "running" ? await this.host.networkRefusals(id) : undefined;
-    return { policy: networkOf(row), active: refused !== undefined, refused: refused ?? { private: 0, policy: 0, limit: 0, dns: 0 } };
+    return { policy: networkOf(row), active: refused !== undefined, refused: refused ?? NO_REFUSALS };
   }
 
   /**

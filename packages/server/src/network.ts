@@ -1,4 +1,5 @@
 import { DenError, type api } from "@den/protocol";
+import { isCidr } from "@den/runtime";
 
 /** The server's network limits (see config). */
 export interface NetworkLimits {
@@ -12,15 +13,6 @@ export interface NetworkLimits {
 
 export const NO_NETWORK: api.NetworkPolicy = { egress: "none" };
 
-const IPV4_CIDR = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?:\/(\d{1,2}))?$/;
-
-function isIpv4Cidr(s: string): boolean {
-  const m = IPV4_CIDR.exec(s);
-  if (!m) return false;
-  if (m.slice(1, 5).some((o) => Number(o) > 255)) return false;
-  return m[5] === undefined || Number(m[5]) <= 32;
-}
-
 /**
  * The policy a sandbox gets: the one asked for, checked, and held to the server's limits
  * (which also fill in what the request left out), so what the API shows is what applies.
@@ -28,9 +20,9 @@ function isIpv4Cidr(s: string): boolean {
 export function effectivePolicy(req: api.NetworkPolicy | undefined, lim: NetworkLimits): api.NetworkPolicy {
   if (!req || req.egress === "none") return NO_NETWORK;
   for (const e of [...(req.allow ?? []), ...(req.deny ?? [])]) {
-    if (/^[\d./]+$/.test(e) && !isIpv4Cidr(e)) throw new DenError("invalid_argument", `network: not an IPv4 address or CIDR: ${JSON.stringify(e)}`);
+    if (/^[\d./]+$/.test(e) && !isCidr(e)) throw new DenError("invalid_argument", `network: not an IPv4 address or CIDR: ${JSON.stringify(e)}`);
   }
-  const badDeny = (req.deny ?? []).find((e) => !isIpv4Cidr(e));
+  const badDeny = (req.deny ?? []).find((e) => !isCidr(e));
   if (badDeny !== undefined) throw new DenError("invalid_argument", `network.deny takes IPv4 addresses and CIDRs, not ${JSON.stringify(badDeny)}`);
   if (req.egress === "open" && req.allow?.length) throw new DenError("invalid_argument", "network.allow applies to egress \"allowlist\"; \"open\" takes deny");
   if (req.egress === "allowlist" && req.deny?.length) throw new DenError("invalid_argument", "network.deny applies to egress \"open\"; \"allowlist\" takes allow");
@@ -46,7 +38,7 @@ export function effectivePolicy(req: api.NetworkPolicy | undefined, lim: Network
 export const serializePolicy = (p: api.NetworkPolicy): string | null => (p.egress === "none" ? null : JSON.stringify(p));
 
 export type Refusals = api.NetworkStatus["refused"];
-const ZERO: Refusals = { private: 0, policy: 0, limit: 0, dns: 0 };
+export const NO_REFUSALS: Refusals = { private: 0, policy: 0, limit: 0, dns: 0 };
 
 /**
  * Turns a sandbox's refusal counters into what is new since the last reading. Counters
@@ -58,10 +50,10 @@ export class RefusalTracker {
 
   /** What is new in `now` for this sandbox, or undefined if nothing is. */
   delta(id: string, now: Refusals): Refusals | undefined {
-    const prev = this.last.get(id) ?? ZERO;
+    const prev = this.last.get(id) ?? NO_REFUSALS;
     this.last.set(id, now);
-    const reset = (Object.keys(ZERO) as Array<keyof Refusals>).some((k) => now[k] < prev[k]);
-    const base = reset ? ZERO : prev;
+    const reset = (Object.keys(NO_REFUSALS) as Array<keyof Refusals>).some((k) => now[k] < prev[k]);
+    const base = reset ? NO_REFUSALS : prev;
     const d: Refusals = { private: now.private - base.private, policy: now.policy - base.policy, limit: now.limit - base.limit, dns: now.dns - base.dns };
     return d.private + d.policy + d.limit + d.dns > 0 ? d : undefined;
   }

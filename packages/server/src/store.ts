@@ -16,6 +16,11 @@ export function toApiCheckpoint(r: CheckpointRow): api.Checkpoint {
   };
 }
 
+/** The key of an `Authorization: Bearer <key>` header, if it holds one. */
+export function bearerKey(header: string | undefined): string | undefined {
+  return /^Bearer\s+(\S{1,512})$/.exec(header ?? "")?.[1];
+}
+
 export function hashKey(secret: string): string {
   return createHash("sha256").update(secret).digest("hex");
 }

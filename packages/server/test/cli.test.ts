@@ -4,11 +4,8 @@ import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, relative } from "node:path";
-import { fileURLToPath } from "node:url";
-import { ADMIN_KEY, serverFixture } from "./helpers.js";
-
-const CLI = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "cli", "dist", "src", "bin.js");
+import { join, relative } from "node:path";
+import { ADMIN_KEY, CLI, runCli, serverFixture } from "./helpers.js";
 
 /** Every file under `dir` with its sha256 (and symlinks with their targets), by relative path. */
 function tree(dir: string): Record<string, string> {
@@ -28,15 +25,7 @@ function tree(dir: string): Record<string, string> {
 describe("the den CLI against a real server", () => {
   const f = serverFixture();
   const run = (args: string[], opts: { input?: string; key?: string } = {}) =>
-    new Promise<{ code: number; out: string; err: string }>((resolve) => {
-      const c = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, DEN_API_URL: f.server.url, DEN_API_KEY: opts.key ?? ADMIN_KEY } });
-      let out = "";
-      let err = "";
-      c.stdout.on("data", (d: Buffer) => (out += d));
-      c.stderr.on("data", (d: Buffer) => (err += d));
-      c.on("close", (code) => resolve({ code: code ?? -1, out, err }));
-      c.stdin.end(opts.input ?? "");
-    });
+    runCli(args, { DEN_API_URL: f.server.url, DEN_API_KEY: opts.key ?? ADMIN_KEY }, opts.input);
   const ok = async (args: string[], opts: { input?: string } = {}) => {
     const r = await run(args, opts);
     assert.equal(r.code, 0, `den ${args.join(" ")}: ${r.err}`);

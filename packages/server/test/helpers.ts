@@ -39,7 +39,21 @@ export function client(base: string, key = ADMIN_KEY) {
   };
 }
 
-const CLI = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "cli", "dist", "src", "bin.js");
+/** The built `den` binary. */
+export const CLI = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "cli", "dist", "src", "bin.js");
+
+/** Runs `den ARGS` to its end against a server (env DEN_API_URL, DEN_API_KEY), with `input` on its stdin. */
+export function runCli(args: string[], env: Record<string, string>, input = ""): Promise<{ code: number; out: string; err: string }> {
+  return new Promise((resolve) => {
+    const c = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env } });
+    let out = "";
+    let err = "";
+    c.stdout!.on("data", (d: Buffer) => (out += d));
+    c.stderr!.on("data", (d: Buffer) => (err += d));
+    c.on("close", (code) => resolve({ code: code ?? -1, out, err }));
+    c.stdin!.end(input);
+  });
+}
 
 /** `den serve` as its own process, for the crash tests (kill -9, restart). */
 export async function spawnServer(port: number, env: Record<string, string> = {}): Promise<ChildProcess> {

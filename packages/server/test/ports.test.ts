@@ -2,10 +2,8 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
 import { spawn } from "node:child_process";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import WebSocket from "ws";
-import { ADMIN_KEY, client, serverFixture, testServer, waitFor } from "./helpers.js";
+import { ADMIN_KEY, CLI, client, runCli, serverFixture, testServer, waitFor } from "./helpers.js";
 
 /** A WebSocket echo server and a POST echo in Python's standard library, for port 8001. */
 const ECHO_SERVER = String.raw`
@@ -225,16 +223,8 @@ describe("exposed ports", () => {
     const id = await create();
     await sh(id, "mkdir -p /srv && echo 'forwarded page' > /srv/index.html");
     await startServer(id, "cd /srv && python3 -m http.server 8000", 8000);
-    const cli = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "cli", "dist", "src", "bin.js");
-    const env = { ...process.env, DEN_API_URL: f.server.url, DEN_API_KEY: ADMIN_KEY };
-    const run = (args: string[]) => new Promise<{ code: number; out: string; err: string }>((resolve) => {
-      const c = spawn(process.execPath, [cli, ...args], { env });
-      let out = "";
-      let err = "";
-      c.stdout.on("data", (d: Buffer) => (out += d));
-      c.stderr.on("data", (d: Buffer) => (err += d));
-      c.on("close", (code) => resolve({ code: code ?? -1, out, err }));
-    });
+    const env = { DEN_API_URL: f.server.url, DEN_API_KEY: ADMIN_KEY };
+    const run = (args: string[]) => runCli(args, env);
     const ls = await run(["port", id, "--json"]);
     assert.equal(ls.code, 0, ls.err);
     assert.ok((JSON.parse(ls.out) as Array<{ port: number }>).some((p) => p.port === 8000));
@@ -247,7 +237,7 @@ describe("exposed ports", () => {
     assert.match(missing.err, /^den: sandbox_not_found: /);
 
     const local = 20000 + Math.floor(Math.random() * 20000);
-    const fwd = spawn(process.execPath, [cli, "forward", id, "8000", String(local)], { env });
+    const fwd = spawn(process.execPath, [CLI, "forward", id, "8000", String(local)], { env: { ...process.env, ...env } });
     try {
       await new Promise<void>((resolve, reject) => {
         let err = "";

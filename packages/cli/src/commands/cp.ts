@@ -27,7 +27,7 @@ const shq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 function tar(args: string[], stdio: { stdin?: "pipe"; stdout?: "pipe" }) {
   const child = spawn("tar", args, { stdio: [stdio.stdin ?? "ignore", stdio.stdout ?? "ignore", "pipe"] });
   let err = "";
-  child.stderr!.on("data", (d: Buffer) => (err += d.toString()).slice(-2000));
+  child.stderr!.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-2000)));
   const done = new Promise<void>((resolve, reject) => {
     child.on("error", reject);
     child.on("close", (code) => (code === 0 ? resolve() : reject(new UsageError(`tar failed: ${err.trim() || `exit ${code}`}`))));

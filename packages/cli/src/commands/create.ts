@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { Sandbox } from "@den/sdk";
-import { collect, parseMeta, printJson, sandboxJson, withSpinner } from "../output.js";
+import { collect, parsePairs, printJson, sandboxJson, withSpinner } from "../output.js";
 
 /** `den create`: a new sandbox; prints its id (or the whole sandbox with --json). */
 export function registerCreate(program: Command): void {
@@ -18,7 +18,7 @@ export function registerCreate(program: Command): void {
     .option("--allow <target>", "with --egress allowlist: a domain, address or CIDR (repeat)", collect)
     .option("--json", "print the sandbox as JSON")
     .action(async (opts: { template?: string; ttl?: string; persistent?: boolean; idleTimeout?: string; meta?: string[]; memory?: string; vcpus?: string; egress?: string; allow?: string[]; json?: boolean }) => {
-      const metadata = parseMeta(opts.meta);
+      const metadata = parsePairs(opts.meta);
       const sbx = await withSpinner("creating sandbox", () => Sandbox.create({
         ...(opts.template ? { template: opts.template } : {}),
         ...(opts.ttl ? { ttlSeconds: Number(opts.ttl) } : {}),

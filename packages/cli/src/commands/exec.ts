@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { Sandbox } from "@den/sdk";
+import { collect, parsePairs } from "../output.js";
 
 /** Reads all of stdin (for `--stdin`). */
 async function readStdin(): Promise<Buffer> {
@@ -20,14 +21,14 @@ export function registerExec(program: Command): void {
     .argument("<cmd...>", "the command and its arguments (after --); one argument is run by a shell")
     .option("--cwd <dir>", "working directory in the sandbox")
     .option("--timeout <seconds>", "kill it after this many seconds")
-    .option("-e, --env <KEY=VALUE>", "an environment variable (repeat)", (v: string, p: string[] = []) => [...p, v])
+    .option("-e, --env <KEY=VALUE>", "an environment variable (repeat)", collect)
     .option("-i, --stdin", "send this process's stdin to the command")
     .action(async (id: string, cmd: string[], opts: { cwd?: string; timeout?: string; env?: string[]; stdin?: boolean }) => {
       const sbx = await Sandbox.connect(id);
-      const env = Object.fromEntries((opts.env ?? []).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
+      const env = parsePairs(opts.env, "--env");
       const stream = sbx.execStream(cmd.length === 1 ? cmd[0]! : cmd, {
         ...(opts.cwd ? { cwd: opts.cwd } : {}), ...(opts.timeout ? { timeoutSeconds: Number(opts.timeout) } : {}),
-        ...(opts.env ? { env } : {}), ...(opts.stdin ? { stdin: new Uint8Array(await readStdin()) } : {}),
+        ...(env ? { env } : {}), ...(opts.stdin ? { stdin: new Uint8Array(await readStdin()) } : {}),
       });
       for await (const chunk of stream) (chunk.stream === "stdout" ? process.stdout : process.stderr).write(chunk.data);
       const exit = await stream.wait();

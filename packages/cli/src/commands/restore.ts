@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { Sandbox } from "@den/sdk";
-import { collect, parseMeta, printJson, sandboxJson, withSpinner } from "../output.js";
+import { collect, parsePairs, printJson, sandboxJson, withSpinner } from "../output.js";
 
 /** `den restore CHECKPOINT`: a new sandbox from a checkpoint; prints its id. */
 export function registerRestore(program: Command): void {
@@ -13,7 +13,7 @@ export function registerRestore(program: Command): void {
     .option("--meta <key=value>", "a metadata label (repeat for more)", collect)
     .option("--json", "print the sandbox as JSON")
     .action(async (checkpoint: string, opts: { ttl?: string; persistent?: boolean; meta?: string[]; json?: boolean }) => {
-      const metadata = parseMeta(opts.meta);
+      const metadata = parsePairs(opts.meta);
       const sbx = await withSpinner(`restoring ${checkpoint}`, () => Sandbox.restore(checkpoint, {
         ...(opts.ttl ? { ttlSeconds: Number(opts.ttl) } : {}), ...(opts.persistent ? { persistent: true } : {}), ...(metadata ? { metadata } : {}),
       }));

@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { Templates } from "@den/sdk";
+import { collect } from "../output.js";
 
 /**
  * `den template create`: asks a running `den serve` (DEN_API_URL, DEN_API_KEY) to build a
@@ -12,7 +13,7 @@ export function registerTemplateCreate(parent: Command): void {
     .argument("<name>", "the new template's name")
     .option("--from <template>", "start from this template", "base")
     .option("--from-checkpoint <id>", "start from a checkpoint instead")
-    .option("--run <command>", "a setup command (repeatable, run in order; each must exit 0)", (v: string, all: string[]) => [...all, v], [] as string[])
+    .option("--run <command>", "a setup command (repeatable, run in order; each must exit 0)", collect, [] as string[])
     .option("--timeout <seconds>", "per setup command", "600")
     .option("--json", "print the template as JSON")
     .action(async (name: string, opts: { from: string; fromCheckpoint?: string; run: string[]; timeout: string; json?: boolean }) => {

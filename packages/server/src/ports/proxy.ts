@@ -1,8 +1,9 @@
 import http from "node:http";
 import type { Duplex } from "node:stream";
-import { DenError, ERROR_STATUS, type ErrorCode } from "@den/protocol";
+import { DenError } from "@den/protocol";
 import type { ControlPlane } from "../control-plane.js";
 import type { PortTokens } from "./tokens.js";
+import { bearerKey } from "../store.js";
 
 /** The query parameter and cookie a signed port URL's token travels in. */
 export const TOKEN_PARAM = "den_token";
@@ -117,8 +118,8 @@ export class PortProxy {
 
   /** The owner's key (never another's), or a valid signed token from the URL or its cookie. */
   private async authorize(req: http.IncomingMessage, t: PortTarget): Promise<Grant> {
-    const m = /^Bearer\s+(\S{1,512})$/.exec(req.headers.authorization ?? "");
-    const principal = m ? await this.cp.store.findKey(m[1]!) : undefined;
+    const key = bearerKey(req.headers.authorization);
+    const principal = key ? await this.cp.store.findKey(key) : undefined;
     const row = await this.cp.store.getSandbox(t.sandbox);
     if (principal) {
       // Another owner's sandbox does not exist for them.
@@ -289,6 +290,5 @@ function sendError(res: http.ServerResponse, e: unknown): void {
     res.destroy();
     return;
   }
-  const status = ERROR_STATUS[err.code as ErrorCode] ?? 500;
-  res.writeHead(status, { "content-type": "application/json; charset=utf-8" }).end(JSON.stringify({ error: { code: err.code, message: err.message } }));
+  res.writeHead(err.status, { "content-type": "application/json; charset=utf-8" }).end(JSON.stringify({ error: { code: err.code, message: err.message } }));
 }

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { DenError } from "@den/protocol";
 import type { ControlPlane } from "../control-plane.js";
+import { bearerKey } from "../store.js";
 
 /**
  * Liveness, readiness and Prometheus metrics, outside /v1 (probes and scrapers). Metrics
@@ -30,8 +31,8 @@ export function registerHealthRoutes(app: FastifyInstance, cp: ControlPlane): vo
 
   app.get("/metrics", { schema: { hide: true } }, async (req, reply) => {
     if (!cp.config.metricsPublic) {
-      const m = /^Bearer\s+(\S{1,512})$/.exec(req.headers.authorization ?? "");
-      const p = m ? await cp.store.findKey(m[1]!) : undefined;
+      const key = bearerKey(req.headers.authorization);
+      const p = key ? await cp.store.findKey(key) : undefined;
       if (!p) throw new DenError("unauthorized", "metrics need an admin key (Authorization: Bearer <key>), or DEN_METRICS_PUBLIC=1");
       if (!p.admin) throw new DenError("forbidden", "metrics need an admin key");
     }
