@@ -109,6 +109,15 @@ export const CreateSandboxRequest = z.strictObject({
 });
 export type CreateSandboxRequest = z.infer<typeof CreateSandboxRequest>;
 
+export const OperationKind = z.enum([
+  "create", "destroy", "hibernate", "wake", "checkpoint", "checkpoint_delete", "restore", "recover", "fork",
+  "set_network", "set_timeout", "template_build", "template_delete",
+]);
+export type OperationKind = z.infer<typeof OperationKind>;
+
+export const SandboxOperation = z.object({ id: z.string(), kind: OperationKind, since: z.string() });
+export type SandboxOperation = z.infer<typeof SandboxOperation>;
+
 export const Sandbox = z.object({
   id: SandboxId,
   state: SandboxState,
@@ -132,6 +141,8 @@ export const Sandbox = z.object({
   /** Bytes its snapshot occupies in the store while cold-hibernated (null otherwise): compare with memory_mb. */
   stored_bytes: z.number().int().nullable(),
   network: NetworkPolicy,
+  /** The operation in flight on it, if any (its `state` stays the last settled one meanwhile). */
+  operation: SandboxOperation.nullable(),
 });
 export type Sandbox = z.infer<typeof Sandbox>;
 

@@ -28,6 +28,7 @@ export const ERROR_STATUS = {
   route_not_found: 404,
   sandbox_destroyed: 410,
   invalid_state: 409,
+  operation_in_progress: 409,
   snapshot_incompatible: 409,
   snapshot_corrupt: 422,
   setup_failed: 422,

@@ -377,9 +377,9 @@ export class Runtime {
    * Takes a snapshot of a sandbox into the snapshot store. The sandbox keeps running,
    * or with `keepRunning: false` stays paused (a warm hibernate).
    */
-  async snapshot(sandboxId: string, opts: { keepRunning?: boolean; ignoreShared?: boolean } = {}): Promise<SnapshotInfo> {
+  async snapshot(sandboxId: string, opts: { keepRunning?: boolean; ignoreShared?: boolean; id?: string } = {}): Promise<SnapshotInfo> {
     const sbx = this.get(sandboxId);
-    const id = newId("snap");
+    const id = this.newSnapshotId(opts.id);
     const dir = this.snapshotDir(id);
     try {
       const r = await sbx.snapshot(dir, { id, keepRunning: opts.keepRunning ?? true, ...(opts.ignoreShared === false ? { ignoreShared: false } : {}) });
@@ -388,6 +388,19 @@ export class Runtime {
       await rm(dir, { recursive: true, force: true });
       throw e;
     }
+  }
+
+  /** A caller-chosen snapshot id (a control plane records it first), or a new one. */
+  private newSnapshotId(id?: string): string {
+    if (id === undefined) return newId("snap");
+    if (!/^snap_[a-z2-7]{16}$/.test(id)) throw new DenError("invalid_argument", `not a snapshot id: ${JSON.stringify(id)}`);
+    if (existsSync(this.snapshotDir(id))) throw new DenError("already_exists", `snapshot ${id} already exists on this host`);
+    return id;
+  }
+
+  /** Whether a complete (not deleted) local snapshot with this id exists. */
+  hasSnapshot(id: string): boolean {
+    return ID_PATTERN.test(id) && existsSync(join(this.snapshotDir(id), "manifest.json")) && !existsSync(join(this.snapshotDir(id), DELETED_MARKER));
   }
 
   async getSnapshot(id: string): Promise<SnapshotInfo> {
@@ -476,8 +489,9 @@ export class Runtime {
   // ---- fork ----
 
   /** Forks a running sandbox into `count` new, independent sandboxes (copy-on-write disks). */
-  async fork(sandboxId: string, count = 1): Promise<Sandbox[]> {
+  async fork(sandboxId: string, count = 1, opts: { ids?: string[] } = {}): Promise<Sandbox[]> {
     if (!Number.isInteger(count) || count < 1 || count > 16) throw new DenError("invalid_argument", "fork count must be an integer in 1..16");
+    if (opts.ids && opts.ids.length !== count) throw new DenError("invalid_argument", "fork: one id per child");
     const parent = this.get(sandboxId);
     // The stream is loaded by a helper whose RAM is shared: it must say it carries all RAM.
     // Children of one fork share its RAM; a single child has nothing to share it with and
@@ -487,7 +501,7 @@ export class Runtime {
     try {
       if (shared) await this.shareMemory(snap);
       const children: Sandbox[] = [];
-      const results = await Promise.allSettled(Array.from({ length: count }, () => this.restore(snap.id, { pidsMax: parent.info.pidsMax })));
+      const results = await Promise.allSettled(Array.from({ length: count }, (_, i) => this.restore(snap.id, { pidsMax: parent.info.pidsMax, ...(opts.ids ? { id: opts.ids[i]! } : {}) })));
       for (const r of results) if (r.status === "fulfilled") children.push(r.value);
       const failed = results.find((r) => r.status === "rejected");
       if (failed) {

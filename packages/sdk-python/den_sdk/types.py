@@ -150,6 +150,8 @@ class SandboxInfo:
     #: Bytes its snapshot occupies in the store while cold-hibernated, else None.
     stored_bytes: Optional[int]
     network: NetworkPolicy
+    #: The operation in flight on it (``{"id", "kind", "since"}``), else None; ``state`` stays the last settled one.
+    operation: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -181,6 +183,7 @@ class SandboxInfo:
             hibernate_mode=w.get("hibernate_mode"),
             stored_bytes=w.get("stored_bytes"),
             network=NetworkPolicy.from_wire(w.get("network") or {"egress": "none"}),
+            operation=w.get("operation"),
             raw=dict(w),
         )
 

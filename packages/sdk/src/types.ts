@@ -67,6 +67,8 @@ export interface SandboxInfo {
   hibernateMode: "warm" | "cold" | null;
   /** Bytes its snapshot occupies in the store while cold-hibernated (compare with `memoryMb`); null otherwise. */
   storedBytes: number | null;
+  /** The operation in flight on it (its `state` stays the last settled one meanwhile), or null. */
+  operation: { id: string; kind: api.OperationKind; since: Date } | null;
   /** Its network policy (egress `none` unless one was set). */
   network: NetworkPolicy;
 }
@@ -153,6 +155,7 @@ export function toSandboxInfo(w: api.Sandbox): SandboxInfo {
     hibernateMode: w.hibernate_mode,
     storedBytes: w.stored_bytes,
     network: toNetworkPolicy(w.network),
+    operation: w.operation ? { id: w.operation.id, kind: w.operation.kind, since: new Date(w.operation.since) } : null,
   };
 }
 

@@ -119,7 +119,7 @@ export class FakeDen {
       template_version: "0123456789ab",
       hibernate_mode: null,
       stored_bytes: null,
-      network: { egress: "none" },
+      network: { egress: "none" }, operation: null,
       persistent: false,
       ttl_seconds: 3600,
       expires_at: new Date(Date.now() + 3600_000).toISOString(),

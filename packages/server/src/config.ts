@@ -59,6 +59,8 @@ export interface ServerConfig {
     /** Guest CPU (share of one core, from the QEMU process) above which a sandbox counts as active. */
     cpuActiveShare: number;
   };
+  /** The snapshot store's garbage collector: released snapshots are deleted after `graceMs`, checked every `intervalMs`. */
+  storeGc: { graceMs: number; intervalMs: number };
   /** Where cold-hibernated sandboxes' snapshots go. */
   store:
     | { kind: "local"; dir?: string }
@@ -132,6 +134,10 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     reaper: {
       intervalMs: num(env.DEN_REAPER_INTERVAL_MS, 1000),
       cpuActiveShare: num(env.DEN_IDLE_CPU_SHARE, 0.2),
+    },
+    storeGc: {
+      graceMs: num(env.DEN_STORE_GC_GRACE_SECONDS, 600) * 1000,
+      intervalMs: num(env.DEN_STORE_GC_INTERVAL_SECONDS, 60) * 1000,
     },
     store: env.DEN_STORE === "s3"
       ? {

@@ -41,6 +41,57 @@ export interface SandboxesTable {
   meter_cpu: number | null;
   /** JSON of its api.NetworkPolicy; null: egress none. */
   network: string | null;
+  /** Bumped by every committed change of state: the compare-and-set token. */
+  generation: number;
+  /** The operation in flight on it (its in-between state), if any. */
+  op_id: string | null;
+  op_kind: string | null;
+  op_since: number | null;
+}
+
+/**
+ * Every mutating operation, written (with the sandbox's in-between state) before the host
+ * is asked, so a restart can finish or roll back what was in flight.
+ */
+export interface OperationsTable {
+  id: string;
+  sandbox_id: string | null;
+  kind: string;
+  /** JSON: what it was asked, including every id the control plane picked for it. */
+  args: string;
+  /** pending | done | failed | rolled_back */
+  status: string;
+  result: string | null;
+  error: string | null;
+  reason: string;
+  host: string | null;
+  created_at: number;
+  finished_at: number | null;
+}
+
+/**
+ * The catalog of snapshots in the object store. A row is written (pending) before its
+ * upload starts, so nothing in the store is ever unaccounted for; objects are deleted
+ * only by the garbage collector, once their row has been `released` for a grace period.
+ */
+export interface StoredSnapshotsTable {
+  id: string;
+  owner: string;
+  /** Its key prefix in the store (see snapshotKey). */
+  key: string;
+  /** cold | checkpoint */
+  kind: string;
+  /** pending | complete | released */
+  state: string;
+  bytes: number | null;
+  created_at: number;
+  released_at: number | null;
+}
+
+/** Deployment-wide settings (the deployment id, ...), shared by every process of one deployment. */
+export interface SettingsTable {
+  key: string;
+  value: string;
 }
 
 /** One closed stretch of a sandbox's (or a deleted checkpoint's) life, as billed. */
@@ -100,6 +151,9 @@ export interface TemplatesTable {
 }
 
 export interface Database {
+  operations: OperationsTable;
+  stored_snapshots: StoredSnapshotsTable;
+  settings: SettingsTable;
   usage_segments: UsageSegmentsTable;
   templates: TemplatesTable;
   checkpoints: CheckpointsTable;

@@ -1,10 +1,16 @@
 import { createHash } from "node:crypto";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { deleteStoredSnapshot, downloadSnapshot, listStoredSnapshotIds, readStoredManifest, storedBytes, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
+import { downloadSnapshot, faultPoint, manifestBytes, readStoredManifest, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
 import { DenError, type api } from "@den/protocol";
 import { Runtime, bakeFromSandbox, bakeVariant, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
 import { Admission, type Capacity, type Shape } from "./capacity.js";
+
+/** A snapshot in the object store: its id and the key prefix the control plane chose for it. */
+export interface StoredRef {
+  id: string;
+  key: string;
+}
 
 export interface HostCreateSpec {
   id: string;
@@ -12,13 +18,15 @@ export interface HostCreateSpec {
   vcpus?: number;
   memoryMb?: number;
   diskMb?: number;
+  /** Brought up with the VM; a network that cannot come up takes the VM with it. */
+  network?: api.NetworkPolicy;
 }
 
 /** A template made from a sandbox: a source (template or stored checkpoint) plus setup commands. */
 export interface TemplateBuildSpec {
   name: string;
   fromTemplate?: string;
-  fromCheckpoint?: string;
+  fromCheckpoint?: StoredRef;
   setup: string[];
   setupTimeoutSeconds: number;
 }
@@ -42,6 +50,14 @@ export interface TransferEvent {
   done: boolean;
 }
 
+/** What the host holds now, in one call. */
+export interface HostInventory {
+  instance: string;
+  vms: Array<{ id: string; state: "running" | "paused" | "stopped"; cpuSeconds: number | null }>;
+  /** Complete local snapshots (warm hibernations). */
+  snapshots: string[];
+}
+
 /** At most one report a second per transfer, plus the last one. */
 function throttled(emit: (p: TransferProgress) => void): (p: TransferProgress) => void {
   let last = 0;
@@ -55,39 +71,51 @@ function throttled(emit: (p: TransferProgress) => void): (p: TransferProgress) =
 
 /**
  * What the control plane asks of the machine that runs sandboxes. In single-node mode
- * it is this process (LocalHostAgent); a multi-host deployment serves the same interface
- * over the network. The control plane never touches QEMU itself.
+ * it is this process (LocalHostAgent). The control plane picks every id (sandboxes,
+ * snapshots, fork children) and records its intent before it asks; every mutating call
+ * carries the operation's id, and asking again with the same id returns the first answer.
+ * No call removes something the control plane's records may still need: a cold
+ * hibernate leaves the VM paused until the control plane has committed and destroys it.
  */
 export interface HostAgent {
   readonly instance: string;
-  create(spec: HostCreateSpec): Promise<HostSandboxInfo>;
+  create(op: string, spec: HostCreateSpec): Promise<HostSandboxInfo>;
+  /** A sandbox `id` from a stored snapshot (a checkpoint, or a lost sandbox's recovery); any VM of that id goes first. */
+  restore(op: string, id: string, snapshot: StoredRef, network?: api.NetworkPolicy): Promise<HostSandboxInfo>;
   /** Throws `capacity_exhausted` if a create of this spec would not fit now (checked again by `create`). */
   checkCreate(spec: Omit<HostCreateSpec, "id">): Promise<void>;
   /** Throws `capacity_exhausted` if a VM of this shape would not fit now. */
   checkCapacity(shape: Shape): void;
   /** What this host may hold and what it holds now. */
   capacity(): { capacity: Capacity; used: Shape & { sandboxes: number } };
+  /** Removes the VM and every local file of it; nothing to do if it has none. */
   destroy(id: string): Promise<void>;
+  /** Warm: snapshot `snapshotId` kept on this host, the VM paused in place. */
+  hibernateWarm(op: string, id: string, snapshotId: string): Promise<void>;
   /**
-   * warm: snapshot (kept on this host) + pause in place. cold: snapshot uploaded to the
-   * snapshot store, then the VM and every local file of it are gone. Returns the snapshot id.
+   * Cold, the first half: the VM's snapshot (or its warm snapshot `fromWarm`) goes to the
+   * store under `to`; the VM stays paused (or absent) for the control plane to destroy once
+   * it has committed. On failure the VM runs again (from running) and nothing is left.
    */
-  hibernate(id: string, mode: "warm" | "cold", warmSnapshot?: string): Promise<string>;
-  /** warm: resume in place, or restore from the local snapshot if the VM died. cold: restore from the store. */
-  wake(id: string, snapshotId: string | null, mode: "warm" | "cold"): Promise<void>;
-  dropSnapshot(snapshotId: string, mode: "warm" | "cold"): Promise<void>;
-  /** A durable checkpoint in the store; the sandbox keeps running. */
-  checkpoint(id: string): Promise<{ snapshotId: string; pauseMs: number; storedBytes: number }>;
-  /** A new sandbox `id` from a stored snapshot (checkpoint). */
-  restoreStored(id: string, snapshotId: string): Promise<HostSandboxInfo>;
-  fork(id: string, count: number): Promise<Array<{ id: string } & HostSandboxInfo>>;
+  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number }>;
+  /** Warm wake: resume in place, or restore from its local snapshot if the VM died. */
+  wakeWarm(op: string, id: string, snapshotId: string | null): Promise<void>;
+  /** A durable checkpoint in the store under `to`; the sandbox keeps running. */
+  checkpoint(op: string, id: string, to: StoredRef): Promise<{ pauseMs: number; storedBytes: number }>;
+  /** Forks a running sandbox into children with the given ids (each gets `network`). */
+  fork(op: string, id: string, children: string[], network?: api.NetworkPolicy): Promise<HostSandboxInfo[]>;
+  /** Deletes a local snapshot (a warm hibernation's), if it is there. */
+  dropLocalSnapshot(snapshotId: string): Promise<void>;
+  /** Lets go of the template version a stored snapshot needed (it is gone from the store). */
+  unpin(snapshotId: string): Promise<void>;
+  /** Local snapshots not in `snapshots`, and template pins of stored snapshots not in `pins`, are deleted. */
+  collectLocal(snapshots: Set<string>, pins: Set<string>): Promise<void>;
+  inventory(): Promise<HostInventory>;
   /** Ids of the sandboxes whose VMs run (or are paused) on this host. */
   running(): string[];
   /** Whether the sandbox's VM process exists on this host. */
   alive(id: string): boolean;
-  /** Whether a sandbox's VM is executing or frozen; undefined if this host has none. */
-  vmState(id: string): "running" | "paused" | undefined;
-  /** Unfreezes a VM frozen by a hibernate whose record never made it to the database. */
+  /** Unfreezes a VM frozen by an operation that did not finish. */
   resume(id: string): Promise<void>;
   /** Host CPU seconds used by the sandbox's VM, if it runs. */
   cpuSeconds(id: string): number | undefined;
@@ -104,17 +132,15 @@ export interface HostAgent {
   /** Retires a template and its size variants (versions in use stay until nothing uses them). */
   deleteTemplate(name: string): Promise<void>;
   /** Builds (or finds, if the same recipe was built before) a template version and makes it current. */
-  buildTemplate(spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }>;
-  /** Bytes a snapshot occupies in the store. */
-  storedBytes(snapshotId: string): Promise<number>;
-  /** Deletes every snapshot (stored or local) and template pin that is not in `referenced`. */
-  collectSnapshots(referenced: Set<string>): Promise<void>;
+  buildTemplate(op: string, spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }>;
   /** Called as snapshots move to and from the store. */
   onTransfer: ((t: TransferEvent) => void) | undefined;
   close(): void;
 }
 
 const DOWNLOAD_PREFIX = "download-";
+/** Answers kept for repeated asks; an operation is re-asked within moments, not days. */
+const JOURNAL_SIZE = 1024;
 
 function info(sbx: VmSandbox): HostSandboxInfo {
   const i = sbx.info;
@@ -124,6 +150,7 @@ function info(sbx: VmSandbox): HostSandboxInfo {
 export class LocalHostAgent implements HostAgent {
   private bakes = new Map<string, Promise<TemplateInfo>>();
   private builds = new Map<string, Promise<unknown>>();
+  private journal = new Map<string, Promise<unknown>>();
   onTransfer: ((t: TransferEvent) => void) | undefined;
 
   private progress(sandbox: string, snapshot: string, direction: TransferEvent["direction"]): (p: TransferProgress) => void {
@@ -144,6 +171,18 @@ export class LocalHostAgent implements HostAgent {
     // Downloads a crash interrupted: the store still has the snapshot.
     for (const d of await readdir(dataDir)) if (d.startsWith(DOWNLOAD_PREFIX)) await rm(join(dataDir, d), { recursive: true, force: true });
     return new LocalHostAgent(rt, store, capacity);
+  }
+
+  /** Runs an operation once: asked again with the same id, it returns (or joins) the first answer. */
+  private once<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    const known = this.journal.get(op);
+    if (known) return known as Promise<T>;
+    const p = fn();
+    this.journal.set(op, p);
+    // A failed operation may be asked again with the same id once its cause is gone.
+    p.catch(() => this.journal.delete(op));
+    if (this.journal.size > JOURNAL_SIZE) this.journal.delete(this.journal.keys().next().value!);
+    return p;
   }
 
   capacity(): { capacity: Capacity; used: Shape & { sandboxes: number } } {
@@ -167,18 +206,32 @@ export class LocalHostAgent implements HostAgent {
     return this.rt.instance;
   }
 
-  async create(spec: HostCreateSpec): Promise<HostSandboxInfo> {
-    const { tpl, shape } = await this.shapeOf(spec);
-    const { vcpus, memoryMb } = shape;
-    const release = this.admission.reserve(spec.id, shape);
+  create(op: string, spec: HostCreateSpec): Promise<HostSandboxInfo> {
+    return this.once(op, async () => {
+      const { tpl, shape } = await this.shapeOf(spec);
+      const { vcpus, memoryMb } = shape;
+      const release = this.admission.reserve(spec.id, shape);
+      try {
+        // A template snapshot fixes vCPUs and memory: another shape restores a snapshot of that
+        // shape, baked once on first use (concurrent first uses share one bake).
+        const source = vcpus === tpl.manifest.vm.vcpus && memoryMb === tpl.manifest.vm.memoryMb ? tpl : await this.variant(tpl, vcpus, memoryMb);
+        const sbx = await this.rt.create({ id: spec.id, template: `${source.name}@${source.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}) });
+        await this.withNetwork(spec.id, spec.network);
+        return { ...info(sbx), template: tpl.name, templateVersion: tpl.version };
+      } finally {
+        release();
+      }
+    });
+  }
+
+  /** Brings up a new VM's network; one that cannot come up takes the VM with it. */
+  private async withNetwork(id: string, policy: api.NetworkPolicy | undefined): Promise<void> {
+    if (!policy || policy.egress === "none") return;
     try {
-      // A template snapshot fixes vCPUs and memory: another shape restores a snapshot of that
-      // shape, baked once on first use (concurrent first uses share one bake).
-      const source = vcpus === tpl.manifest.vm.vcpus && memoryMb === tpl.manifest.vm.memoryMb ? tpl : await this.variant(tpl, vcpus, memoryMb);
-      const sbx = await this.rt.create({ id: spec.id, template: `${source.name}@${source.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}) });
-      return { ...info(sbx), template: tpl.name, templateVersion: tpl.version };
-    } finally {
-      release();
+      await this.setNetwork(id, policy);
+    } catch (e) {
+      await this.destroy(id).catch(() => undefined);
+      throw e;
     }
   }
 
@@ -205,59 +258,72 @@ export class LocalHostAgent implements HostAgent {
 
   async destroy(id: string): Promise<void> {
     if (this.rt.has(id)) await this.rt.get(id).destroy();
-  }
-
-  async hibernate(id: string, mode: "warm" | "cold", warmSnapshot?: string): Promise<string> {
-    if (mode === "warm") return (await this.rt.snapshot(id, { keepRunning: false })).id;
-    // Cold: the snapshot goes to the store (manifest last), then the VM and its local files go.
-    // From warm, the snapshot taken when it paused is the one to store (nothing ran since,
-    // and the VM may even be gone).
-    const sbx = this.rt.has(id) ? this.rt.get(id) : undefined;
-    const snap = warmSnapshot ? await this.rt.getSnapshot(warmSnapshot) : await this.rt.snapshot(id, { keepRunning: false });
-    try {
-      await this.toStore(snap, id);
-    } catch (e) {
-      if (!warmSnapshot) {
-        // Nothing is lost: the VM is still there, paused; put it back to work.
-        await this.rt.deleteSnapshot(snap.id).catch(() => undefined);
-        await sbx?.resume().catch(() => undefined);
-      }
-      throw e;
-    }
-    await sbx?.destroy();
-    await this.rt.deleteSnapshot(snap.id);
-    return snap.id;
-  }
-
-  async wake(id: string, snapshotId: string | null, mode: "warm" | "cold"): Promise<void> {
-    if (mode === "warm" && this.rt.has(id) && this.rt.get(id).vmAlive()) {
-      await this.rt.get(id).resume();
-      return;
-    }
-    if (!snapshotId) throw new DenError("sandbox_not_running", `sandbox ${id} has no VM and no snapshot to wake from`);
-    // The VM is gone (cold, or it died while warm): bring it back under the same id.
-    if (this.rt.has(id)) await this.rt.get(id).destroy();
     await rm(join(this.rt.dataDir, "sandboxes", id), { recursive: true, force: true });
-    if (mode === "warm") {
+  }
+
+  hibernateWarm(op: string, id: string, snapshotId: string): Promise<void> {
+    return this.once(op, async () => {
+      await this.rt.snapshot(id, { keepRunning: false, id: snapshotId });
+    });
+  }
+
+  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number }> {
+    return this.once(op, async () => {
+      const sbx = this.rt.has(id) ? this.rt.get(id) : undefined;
+      // From warm, the snapshot taken when it paused is the one to store (nothing ran since,
+      // and the VM may even be gone). From running, a snapshot leaves the VM paused.
+      const snap = fromWarm ? await this.rt.getSnapshot(fromWarm) : await this.rt.snapshot(id, { keepRunning: false });
+      faultPoint("hibernate-cold-after-snapshot");
+      try {
+        const stored = await this.toStore(snap, id, to);
+        return { storedBytes: manifestBytes(stored) };
+      } catch (e) {
+        // Nothing is lost: the VM is still there, paused; put it back to work.
+        if (!fromWarm) await sbx?.resume().catch(() => undefined);
+        throw e;
+      } finally {
+        // A snapshot taken for the upload is of no use after it, either way.
+        if (!fromWarm) await this.rt.deleteSnapshot(snap.id).catch(() => undefined);
+      }
+    });
+  }
+
+  wakeWarm(op: string, id: string, snapshotId: string | null): Promise<void> {
+    return this.once(op, async () => {
+      if (this.rt.has(id) && this.rt.get(id).vmAlive()) {
+        await this.rt.get(id).resume();
+        return;
+      }
+      if (!snapshotId || !this.rt.hasSnapshot(snapshotId)) throw new DenError("sandbox_not_running", `sandbox ${id} has no VM and no snapshot to wake from`);
+      // The VM died while warm: bring it back from its snapshot under the same id.
+      await this.destroy(id);
       const release = this.admission.reserve(id, (await this.rt.getSnapshot(snapshotId)).manifest.vm);
       try {
         await this.rt.restore(snapshotId, { id });
       } finally {
         release();
       }
-      return;
-    }
-    await this.restoreStored(id, snapshotId);
+    });
+  }
+
+  restore(op: string, id: string, snapshot: StoredRef, network?: api.NetworkPolicy): Promise<HostSandboxInfo> {
+    return this.once(op, async () => {
+      await this.destroy(id);
+      const made = await this.restoreStored(id, snapshot);
+      await this.withNetwork(id, network);
+      return made;
+    });
   }
 
   /** Downloads a stored snapshot, verifies it, and restores it as sandbox `id`. */
-  async restoreStored(id: string, snapshotId: string): Promise<HostSandboxInfo> {
+  private async restoreStored(id: string, snapshot: StoredRef): Promise<HostSandboxInfo> {
     // Room first: a wake that cannot fit fails before it downloads anything.
-    const stored = await readStoredManifest(this.store, snapshotId);
+    const stored = await readStoredManifest(this.store, snapshot.key);
     const release = this.admission.reserve(id, (stored.snapshot as SnapshotManifest).vm);
     const staging = await mkdtemp(join(this.rt.dataDir, DOWNLOAD_PREFIX));
     try {
-      await downloadSnapshot(this.store, snapshotId, staging, this.progress(id, snapshotId, "download"), stored);
+      await downloadSnapshot(this.store, snapshot.key, staging, this.progress(id, snapshot.id, "download"), stored);
+      faultPoint("wake-cold-after-download");
       // Checked object by object while downloading: moved in, not hashed again.
       const local = await this.rt.importSnapshot(staging, { owned: true });
       try {
@@ -272,67 +338,72 @@ export class LocalHostAgent implements HostAgent {
     }
   }
 
-  /**
-   * A durable checkpoint of a running sandbox: snapshot (the VM pauses only for the
-   * copy), upload to the store, keep nothing local. The sandbox keeps running.
-   */
-  async checkpoint(id: string): Promise<{ snapshotId: string; pauseMs: number; storedBytes: number }> {
-    const snap = await this.rt.snapshot(id);
-    try {
-      await this.toStore(snap, id);
-    } finally {
-      await this.rt.deleteSnapshot(snap.id);
-    }
-    return { snapshotId: snap.id, pauseMs: snap.manifest.pauseMs, storedBytes: await storedBytes(this.store, snap.id) };
+  checkpoint(op: string, id: string, to: StoredRef): Promise<{ pauseMs: number; storedBytes: number }> {
+    return this.once(op, async () => {
+      const snap = await this.rt.snapshot(id);
+      try {
+        const stored = await this.toStore(snap, id, to);
+        return { pauseMs: snap.manifest.pauseMs, storedBytes: manifestBytes(stored) };
+      } finally {
+        await this.rt.deleteSnapshot(snap.id);
+      }
+    });
   }
 
   /**
    * Uploads a local snapshot to the store, pinning its template version on this host
    * (the stored copy needs it to restore); a failed upload leaves no pin behind.
    */
-  private async toStore(snap: SnapshotInfo, sandbox: string): Promise<void> {
-    await this.rt.pinTemplate(snap.id, snap.manifest.template);
+  private async toStore(snap: SnapshotInfo, sandbox: string, to: StoredRef) {
+    await this.rt.pinTemplate(to.id, snap.manifest.template);
     try {
       // The runtime hashed the files when it took the snapshot: the upload reuses those sums.
-      await uploadSnapshot(this.store, snap.id, snap.dir, Object.keys(snap.manifest.files), snap.manifest, this.progress(sandbox, snap.id, "upload"), snap.manifest.files);
+      return await uploadSnapshot(this.store, to.key, snap.dir, Object.keys(snap.manifest.files), snap.manifest, this.progress(sandbox, to.id, "upload"), snap.manifest.files);
     } catch (e) {
-      await this.rt.unpinTemplate(snap.id);
+      await this.rt.unpinTemplate(to.id);
       throw e;
     }
   }
 
-  /** Forks a running sandbox into `count` copy-on-write children. */
-  async fork(id: string, count: number): Promise<Array<{ id: string } & HostSandboxInfo>> {
-    const p = this.rt.get(id).info;
-    const release = this.admission.reserve(undefined, { vcpus: p.vcpus, memoryMb: p.memoryMb }, count);
-    try {
-      const kids = await this.rt.fork(id, count);
-      return kids.map((k) => ({ id: k.id, ...info(k) }));
-    } finally {
-      release();
-    }
-  }
-
-  async dropSnapshot(snapshotId: string, mode: "warm" | "cold"): Promise<void> {
-    if (mode === "cold") {
-      await deleteStoredSnapshot(this.store, snapshotId);
-      await this.rt.unpinTemplate(snapshotId);
-      return;
-    }
-    await this.rt.deleteSnapshot(snapshotId).catch((e: unknown) => {
-      if (!(e instanceof DenError && e.code === "snapshot_not_found")) throw e;
+  fork(op: string, id: string, children: string[], network?: api.NetworkPolicy): Promise<HostSandboxInfo[]> {
+    return this.once(op, async () => {
+      const p = this.rt.get(id).info;
+      const release = this.admission.reserve(undefined, { vcpus: p.vcpus, memoryMb: p.memoryMb }, children.length);
+      try {
+        const kids = await this.rt.fork(id, children.length, { ids: children });
+        try {
+          // Each child gets a network of its own with the parent's policy.
+          if (network && network.egress !== "none") for (const k of kids) await this.setNetwork(k.id, network);
+        } catch (e) {
+          for (const k of kids) await this.destroy(k.id).catch(() => undefined);
+          throw e;
+        }
+        return kids.map(info);
+      } finally {
+        release();
+      }
     });
   }
 
-  /** Bytes a cold-hibernated sandbox occupies in the store. */
-  storedBytes(snapshotId: string): Promise<number> {
-    return storedBytes(this.store, snapshotId);
+  async dropLocalSnapshot(snapshotId: string): Promise<void> {
+    if (this.rt.hasSnapshot(snapshotId)) await this.rt.deleteSnapshot(snapshotId);
   }
 
-  async collectSnapshots(referenced: Set<string>): Promise<void> {
-    for (const id of await listStoredSnapshotIds(this.store)) if (!referenced.has(id)) await deleteStoredSnapshot(this.store, id);
-    for (const s of await this.rt.listSnapshots()) if (!referenced.has(s.id)) await this.rt.deleteSnapshot(s.id);
-    for (const holder of this.rt.pinHolders()) if (!referenced.has(holder)) await this.rt.unpinTemplate(holder);
+  async unpin(snapshotId: string): Promise<void> {
+    await this.rt.unpinTemplate(snapshotId);
+  }
+
+  async collectLocal(snapshots: Set<string>, pins: Set<string>): Promise<void> {
+    for (const s of await this.rt.listSnapshots()) if (!snapshots.has(s.id)) await this.rt.deleteSnapshot(s.id);
+    for (const holder of this.rt.pinHolders()) if (!pins.has(holder)) await this.rt.unpinTemplate(holder);
+  }
+
+  async inventory(): Promise<HostInventory> {
+    return {
+      instance: this.instance,
+      vms: this.rt.list().map((s) => ({ id: s.id, state: !s.vmAlive() ? "stopped" : s.state === "paused" ? "paused" : "running", cpuSeconds: s.cpuSeconds() ?? null })),
+      snapshots: (await this.rt.listSnapshots()).map((s) => s.id),
+    };
   }
 
   running(): string[] {
@@ -343,14 +414,8 @@ export class LocalHostAgent implements HostAgent {
     return this.rt.has(id) && this.rt.get(id).vmAlive();
   }
 
-  vmState(id: string): "running" | "paused" | undefined {
-    if (!this.rt.has(id)) return undefined;
-    const s = this.rt.get(id).state;
-    return s === "running" ? "running" : s === "paused" ? "paused" : undefined;
-  }
-
   async resume(id: string): Promise<void> {
-    await this.rt.get(id).resume();
+    if (this.rt.has(id) && this.rt.get(id).state === "paused") await this.rt.get(id).resume();
   }
 
   cpuSeconds(id: string): number | undefined {
@@ -371,19 +436,21 @@ export class LocalHostAgent implements HostAgent {
     await this.rt.gc();
   }
 
-  buildTemplate(spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }> {
-    // One build per name at a time: a second waits and then finds the first one's version.
-    const prev = this.builds.get(spec.name) ?? Promise.resolve();
-    const next = prev.catch(() => undefined).then(() => this.build(spec));
-    this.builds.set(spec.name, next);
-    return next.finally(() => {
-      if (this.builds.get(spec.name) === next) this.builds.delete(spec.name);
+  buildTemplate(op: string, spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }> {
+    return this.once(op, () => {
+      // One build per name at a time: a second waits and then finds the first one's version.
+      const prev = this.builds.get(spec.name) ?? Promise.resolve();
+      const next = prev.catch(() => undefined).then(() => this.build(spec));
+      this.builds.set(spec.name, next);
+      return next.finally(() => {
+        if (this.builds.get(spec.name) === next) this.builds.delete(spec.name);
+      });
     });
   }
 
   private async build(spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }> {
     let source: Record<string, string>;
-    if (spec.fromCheckpoint) source = { checkpoint: spec.fromCheckpoint };
+    if (spec.fromCheckpoint) source = { checkpoint: spec.fromCheckpoint.id };
     else {
       const t = await this.rt.templates.resolve(spec.fromTemplate ?? "base");
       source = { template: `${t.name}@${t.version}` };
@@ -397,7 +464,7 @@ export class LocalHostAgent implements HostAgent {
     // row knows, which the next start destroys.
     const id = newId("sbx");
     if (spec.fromCheckpoint) await this.restoreStored(id, spec.fromCheckpoint);
-    else await this.create({ id, template: source.template! });
+    else await this.create(newId("op"), { id, template: source.template! });
     const sbx = this.rt.get(id);
     try {
       for (const [i, cmd] of spec.setup.entries()) {

@@ -63,15 +63,16 @@ export class Meter {
 
   /**
    * Closes `row`'s open segment at `now` (recording it if it is billable) and returns the
-   * fields that open the next one. `row` must be the sandbox as it was until now.
+   * fields that open the next one. `row` must be the sandbox as it was until now; `store`
+   * is the transaction that writes those fields, so a segment is never billed twice.
    */
-  async roll(row: SandboxRow, now: number): Promise<Pick<SandboxRow, "meter_since" | "meter_cpu">> {
+  async roll(row: SandboxRow, now: number, store: Store = this.store): Promise<Pick<SandboxRow, "meter_since" | "meter_cpu">> {
     const state = meteredState(row);
     const live = this.host.cpuSeconds(row.id);
     if (state && row.meter_since !== null && now > row.meter_since) {
       const den = this.denCpu.get(row.id) ?? 0;
       this.denCpu.delete(row.id);
-      await this.store.insertSegment({
+      await store.insertSegment({
         sandbox_id: row.id, owner: row.owner, state, start_ms: row.meter_since, end_ms: now,
         vcpus: row.vcpus, memory_mb: row.memory_mb,
         host_cpu_ms: state === "cold" ? 0 : Math.round(this.openCpu(row, live) * 1000), den_cpu_ms: Math.round(den * 1000),

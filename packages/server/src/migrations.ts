@@ -130,4 +130,55 @@ export const migrations: Record<string, Migration> = {
       await db.schema.alterTable("checkpoints").addColumn("network", "text").execute();
     },
   },
+  "009_operations": {
+    async up(db: Kysely<any>): Promise<void> {
+      await db.schema.alterTable("sandboxes").addColumn("generation", "integer", (c) => c.notNull().defaultTo(0)).execute();
+      await db.schema.alterTable("sandboxes").addColumn("op_id", "varchar(64)").execute();
+      await db.schema.alterTable("sandboxes").addColumn("op_kind", "varchar(24)").execute();
+      await db.schema.alterTable("sandboxes").addColumn("op_since", "bigint").execute();
+      await db.schema
+        .createTable("operations")
+        .addColumn("id", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("sandbox_id", "varchar(64)")
+        .addColumn("kind", "varchar(24)", (c) => c.notNull())
+        .addColumn("args", "text", (c) => c.notNull())
+        .addColumn("status", "varchar(16)", (c) => c.notNull())
+        .addColumn("result", "text")
+        .addColumn("error", "text")
+        .addColumn("reason", "varchar(16)", (c) => c.notNull())
+        .addColumn("host", "varchar(64)")
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .addColumn("finished_at", "bigint")
+        .execute();
+      await db.schema.createIndex("operations_status").on("operations").columns(["status", "created_at"]).execute();
+      await db.schema.createIndex("operations_sandbox").on("operations").columns(["sandbox_id", "created_at"]).execute();
+      await db.schema
+        .createTable("stored_snapshots")
+        .addColumn("id", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("owner", "varchar(64)", (c) => c.notNull())
+        .addColumn("key", "varchar(256)", (c) => c.notNull())
+        .addColumn("kind", "varchar(16)", (c) => c.notNull())
+        .addColumn("state", "varchar(16)", (c) => c.notNull())
+        .addColumn("bytes", "bigint")
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .addColumn("released_at", "bigint")
+        .execute();
+      await db.schema.createIndex("stored_snapshots_state").on("stored_snapshots").columns(["state", "released_at"]).execute();
+      await db.schema
+        .createTable("settings")
+        .addColumn("key", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("value", "text", (c) => c.notNull())
+        .execute();
+      // What an earlier version stored sits in the layout from before deployments had ids.
+      const now = Date.now();
+      const cold = await db.selectFrom("sandboxes").select(["hibernate_snapshot", "owner", "stored_bytes"])
+        .where("state", "=", "hibernated").where("hibernate_mode", "=", "cold").where("hibernate_snapshot", "is not", null).execute();
+      for (const r of cold) {
+        await db.insertInto("stored_snapshots").values({ id: r.hibernate_snapshot, owner: r.owner, key: `snapshots/${r.hibernate_snapshot}`, kind: "cold", state: "complete", bytes: r.stored_bytes, created_at: now, released_at: null }).execute();
+      }
+      for (const r of await db.selectFrom("checkpoints").select(["id", "owner", "stored_bytes", "created_at"]).execute()) {
+        await db.insertInto("stored_snapshots").values({ id: r.id, owner: r.owner, key: `snapshots/${r.id}`, kind: "checkpoint", state: "complete", bytes: r.stored_bytes, created_at: r.created_at, released_at: null }).execute();
+      }
+    },
+  },
 };

@@ -2,7 +2,7 @@ import { mkdir } from "node:fs/promises";
 import type { FastifyInstance } from "fastify";
 import { buildApp } from "./app.js";
 import type { ServerConfig } from "./config.js";
-import { ControlPlane, systemClock, type Clock } from "./control-plane.js";
+import { ControlPlane, newDeploymentId, systemClock, type Clock } from "./control-plane.js";
 import { openDatabase } from "./db.js";
 import { LocalHostAgent } from "./host-agent.js";
 import { Store } from "./store.js";
@@ -37,8 +37,10 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   await mkdir(config.dataDir, { recursive: true });
   const db = await openDatabase(config.dataDir);
   const store = new Store(db);
-  const host = await LocalHostAgent.open(config.dataDir, openStore(config), config.capacity);
-  const cp = new ControlPlane(store, host, config, opts.clock ?? systemClock);
+  const objects = openStore(config);
+  const host = await LocalHostAgent.open(config.dataDir, objects, config.capacity);
+  const deployment = await store.setting("deployment_id", newDeploymentId);
+  const cp = new ControlPlane(store, host, config, objects, deployment, opts.clock ?? systemClock);
   let createdAdminKey: string | undefined;
   try {
     if (config.apiKey) {
@@ -68,12 +70,14 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   };
   const reaper = every(config.reaper.intervalMs, "reaper pass", () => cp.reap());
   const refusals = every(config.network.eventsIntervalMs, "network refusal pass", () => cp.pollRefusals());
+  const gc = every(config.storeGc.intervalMs, "store garbage collection", () => cp.gc.collect());
   return {
     app, cp, url: `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`,
     ...(createdAdminKey ? { createdAdminKey } : {}),
     async close() {
       clearInterval(reaper);
       clearInterval(refusals);
+      clearInterval(gc);
       await app.close();
       const r = await cp.hibernateAllCold(Date.now() + config.defaults.shutdownTimeoutSeconds * 1000);
       if (r.done || r.left) app.log.info(r, "clean stop: sandboxes cold-hibernated (the rest are adopted at the next start)");

@@ -2,9 +2,11 @@ import { NO_NETWORK } from "./network.js";
 import { createHash, randomBytes } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
 import type { api } from "@den/protocol";
-import type { CheckpointsTable, Database, SandboxesTable, TemplatesTable, UsageSegmentsTable } from "./db.js";
+import type { CheckpointsTable, Database, OperationsTable, SandboxesTable, StoredSnapshotsTable, TemplatesTable, UsageSegmentsTable } from "./db.js";
 
 export type SandboxRow = Selectable<SandboxesTable>;
+export type OperationRow = Selectable<OperationsTable>;
+export type StoredSnapshotRow = Selectable<StoredSnapshotsTable>;
 export type CheckpointRow = Selectable<CheckpointsTable>;
 export type TemplateRow = Selectable<TemplatesTable>;
 
@@ -56,6 +58,7 @@ export function toApiSandbox(r: SandboxRow): api.Sandbox {
     hibernate_mode: r.state === "hibernated" ? ((r.hibernate_mode as "warm" | "cold" | null) ?? "warm") : null,
     stored_bytes: r.state === "hibernated" && r.stored_bytes !== null ? Number(r.stored_bytes) : null,
     network: networkOf(r),
+    operation: r.op_id && r.op_kind && r.op_since !== null ? { id: r.op_id, kind: r.op_kind as api.OperationKind, since: iso(r.op_since)! } : null,
   };
 }
 
@@ -67,6 +70,81 @@ export function networkOf(r: { network: string | null }): api.NetworkPolicy {
 /** All SQL lives here, in portable kysely queries. */
 export class Store {
   constructor(readonly db: Kysely<Database>) {}
+
+  /** Runs `fn` in one transaction: everything it writes through its Store commits together, or nothing does. */
+  async transaction<T>(fn: (s: Store) => Promise<T>): Promise<T> {
+    if (this.db.isTransaction) return fn(this);
+    return this.db.transaction().execute((tx) => fn(new Store(tx)));
+  }
+
+  // ---- settings ----
+
+  /** A deployment-wide setting, created with `make()` by whoever asks first. */
+  async setting(key: string, make: () => string): Promise<string> {
+    await this.db.insertInto("settings").values({ key, value: make() }).onConflict((oc) => oc.column("key").doNothing()).execute();
+    return (await this.db.selectFrom("settings").select("value").where("key", "=", key).executeTakeFirstOrThrow()).value;
+  }
+
+  // ---- operations ----
+
+  async insertOperation(op: OperationRow): Promise<void> {
+    await this.db.insertInto("operations").values(op).execute();
+  }
+
+  async getOperation(id: string): Promise<OperationRow | undefined> {
+    return this.db.selectFrom("operations").selectAll().where("id", "=", id).executeTakeFirst();
+  }
+
+  async finishOperation(id: string, status: "done" | "failed" | "rolled_back", at: number, result: unknown, error: string | null): Promise<void> {
+    await this.db.updateTable("operations").set({ status, finished_at: at, result: result === undefined ? null : JSON.stringify(result), error })
+      .where("id", "=", id).where("status", "=", "pending").execute();
+  }
+
+  async pendingOperations(): Promise<OperationRow[]> {
+    return this.db.selectFrom("operations").selectAll().where("status", "=", "pending").orderBy("created_at").execute();
+  }
+
+  /** Finished operations older than `before` are history: at most `keep` days of them stay. */
+  async pruneOperations(before: number): Promise<void> {
+    await this.db.deleteFrom("operations").where("status", "!=", "pending").where("finished_at", "<", before).execute();
+  }
+
+  // ---- stored snapshots (the store's catalog) ----
+
+  async insertStoredSnapshot(row: StoredSnapshotRow): Promise<void> {
+    await this.db.insertInto("stored_snapshots").values(row).execute();
+  }
+
+  async getStoredSnapshot(id: string): Promise<StoredSnapshotRow | undefined> {
+    return this.db.selectFrom("stored_snapshots").selectAll().where("id", "=", id).executeTakeFirst();
+  }
+
+  async completeStoredSnapshot(id: string, bytes: number): Promise<void> {
+    await this.db.updateTable("stored_snapshots").set({ state: "complete", bytes }).where("id", "=", id).execute();
+  }
+
+  /** Nothing needs it any more: the garbage collector deletes its objects after the grace period. */
+  async releaseStoredSnapshot(id: string, at: number): Promise<void> {
+    await this.db.updateTable("stored_snapshots").set({ state: "released", released_at: at }).where("id", "=", id).where("state", "!=", "released").execute();
+  }
+
+  async releasedStoredSnapshots(before: number): Promise<StoredSnapshotRow[]> {
+    return this.db.selectFrom("stored_snapshots").selectAll().where("state", "=", "released").where("released_at", "<=", before).execute();
+  }
+
+  async deleteStoredSnapshotRow(id: string): Promise<void> {
+    await this.db.deleteFrom("stored_snapshots").where("id", "=", id).where("state", "=", "released").execute();
+  }
+
+  /** Ids of every catalogued snapshot (any state): what the store may hold for this deployment. */
+  async storedSnapshotIds(): Promise<Set<string>> {
+    return new Set((await this.db.selectFrom("stored_snapshots").select("id").execute()).map((r) => r.id));
+  }
+
+  /** Stored snapshots something still needs (pending or complete): their template pins stay. */
+  async liveStoredSnapshotIds(): Promise<Set<string>> {
+    return new Set((await this.db.selectFrom("stored_snapshots").select("id").where("state", "!=", "released").execute()).map((r) => r.id));
+  }
 
   // ---- keys ----
 
@@ -103,10 +181,10 @@ export class Store {
   // ---- sandboxes ----
 
   async insertSandbox(row: SandboxRow): Promise<void> {
-    await this.db.transaction().execute(async (tx) => {
-      await tx.insertInto("sandboxes").values(row).execute();
+    await this.transaction(async (s) => {
+      await s.db.insertInto("sandboxes").values(row).execute();
       const meta = Object.entries(JSON.parse(row.metadata) as Record<string, string>);
-      if (meta.length) await tx.insertInto("sandbox_metadata").values(meta.map(([key, value]) => ({ sandbox_id: row.id, key, value }))).execute();
+      if (meta.length) await s.db.insertInto("sandbox_metadata").values(meta.map(([key, value]) => ({ sandbox_id: row.id, key, value }))).execute();
     });
   }
 
@@ -117,6 +195,17 @@ export class Store {
   async updateSandbox(id: string, patch: Partial<SandboxRow>): Promise<SandboxRow | undefined> {
     await this.db.updateTable("sandboxes").set(patch).where("id", "=", id).execute();
     return this.getSandbox(id);
+  }
+
+  /**
+   * Compare-and-set: applies `patch` (and bumps the generation) only if the row still has
+   * the expected generation and operation; returns the new row, or undefined if it did not.
+   */
+  async casSandbox(id: string, expect: { generation: number; opId: string | null }, patch: Partial<SandboxRow>): Promise<SandboxRow | undefined> {
+    let q = this.db.updateTable("sandboxes").set({ ...patch, generation: expect.generation + 1 }).where("id", "=", id).where("generation", "=", expect.generation);
+    q = expect.opId === null ? q.where("op_id", "is", null) : q.where("op_id", "=", expect.opId);
+    const r = await q.executeTakeFirst();
+    return Number(r.numUpdatedRows) === 1 ? this.getSandbox(id) : undefined;
   }
 
   /** Sandboxes that are not destroyed (what the host must hold or be able to restore). */
@@ -141,17 +230,11 @@ export class Store {
     return query.orderBy("id").limit(q.limit).execute();
   }
 
-  /** Bytes an owner keeps in the snapshot store: cold-hibernated sandboxes plus checkpoints. */
-  /** Bytes in the snapshot store: cold sandboxes' and checkpoints', of one owner or of all. */
+  /** Bytes in the snapshot store that something still needs (cold sandboxes', checkpoints'), of one owner or of all. */
   async storedBytes(owner?: string): Promise<number> {
-    let s = this.db.selectFrom("sandboxes").select((eb) => eb.fn.sum<number>("stored_bytes").as("n")).where("state", "=", "hibernated");
-    let c = this.db.selectFrom("checkpoints").select((eb) => eb.fn.sum<number>("stored_bytes").as("n"));
-    if (owner !== undefined) {
-      s = s.where("owner", "=", owner);
-      c = c.where("owner", "=", owner);
-    }
-    const [a, b] = [await s.executeTakeFirstOrThrow(), await c.executeTakeFirstOrThrow()];
-    return Number(a.n ?? 0) + Number(b.n ?? 0);
+    let q = this.db.selectFrom("stored_snapshots").select((eb) => eb.fn.sum<number>("bytes").as("n")).where("state", "!=", "released");
+    if (owner !== undefined) q = q.where("owner", "=", owner);
+    return Number((await q.executeTakeFirstOrThrow()).n ?? 0);
   }
 
   /** How many sandboxes are in each state (destroyed ones included). */

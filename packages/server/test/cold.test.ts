@@ -119,6 +119,8 @@ for (const kind of ["local", "s3"] as const) {
       assert.ok(await storeBytes() > before);
       assert.equal((await user("DELETE", `/v1/sandboxes/${id}`)).status, 200);
       assert.equal((await user("DELETE", `/v1/checkpoints/${cp1.body.id}`)).status, 204);
+      // Released at once, deleted by the garbage collector (the suite's grace period is 0).
+      await server.cp.gc.collect();
       assert.equal(await storeBytes(), before, "the store is back to its size before the sandbox existed");
     });
 
@@ -130,7 +132,7 @@ for (const kind of ["local", "s3"] as const) {
       const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
       assert.equal(h.body.hibernate_mode, "cold");
       const store = host().store;
-      const key = (await store.list("snapshots/")).find((o) => o.key.endsWith("/state.bin.gz"))!.key;
+      const key = (await store.list(`${server.cp.deployment}/snapshots/`)).find((o) => o.key.endsWith("/state.bin.gz"))!.key;
       const good = await store.getBytes(key);
       const bad = Buffer.from(good);
       bad.writeUInt8(bad.readUInt8(bad.length >> 1) ^ 1, bad.length >> 1);
@@ -157,7 +159,8 @@ for (const kind of ["local", "s3"] as const) {
       await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
       await api("DELETE", `/v1/sandboxes/${id}`);
       const store = (server.cp.host as unknown as { store: { list(p: string): Promise<unknown[]> } }).store;
-      assert.deepEqual(await store.list("snapshots/"), [], "the store is empty again");
+      await server.cp.gc.collect();
+      assert.deepEqual(await store.list(`${server.cp.deployment}/snapshots/`), [], "the store is empty again");
     });
   });
 }

@@ -66,7 +66,7 @@ export class LocalDirStore implements ObjectStore {
 
   async head(key: string): Promise<ObjectInfo | undefined> {
     const st = await stat(this.path(key)).catch(() => undefined);
-    return st?.isFile() ? { key, size: st.size } : undefined;
+    return st?.isFile() ? { key, size: st.size, modifiedAt: st.mtimeMs } : undefined;
   }
 
   async list(prefix: string): Promise<ObjectInfo[]> {
@@ -79,11 +79,15 @@ export class LocalDirStore implements ObjectStore {
         if (e.isDirectory()) await walk(p);
         else if (e.isFile() && !/\.tmp-[0-9a-f]{12}$/.test(e.name)) {
           const key = relative(this.root, p);
-          if (key.startsWith(prefix)) out.push({ key, size: (await stat(p)).size });
+          if (key.startsWith(prefix)) {
+            const st = await stat(p);
+            out.push({ key, size: st.size, modifiedAt: st.mtimeMs });
+          }
         }
       }
     };
-    await walk(this.root);
+    // Only the folder the prefix names (up to its last slash) can hold matches.
+    await walk(join(this.root, prefix.slice(0, prefix.lastIndexOf("/") + 1)));
     return out.sort((a, b) => a.key.localeCompare(b.key));
   }
 

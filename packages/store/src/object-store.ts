@@ -3,6 +3,8 @@ import { DenError } from "@den/protocol";
 export interface ObjectInfo {
   key: string;
   size: number;
+  /** When it was written (epoch ms), for grace periods; 0 when the store does not say. */
+  modifiedAt: number;
 }
 
 export interface TransferProgress {

@@ -96,7 +96,7 @@ export class S3Store implements ObjectStore {
   async head(key: string): Promise<ObjectInfo | undefined> {
     try {
       const r = await this.client.send(new HeadObjectCommand({ Bucket: this.opts.bucket, Key: this.k(key) }));
-      return { key, size: r.ContentLength ?? 0 };
+      return { key, size: r.ContentLength ?? 0, modifiedAt: r.LastModified?.getTime() ?? 0 };
     } catch (e) {
       if (isNotFound(e)) return undefined;
       throw e;
@@ -109,7 +109,7 @@ export class S3Store implements ObjectStore {
     let token: string | undefined;
     do {
       const r = await this.client.send(new ListObjectsV2Command({ Bucket: this.opts.bucket, Prefix: this.prefix + prefix, ...(token ? { ContinuationToken: token } : {}) }));
-      for (const o of r.Contents ?? []) if (o.Key) out.push({ key: o.Key.slice(this.prefix.length), size: o.Size ?? 0 });
+      for (const o of r.Contents ?? []) if (o.Key) out.push({ key: o.Key.slice(this.prefix.length), size: o.Size ?? 0, modifiedAt: o.LastModified?.getTime() ?? 0 });
       token = r.IsTruncated ? r.NextContinuationToken : undefined;
     } while (token);
     return out.sort((a, b) => a.key.localeCompare(b.key));

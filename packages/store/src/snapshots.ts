@@ -41,15 +41,25 @@ function hashing(h: ReturnType<typeof createHash>, count: { n: number }): Transf
   });
 }
 
-const base = (id: string) => `snapshots/${id}`;
+/**
+ * Where a snapshot's objects live: `<deployment>/snapshots/<id>/`, so deployments that
+ * share a bucket never see each other's; without a deployment, the layout from before
+ * deployments had ids (`snapshots/<id>/`), which stored snapshots of that time keep.
+ */
+export function snapshotKey(id: string, deployment?: string): string {
+  return deployment ? `${deployment}/snapshots/${id}` : `snapshots/${id}`;
+}
+
+const idOf = (key: string) => key.slice(key.lastIndexOf("/") + 1);
 
 /**
- * Uploads a snapshot directory: every file compressed and hashed, then the manifest
- * last, so a crash mid-upload never leaves something that looks complete. `digests`:
- * files' sha256 the caller already has (the runtime's manifest), not computed again.
+ * Uploads a snapshot directory under `key` (see snapshotKey): every file compressed and
+ * hashed, then the manifest last, so a crash mid-upload never leaves something that
+ * looks complete. `digests`: files' sha256 the caller already has (the runtime's
+ * manifest), not computed again.
  */
 export async function uploadSnapshot(
-  store: ObjectStore, id: string, dir: string, files: string[], snapshotManifest: unknown,
+  store: ObjectStore, key: string, dir: string, files: string[], snapshotManifest: unknown,
   onProgress?: (p: TransferProgress) => void,
   digests: Record<string, { size: number; sha256: string }> = {},
 ): Promise<StoredSnapshot> {
@@ -66,10 +76,10 @@ export async function uploadSnapshot(
       const gzip = createGzip({ level: 1 });
       if (known) await pipeline(read, gzip, hashing(packed, packedN), createWriteStream(tmp));
       else await pipeline(read, hashing(raw, rawN), gzip, hashing(packed, packedN), createWriteStream(tmp));
-      const key = `${base(id)}/${name}.gz`;
-      await store.putFile(key, tmp, onProgress);
+      const objectKey = `${key}/${name}.gz`;
+      await store.putFile(objectKey, tmp, onProgress);
       stored[name] = {
-        key, size: packedN.n, sha256: packed.digest("hex"), compression: "gzip",
+        key: objectKey, size: packedN.n, sha256: packed.digest("hex"), compression: "gzip",
         rawSize: known ? known.size : rawN.n, rawSha256: known ? known.sha256 : raw.digest("hex"),
       };
     } finally {
@@ -77,13 +87,19 @@ export async function uploadSnapshot(
     }
     faultPoint("snapshot-upload-mid");
   }
-  const manifest: StoredSnapshot = { format: 1, id, storedAt: new Date().toISOString(), files: stored, snapshot: snapshotManifest };
-  await store.putBytes(`${base(id)}/${STORE_MANIFEST}`, Buffer.from(JSON.stringify(manifest, null, 2)));
+  const manifest: StoredSnapshot = { format: 1, id: idOf(key), storedAt: new Date().toISOString(), files: stored, snapshot: snapshotManifest };
+  await store.putBytes(`${key}/${STORE_MANIFEST}`, Buffer.from(JSON.stringify(manifest, null, 2)));
   return manifest;
 }
 
-export async function readStoredManifest(store: ObjectStore, id: string): Promise<StoredSnapshot> {
-  const raw = await store.getBytes(`${base(id)}/${STORE_MANIFEST}`);
+/** Whether a complete stored snapshot (its manifest, written last) is at `key`. */
+export async function storedSnapshotComplete(store: ObjectStore, key: string): Promise<boolean> {
+  return (await store.head(`${key}/${STORE_MANIFEST}`)) !== undefined;
+}
+
+export async function readStoredManifest(store: ObjectStore, key: string): Promise<StoredSnapshot> {
+  const id = idOf(key);
+  const raw = await store.getBytes(`${key}/${STORE_MANIFEST}`);
   try {
     const m = JSON.parse(raw.toString("utf8")) as StoredSnapshot;
     if (m.format !== 1 || typeof m.files !== "object") throw new Error("bad format");
@@ -98,11 +114,12 @@ export async function readStoredManifest(store: ObjectStore, id: string): Promis
  * files' sha256: a corrupt object is `snapshot_corrupt`, and nothing in `dir` is kept.
  */
 export async function downloadSnapshot(
-  store: ObjectStore, id: string, dir: string, onProgress?: (p: TransferProgress) => void,
+  store: ObjectStore, key: string, dir: string, onProgress?: (p: TransferProgress) => void,
   /** Its manifest, when the caller has already read it. */
   manifest?: StoredSnapshot,
 ): Promise<StoredSnapshot> {
-  const m = manifest ?? (await readStoredManifest(store, id));
+  const id = idOf(key);
+  const m = manifest ?? (await readStoredManifest(store, key));
   await mkdir(dir, { recursive: true });
   try {
     for (const [name, obj] of Object.entries(m.files)) {
@@ -132,22 +149,33 @@ export async function downloadSnapshot(
 }
 
 /** Deletes a stored snapshot, manifest first (it stops looking complete at once). */
-export async function deleteStoredSnapshot(store: ObjectStore, id: string): Promise<void> {
-  await store.delete(`${base(id)}/${STORE_MANIFEST}`);
-  for (const o of await store.list(`${base(id)}/`)) await store.delete(o.key);
+export async function deleteStoredSnapshot(store: ObjectStore, key: string): Promise<void> {
+  await store.delete(`${key}/${STORE_MANIFEST}`);
+  for (const o of await store.list(`${key}/`)) await store.delete(o.key);
 }
 
 /** Bytes a stored snapshot occupies (all its objects). */
-export async function storedBytes(store: ObjectStore, id: string): Promise<number> {
-  return (await store.list(`${base(id)}/`)).reduce((n, o) => n + o.size, 0);
+export async function storedBytes(store: ObjectStore, key: string): Promise<number> {
+  return (await store.list(`${key}/`)).reduce((n, o) => n + o.size, 0);
 }
 
-/** Ids of every snapshot with objects in the store, complete or not. */
-export async function listStoredSnapshotIds(store: ObjectStore): Promise<string[]> {
-  const ids = new Set<string>();
-  for (const o of await store.list("snapshots/")) {
-    const id = o.key.split("/")[1];
-    if (id) ids.add(id);
+/** Bytes of a stored snapshot as its manifest counts them (objects plus the manifest), without listing the store. */
+export function manifestBytes(m: StoredSnapshot): number {
+  return Object.values(m.files).reduce((n, o) => n + o.size, 0) + Buffer.byteLength(JSON.stringify(m, null, 2));
+}
+
+/**
+ * Every snapshot with objects under `<deployment>/snapshots/`, complete or not, with its
+ * key and its newest object's time (for a grace period).
+ */
+export async function listStoredSnapshots(store: ObjectStore, deployment: string): Promise<Array<{ id: string; key: string; modifiedAt: number }>> {
+  const found = new Map<string, { id: string; key: string; modifiedAt: number }>();
+  const root = `${deployment}/snapshots/`;
+  for (const o of await store.list(root)) {
+    const id = o.key.slice(root.length).split("/")[0];
+    if (!id) continue;
+    const prev = found.get(id);
+    found.set(id, { id, key: root + id, modifiedAt: Math.max(prev?.modifiedAt ?? 0, o.modifiedAt) });
   }
-  return [...ids];
+  return [...found.values()];
 }

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import S3rver from "s3rver";
 import { DenError } from "@den/protocol";
 import {
-  LocalDirStore, S3Store, deleteStoredSnapshot, downloadSnapshot, storedBytes, uploadSnapshot, type ObjectStore,
+  LocalDirStore, S3Store, deleteStoredSnapshot, listStoredSnapshots, snapshotKey, downloadSnapshot, storedBytes, uploadSnapshot, type ObjectStore,
 } from "../src/index.js";
 
 const isCode = (code: string) => (e: unknown) => e instanceof DenError && e.code === code;
@@ -60,41 +60,56 @@ function contract(name: string, open: () => Promise<{ store: ObjectStore; corrup
       writeFileSync(join(src, "state.bin"), state);
       writeFileSync(join(src, "disk.qcow2"), randomBytes(100_000));
       const before = (await h.store.list("snapshots/")).length;
-      const m = await uploadSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa", src, ["state.bin", "disk.qcow2"], { kind: "sandbox" });
+      const m = await uploadSnapshot(h.store, snapshotKey("snap_aaaaaaaaaaaaaaaa"), src, ["state.bin", "disk.qcow2"], { kind: "sandbox" });
       assert.ok(m.files["state.bin"]!.size < state.length / 2, "zero pages compress away");
-      const bytes = await storedBytes(h.store, "snap_aaaaaaaaaaaaaaaa");
+      const bytes = await storedBytes(h.store, snapshotKey("snap_aaaaaaaaaaaaaaaa"));
       assert.ok(bytes > 0 && bytes < state.length);
-      await downloadSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa", dst);
+      await downloadSnapshot(h.store, snapshotKey("snap_aaaaaaaaaaaaaaaa"), dst);
       assert.ok(readFileSync(join(dst, "state.bin")).equals(state));
       assert.deepEqual(JSON.parse(readFileSync(join(dst, "manifest.json"), "utf8")), { kind: "sandbox" });
 
       await h.corrupt(m.files["state.bin"]!.key);
       const dst2 = join(work, "restored2");
-      await assert.rejects(downloadSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa", dst2), isCode("snapshot_corrupt"));
+      await assert.rejects(downloadSnapshot(h.store, snapshotKey("snap_aaaaaaaaaaaaaaaa"), dst2), isCode("snapshot_corrupt"));
       assert.equal(existsSync(dst2), false, "nothing left behind");
 
-      await deleteStoredSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa");
+      await deleteStoredSnapshot(h.store, snapshotKey("snap_aaaaaaaaaaaaaaaa"));
       assert.equal((await h.store.list("snapshots/")).length, before);
-      await assert.rejects(downloadSnapshot(h.store, "snap_aaaaaaaaaaaaaaaa", dst2), isCode("snapshot_not_found"));
+      await assert.rejects(downloadSnapshot(h.store, snapshotKey("snap_aaaaaaaaaaaaaaaa"), dst2), isCode("snapshot_not_found"));
 
       // Sums the caller already has are used as they are: right ones restore, a wrong one is caught on download.
       const sum = (b: Buffer) => createHash("sha256").update(b).digest("hex");
       const disk = readFileSync(join(src, "disk.qcow2"));
       const known = { "state.bin": { size: state.length, sha256: sum(state) }, "disk.qcow2": { size: disk.length, sha256: sum(disk) } };
-      const m2 = await uploadSnapshot(h.store, "snap_bbbbbbbbbbbbbbbb", src, ["state.bin", "disk.qcow2"], {}, undefined, known);
+      const m2 = await uploadSnapshot(h.store, snapshotKey("snap_bbbbbbbbbbbbbbbb"), src, ["state.bin", "disk.qcow2"], {}, undefined, known);
       assert.equal(m2.files["state.bin"]!.rawSha256, sum(state));
-      await downloadSnapshot(h.store, "snap_bbbbbbbbbbbbbbbb", join(work, "restored3"));
+      await downloadSnapshot(h.store, snapshotKey("snap_bbbbbbbbbbbbbbbb"), join(work, "restored3"));
       assert.ok(readFileSync(join(work, "restored3", "disk.qcow2")).equals(disk));
-      await uploadSnapshot(h.store, "snap_cccccccccccccccc", src, ["state.bin"], {}, undefined, { "state.bin": { size: state.length, sha256: sum(disk) } });
-      await assert.rejects(downloadSnapshot(h.store, "snap_cccccccccccccccc", join(work, "restored4")), isCode("snapshot_corrupt"));
-      await deleteStoredSnapshot(h.store, "snap_bbbbbbbbbbbbbbbb");
-      await deleteStoredSnapshot(h.store, "snap_cccccccccccccccc");
+      await uploadSnapshot(h.store, snapshotKey("snap_cccccccccccccccc"), src, ["state.bin"], {}, undefined, { "state.bin": { size: state.length, sha256: sum(disk) } });
+      await assert.rejects(downloadSnapshot(h.store, snapshotKey("snap_cccccccccccccccc"), join(work, "restored4")), isCode("snapshot_corrupt"));
+      await deleteStoredSnapshot(h.store, snapshotKey("snap_bbbbbbbbbbbbbbbb"));
+      await deleteStoredSnapshot(h.store, snapshotKey("snap_cccccccccccccccc"));
     });
 
     test("an upload that never wrote its manifest is not a snapshot", async () => {
       await h.store.putBytes("snapshots/snap_bbbbbbbbbbbbbbbb/state.bin.gz", Buffer.from("partial"));
-      await assert.rejects(downloadSnapshot(h.store, "snap_bbbbbbbbbbbbbbbb", join(work, "x")), isCode("snapshot_not_found"));
-      await deleteStoredSnapshot(h.store, "snap_bbbbbbbbbbbbbbbb");
+      await assert.rejects(downloadSnapshot(h.store, snapshotKey("snap_bbbbbbbbbbbbbbbb"), join(work, "x")), isCode("snapshot_not_found"));
+      await deleteStoredSnapshot(h.store, snapshotKey("snap_bbbbbbbbbbbbbbbb"));
+    });
+
+    test("a deployment's snapshots are listed under its own prefix only", async () => {
+      const src = mkdtempSync(join(tmpdir(), "den-dep-"));
+      writeFileSync(join(src, "state.bin"), "x");
+      await uploadSnapshot(h.store, snapshotKey("snap_dddddddddddddddd", "dep_aaaaaaaaaaaaaaaa"), src, ["state.bin"], {});
+      await uploadSnapshot(h.store, snapshotKey("snap_eeeeeeeeeeeeeeee", "dep_bbbbbbbbbbbbbbbb"), src, ["state.bin"], {});
+      const mine = await listStoredSnapshots(h.store, "dep_aaaaaaaaaaaaaaaa");
+      assert.deepEqual(mine.map((s) => s.id), ["snap_dddddddddddddddd"]);
+      assert.equal(mine[0]!.key, "dep_aaaaaaaaaaaaaaaa/snapshots/snap_dddddddddddddddd");
+      assert.ok(mine[0]!.modifiedAt > Date.now() - 600_000, "objects say when they were written");
+      await deleteStoredSnapshot(h.store, mine[0]!.key);
+      await deleteStoredSnapshot(h.store, snapshotKey("snap_eeeeeeeeeeeeeeee", "dep_bbbbbbbbbbbbbbbb"));
+      assert.deepEqual(await listStoredSnapshots(h.store, "dep_aaaaaaaaaaaaaaaa"), []);
+      rmSync(src, { recursive: true, force: true });
     });
   });
 }

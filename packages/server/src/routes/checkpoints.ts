@@ -10,14 +10,14 @@ export function registerCheckpointRoutes(app: TypedApp, cp: ControlPlane): void 
     schema: { summary: "Take a durable checkpoint of a running sandbox (kept in the snapshot store)", params: IdParams, body: api.CreateCheckpointRequest.nullish(), response: { 201: api.Checkpoint } },
   }, async (req, reply) => {
     const row = await cp.owned(principal(req), req.params.id);
-    return reply.status(201).send(await cp.checkpoint(principal(req), row.id, req.body?.name));
+    return reply.status(201).send(toApiCheckpoint(await cp.checkpoint(principal(req), row.id, req.body?.name)));
   });
 
   app.post("/v1/sandboxes/:id/fork", {
     schema: { summary: "Fork a running sandbox into independent copy-on-write children", params: IdParams, body: api.ForkRequest.nullish(), response: { 201: api.ForkResponse } },
   }, async (req, reply) => {
     const row = await cp.owned(principal(req), req.params.id);
-    return reply.status(201).send({ sandboxes: await cp.fork(principal(req), row.id, req.body?.count ?? 1) });
+    return reply.status(201).send({ sandboxes: (await cp.fork(principal(req), row.id, req.body?.count ?? 1)).map(toApiSandbox) });
   });
 
   app.get("/v1/sandboxes/:id/recovery", {
@@ -52,5 +52,5 @@ export function registerCheckpointRoutes(app: TypedApp, cp: ControlPlane): void 
 
   app.post("/v1/checkpoints/:id/restore", {
     schema: { summary: "Create a new sandbox from a checkpoint", params: IdParams, body: api.RestoreCheckpointRequest.nullish(), response: { 201: api.Sandbox } },
-  }, async (req, reply) => reply.status(201).send(await cp.restoreCheckpoint(principal(req), req.params.id, req.body ?? {})));
+  }, async (req, reply) => reply.status(201).send(toApiSandbox(await cp.restoreCheckpoint(principal(req), req.params.id, req.body ?? {}))));
 }

@@ -9,7 +9,7 @@ import { ndjsonStream } from "../ndjson.js";
 export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes", {
     schema: { summary: "Create a sandbox (restores its template's snapshot)", body: api.CreateSandboxRequest, response: { 201: api.Sandbox } },
-  }, async (req, reply) => reply.status(201).send(await cp.create(principal(req), req.body)));
+  }, async (req, reply) => reply.status(201).send(toApiSandbox(await cp.create(principal(req), req.body))));
 
   app.get("/v1/sandboxes", {
     schema: {

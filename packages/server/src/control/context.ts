@@ -1,0 +1,40 @@
+import { snapshotKey, type ObjectStore } from "@den/store";
+import type { ServerConfig } from "../config.js";
+import type { HostAgent, StoredRef } from "../host-agent.js";
+import type { Meter } from "../meter.js";
+import type { Metrics } from "../metrics.js";
+import type { SandboxRow, Store, StoredSnapshotRow } from "../store.js";
+import type { Clock, Operations } from "./operations.js";
+
+/** What every control-plane service works with. */
+export interface Ctx {
+  store: Store;
+  host: HostAgent;
+  /** The snapshot store: hosts write to it, only the garbage collector deletes from it. */
+  objects: ObjectStore;
+  /** This deployment's id (kept in the database): its objects live under it in the store. */
+  deployment: string;
+  config: ServerConfig;
+  clock: Clock;
+  ops: Operations;
+  meter: Meter;
+  metrics: Metrics;
+  log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void };
+}
+
+export type HibernateMode = "warm" | "cold";
+
+export const modeOf = (row: Pick<SandboxRow, "hibernate_mode">): HibernateMode => (row.hibernate_mode === "cold" ? "cold" : "warm");
+
+/** A catalog row for a snapshot about to be uploaded (written before the upload starts). */
+export function pendingStored(ctx: Ctx, id: string, owner: string, kind: "cold" | "checkpoint"): StoredSnapshotRow {
+  return { id, owner, key: snapshotKey(id, ctx.deployment), kind, state: "pending", bytes: null, created_at: ctx.clock.now(), released_at: null };
+}
+
+export const refOf = (r: Pick<StoredSnapshotRow, "id" | "key">): StoredRef => ({ id: r.id, key: r.key });
+
+/** Where a stored snapshot is: its catalog row (or, for one no row knows, the layout before deployments). */
+export async function storedRef(ctx: Ctx, id: string): Promise<StoredRef> {
+  const row = await ctx.store.getStoredSnapshot(id);
+  return row ? refOf(row) : { id, key: snapshotKey(id) };
+}

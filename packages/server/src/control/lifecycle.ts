@@ -1,0 +1,345 @@
+import { DenError, api } from "@den/protocol";
+import { newId } from "@den/runtime";
+import { faultPoint } from "@den/store";
+import type { HostSandboxInfo } from "../host-agent.js";
+import { NO_NETWORK, effectivePolicy, serializePolicy } from "../network.js";
+import { networkOf, type CheckpointRow, type OperationRow, type Principal, type SandboxRow, type Store } from "../store.js";
+import { modeOf, pendingStored, refOf, storedRef, type Ctx, type HibernateMode } from "./context.js";
+import type { NetworkPolicies } from "./network-policy.js";
+import type { Reason } from "./operations.js";
+import type { Serializer } from "./serializer.js";
+
+type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">;
+
+const vmFields = (i: HostSandboxInfo) => ({ template: i.template, template_version: i.templateVersion, vcpus: i.vcpus, memory_mb: i.memoryMb, disk_mb: i.diskMb });
+
+/**
+ * The sandbox state machine: create, restore, destroy, hibernate, wake, recover, fork,
+ * set timeout. Each is an operation (see operations.ts): its intent, with every id it
+ * will produce, commits before the host is asked, and nothing the records still point at
+ * is removed before the records stop pointing at it.
+ */
+export class Lifecycle {
+  constructor(private readonly ctx: Ctx, private readonly queue: Serializer, private readonly network: NetworkPolicies) {}
+
+  private async quota(p: Principal, adding = 1): Promise<void> {
+    const max = this.ctx.config.limits.sandboxesPerOwner;
+    if ((await this.ctx.store.countLive(p.owner)) + adding > max) {
+      throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${max} sandboxes; destroy some first`);
+    }
+  }
+
+  /** A new checkpoint or cold snapshot is refused once the owner's stored bytes reach the quota. */
+  async storeQuota(owner: string): Promise<void> {
+    const max = this.ctx.config.limits.storedBytesPerOwner;
+    const used = await this.ctx.store.storedBytes(owner);
+    if (used >= max) {
+      throw new DenError("quota_exceeded", `owner ${owner} keeps ${used} bytes in the snapshot store, the quota is ${max}; delete checkpoints or destroy hibernated sandboxes first`, { stored_bytes: used, quota_bytes: max });
+    }
+  }
+
+  /** A new sandbox's record, before its VM exists (state `creating`), held by `op`. */
+  private newRow(p: Principal, id: string, req: Settings, template: string, network: api.NetworkPolicy, op: OperationRow): SandboxRow {
+    const persistent = req.persistent ?? false;
+    if (req.ttl_seconds === null && !persistent) throw new DenError("invalid_argument", "ttl_seconds: null (no deadline) needs persistent: true");
+    const d = this.ctx.config.defaults;
+    const ttl = req.ttl_seconds === undefined ? d.ttlSeconds : req.ttl_seconds;
+    const now = this.ctx.clock.now();
+    return {
+      id, owner: p.owner, state: "creating", state_reason: "user", template, template_version: "",
+      persistent: persistent ? 1 : 0, ttl_seconds: ttl, expires_at: ttl === null ? null : now + ttl * 1000,
+      idle_timeout_seconds: req.idle_timeout_seconds ?? d.idleTimeoutSeconds, on_idle: req.on_idle ?? d.onIdle,
+      metadata: JSON.stringify(req.metadata ?? {}), env: JSON.stringify(req.env ?? {}),
+      vcpus: 0, memory_mb: 0, disk_mb: 0,
+      created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null,
+      meter_since: now, meter_cpu: null, network: serializePolicy(network),
+      generation: 0, op_id: op.id, op_kind: op.kind, op_since: op.created_at,
+    };
+  }
+
+  /** Records a new sandbox and its operation together, then makes its VM; a failure leaves it in `error`. */
+  private async materialize(row: SandboxRow, op: OperationRow, make: () => Promise<HostSandboxInfo>, data: Record<string, unknown>): Promise<SandboxRow> {
+    const { store, ops, clock } = this.ctx;
+    await store.transaction(async (tx) => {
+      await tx.insertSandbox(row);
+      await tx.insertOperation(op);
+      await ops.event(row.id, "creating", "user", data, tx);
+    });
+    return this.queue.run(row.id, async () => {
+      let info: HostSandboxInfo;
+      try {
+        info = await make();
+      } catch (e) {
+        await ops.fail(op, row.id, e, { state: "error", reason: "error", patch: { destroyed_at: clock.now() }, data: { message: (e as Error).message } });
+        throw e;
+      }
+      return ops.finish(op, row.id, { state: "running", reason: "user", patch: { ...vmFields(info), last_activity_at: clock.now() }, result: info });
+    });
+  }
+
+  async create(p: Principal, req: api.CreateSandboxRequest): Promise<SandboxRow> {
+    const { config, host, ops, metrics } = this.ctx;
+    const lim = config.limits;
+    if ((req.vcpus ?? 0) > lim.vcpusPerSandbox) throw new DenError("invalid_argument", `vcpus: at most ${lim.vcpusPerSandbox} on this server`);
+    if ((req.memory_mb ?? 0) > lim.memoryMbPerSandbox) throw new DenError("invalid_argument", `memory_mb: at most ${lim.memoryMbPerSandbox} on this server`);
+    if ((req.disk_mb ?? 0) > lim.diskMbPerSandbox) throw new DenError("invalid_argument", `disk_mb: at most ${lim.diskMbPerSandbox} on this server`);
+    await this.quota(p);
+    const template = req.template ?? config.defaults.template;
+    const shape = { ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}) };
+    // A create the host cannot hold is refused before it leaves a record behind.
+    await host.checkCreate({ template, ...shape });
+    const network = effectivePolicy(req.network, config.network);
+    const id = newId("sbx");
+    const op = ops.newOp("create", id, "user", { template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}) });
+    const row = this.newRow(p, id, req, template, network, op);
+    return this.materialize(row, op, () => metrics.time("create", "", () => host.create(op.id, {
+      id, template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}), network,
+    })), { template });
+  }
+
+  /** A new, independent sandbox with the checkpoint's state. */
+  async restore(p: Principal, cp: CheckpointRow, req: api.RestoreCheckpointRequest): Promise<SandboxRow> {
+    const { config, host, ops, metrics, meter } = this.ctx;
+    await this.quota(p);
+    host.checkCapacity({ vcpus: cp.vcpus, memoryMb: cp.memory_mb });
+    const network = effectivePolicy(req.network ?? networkOf(cp), config.network);
+    const id = newId("sbx");
+    const op = ops.newOp("restore", id, "user", { checkpoint: cp.id });
+    const row = this.newRow(p, id, { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template, network, op);
+    const from = await storedRef(this.ctx, cp.id);
+    return this.materialize(row, op, () => metrics.time("restore", "", () => meter.work(id, () => host.restore(op.id, id, from, network))), { checkpoint: cp.id });
+  }
+
+  async destroy(id: string, reason: Reason): Promise<SandboxRow> {
+    return this.queue.run(id, async () => {
+      const { store, ops, host, metrics, clock } = this.ctx;
+      const row = (await store.getSandbox(id))!;
+      if (row.state === "destroyed") return row;
+      const op = ops.newOp("destroy", id, reason, {});
+      // The intent goes first: a crash after it finishes the destroy at the next start.
+      await ops.begin(row, op);
+      await this.network.flush(id);
+      await metrics.time("destroy", "", () => host.destroy(id));
+      const done = await ops.finish(op, id, { state: "destroyed", reason, patch: { destroyed_at: clock.now() } }, (tx) => this.releaseHeld(tx, row));
+      await this.dropWarm(row);
+      this.ctx.meter.forget(id);
+      return done;
+    });
+  }
+
+  /** A destroyed sandbox's cold snapshot is no longer needed (the garbage collector takes it). */
+  async releaseHeld(tx: Store, row: SandboxRow): Promise<void> {
+    if (row.hibernate_snapshot && modeOf(row) === "cold") await tx.releaseStoredSnapshot(row.hibernate_snapshot, this.ctx.clock.now());
+  }
+
+  /** Deletes a warm hibernation's local snapshot, once no record points at it. */
+  async dropWarm(row: SandboxRow): Promise<void> {
+    if (row.hibernate_snapshot && modeOf(row) === "warm") {
+      await this.ctx.host.dropLocalSnapshot(row.hibernate_snapshot).catch((err: unknown) => this.ctx.log.warn({ err }, `could not delete snapshot ${row.hibernate_snapshot}`));
+    }
+  }
+
+  async hibernate(id: string, reason: Reason, mode: HibernateMode = "warm"): Promise<SandboxRow> {
+    return this.queue.run(id, async () => {
+      const row = (await this.ctx.store.getSandbox(id))!;
+      if (row.state === "hibernated" && (mode === "warm" || modeOf(row) === "cold")) return row;
+      if (row.state !== "running" && row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a running sandbox can hibernate`);
+      if (mode === "cold") return this.toCold(row, reason);
+      return this.toWarm(row, reason);
+    });
+  }
+
+  private async toWarm(row: SandboxRow, reason: Reason): Promise<SandboxRow> {
+    const { ops, host, metrics, meter } = this.ctx;
+    const snapshot = newId("snap");
+    const op = ops.newOp("hibernate", row.id, reason, { mode: "warm", snapshot });
+    await this.network.flush(row.id);
+    meter.sample(row.id);
+    await ops.begin(row, op);
+    const t0 = performance.now();
+    try {
+      await metrics.time("hibernate", "warm", () => meter.work(row.id, () => host.hibernateWarm(op.id, row.id, snapshot)));
+    } catch (e) {
+      await ops.fail(op, row.id, e);
+      throw e;
+    }
+    return ops.finish(op, row.id, {
+      state: "hibernated", reason, patch: { hibernate_snapshot: snapshot, hibernate_mode: "warm", stored_bytes: null },
+      data: { mode: "warm", snapshot, ms: Math.round(performance.now() - t0) },
+    });
+  }
+
+  /**
+   * Running (or warm) to cold: upload with the VM paused, commit the record that points at
+   * the stored copy, and only then remove the VM. A crash anywhere leaves either the VM
+   * (paused, resumed at the next start) or a committed stored copy, never neither.
+   */
+  private async toCold(row: SandboxRow, reason: Reason): Promise<SandboxRow> {
+    const { ops, host, metrics, meter, clock } = this.ctx;
+    await this.storeQuota(row.owner);
+    // From warm, the snapshot taken when it paused is the one to store, under its own id.
+    const fromWarm = row.state === "hibernated" ? row.hibernate_snapshot : null;
+    const stored = pendingStored(this.ctx, fromWarm ?? newId("snap"), row.owner, "cold");
+    const op = ops.newOp("hibernate", row.id, reason, { mode: "cold", snapshot: stored.id, key: stored.key, from_warm: fromWarm });
+    if (!fromWarm) await this.network.flush(row.id);
+    meter.sample(row.id);
+    await ops.begin(row, op, (tx) => tx.insertStoredSnapshot(stored));
+    faultPoint("hibernate-cold-after-intent");
+    const t0 = performance.now();
+    let up: { storedBytes: number };
+    try {
+      up = await metrics.time("hibernate", "cold", () => meter.work(row.id, () => host.upload(op.id, row.id, refOf(stored), fromWarm ?? undefined)));
+    } catch (e) {
+      await ops.fail(op, row.id, e, {}, (tx) => tx.releaseStoredSnapshot(stored.id, clock.now()));
+      throw e;
+    }
+    faultPoint("hibernate-cold-after-upload");
+    const done = await ops.finish(op, row.id, {
+      state: "hibernated", reason, patch: { hibernate_snapshot: stored.id, hibernate_mode: "cold", stored_bytes: up.storedBytes },
+      data: { mode: "cold", snapshot: stored.id, ms: Math.round(performance.now() - t0), stored_bytes: up.storedBytes, memory_bytes: row.memory_mb * 1024 * 1024 },
+      result: up,
+    }, (tx) => tx.completeStoredSnapshot(stored.id, up.storedBytes));
+    faultPoint("hibernate-cold-after-commit");
+    await this.removeVm(row.id, fromWarm);
+    faultPoint("hibernate-cold-after-vm-removal");
+    return done;
+  }
+
+  /** After a cold hibernate committed: the VM and its local files go (the next start retries a failure). */
+  async removeVm(id: string, warmSnapshot: string | null): Promise<void> {
+    try {
+      await this.ctx.host.destroy(id);
+      if (warmSnapshot) await this.ctx.host.dropLocalSnapshot(warmSnapshot);
+    } catch (err) {
+      this.ctx.log.warn({ err }, `cold sandbox ${id}: its VM could not be removed yet`);
+    }
+  }
+
+  async wake(id: string, reason: Reason): Promise<SandboxRow> {
+    return this.queue.run(id, () => this.wakeNow(id, reason));
+  }
+
+  private async wakeNow(id: string, reason: Reason): Promise<SandboxRow> {
+    const { store, ops, host, metrics, meter, clock } = this.ctx;
+    const row = (await store.getSandbox(id))!;
+    if (row.state === "running") return row;
+    if (row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; it cannot be woken`);
+    const mode = modeOf(row);
+    const snapshot = row.hibernate_snapshot;
+    if (mode === "cold" && !snapshot) throw new DenError("sandbox_not_running", `sandbox ${id} has no snapshot to wake from`);
+    const op = ops.newOp("wake", id, reason, { mode, snapshot });
+    await ops.begin(row, op);
+    if (mode === "cold") faultPoint("wake-cold-after-intent");
+    const t0 = performance.now();
+    try {
+      await metrics.time("wake", mode, () => meter.work(id, async () => {
+        if (mode === "warm") await host.wakeWarm(op.id, id, snapshot);
+        else await host.restore(op.id, id, await storedRef(this.ctx, snapshot!));
+      }));
+    } catch (e) {
+      // It stays hibernated: its snapshot is untouched.
+      if (mode === "cold") await host.destroy(id).catch(() => undefined);
+      await ops.fail(op, id, e);
+      throw e;
+    }
+    if (mode === "cold") faultPoint("wake-cold-after-restore");
+    // The stored copy is released in the same transaction; the garbage collector deletes it later.
+    const done = await ops.finish(op, id, {
+      state: "running", reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now() },
+      data: { mode, ms: Math.round(performance.now() - t0) },
+    }, mode === "cold" ? (tx) => tx.releaseStoredSnapshot(snapshot!, clock.now()) : undefined);
+    if (mode === "cold") faultPoint("wake-cold-after-commit");
+    await this.dropWarm(row);
+    await this.network.restore(done);
+    return done;
+  }
+
+  async setTimeout(id: string, seconds: number): Promise<SandboxRow> {
+    return this.queue.run(id, async () => {
+      const { store, ops, clock } = this.ctx;
+      const row = (await store.getSandbox(id))!;
+      if (row.state === "destroyed") throw new DenError("sandbox_destroyed", `sandbox ${id} has been destroyed`);
+      const op = ops.newOp("set_timeout", id, "user", { seconds });
+      return ops.atomic(row, op, { patch: { ttl_seconds: seconds, expires_at: clock.now() + seconds * 1000 } }, (tx) => ops.event(id, "timeout_set", "user", { seconds }, tx));
+    });
+  }
+
+  /** Brings a `lost` sandbox (its VM died) back from a checkpoint, keeping its id. */
+  async recover(id: string, cp: CheckpointRow): Promise<SandboxRow> {
+    return this.queue.run(id, async () => {
+      const { store, ops, host, clock } = this.ctx;
+      const row = (await store.getSandbox(id))!;
+      if (row.state !== "lost") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a lost sandbox is recovered`);
+      const op = ops.newOp("recover", id, "user", { checkpoint: cp.id });
+      await ops.begin(row, op);
+      let info: HostSandboxInfo;
+      try {
+        info = await host.restore(op.id, id, await storedRef(this.ctx, cp.id));
+      } catch (e) {
+        await ops.fail(op, id, e);
+        throw e;
+      }
+      const done = await ops.finish(op, id, {
+        state: "running", reason: "user", patch: { ...vmFields(info), template: row.template, last_activity_at: clock.now() },
+        data: { recovered_from: cp.id, checkpoint_age_seconds: Math.round((clock.now() - cp.created_at) / 1000) },
+      });
+      await this.network.restore(done);
+      return done;
+    });
+  }
+
+  /**
+   * Forks a running sandbox into `count` children with its exact state. The children's
+   * rows (ids chosen here) are written with the intent; each child has the parent's TTL
+   * counted from its own creation, and the parent's metadata plus `forked_from`.
+   */
+  async fork(p: Principal, id: string, count: number): Promise<SandboxRow[]> {
+    await this.quota(p, count);
+    return this.queue.run(id, async () => {
+      const { store, ops, host, metrics, meter, clock } = this.ctx;
+      const parent = (await store.getSandbox(id))!;
+      if (parent.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${parent.state}`);
+      const ids = Array.from({ length: count }, () => newId("sbx"));
+      const network = networkOf(parent);
+      const op = ops.newOp("fork", id, "user", { children: ids });
+      const settings: Settings = {
+        persistent: parent.persistent === 1, ttl_seconds: parent.ttl_seconds, idle_timeout_seconds: parent.idle_timeout_seconds,
+        on_idle: parent.on_idle as "hibernate" | "destroy",
+        metadata: { ...(JSON.parse(parent.metadata) as Record<string, string>), forked_from: id },
+        env: JSON.parse(parent.env) as Record<string, string>,
+      };
+      await ops.begin(parent, op, async (tx) => {
+        for (const c of ids) {
+          await tx.insertSandbox(this.newRow(p, c, settings, parent.template, network, op));
+          await ops.event(c, "creating", "user", { forked_from: id }, tx);
+        }
+      });
+      faultPoint("fork-after-intent");
+      let kids: HostSandboxInfo[];
+      try {
+        kids = await metrics.time("fork", "", () => meter.work(id, () => host.fork(op.id, id, ids, network.egress === "none" ? NO_NETWORK : network)));
+      } catch (e) {
+        await ops.fail(op, id, e, {}, (tx) => this.dropChildren(tx, op, ids, "error", (e as Error).message));
+        throw e;
+      }
+      faultPoint("fork-after-children");
+      const out: SandboxRow[] = [];
+      await ops.finish(op, id, { result: { children: ids } }, async (tx) => {
+        for (const [i, c] of ids.entries()) {
+          out.push(await ops.settle(tx, op, c, { state: "running", reason: "user", patch: { ...vmFields(kids[i]!), last_activity_at: clock.now() }, data: { forked_from: id } }));
+        }
+        await ops.event(id, "forked", "user", { children: ids }, tx);
+      });
+      faultPoint("fork-after-commit");
+      return out;
+    });
+  }
+
+  /** Fork children that never came to be: destroyed, with why. */
+  async dropChildren(tx: Store, op: OperationRow, ids: string[], reason: Reason, message: string): Promise<void> {
+    for (const c of ids) {
+      const row = await tx.getSandbox(c);
+      if (row?.op_id === op.id) await this.ctx.ops.settle(tx, op, c, { state: "destroyed", reason, patch: { destroyed_at: this.ctx.clock.now() }, data: { message } });
+    }
+  }
+}

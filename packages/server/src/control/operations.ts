@@ -1,0 +1,161 @@
+import { DenError, type api } from "@den/protocol";
+import { newId } from "@den/runtime";
+import type { Meter } from "../meter.js";
+import type { Metrics } from "../metrics.js";
+import type { OperationRow, SandboxRow, Store } from "../store.js";
+
+export type Reason = api.TransitionReason;
+
+/** A source of "now": the real clock, or a test's. */
+export interface Clock {
+  now(): number;
+}
+export const systemClock: Clock = { now: () => Date.now() };
+
+/** How an operation settles a sandbox: its new state (if it changes), fields, and what the event says. */
+export interface Outcome {
+  state?: api.SandboxState;
+  reason?: Reason;
+  patch?: Partial<SandboxRow>;
+  data?: Record<string, unknown>;
+  result?: unknown;
+}
+
+/**
+ * Operations, intent first. `begin` writes the operation's row and puts the sandbox in
+ * its in-between state (`op_id`/`op_kind`) in one transaction, compare-and-set on the
+ * sandbox's generation, before anything is asked of a host. `finish` and `fail` settle
+ * it in one transaction too: the new state, the usage segment of the state it leaves,
+ * its event and the operation's status commit together or not at all. A restart finds
+ * every operation still `pending` and finishes or rolls it back (see recovery.ts).
+ */
+export class Operations {
+  constructor(
+    private readonly store: Store,
+    private readonly meter: Meter,
+    private readonly metrics: Metrics,
+    private readonly clock: Clock,
+    private readonly eventsCap: number,
+  ) {}
+
+  /** A new operation row (not yet written). */
+  newOp(kind: api.OperationKind, sandboxId: string | null, reason: Reason, args: Record<string, unknown>): OperationRow {
+    return {
+      id: newId("op"), sandbox_id: sandboxId, kind, args: JSON.stringify(args), status: "pending", result: null, error: null,
+      reason, host: null, created_at: this.clock.now(), finished_at: null,
+    };
+  }
+
+  /** Appends an event (in `s`, a transaction, when given). */
+  async event(id: string, type: string, reason: Reason | null, data: Record<string, unknown> = {}, s: Store = this.store): Promise<void> {
+    await s.addEvent(id, type, reason, data, this.eventsCap);
+  }
+
+  /**
+   * Records the intent: the operation row, and `row` taken into it (compare-and-set on
+   * its generation; another operation in flight is `operation_in_progress`). `also` writes
+   * more in the same transaction (catalog rows of snapshots it will upload, fork children).
+   */
+  async begin(row: SandboxRow, op: OperationRow, also?: (tx: Store) => Promise<void>): Promise<SandboxRow> {
+    if (row.op_id) throw inProgress(row);
+    return this.store.transaction(async (tx) => {
+      await tx.insertOperation(op);
+      const taken = await tx.casSandbox(row.id, { generation: row.generation, opId: null }, { op_id: op.id, op_kind: op.kind, op_since: op.created_at });
+      if (!taken) throw inProgress((await tx.getSandbox(row.id)) ?? row);
+      await also?.(tx);
+      return taken;
+    });
+  }
+
+  /** An operation that is over as soon as it is written (deleting a checkpoint): its row and its effect, one transaction. */
+  async record(op: OperationRow, also: (tx: Store) => Promise<void>): Promise<void> {
+    await this.store.transaction(async (tx) => {
+      await tx.insertOperation({ ...op, status: "done", finished_at: op.created_at });
+      await also(tx);
+    });
+  }
+
+  /** Marks a detached operation done (or failed), with `also` in the same transaction. */
+  async settleDetached(op: OperationRow, error: unknown | undefined, also?: (tx: Store) => Promise<void>): Promise<void> {
+    await this.store.transaction(async (tx) => {
+      if (error === undefined) await tx.finishOperation(op.id, "done", this.clock.now(), undefined, null);
+      else await tx.finishOperation(op.id, "failed", this.clock.now(), undefined, (error instanceof Error ? error.message : String(error)).slice(0, 2000));
+      await also?.(tx);
+    });
+  }
+
+  /** An operation with no sandbox to hold (template builds and deletes). */
+  async beginDetached(op: OperationRow, also?: (tx: Store) => Promise<void>): Promise<void> {
+    await this.store.transaction(async (tx) => {
+      await tx.insertOperation(op);
+      await also?.(tx);
+    });
+  }
+
+  /** Settles a done operation on sandbox `id`: its outcome, segment, event and status in one transaction. */
+  async finish(op: OperationRow, id: string, out: Outcome, also?: (tx: Store) => Promise<void>): Promise<SandboxRow> {
+    const row = await this.store.transaction(async (tx) => {
+      const settled = await this.settle(tx, op, id, out);
+      await tx.finishOperation(op.id, "done", this.clock.now(), out.result, null);
+      await also?.(tx);
+      return settled;
+    });
+    if (out.state) this.metrics.transition(out.state, out.reason ?? "user");
+    return row;
+  }
+
+  /**
+   * Settles a failed (or rolled back) operation: the sandbox leaves its in-between state
+   * with `out` (usually no change of state at all), and the operation says why.
+   */
+  async fail(op: OperationRow, id: string | null, error: unknown, out: Outcome = {}, also?: (tx: Store) => Promise<void>, status: "failed" | "rolled_back" = "failed"): Promise<SandboxRow | undefined> {
+    const message = error instanceof Error ? error.message : String(error);
+    const row = await this.store.transaction(async (tx) => {
+      const settled = id ? await this.settle(tx, op, id, out) : undefined;
+      await tx.finishOperation(op.id, status, this.clock.now(), undefined, message.slice(0, 2000));
+      if (id && !out.state) await this.event(id, "operation.failed", out.reason ?? null, { operation: op.id, kind: op.kind, message: message.slice(0, 500), ...(status === "rolled_back" ? { rolled_back: true } : {}) }, tx);
+      await also?.(tx);
+      return settled;
+    });
+    if (out.state) this.metrics.transition(out.state, out.reason ?? "error");
+    return row;
+  }
+
+  /** A finished operation of its own (set timeout): intent and outcome are one transaction. */
+  async atomic(row: SandboxRow, op: OperationRow, out: Outcome, also?: (tx: Store) => Promise<void>): Promise<SandboxRow> {
+    if (row.op_id) throw inProgress(row);
+    return this.store.transaction(async (tx) => {
+      await tx.insertOperation({ ...op, status: "done", finished_at: op.created_at, result: out.result === undefined ? null : JSON.stringify(out.result) });
+      const done = await tx.casSandbox(row.id, { generation: row.generation, opId: null }, out.patch ?? {});
+      if (!done) throw inProgress((await tx.getSandbox(row.id)) ?? row);
+      await also?.(tx);
+      return done;
+    });
+  }
+
+  /** Settles one sandbox held by `op` inside the transaction `tx` (fork children settle with their parent). */
+  async settle(tx: Store, op: OperationRow, id: string, out: Outcome): Promise<SandboxRow> {
+    const cur = await tx.getSandbox(id);
+    if (!cur || cur.op_id !== op.id) throw new DenError("internal", `sandbox ${id} is no longer held by operation ${op.id}`);
+    const now = this.clock.now();
+    // The usage segment of the state it leaves closes in the same transaction.
+    const meter = out.state ? await this.meter.roll(cur, now, tx) : {};
+    const patch: Partial<SandboxRow> = { ...out.patch, ...meter, op_id: null, op_kind: null, op_since: null };
+    if (out.state) Object.assign(patch, { state: out.state, state_reason: out.reason ?? "user" });
+    const row = await tx.casSandbox(id, { generation: cur.generation, opId: op.id }, patch);
+    if (!row) throw new DenError("internal", `sandbox ${id} changed under operation ${op.id}`);
+    if (out.state) await this.event(id, out.state, out.reason ?? "user", out.data ?? {}, tx);
+    return row;
+  }
+}
+
+export function inProgress(row: SandboxRow): DenError {
+  return new DenError("operation_in_progress", `sandbox ${row.id} is busy with another operation (${row.op_kind ?? "unknown"}); try again when it ends`, {
+    ...(row.op_kind ? { operation: row.op_kind } : {}),
+  });
+}
+
+/** The arguments an operation was begun with. */
+export function argsOf<T>(op: OperationRow): T {
+  return JSON.parse(op.args) as T;
+}

@@ -1,0 +1,95 @@
+import { meteredState } from "../meter.js";
+import type { SandboxRow } from "../store.js";
+import { modeOf, type Ctx } from "./context.js";
+import type { Lifecycle } from "./lifecycle.js";
+import type { Serializer } from "./serializer.js";
+
+/**
+ * The TTL and idle reapers, and the meter's interval rolls. TTL: every sandbox past its
+ * deadline is destroyed, whatever its state. Idle: a running, non-persistent sandbox with
+ * no activity for its idle timeout gets its `on_idle`. Activity = API calls, an exec in
+ * flight, or guest CPU above `cpuActiveShare` of a core since the last pass. Each action
+ * is an ordinary operation (with its reason), so it is as crash-proof as a user's.
+ */
+export class Reaper {
+  private cpuSamples = new Map<string, { at: number; cpu: number }>();
+
+  constructor(
+    private readonly ctx: Ctx,
+    private readonly queue: Serializer,
+    private readonly lifecycle: Lifecycle,
+    private readonly activity: { execing(id: string): boolean; touch(id: string): Promise<void> },
+  ) {}
+
+  async pass(): Promise<void> {
+    const { store, config, clock, host } = this.ctx;
+    const now = clock.now();
+    for (const row of await store.liveSandboxes()) {
+      if (row.op_id) continue;
+      // Metering: a long stretch in one state is closed every interval, so CPU lands near when it was used.
+      if (meteredState(row) && row.meter_since !== null && now - row.meter_since >= config.meter.intervalMs && !this.queue.busy(row.id)) await this.roll(row);
+      if (row.state === "creating") continue;
+      if (row.expires_at !== null && row.expires_at <= now) {
+        await this.lifecycle.destroy(row.id, "ttl").catch(() => undefined);
+        continue;
+      }
+      if (row.state === "hibernated" && row.persistent === 0 && modeOf(row) === "warm" && row.state_reason === "idle") {
+        // Warm first (instant wake), then cold after a second, longer quiet period (no cost at all).
+        const coldAt = row.last_activity_at + (row.idle_timeout_seconds + config.defaults.coldAfterSeconds) * 1000;
+        if (now >= coldAt) await this.lifecycle.hibernate(row.id, "idle", "cold").catch(() => undefined);
+        continue;
+      }
+      if (row.state !== "running") continue;
+      if (!host.alive(row.id)) {
+        await this.markLost(row.id);
+        continue;
+      }
+      if (this.activity.execing(row.id) || this.guestBusy(row.id)) {
+        await this.activity.touch(row.id);
+        continue;
+      }
+      if (row.persistent === 1) continue;
+      if (now - row.last_activity_at >= row.idle_timeout_seconds * 1000) {
+        const act = row.on_idle === "destroy" ? this.lifecycle.destroy(row.id, "idle") : this.lifecycle.hibernate(row.id, "idle");
+        await act.catch(() => undefined);
+      }
+    }
+  }
+
+  /** Closes a long open usage segment (compare-and-set, so it never races an operation). */
+  private async roll(row: SandboxRow): Promise<void> {
+    await this.queue.run(row.id, () => this.ctx.store.transaction(async (tx) => {
+      const cur = await tx.getSandbox(row.id);
+      if (!cur || cur.op_id || !meteredState(cur) || cur.meter_since !== row.meter_since) return;
+      await tx.casSandbox(row.id, { generation: cur.generation, opId: null }, await this.ctx.meter.roll(cur, this.ctx.clock.now(), tx));
+    }));
+  }
+
+  /** Its VM died under us: say so (a checkpoint can bring it back: POST .../recover). */
+  async markLost(id: string): Promise<void> {
+    await this.queue.run(id, async () => {
+      const { store, ops, host } = this.ctx;
+      const cur = await store.getSandbox(id);
+      if (cur?.state !== "running" || cur.op_id || host.alive(id)) return;
+      const op = ops.newOp("destroy", id, "host_lost", { lost: true });
+      await ops.begin(cur, op);
+      await host.destroy(id);
+      await ops.finish(op, id, { state: "lost", reason: "host_lost" });
+      this.forget(id);
+    });
+  }
+
+  forget(id: string): void {
+    this.cpuSamples.delete(id);
+  }
+
+  private guestBusy(id: string): boolean {
+    const cpu = this.ctx.host.cpuSeconds(id);
+    if (cpu === undefined) return false;
+    const at = performance.now();
+    const prev = this.cpuSamples.get(id);
+    this.cpuSamples.set(id, { at, cpu });
+    if (!prev || at - prev.at < 200) return false;
+    return (cpu - prev.cpu) / ((at - prev.at) / 1000) > this.ctx.config.reaper.cpuActiveShare;
+  }
+}

@@ -1,0 +1,171 @@
+import { storedBytes, storedSnapshotComplete } from "@den/store";
+import type { OperationRow, SandboxRow } from "../store.js";
+import { modeOf, type Ctx } from "./context.js";
+import type { Lifecycle } from "./lifecycle.js";
+import type { NetworkPolicies } from "./network-policy.js";
+import { argsOf, type Reason } from "./operations.js";
+import type { Templates } from "./templates.js";
+
+const STOPPED = "the server stopped during this operation";
+
+/**
+ * After a (re)start: every operation still pending is finished or rolled back from the
+ * facts (is the VM there, is the stored copy complete), then the database and the host
+ * are made to agree. Nothing here deletes a stored object: it only releases rows for the
+ * garbage collector.
+ */
+export class Recovery {
+  constructor(private readonly ctx: Ctx, private readonly lifecycle: Lifecycle, private readonly network: NetworkPolicies, private readonly templates: Templates) {}
+
+  async run(): Promise<void> {
+    for (const op of await this.ctx.store.pendingOperations()) {
+      try {
+        await this.settle(op);
+      } catch (err) {
+        this.ctx.log.warn({ err, op: op.id, kind: op.kind }, "could not settle an interrupted operation; it is retried at the next start");
+      }
+    }
+    await this.reconcile();
+  }
+
+  private async settle(op: OperationRow): Promise<void> {
+    const { store, ops, host, clock, objects } = this.ctx;
+    const row = op.sandbox_id ? await store.getSandbox(op.sandbox_id) : undefined;
+    const rollBack = (out = {}, also?: Parameters<typeof ops.fail>[4]) => ops.fail(op, row && row.op_id === op.id ? row.id : null, new Error(STOPPED), { reason: "restart", ...out }, also, "rolled_back");
+    if (op.kind === "template_build") return this.templates.giveBack(op.args, new Error(STOPPED), op);
+    if (op.kind === "template_delete") {
+      await host.deleteTemplate(argsOf<{ name: string }>(op).name);
+      return ops.settleDetached(op, undefined);
+    }
+    if (!row || row.op_id !== op.id) {
+      // Its sandbox moved on (or never was): the operation has nothing left to hold.
+      await rollBack();
+      return;
+    }
+    const id = row.id;
+    const vm = (await host.inventory()).vms.find((v) => v.id === id);
+    switch (op.kind) {
+      case "create":
+      case "restore": {
+        // Nobody got this sandbox back from its call: none of it is kept.
+        await host.destroy(id);
+        await rollBack({ state: "destroyed", patch: { destroyed_at: clock.now() }, data: { message: STOPPED } });
+        return;
+      }
+      case "destroy": {
+        await host.destroy(id);
+        const lost = argsOf<{ lost?: boolean }>(op).lost === true;
+        await ops.finish(op, id, lost ? { state: "lost", reason: "host_lost" } : { state: "destroyed", reason: op.reason as Reason, patch: { destroyed_at: clock.now() } }, lost ? undefined : (tx) => this.lifecycle.releaseHeld(tx, row));
+        if (!lost) await this.lifecycle.dropWarm(row);
+        return;
+      }
+      case "hibernate": {
+        const a = argsOf<{ mode: "warm" | "cold"; snapshot: string; key?: string; from_warm?: string | null }>(op);
+        if (a.mode === "warm") {
+          if ((await host.inventory()).snapshots.includes(a.snapshot)) {
+            await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "warm", stored_bytes: null }, data: { mode: "warm", snapshot: a.snapshot, recovered: true } });
+            return;
+          }
+          await host.resume(id);
+          await rollBack();
+          return;
+        }
+        if (await storedSnapshotComplete(objects, a.key!)) {
+          // The stored copy is whole: the hibernate took effect; the VM goes only now.
+          const bytes = await storedBytes(objects, a.key!);
+          await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "cold", stored_bytes: bytes }, data: { mode: "cold", snapshot: a.snapshot, stored_bytes: bytes, recovered: true } }, (tx) => tx.completeStoredSnapshot(a.snapshot, bytes));
+          await this.lifecycle.removeVm(id, a.from_warm ?? null);
+          return;
+        }
+        // Not whole: the VM (paused for the upload) works on, and the half upload is released.
+        if (!a.from_warm) await host.resume(id);
+        await rollBack({}, (tx) => tx.releaseStoredSnapshot(a.snapshot, clock.now()));
+        return;
+      }
+      case "wake": {
+        const a = argsOf<{ mode: "warm" | "cold"; snapshot: string | null }>(op);
+        if (vm && vm.state !== "stopped") {
+          // It came back before the stop: the record follows the VM.
+          await host.resume(id);
+          const done = await ops.finish(op, id, { state: "running", reason: op.reason as Reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now() }, data: { mode: a.mode, recovered: true } },
+            a.mode === "cold" && a.snapshot ? (tx) => tx.releaseStoredSnapshot(a.snapshot!, clock.now()) : undefined);
+          await this.lifecycle.dropWarm(row);
+          await this.network.restore(done);
+          return;
+        }
+        // It stays hibernated: its snapshot was never touched.
+        if (a.mode === "cold") await host.destroy(id);
+        await rollBack();
+        return;
+      }
+      case "recover": {
+        if (vm && vm.state !== "stopped") {
+          await host.resume(id);
+          const done = await ops.finish(op, id, { state: "running", reason: "user", data: { recovered: true } });
+          await this.network.restore(done);
+          return;
+        }
+        await host.destroy(id);
+        await rollBack();
+        return;
+      }
+      case "checkpoint": {
+        // The VM may be frozen mid-snapshot; the half-taken checkpoint is released.
+        const a = argsOf<{ checkpoint: string }>(op);
+        await host.resume(id);
+        await rollBack({}, (tx) => tx.releaseStoredSnapshot(a.checkpoint, clock.now()));
+        return;
+      }
+      case "fork": {
+        const a = argsOf<{ children: string[] }>(op);
+        for (const c of a.children) await host.destroy(c);
+        await host.resume(id);
+        await rollBack({}, (tx) => this.lifecycle.dropChildren(tx, op, a.children, "restart", STOPPED));
+        return;
+      }
+      case "set_network":
+        // The policy was written with the intent; networks follow the database below.
+        await ops.finish(op, id, {});
+        return;
+      default:
+        await rollBack();
+    }
+  }
+
+  /**
+   * Make the database and the host agree. VMs the database knows are adopted; running
+   * sandboxes whose VM is gone are `lost`; a cold sandbox's VM that outlived its commit
+   * goes; VMs of destroyed or unknown sandboxes are destroyed.
+   */
+  private async reconcile(): Promise<void> {
+    const { store, host, ops } = this.ctx;
+    const inv = await host.inventory();
+    const vms = new Map(inv.vms.map((v) => [v.id, v]));
+    const live = await store.liveSandboxes();
+    const known = new Set(live.map((r) => r.id));
+    for (const row of live) {
+      if (row.op_id) continue;
+      const vm = vms.get(row.id);
+      if (row.state === "running" && (!vm || vm.state === "stopped")) {
+        const op = ops.newOp("destroy", row.id, "host_lost", { lost: true });
+        await ops.begin(row, op);
+        await host.destroy(row.id);
+        await ops.finish(op, row.id, { state: "lost", reason: "host_lost" });
+      } else if (row.state === "running" && vm?.state === "paused") {
+        // Frozen by an operation of an earlier version that never finished: running wins.
+        await host.resume(row.id);
+      } else if (row.state === "hibernated" && modeOf(row) === "cold" && vm) {
+        await this.lifecycle.removeVm(row.id, null);
+      }
+    }
+    for (const id of vms.keys()) if (!known.has(id)) await host.destroy(id);
+    // Networks follow the database (a policy change may have been cut short by the stop).
+    for (const row of await store.liveSandboxes()) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
+    await host.collectLocal(await this.keep(await store.liveSandboxes()), await store.liveStoredSnapshotIds());
+  }
+
+  /** Local snapshots something still needs: warm hibernations'. */
+  private async keep(live: SandboxRow[]): Promise<Set<string>> {
+    return new Set(live.filter((r) => r.state === "hibernated" && modeOf(r) === "warm" && r.hibernate_snapshot).map((r) => r.hibernate_snapshot!));
+  }
+}

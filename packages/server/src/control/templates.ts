@@ -1,0 +1,94 @@
+import { DenError, type api } from "@den/protocol";
+import type { TemplateInfo } from "@den/runtime";
+import type { Principal } from "../store.js";
+import { storedRef, type Ctx } from "./context.js";
+import type { Checkpoints } from "./checkpoints.js";
+
+export function toApiTemplate(t: TemplateInfo, owner: string | null): api.Template {
+  return {
+    name: t.name, version: t.version, current: t.current, owner, vcpus: t.manifest.vm.vcpus,
+    memory_mb: t.manifest.vm.memoryMb, disk_mb: t.manifest.vm.diskMb, created_at: t.manifest.createdAt,
+  };
+}
+
+/** Templates: the host's own (everyone's) and those owners build through the API (theirs alone). */
+export class Templates {
+  constructor(private readonly ctx: Ctx, private readonly checkpoints: Checkpoints) {}
+
+  /** A template made through the API is its owner's alone; the host's own are everyone's; a deleted one, nobody's. */
+  async checkAccess(p: Principal, spec: string): Promise<void> {
+    const row = await this.ctx.store.templateRow(spec.split("@")[0]!.split(".")[0]!);
+    if (row && (row.deleted_at !== null || (row.owner !== p.owner && !p.admin))) throw new DenError("template_not_found", `template ${JSON.stringify(spec)} does not exist`);
+  }
+
+  /** The template versions this principal may use. */
+  async list(p: Principal): Promise<api.Template[]> {
+    const rows = await this.ctx.store.templateRows();
+    const out: api.Template[] = [];
+    for (const t of await this.ctx.host.templates()) {
+      const row = rows.get(t.name.split(".")[0]!);
+      if (!row) out.push(toApiTemplate(t, null));
+      else if (row.deleted_at === null && (row.owner === p.owner || p.admin)) out.push(toApiTemplate(t, row.owner));
+    }
+    return out;
+  }
+
+  /**
+   * Builds a template from a template or checkpoint plus setup commands, run in a sandbox
+   * of its own. The name is claimed for the caller with the operation's intent; the same
+   * recipe again returns the version already built. A failure (or a crash, at the next
+   * start) gives the name back as it was.
+   */
+  async create(p: Principal, req: api.CreateTemplateRequest): Promise<api.Template> {
+    const { store, host, ops, config, clock } = this.ctx;
+    const row = await store.templateRow(req.name);
+    if (row && row.owner !== p.owner) throw new DenError("already_exists", `template ${req.name} belongs to another owner`);
+    if (!row && (await host.templates()).some((t) => t.name === req.name)) throw new DenError("already_exists", `template ${req.name} is one of this host's own templates`);
+    if ((!row || row.deleted_at !== null) && (await store.countTemplates(p.owner)) >= config.limits.templatesPerOwner) {
+      throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${config.limits.templatesPerOwner} templates`);
+    }
+    if (req.from_template) await this.checkAccess(p, req.from_template);
+    if (req.from_checkpoint) await this.checkpoints.owned(p, req.from_checkpoint);
+    const op = ops.newOp("template_build", null, "user", { name: req.name, previous: row ? { deleted_at: row.deleted_at } : null });
+    await ops.beginDetached(op, (tx) => tx.claimTemplate(req.name, p.owner, clock.now()));
+    try {
+      const t = await host.buildTemplate(op.id, {
+        name: req.name, setup: req.setup ?? [], setupTimeoutSeconds: req.setup_timeout_seconds ?? 600,
+        ...(req.from_template ? { fromTemplate: req.from_template } : {}),
+        ...(req.from_checkpoint ? { fromCheckpoint: await storedRef(this.ctx, req.from_checkpoint) } : {}),
+      });
+      await ops.settleDetached(op, undefined);
+      return toApiTemplate(t, p.owner);
+    } catch (e) {
+      await this.giveBack(op.args, e, op);
+      throw e;
+    }
+  }
+
+  /** After a build that made nothing usable: the name goes back to how it was. */
+  async giveBack(args: string, error: unknown, op: Parameters<Ctx["ops"]["settleDetached"]>[0]): Promise<void> {
+    const { name, previous } = JSON.parse(args) as { name: string; previous: { deleted_at: number | null } | null };
+    const built = (await this.ctx.host.templates()).some((t) => t.name === name && t.current);
+    await this.ctx.ops.settleDetached(op, built ? undefined : error, async (tx) => {
+      if (built) return;
+      if (previous) await tx.markTemplateDeleted(name, previous.deleted_at ?? this.ctx.clock.now());
+      else await tx.dropTemplate(name);
+    });
+  }
+
+  /** Deletes a template its owner built; sandboxes and checkpoints made from it keep working. */
+  async delete(p: Principal, name: string): Promise<void> {
+    const { store, host, ops, clock } = this.ctx;
+    const row = await store.templateRow(name);
+    if (!row || row.deleted_at !== null || (row.owner !== p.owner && !p.admin)) {
+      if (!row && (await host.templates()).some((t) => t.name === name)) {
+        throw new DenError("forbidden", `template ${name} is one of this host's own templates (den template build); it is not deleted through the API`);
+      }
+      throw new DenError("template_not_found", `template ${JSON.stringify(name)} does not exist`);
+    }
+    const op = ops.newOp("template_delete", null, "user", { name });
+    await ops.beginDetached(op, (tx) => tx.markTemplateDeleted(name, clock.now()));
+    await host.deleteTemplate(name);
+    await ops.settleDetached(op, undefined);
+  }
+}
