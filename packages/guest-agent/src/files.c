@@ -4,11 +4,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -94,7 +96,9 @@ static void read_chunk(struct xfer *x)
 		out_eof(x->id, CH_FILE);
 		xfer_end(x, 0);
 	} else if (errno != EAGAIN && errno != EINTR) {
-		event_error(x->id, "io_error", strerror(errno));
+		/* It opened, but its bytes cannot be read (EIO from /proc/self/mem, say): the file's
+		 * doing, not the agent's. */
+		event_error(x->id, "unreadable", strerror(errno));
 		xfer_end(x, 0);
 	}
 }
@@ -203,6 +207,21 @@ static int mkdir_p(const char *path, mode_t mode)
 	return e;
 }
 
+/* A fresh temp name for `name` in `dir` (beside its target, so renaming it there is atomic),
+ * under NAME_MAX even for long target names. */
+static void tmp_name(struct buf *t, const char *dir, const char *name)
+{
+	unsigned char rnd[8];
+	if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != sizeof rnd) {
+		uint64_t v = mono_ms() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)t;
+		memcpy(rnd, &v, sizeof rnd);
+	}
+	buf_printf(t, "%s/.%.200s.den-tmp-", strcmp(dir, "/") ? dir : "", name);
+	for (size_t i = 0; i < sizeof rnd; i++)
+		buf_printf(t, "%02x", rnd[i]);
+	buf_addc(t, 0);
+}
+
 int op_file_read(struct req *r)
 {
 	const char *path;
@@ -247,7 +266,6 @@ int op_file_write(struct req *r)
 	int64_t mode = 0644;
 	int parents = 0;
 	struct stat st;
-	unsigned char rnd[8];
 	if (arg_path(r, "path", &path) < 0 || arg_int(r, "mode", &mode, 0) < 0 || arg_bool(r, "parents", &parents) < 0)
 		return -1;
 	const char *slash = strrchr(path, '/'), *name = slash + 1;
@@ -260,16 +278,8 @@ int op_file_write(struct req *r)
 		free(dir);
 		return req_errno(r, EISDIR, path);
 	}
-	if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != sizeof rnd) {
-		uint64_t v = mono_ms() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&st;
-		memcpy(rnd, &v, sizeof rnd);
-	}
 	struct buf t = {0};
-	/* Keep the temp name under NAME_MAX even for long target names. */
-	buf_printf(&t, "%s/.%.200s.den-tmp-", strcmp(dir, "/") ? dir : "", name);
-	for (size_t i = 0; i < sizeof rnd; i++)
-		buf_printf(&t, "%02x", rnd[i]);
-	buf_addc(&t, 0);
+	tmp_name(&t, dir, name);
 	free(dir);
 	int fd = open(buf_data(&t), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0600);
 	if (fd < 0) {
@@ -436,14 +446,138 @@ int op_file_remove(struct req *r)
 	return e ? req_errno(r, e, path) : 0;
 }
 
+static int copy_node(int sdir, const char *sname, int ddir, const char *dname, dev_t dev);
+
+/* Copies a regular file's bytes into a new file. 0 or errno. */
+static int copy_file(int sdir, const char *sname, int ddir, const char *dname)
+{
+	int in = openat(sdir, sname, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+	if (in < 0)
+		return errno;
+	int out = openat(ddir, dname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int e = out < 0 ? errno : 0;
+	while (!e) {
+		ssize_t n = sendfile(out, in, NULL, 1 << 30);
+		if (!n)
+			break;
+		if (n < 0 && errno != EINTR)
+			e = errno;
+	}
+	if (out >= 0 && close(out) && !e)
+		e = errno;
+	close(in);
+	return e;
+}
+
+/* Copies the entries of directory sname into the (new, empty) directory dname. 0 or errno. */
+static int copy_dir(int sdir, const char *sname, int ddir, const char *dname, dev_t dev)
+{
+	int sfd = openat(sdir, sname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sfd < 0)
+		return errno;
+	int dfd = openat(ddir, dname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = dfd < 0 ? NULL : fdopendir(sfd);
+	if (!d) {
+		int e = errno;
+		close(sfd);
+		if (dfd >= 0)
+			close(dfd);
+		return e;
+	}
+	struct dirent *de;
+	int e = 0;
+	while (!e && (de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			e = copy_node(sfd, de->d_name, dfd, de->d_name, dev);
+	closedir(d);
+	close(dfd);
+	return e;
+}
+
+/* Copies sname (under sdir) to the new dname (under ddir) with its mode, owner and times, as
+ * mv does across filesystems: directories recursively, symlinks as links, devices and fifos
+ * as nodes. A directory on another filesystem than `dev` (a mount point inside the tree,
+ * maybe the target's own) is EXDEV, so a tree is never copied into itself. 0 or errno. */
+static int copy_node(int sdir, const char *sname, int ddir, const char *dname, dev_t dev)
+{
+	struct stat st;
+	int e = 0;
+	if (fstatat(sdir, sname, &st, AT_SYMLINK_NOFOLLOW))
+		return errno;
+	if (S_ISLNK(st.st_mode)) {
+		char t[PATH_MAX];
+		ssize_t n = readlinkat(sdir, sname, t, sizeof t - 1);
+		if (n < 0)
+			return errno;
+		t[n] = 0;
+		e = symlinkat(t, ddir, dname) ? errno : 0;
+	} else if (S_ISREG(st.st_mode)) {
+		e = copy_file(sdir, sname, ddir, dname);
+	} else if (S_ISDIR(st.st_mode)) {
+		if (st.st_dev != dev)
+			return EXDEV;
+		/* Owner-writable until its entries are in; its own mode comes after. */
+		e = mkdirat(ddir, dname, 0700) ? errno : copy_dir(sdir, sname, ddir, dname, dev);
+	} else {
+		e = mknodat(ddir, dname, (st.st_mode & S_IFMT) | 0600, st.st_rdev) ? errno : 0;
+	}
+	if (e)
+		return e;
+	/* The owner first: chown clears set-id bits, the mode after it puts them back. As with
+	 * mv, a filesystem that cannot keep an owner does not fail the move. */
+	int ignored = fchownat(ddir, dname, st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW);
+	(void)ignored;
+	if (!S_ISLNK(st.st_mode) && fchmodat(ddir, dname, st.st_mode & 07777, 0))
+		return errno;
+	struct timespec times[2] = {st.st_atim, st.st_mtim};
+	ignored = utimensat(ddir, dname, times, AT_SYMLINK_NOFOLLOW);
+	return 0;
+}
+
+/* rename(2) where it cannot (EXDEV: in Den's guests /tmp, /run and /dev/shm are tmpfs, the
+ * rest is the disk), done as mv does it: a copy under a temp name beside `to`, renamed over
+ * `to` (so rename's rules on what may be replaced still hold, and atomically), then `from`
+ * removed. The copy runs inside the request like every op here; what it copies is bounded
+ * by the tmpfs at one end. 0 or errno. */
+static int move_across(const char *from, const char *to)
+{
+	struct stat st;
+	if (lstat(from, &st))
+		return errno;
+	const char *slash = strrchr(to, '/'), *name = slash + 1;
+	if (!*name || !strcmp(name, ".") || !strcmp(name, ".."))
+		return EINVAL;
+	char *dir = slash == to ? xstrdup("/") : strndup(to, slash - to);
+	struct buf t = {0};
+	tmp_name(&t, dir, name);
+	free(dir);
+	const char *tmp = buf_data(&t);
+	int e = copy_node(AT_FDCWD, from, AT_FDCWD, tmp, st.st_dev);
+	if (!e && rename(tmp, to))
+		e = errno;
+	if (e) {
+		/* Whatever part of the copy exists goes; `from` and `to` stay as they were. */
+		if (unlink(tmp) && errno == EISDIR)
+			rm_tree(AT_FDCWD, tmp);
+	} else {
+		/* Should this fail, the copy is in place already: the error says what is left. */
+		e = S_ISDIR(st.st_mode) ? rm_tree(AT_FDCWD, from) : unlink(from) ? errno : 0;
+	}
+	buf_free(&t);
+	return e;
+}
+
 int op_file_rename(struct req *r)
 {
 	const char *from, *to;
 	if (arg_path(r, "from", &from) < 0 || arg_path(r, "to", &to) < 0)
 		return -1;
-	if (rename(from, to))
-		return req_errno(r, errno, from);
-	return 0;
+	if (!rename(from, to))
+		return 0;
+	int e = errno == EXDEV ? move_across(from, to) : errno;
+	if (e == EXDEV)
+		return req_err(r, "invalid_argument", "%s: holds a mount point, so it cannot move to another filesystem", from);
+	return e ? req_errno(r, e, from) : 0;
 }
 
 /* The host gave up on a transfer (its source failed, or its reader went away): a write's

@@ -63,7 +63,7 @@ const char *errno_code(int e)
 	case EEXIST: return "already_exists";
 	case ENOTEMPTY: return "not_empty";
 	case EACCES: case EPERM: case EROFS: return "permission_denied";
-	case EINVAL: case ENAMETOOLONG: return "invalid_argument";
+	case EINVAL: case ENAMETOOLONG: case ELOOP: return "invalid_argument";
 	default: return "io_error";
 	}
 }

@@ -263,6 +263,51 @@ test('file read range + errors', async () => {
   assert.equal((await host.req('file.read', { path: 'relative' })).code, 'invalid_argument');
 });
 
+test('file errors that are the caller\'s, and rename across filesystems', async () => {
+  const readErr = async (p) => {
+    let fin;
+    const done = new Promise((r) => (fin = r));
+    const r = await host.req('file.read', { path: p }, { data() {}, eof: () => fin('eof'), event: (e) => fin(e) });
+    return r.ok === false ? r : done;
+  };
+  // It opens, but reading its first bytes fails (EIO): a mid-stream `unreadable`.
+  assert.equal((await readErr('/proc/self/mem')).code, 'unreadable');
+  fs.symlinkSync('loop-b', path.join(dir, 'loop-a'));
+  fs.symlinkSync('loop-a', path.join(dir, 'loop-b'));
+  assert.equal((await readErr(path.join(dir, 'loop-a'))).code, 'invalid_argument');
+  assert.equal((await host.req('file.list', { path: path.join(dir, 'loop-b') })).code, 'invalid_argument');
+  // EXDEV: the test dir is on the disk, /dev/shm is a tmpfs; rename falls back to copy + delete.
+  const shm = fs.mkdtempSync('/dev/shm/den-test-');
+  try {
+    if (fs.statSync(shm).dev === fs.statSync(dir).dev) return console.log('    (skipped the EXDEV part: /dev/shm is on the same filesystem)');
+    const t = path.join(dir, 'xdev');
+    fs.mkdirSync(t + '/sub/empty', { recursive: true });
+    fs.writeFileSync(t + '/sub/f', 'deep');
+    fs.chmodSync(t + '/sub/f', 0o640);
+    fs.symlinkSync('sub/f', t + '/link');
+    execSync(`mkfifo ${t}/fifo`);
+    fs.utimesSync(t + '/sub/f', 1e9, 1e9);
+    assert.deepEqual(await host.req('file.rename', { from: t, to: shm + '/moved' }), { ok: true });
+    assert.equal(fs.existsSync(t), false);
+    assert.equal(fs.readFileSync(shm + '/moved/sub/f', 'utf8'), 'deep');
+    const st = fs.statSync(shm + '/moved/sub/f');
+    assert.deepEqual([st.mode & 0o777, st.mtimeMs], [0o640, 1e12]);
+    assert.equal(fs.readlinkSync(shm + '/moved/link'), 'sub/f');
+    assert.ok(fs.lstatSync(shm + '/moved/fifo').isFIFO());
+    assert.ok(fs.statSync(shm + '/moved/sub/empty').isDirectory());
+    // A single file back, over an existing one; a directory never replaces a non-empty one.
+    fs.writeFileSync(path.join(dir, 'old'), 'old');
+    assert.deepEqual(await host.req('file.rename', { from: shm + '/moved/sub/f', to: path.join(dir, 'old') }), { ok: true });
+    assert.equal(fs.readFileSync(path.join(dir, 'old'), 'utf8'), 'deep');
+    fs.mkdirSync(path.join(dir, 'full/x'), { recursive: true });
+    assert.equal((await host.req('file.rename', { from: shm + '/moved', to: path.join(dir, 'full') })).code, 'not_empty');
+    assert.ok(fs.lstatSync(shm + '/moved/link').isSymbolicLink()); // untouched
+    assert.deepEqual(fs.readdirSync(dir).filter((n) => n.includes('den-tmp')), []);
+  } finally {
+    fs.rmSync(shm, { recursive: true, force: true });
+  }
+});
+
 test('file ops', async () => {
   const d = path.join(dir, 'ops');
   assert.deepEqual(await host.req('file.mkdir', { path: d + '/a/b', parents: true }), { ok: true });

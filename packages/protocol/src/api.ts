@@ -287,7 +287,12 @@ export const CreateTemplateRequest = z
   .refine((r) => !(r.from_template && r.from_checkpoint), "give from_template or from_checkpoint, not both");
 export type CreateTemplateRequest = z.infer<typeof CreateTemplateRequest>;
 
-const Instant = z.string().max(64).refine((s) => !Number.isNaN(Date.parse(s)), "must be an ISO 8601 date-time");
+/** The years 1970..9999: ISO 8601's four digits, and far enough inside JS Date's range that `from`'s default (`to` minus a day) is a date too. */
+const LAST_INSTANT_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+const Instant = z.string().max(64).refine((s) => {
+  const t = Date.parse(s);
+  return t >= 0 && t <= LAST_INSTANT_MS;
+}, "must be an ISO 8601 date-time in the years 1970 to 9999");
 
 export const UsageQuery = z.object({
   /** Start of the period (ISO 8601; default: 24 hours before `to`). */

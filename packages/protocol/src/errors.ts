@@ -17,6 +17,7 @@ export const ERROR_STATUS = {
   cwd_not_found: 400,
   not_a_directory: 400,
   is_a_directory: 400,
+  unreadable: 400,
   already_exists: 409,
   not_empty: 409,
   permission_denied: 403,

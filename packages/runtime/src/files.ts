@@ -1,4 +1,4 @@
-import { Channel, DenError, type DirEntry, type FileStat } from "@den/protocol";
+import { Channel, DenError, errorFromWire, type DirEntry, type FileStat } from "@den/protocol";
 import type { AgentClient } from "./agent-client.js";
 
 /** Credit granted for a file download: the most a reader buffers before it reads on. */
@@ -36,7 +36,8 @@ export class GuestFiles {
         onEof: () => { done = true; agent.release(id); notify(); },
         onEvent: (ev) => {
           if (ev.event === "error") {
-            error = new DenError("io_error", String(ev.message ?? "read failed"));
+            // The agent's code says whose fault it is (`unreadable`: the file's bytes cannot be read).
+            error = errorFromWire(ev.code, `${path}: ${String(ev.message ?? "read failed")}`);
             agent.release(id);
             notify();
           }

@@ -77,6 +77,7 @@ ERROR_STATUS: Dict[str, int] = {
     "cwd_not_found": 400,
     "not_a_directory": 400,
     "is_a_directory": 400,
+    "unreadable": 400,
     "already_exists": 409,
     "not_empty": 409,
     "permission_denied": 403,
@@ -183,7 +184,7 @@ ForbiddenError = PermissionDeniedError
 class InvalidArgumentError(DenError):
     """400: the request did not validate (``invalid_argument``, ``unknown_op``,
     ``path_too_long``), or a path argument is unusable (``cwd_not_found``,
-    ``not_a_directory``, ``is_a_directory``).
+    ``not_a_directory``, ``is_a_directory``, ``unreadable``).
 
     Example::
 
@@ -439,6 +440,7 @@ ERROR_CLASSES: Dict[str, Type[DenError]] = {
     "cwd_not_found": InvalidArgumentError,
     "not_a_directory": InvalidArgumentError,
     "is_a_directory": InvalidArgumentError,
+    "unreadable": InvalidArgumentError,
     "not_found": NotFoundError,
     "route_not_found": NotFoundError,
     "sandbox_not_found": SandboxNotFoundError,

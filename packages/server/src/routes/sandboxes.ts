@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { api } from "@den/protocol";
+import { DenError, api } from "@den/protocol";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
 import { IdParams } from "./params.js";
@@ -25,6 +25,10 @@ export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {
     const q = req.query as Record<string, string | number | undefined>;
     const metadata: Record<string, string> = {};
     for (const [k, v] of Object.entries(q)) if (k.startsWith("metadata.") && typeof v === "string") metadata[k.slice(9)] = v;
+    // Each filter is a subquery, and SQLite refuses a deep enough tree of them; no sandbox has
+    // more keys than this anyway, so more filters could never all match.
+    const filters = Object.keys(metadata).length;
+    if (filters > api.API_LIMITS.maxMetadataKeys) throw new DenError("invalid_argument", `${filters} metadata filters: at most ${api.API_LIMITS.maxMetadataKeys} (a sandbox has at most that many keys)`);
     const limit = Number(q.limit ?? 50);
     const rows = await cp.store.listSandboxes(principal(req).owner, {
       limit: limit + 1, metadata,
