@@ -11,4 +11,11 @@ if [ "$(cat node_modules/.den-lock-sum 2>/dev/null)" != "$lock_sum" ]; then
   echo "$lock_sum" > node_modules/.den-lock-sum
 fi
 npm run build --silent
+# npm ci links a workspace's bin only if its file exists, and tsc builds `den` after npm ci:
+# link it now, so `npx den` works in a fresh clone. -x checks the link and that its target
+# is executable; npm chmods the target only when it makes the link, hence the rm.
+if [ ! -x node_modules/.bin/den ]; then
+  rm -f node_modules/.bin/den
+  npm rebuild @den/cli --ignore-scripts --no-audit --no-fund >/dev/null
+fi
 node packages/cli/dist/src/bin.js template build base
