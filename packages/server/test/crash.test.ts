@@ -1,0 +1,808 @@
+/**
+ * Crash-proofness of the control plane, against `den serve` as its own process.
+ *
+ * Part 1: seeded random rounds. Each round starts one operation on a small pool of
+ * acknowledged sandboxes, kills the server with SIGKILL after a random delay, restarts it
+ * and checks that nothing was lost: every acknowledged sandbox is there with its files
+ * and processes, an operation the client saw succeed took effect, one it did not see
+ * took full effect or none, the VMs on the host are exactly those the API says hold one,
+ * and the snapshot store holds exactly what the database references.
+ *   DEN_CRASH_SEED=<n>    replay a run (the seed is in the test names and output)
+ *   DEN_CRASH_ROUNDS=<n>  rounds (default 6; the acceptance run uses 30)
+ *
+ * Part 2: fault points. The server is started with DEN_FAULT_POINT=<name> and dies at that
+ * point of an operation (@den/store faultPoint); after a restart the same checks hold.
+ * A point that is never reached is a failure.
+ *
+ * Runs on its own: npm run build && DEN_DATA_DIR=... node --test --test-concurrency=1 packages/server/dist/test/crash.test.js
+ */
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import type { ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { findInstanceProcesses } from "@den/runtime";
+import { client, dataDir, spawnServer } from "./helpers.js";
+
+/** The control plane's crash points, in the order each operation reaches them. */
+export const FAULT_POINTS = [
+  "hibernate-cold-after-intent",
+  "hibernate-cold-after-snapshot",
+  "hibernate-cold-after-upload",
+  "hibernate-cold-after-commit",
+  "hibernate-cold-after-vm-removal",
+  "wake-cold-after-intent",
+  "wake-cold-after-download",
+  "wake-cold-after-restore",
+  "wake-cold-after-commit",
+  "checkpoint-after-intent",
+  "checkpoint-after-upload",
+  "checkpoint-after-commit",
+  "fork-after-intent",
+  "fork-after-children",
+  "fork-after-commit",
+  "snapshot-upload-mid",
+] as const;
+type FaultPoint = (typeof FAULT_POINTS)[number];
+
+const PORT = 19231;
+const api = client(`http://127.0.0.1:${PORT}`);
+const SEED = Number(process.env.DEN_CRASH_SEED ?? 1337) >>> 0;
+const ROUNDS = Number(process.env.DEN_CRASH_ROUNDS ?? 6);
+const MAX_KILL_DELAY_MS = 3000;
+/** Every sandbox this run makes carries this metadata (forks inherit it; restores get it). */
+const RUN = `crash-${Date.now().toString(36)}`;
+const TAG = { crash_run: RUN };
+/** Environment of every server this file starts. */
+const BASE_ENV = { DEN_STORE_GC_GRACE_SECONDS: "0" };
+const SETTLE_MS = 60_000;
+const GC_WAIT_MS = 20_000;
+const VM_SETTLE_MS = 10_000;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Resolves `false` after `ms`, or `true` as soon as `p` settles (the timer never holds the process). */
+const within = (p: Promise<unknown>, ms: number): Promise<boolean> =>
+  Promise.race([p.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), ms).unref())]);
+const T0 = Date.now();
+const log = (msg: string) => console.log(`[crash +${((Date.now() - T0) / 1000).toFixed(1)}s] ${msg}`);
+
+// ---------------------------------------------------------------------------------------
+// A small deterministic PRNG (mulberry32), one stream per round so a round replays alone.
+
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const roundRng = (round: number) => mulberry32(SEED ^ Math.imul(round + 1, 0x9e3779b1));
+const pick = <T>(rng: () => number, xs: readonly T[]): T => xs[Math.floor(rng() * xs.length)]!;
+
+// ---------------------------------------------------------------------------------------
+// The server process.
+
+let server: ChildProcess | undefined;
+let serverLog = "";
+
+async function start(env: Record<string, string> = {}): Promise<ChildProcess> {
+  if (server) await stopClean(); // one at a time (a failed test may have left one up)
+  serverLog = "";
+  const child = await spawnServer(PORT, { ...BASE_ENV, ...env });
+  child.stderr!.on("data", (d: Buffer) => (serverLog = (serverLog + d.toString()).slice(-4000)));
+  child.once("exit", () => {
+    if (server === child) server = undefined;
+  });
+  server = child;
+  return child;
+}
+
+const exited = (c: ChildProcess) => c.exitCode !== null || c.signalCode !== null;
+
+/** kill -9, and wait until it is gone. */
+async function killHard(child: ChildProcess | undefined = server): Promise<void> {
+  if (!child) return;
+  if (!exited(child)) {
+    const gone = new Promise((r) => child.once("exit", r));
+    child.kill("SIGKILL");
+    await gone;
+  }
+  if (server === child) server = undefined;
+}
+
+/** SIGTERM (a clean stop: it cold-hibernates what runs), bounded; SIGKILL past the bound. */
+async function stopClean(child: ChildProcess | undefined = server, timeoutMs = 90_000): Promise<number | null> {
+  if (!child) return null;
+  if (!exited(child)) {
+    const t = Date.now();
+    const gone = new Promise((r) => child.once("exit", r));
+    child.kill("SIGTERM");
+    if (!(await within(gone, timeoutMs))) await killHard(child);
+    log(`server stopped (SIGTERM) in ${Date.now() - t} ms`);
+  }
+  if (server === child) server = undefined;
+  return child.exitCode;
+}
+
+function instanceId(): string {
+  return readFileSync(join(dataDir(), "instance-id"), "utf8").trim();
+}
+
+// ---------------------------------------------------------------------------------------
+// API calls.
+
+type Outcome =
+  | { kind: "ok"; status: number; body: any }
+  | { kind: "failed"; status: number; body: any; text: string }
+  | { kind: "dropped"; error: string };
+
+/** One call whose result is recorded as the client saw it: success, an HTTP error, or a dropped connection. */
+async function attempt(method: string, path: string, body?: unknown): Promise<Outcome> {
+  try {
+    const r = await api(method, path, body);
+    return r.status >= 200 && r.status < 300 ? { kind: "ok", status: r.status, body: r.body } : { kind: "failed", status: r.status, body: r.body, text: r.text.slice(0, 300) };
+  } catch (e) {
+    return { kind: "dropped", error: String((e as Error).cause ?? (e as Error).message) };
+  }
+}
+
+const describeOutcome = (o: Outcome) => (o.kind === "ok" ? `ok ${o.status}` : o.kind === "failed" ? `HTTP ${o.status} ${o.text}` : `dropped (${o.error})`);
+
+/** A call of the harness itself (the server is up): retried over a connection a restart broke. */
+async function call(method: string, path: string, body?: unknown): Promise<{ status: number; body: any; text: string }> {
+  for (let i = 0; ; i++) {
+    try {
+      return await api(method, path, body);
+    } catch (e) {
+      if (i >= 4) throw e;
+      await sleep(500);
+    }
+  }
+}
+
+async function callOk(method: string, path: string, body?: unknown): Promise<any> {
+  const r = await call(method, path, body);
+  assert.ok(r.status >= 200 && r.status < 300, `${method} ${path}: ${r.status} ${r.text.slice(0, 500)}`);
+  return r.body;
+}
+
+async function listSandboxes(): Promise<any[]> {
+  const out: any[] = [];
+  let cursor = "";
+  for (;;) {
+    const page = await callOk("GET", `/v1/sandboxes?limit=200${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    out.push(...page.sandboxes);
+    if (!page.next_cursor) return out;
+    cursor = page.next_cursor;
+  }
+}
+
+const tagged = (s: any) => s.metadata?.crash_run === RUN;
+const inFlight = (s: any) => s.operation !== undefined && s.operation !== null;
+
+async function listCheckpoints(): Promise<any[]> {
+  return (await callOk("GET", "/v1/checkpoints")).checkpoints;
+}
+
+// ---------------------------------------------------------------------------------------
+// Tracked sandboxes and checkpoints, and what the client may expect of them.
+
+/** What a sandbox may be: running, hibernated warm or cold, or gone. */
+type Expect = "running" | "warm" | "cold" | "destroyed";
+
+interface Box {
+  id: string;
+  /** Its marker file (a fork's child keeps its parent's) and the contents it may have. */
+  markerPath: string;
+  marker: string[];
+  /** The states it may be in (one when the client saw the last operation's result). */
+  expect: Expect[];
+  origin: string;
+}
+
+interface Cp {
+  id: string;
+  sandbox: string;
+  markerPath: string;
+  marker: string[];
+  /** Whether it may exist (both when a delete's result was not seen). */
+  exists: boolean[];
+}
+
+function stateOf(s: any): string {
+  if (s.state === "hibernated") return s.hibernate_mode === "cold" ? "cold" : "warm";
+  return s.state;
+}
+
+const BG_CHECK = "p=$(cat /root/bg.pid 2>/dev/null); if [ -n \"$p\" ] && kill -0 \"$p\" 2>/dev/null; then echo alive; else echo dead; fi";
+
+/** Marker file with known contents plus a background process, in a running sandbox. */
+async function setupMarker(id: string, markerPath = `/root/den-crash-${id}`): Promise<Box> {
+  const content = `m-${id}-${Math.random().toString(36).slice(2, 10)}`;
+  const cmd = `set -e; echo ${content} > ${markerPath}.tmp; mv ${markerPath}.tmp ${markerPath}; nohup sh -c 'while true; do sleep 1; done' >/dev/null 2>&1 & echo $! > /root/bg.pid; sync; cat ${markerPath}; ${BG_CHECK}`;
+  const r = await callOk("POST", `/v1/sandboxes/${id}/exec`, { cmd });
+  assert.equal(r.stdout, `${content}\nalive\n`, `marker setup in ${id}: ${JSON.stringify(r)}`);
+  return { id, markerPath, marker: [content], expect: ["running"], origin: "create" };
+}
+
+/** A new acknowledged sandbox with its marker and background process. */
+async function newBox(): Promise<Box> {
+  const s = await callOk("POST", "/v1/sandboxes", { persistent: true, metadata: TAG });
+  assert.equal(s.state, "running");
+  return setupMarker(s.id);
+}
+
+/** Exec on the sandbox (it wakes if hibernated): its marker has one of the allowed contents, its process lives. */
+async function execCheck(id: string, markerPath: string, allowed: string[]): Promise<{ problem?: string; marker?: string }> {
+  const r = await call("POST", `/v1/sandboxes/${id}/exec`, { cmd: `cat ${markerPath} 2>&1; ${BG_CHECK}` });
+  if (r.status !== 200) return { problem: `exec on ${id} failed: ${r.status} ${r.text.slice(0, 300)}` };
+  const [marker, bg] = String(r.body.stdout).split("\n");
+  if (!allowed.includes(marker!)) return { problem: `${id}: marker ${markerPath} reads ${JSON.stringify(marker)}, expected one of ${JSON.stringify(allowed)}` };
+  if (bg !== "alive") return { problem: `${id}: its background process is gone (${JSON.stringify(r.body.stdout)})` };
+  return { marker: marker! };
+}
+
+// ---------------------------------------------------------------------------------------
+// Invariants. Each returns the problems it found (empty when all hold).
+
+/** Waits (bounded) until no sandbox shows an operation in flight. */
+async function settle(): Promise<string[]> {
+  const deadline = Date.now() + SETTLE_MS;
+  for (;;) {
+    const busy = (await listSandboxes()).filter(inFlight);
+    if (busy.length === 0) return [];
+    if (Date.now() > deadline) return busy.map((s) => `${s.id}: operation ${JSON.stringify(s.operation)} still in flight ${SETTLE_MS / 1000} s after the restart`);
+    await sleep(250);
+  }
+}
+
+/** No sandbox of this run is lost, in error, or stuck in creating. */
+async function noBrokenSandboxes(): Promise<string[]> {
+  return (await listSandboxes()).filter((s) => tagged(s) && !["running", "hibernated"].includes(s.state)).map((s) => `${s.id} (${s.metadata?.forked_from ? `fork of ${s.metadata.forked_from}` : s.metadata?.restored_from ? `restored from ${s.metadata.restored_from}` : "created"}) is ${s.state}/${s.state_reason}`);
+}
+
+/** The QEMUs of this instance are exactly the sandboxes that hold a VM (running, or hibernated warm). */
+async function vmsMatch(): Promise<string[]> {
+  const instance = instanceId();
+  const deadline = Date.now() + VM_SETTLE_MS;
+  for (;;) {
+    const want = new Set((await listSandboxes()).filter((s) => s.state === "running" || (s.state === "hibernated" && s.hibernate_mode === "warm")).map((s) => s.id));
+    const have = new Set(findInstanceProcesses(instance).keys());
+    const missing = [...want].filter((id) => !have.has(id));
+    const extra = [...have].filter((id) => !want.has(id));
+    if (missing.length === 0 && extra.length === 0) return [];
+    if (Date.now() > deadline) {
+      return [
+        ...missing.map((id) => `${id}: the API says it holds a VM, but no QEMU of this instance runs for it`),
+        ...extra.map((id) => `${id}: a QEMU of this instance runs for it, but the API says it holds no VM`),
+      ];
+    }
+    await sleep(250);
+  }
+}
+
+function storeRoot(): string {
+  return process.env.DEN_STORE_DIR ?? join(dataDir(), "store");
+}
+
+/** Stored snapshots under the store: children of every directory named `snapshots` (any layout), by id. */
+function storedSnapshots(): Map<string, { dir: string; complete: boolean; files: number }> {
+  const out = new Map<string, { dir: string; complete: boolean; files: number }>();
+  const countFiles = (dir: string): number => {
+    let n = 0;
+    for (const e of readdirSync(dir, { withFileTypes: true })) n += e.isDirectory() ? countFiles(join(dir, e.name)) : 1;
+    return n;
+  };
+  const walk = (dir: string, depth: number) => {
+    if (depth > 6 || !existsSync(dir)) return;
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      if (!e.isDirectory()) continue;
+      const p = join(dir, e.name);
+      if (e.name === "snapshots") {
+        for (const s of readdirSync(p, { withFileTypes: true })) {
+          if (!s.isDirectory()) continue;
+          const sd = join(p, s.name);
+          out.set(s.name, { dir: sd, complete: existsSync(join(sd, "store-manifest.json")), files: countFiles(sd) });
+        }
+      } else walk(p, depth + 1);
+    }
+  };
+  walk(storeRoot(), 0);
+  return out;
+}
+
+/** What the database references: snapshots that must be in the store (cold sandboxes, checkpoints), and all it points at. */
+function dbReferences(): { required: Map<string, string>; referenced: Set<string> } {
+  const db = new Database(join(dataDir(), "den.db"), { readonly: true, fileMustExist: true });
+  try {
+    const required = new Map<string, string>();
+    const referenced = new Set<string>();
+    for (const r of db.prepare("SELECT id, state, hibernate_mode, hibernate_snapshot FROM sandboxes WHERE state != 'destroyed' AND hibernate_snapshot IS NOT NULL").all() as any[]) {
+      referenced.add(r.hibernate_snapshot);
+      if (r.state === "hibernated" && r.hibernate_mode === "cold") required.set(r.hibernate_snapshot, `cold sandbox ${r.id}`);
+    }
+    const cols = (db.prepare("PRAGMA table_info(checkpoints)").all() as any[]).map((c) => c.name as string);
+    const live = cols.includes("deleted_at") ? " WHERE deleted_at IS NULL" : "";
+    for (const r of db.prepare(`SELECT id, sandbox_id FROM checkpoints${live}`).all() as any[]) {
+      referenced.add(r.id);
+      required.set(r.id, `checkpoint of ${r.sandbox_id}`);
+    }
+    return { required, referenced };
+  } finally {
+    db.close();
+  }
+}
+
+/** The store holds a complete copy of every referenced snapshot, and (after GC, bounded) nothing else. */
+async function storeMatches(): Promise<string[]> {
+  const problems: string[] = [];
+  const { required } = dbReferences();
+  const stored = storedSnapshots();
+  for (const [id, what] of required) {
+    if (!stored.get(id)?.complete) problems.push(`snapshot ${id} (${what}) is referenced but has no complete stored copy (store-manifest.json)`);
+  }
+  const deadline = Date.now() + GC_WAIT_MS;
+  for (;;) {
+    const { referenced } = dbReferences();
+    const strays = [...storedSnapshots()].filter(([id, s]) => s.files > 0 && !referenced.has(id));
+    if (strays.length === 0) return problems;
+    if (Date.now() > deadline) {
+      return [...problems, ...strays.map(([id, s]) => `snapshot ${id} is in the store (${s.files} files${s.complete ? ", complete" : ", partial"}) but nothing references it, ${GC_WAIT_MS / 1000} s after the restart`)];
+    }
+    await sleep(500);
+  }
+}
+
+const failIf = (problems: string[], what: string) => {
+  if (problems.length) assert.fail(`${what}:\n  - ${problems.join("\n  - ")}\n(DEN_CRASH_SEED=${SEED}; server log tail: ${serverLog.slice(-600) || "empty"})`);
+};
+
+/** Destroys a sandbox and deletes checkpoints, ignoring what is already gone. */
+async function destroyQuietly(ids: Iterable<string>): Promise<void> {
+  for (const id of ids) {
+    const r = await call("DELETE", `/v1/sandboxes/${id}`).catch(() => undefined);
+    if (r?.status === 200) destroyed.add(id);
+  }
+}
+
+/** Sandboxes this run saw destroyed: they stay destroyed (a recovery never brings one back). */
+const destroyed = new Set<string>();
+
+async function staysDestroyed(): Promise<string[]> {
+  const problems: string[] = [];
+  for (const id of destroyed) {
+    const r = await call("GET", `/v1/sandboxes/${id}`);
+    if (r.body?.state !== "destroyed") problems.push(`${id} was destroyed, now it is ${r.body?.state ?? `missing (${r.status})`}`);
+  }
+  return problems;
+}
+
+async function deleteCheckpointsQuietly(ids: Iterable<string>): Promise<void> {
+  for (const id of ids) await call("DELETE", `/v1/checkpoints/${id}`).catch(() => undefined);
+}
+
+// ---------------------------------------------------------------------------------------
+
+before(async () => {
+  log(`seed ${SEED}, ${ROUNDS} rounds, run tag ${RUN} (replay: DEN_CRASH_SEED=${SEED} DEN_CRASH_ROUNDS=${ROUNDS})`);
+  // The data dir is the tests' own: whatever an interrupted earlier run left would skew the VM and store checks.
+  await start();
+  const left = await listSandboxes();
+  for (const s of left) await call("DELETE", `/v1/sandboxes/${s.id}`);
+  await deleteCheckpointsQuietly((await listCheckpoints()).map((c) => c.id));
+  if (left.length) log(`destroyed ${left.length} sandboxes left by earlier runs`);
+  assert.equal(await stopClean(), 0);
+  log("ready");
+});
+
+after(async () => {
+  // Whatever a failed test left: its sandboxes and checkpoints go, and no server stays up.
+  if (!server) await start().catch(() => undefined);
+  if (server) {
+    const mine = (await listSandboxes().catch(() => [])).filter(tagged).map((s) => s.id);
+    await destroyQuietly(mine);
+    const cps = (await listCheckpoints().catch(() => [])).filter((c) => mine.includes(c.sandbox_id) || knownIds.has(c.sandbox_id));
+    await deleteCheckpointsQuietly(cps.map((c) => c.id));
+    await stopClean();
+  }
+  log("done");
+});
+
+/** Every sandbox id this run has seen (a tagged sandbox outside it was made by a call whose result was lost). */
+const knownIds = new Set<string>();
+
+// ---------------------------------------------------------------------------------------
+// Part 1: random kill -9 rounds.
+
+type OpName = "create" | "exec" | "hibernate-warm" | "hibernate-cold" | "wake" | "checkpoint" | "fork" | "restore" | "destroy" | "delete-checkpoint";
+const OP_WEIGHTS: Array<[OpName, number]> = [
+  ["create", 1], ["exec", 1], ["hibernate-warm", 1], ["hibernate-cold", 2], ["wake", 2],
+  ["checkpoint", 1], ["fork", 1], ["restore", 1], ["destroy", 1], ["delete-checkpoint", 1],
+];
+
+function pickOp(rng: () => number): OpName {
+  const total = OP_WEIGHTS.reduce((n, [, w]) => n + w, 0);
+  let x = rng() * total;
+  for (const [op, w] of OP_WEIGHTS) if ((x -= w) < 0) return op;
+  return "exec";
+}
+
+const POOL_MIN = 2;
+const POOL_MAX = 3;
+const CPS_MAX = 2;
+
+interface World {
+  pool: Box[];
+  cps: Cp[];
+  /** Last known marker of every sandbox (for children whose fork result the client did not see). */
+  markers: Map<string, { markerPath: string; marker: string[] }>;
+}
+
+/** One round's plan: the op, what it acts on, and the kill delay; all from the round's own PRNG. */
+interface Plan {
+  op: OpName;
+  delayMs: number;
+  rng: () => number;
+}
+
+function plan(round: number): Plan {
+  const rng = roundRng(round);
+  const op = pickOp(rng);
+  const delayMs = Math.floor(rng() * (MAX_KILL_DELAY_MS + 1));
+  return { op, delayMs, rng };
+}
+
+function track(world: World, box: Box): void {
+  knownIds.add(box.id);
+  world.markers.set(box.id, { markerPath: box.markerPath, marker: box.marker });
+  world.pool.push(box);
+}
+
+/** Prepares (acknowledged, nothing killed) and returns the raced call plus how to read its outcome. */
+async function prepare(world: World, p: Plan): Promise<{ label: string; run: () => Promise<Outcome>; apply: (o: Outcome) => Box[] }> {
+  const rng = p.rng;
+  const target = pick(rng, world.pool);
+  const needCp = async (): Promise<Cp> => {
+    if (world.cps.length) return pick(rng, world.cps);
+    const c = await callOk("POST", `/v1/sandboxes/${target.id}/checkpoints`, {});
+    target.expect = ["running"];
+    const cp: Cp = { id: c.id, sandbox: target.id, markerPath: target.markerPath, marker: [...target.marker], exists: [true] };
+    world.cps.push(cp);
+    return cp;
+  };
+  const either = (box: Box, before: Expect[], after: Expect, o: Outcome) => {
+    box.expect = o.kind === "ok" ? [after] : [...new Set([...before, after])];
+  };
+  switch (p.op) {
+    case "create":
+      return {
+        label: "create",
+        run: () => attempt("POST", "/v1/sandboxes", { persistent: true, metadata: TAG }),
+        apply: (o) => (o.kind === "ok" ? [{ id: o.body.id, markerPath: `/root/den-crash-${o.body.id}`, marker: [], expect: ["running"], origin: "create" }] : []),
+      };
+    case "exec": {
+      const next = `${target.marker[0]!.split("~")[0]}~${Math.floor(rng() * 1e6)}`;
+      return {
+        label: `exec (rewrite marker) on ${target.id}`,
+        run: () => attempt("POST", `/v1/sandboxes/${target.id}/exec`, { cmd: `echo ${next} > ${target.markerPath}.tmp && mv ${target.markerPath}.tmp ${target.markerPath} && sync` }),
+        apply: (o) => {
+          target.marker = o.kind === "ok" && o.body.exit_code === 0 ? [next] : [...target.marker, next];
+          return [];
+        },
+      };
+    }
+    case "hibernate-warm":
+      return {
+        label: `hibernate warm ${target.id}`,
+        run: () => attempt("POST", `/v1/sandboxes/${target.id}/hibernate`, { mode: "warm" }),
+        apply: (o) => (either(target, ["running"], "warm", o), []),
+      };
+    case "hibernate-cold": {
+      const fromWarm = rng() < 0.3;
+      if (fromWarm) {
+        await callOk("POST", `/v1/sandboxes/${target.id}/hibernate`, { mode: "warm" });
+        target.expect = ["warm"];
+      }
+      const before = target.expect;
+      return {
+        label: `hibernate cold ${target.id}${fromWarm ? " (from warm)" : ""}`,
+        run: () => attempt("POST", `/v1/sandboxes/${target.id}/hibernate`, { mode: "cold" }),
+        apply: (o) => (either(target, before, "cold", o), []),
+      };
+    }
+    case "wake": {
+      const mode = rng() < 0.5 ? "warm" : "cold";
+      await callOk("POST", `/v1/sandboxes/${target.id}/hibernate`, { mode });
+      target.expect = [mode];
+      return {
+        label: `wake ${target.id} (${mode})`,
+        run: () => attempt("POST", `/v1/sandboxes/${target.id}/wake`),
+        apply: (o) => (either(target, [mode], "running", o), []),
+      };
+    }
+    case "checkpoint":
+      return {
+        label: `checkpoint ${target.id}`,
+        run: () => attempt("POST", `/v1/sandboxes/${target.id}/checkpoints`, {}),
+        apply: (o) => {
+          if (o.kind === "ok") world.cps.push({ id: o.body.id, sandbox: target.id, markerPath: target.markerPath, marker: [...target.marker], exists: [true] });
+          return [];
+        },
+      };
+    case "fork": {
+      const count = rng() < 0.5 ? 1 : 2;
+      const parentMarker = [...target.marker];
+      return {
+        label: `fork ${target.id} x${count}`,
+        run: () => attempt("POST", `/v1/sandboxes/${target.id}/fork`, { count }),
+        apply: (o) => {
+          if (o.kind !== "ok") return [];
+          return o.body.sandboxes.map((s: any) => ({ id: s.id, markerPath: target.markerPath, marker: parentMarker, expect: ["running"], origin: `fork of ${target.id}` }));
+        },
+      };
+    }
+    case "restore": {
+      const cp = await needCp();
+      return {
+        label: `restore checkpoint ${cp.id} (of ${cp.sandbox})`,
+        run: () => attempt("POST", `/v1/checkpoints/${cp.id}/restore`, { persistent: true, metadata: TAG }),
+        apply: (o) => (o.kind === "ok" ? [{ id: o.body.id, markerPath: cp.markerPath, marker: cp.marker, expect: ["running"], origin: `restore of ${cp.id}` }] : []),
+      };
+    }
+    case "destroy":
+      return {
+        label: `destroy ${target.id}`,
+        run: () => attempt("DELETE", `/v1/sandboxes/${target.id}`),
+        apply: (o) => (either(target, target.expect, "destroyed", o), []),
+      };
+    case "delete-checkpoint": {
+      const cp = await needCp();
+      return {
+        label: `delete checkpoint ${cp.id}`,
+        run: () => attempt("DELETE", `/v1/checkpoints/${cp.id}`),
+        apply: (o) => {
+          cp.exists = o.kind === "ok" ? [false] : [true, false];
+          return [];
+        },
+      };
+    }
+  }
+}
+
+/**
+ * After a restart: every invariant, for the pool and for whatever the lost calls made.
+ * Repairs as it goes (a broken sandbox is destroyed and dropped) so the next round starts clean.
+ */
+async function checkWorld(world: World): Promise<string[]> {
+  const problems: string[] = [];
+  problems.push(...(await settle()));
+  problems.push(...(await noBrokenSandboxes()));
+  problems.push(...(await staysDestroyed()));
+  const listed = await listSandboxes();
+
+  // Tracked sandboxes: in a state the client may expect (read before any exec wakes them).
+  const alive: Box[] = [];
+  for (const box of world.pool) {
+    const r = await call("GET", `/v1/sandboxes/${box.id}`);
+    const st = r.status === 200 ? stateOf(r.body) : `missing (${r.status})`;
+    const ok = (box.expect as string[]).includes(st);
+    // (lost, error and creating are already reported by noBrokenSandboxes)
+    if (!ok && !["lost", "error", "creating"].includes(st)) problems.push(`${box.id} (${box.origin}) is ${st}${r.body?.state_reason ? `/${r.body.state_reason}` : ""}, expected ${box.expect.join(" or ")}`);
+    if (st === "running" || st === "warm" || st === "cold") alive.push(box);
+    else if (st === "destroyed") destroyed.add(box.id);
+    else await destroyQuietly([box.id]);
+  }
+
+  // Children of calls whose result the client did not see: usable (or destroyed), never broken.
+  const poolIds = new Set(world.pool.map((b) => b.id));
+  for (const s of listed.filter((s) => tagged(s) && !poolIds.has(s.id) && !knownIds.has(s.id))) {
+    knownIds.add(s.id);
+    const from = s.metadata.forked_from ? world.markers.get(s.metadata.forked_from) : s.metadata.restored_from ? world.cps.find((c) => c.id === s.metadata.restored_from) : undefined;
+    const origin = s.metadata.forked_from ? `unacknowledged fork of ${s.metadata.forked_from}` : s.metadata.restored_from ? `unacknowledged restore of ${s.metadata.restored_from}` : "unacknowledged create";
+    log(`  found ${s.id} (${origin}), ${stateOf(s)}`);
+    if (s.state !== "running" && s.state !== "hibernated") {
+      await destroyQuietly([s.id]);
+      continue; // reported by noBrokenSandboxes
+    }
+    alive.push({ id: s.id, markerPath: from?.markerPath ?? "", marker: from?.marker ?? [], expect: [stateOf(s) as Expect], origin });
+  }
+
+  // Host VMs and the store, before execs change what holds a VM.
+  problems.push(...(await vmsMatch()));
+  problems.push(...(await storeMatches()));
+
+  // Checkpoints: present or gone as the client may expect; new ones (unseen results) are complete (storeMatches).
+  const cpsListed = new Map((await listCheckpoints()).map((c) => [c.id, c]));
+  for (const cp of [...world.cps]) {
+    const present = cpsListed.has(cp.id);
+    if (!cp.exists.includes(present)) problems.push(`checkpoint ${cp.id} ${present ? "exists" : "is gone"}, expected ${cp.exists.map((e) => (e ? "present" : "gone")).join(" or ")}`);
+    if (!present) world.cps.splice(world.cps.indexOf(cp), 1);
+    else cp.exists = [true];
+  }
+  for (const c of cpsListed.values()) {
+    if (world.cps.some((cp) => cp.id === c.id) || !knownIds.has(c.sandbox_id)) continue;
+    const m = world.markers.get(c.sandbox_id);
+    log(`  found checkpoint ${c.id} of ${c.sandbox_id} (unacknowledged)`);
+    if (m) world.cps.push({ id: c.id, sandbox: c.sandbox_id, markerPath: m.markerPath, marker: [...m.marker], exists: [true] });
+    else await deleteCheckpointsQuietly([c.id]);
+  }
+
+  // Every live sandbox: an exec (which wakes it) shows its marker and its background process.
+  const next: Box[] = [];
+  for (const box of alive) {
+    if (!box.markerPath || box.marker.length === 0) {
+      // A sandbox whose creation we saw (or found) but never marked: usable means we can mark it now.
+      try {
+        const fresh = await setupMarker(box.id);
+        next.push({ ...fresh, origin: box.origin });
+      } catch (e) {
+        problems.push(`${box.id} (${box.origin}) is not usable: ${(e as Error).message}`);
+        await destroyQuietly([box.id]);
+      }
+      continue;
+    }
+    const seen = await execCheck(box.id, box.markerPath, box.marker);
+    if (seen.problem) {
+      problems.push(`${seen.problem} (${box.origin})`);
+      await destroyQuietly([box.id]);
+      continue;
+    }
+    next.push({ ...box, marker: [seen.marker!], expect: ["running"] });
+  }
+
+  // The pool for the next round: at most POOL_MAX, the rest destroyed (acknowledged).
+  world.pool = [];
+  for (const box of next) {
+    if (world.pool.length < POOL_MAX) {
+      world.pool.push(box);
+      world.markers.set(box.id, { markerPath: box.markerPath, marker: box.marker });
+    } else {
+      await callOk("DELETE", `/v1/sandboxes/${box.id}`);
+      destroyed.add(box.id);
+    }
+  }
+  while (world.cps.length > CPS_MAX) await callOk("DELETE", `/v1/checkpoints/${world.cps.shift()!.id}`);
+  return problems;
+}
+
+describe(`random kill -9 rounds (DEN_CRASH_SEED=${SEED}, DEN_CRASH_ROUNDS=${ROUNDS})`, () => {
+  const world: World = { pool: [], cps: [], markers: new Map() };
+  const failed: string[] = [];
+  before(async () => {
+    await start();
+    for (let i = 0; i < POOL_MIN; i++) track(world, await newBox());
+  });
+
+  for (let round = 0; round < ROUNDS; round++) {
+    const p = plan(round);
+    test(`round ${round + 1}/${ROUNDS}: ${p.op}, kill -9 at ${p.delayMs} ms`, async () => {
+      if (!server) await start();
+      while (world.pool.length < POOL_MIN) track(world, await newBox());
+      const op = await prepare(world, p);
+      const t0 = Date.now();
+      const pending = op.run();
+      await sleep(p.delayMs);
+      await killHard();
+      const outcome = await pending;
+      const seen = Date.now() - t0;
+      log(`round ${round + 1}: ${op.label}; killed at ${p.delayMs} ms; client saw ${describeOutcome(outcome)}${outcome.kind === "dropped" ? "" : ` after ${seen} ms`}`);
+      for (const b of op.apply(outcome)) track(world, b);
+      await start();
+      const problems = await checkWorld(world);
+      if (problems.length) failed.push(`round ${round + 1} (${op.label}, kill at ${p.delayMs} ms, client saw ${outcome.kind}): ${problems.length} problem(s)`);
+      failIf(problems, `round ${round + 1} (${op.label}, killed at ${p.delayMs} ms, client saw ${describeOutcome(outcome)})`);
+    });
+  }
+
+  test("at the end: everything destroyed, a clean stop, no VM of this instance left", async () => {
+    log(failed.length ? `seed ${SEED}: ${failed.length} of ${ROUNDS} rounds failed:\n  ${failed.join("\n  ")}` : `seed ${SEED}: all ${ROUNDS} rounds held`);
+    if (!server) await start();
+    const mine = (await listSandboxes()).filter(tagged).map((s) => s.id);
+    await destroyQuietly([...mine, ...world.pool.map((b) => b.id)]);
+    const cps = (await listCheckpoints()).filter((c) => knownIds.has(c.sandbox_id));
+    await deleteCheckpointsQuietly(cps.map((c) => c.id));
+    world.pool = [];
+    world.cps = [];
+    assert.deepEqual((await listCheckpoints()).filter((c) => knownIds.has(c.sandbox_id)), []);
+    assert.equal(await stopClean(), 0, "den serve stops cleanly on SIGTERM");
+    const left = [...findInstanceProcesses(instanceId()).keys()];
+    assert.deepEqual(left, [], "no QEMU of this instance outlives the run");
+  });
+});
+
+// ---------------------------------------------------------------------------------------
+// Part 2: fault points.
+
+type FaultOp = "hibernate-cold" | "wake-cold" | "checkpoint" | "fork";
+
+function faultOp(point: FaultPoint): FaultOp {
+  if (point.startsWith("hibernate-cold-") || point === "snapshot-upload-mid") return "hibernate-cold";
+  if (point.startsWith("wake-cold-")) return "wake-cold";
+  if (point.startsWith("checkpoint-")) return "checkpoint";
+  return "fork";
+}
+
+describe("fault points: the server dies at each point, and the restart converges", () => {
+  const markerDir = mkdtempSync(join(tmpdir(), "den-crash-fault-"));
+  after(() => rmSync(markerDir, { recursive: true, force: true }));
+
+  for (const point of FAULT_POINTS) {
+    test(point, async () => {
+      const op = faultOp(point);
+      const hit = join(markerDir, "hit");
+      rmSync(hit, { force: true });
+      const created: string[] = [];
+      let box: Box | undefined;
+      try {
+        if (op === "wake-cold") {
+          // Cold-hibernated with the point not armed, then the armed server wakes it.
+          await start();
+          box = await newBox();
+          created.push(box.id);
+          knownIds.add(box.id);
+          const h = await callOk("POST", `/v1/sandboxes/${box.id}/hibernate`, { mode: "cold" });
+          assert.equal(h.hibernate_mode, "cold");
+          assert.equal(await stopClean(), 0);
+        }
+        const armed = await start({ DEN_FAULT_POINT: point, DEN_FAULT_MARKER: hit });
+        if (!box) {
+          box = await newBox();
+          created.push(box.id);
+          knownIds.add(box.id);
+        }
+        const id = box.id;
+        const gone = new Promise<void>((r) => (exited(armed) ? r() : armed.once("exit", () => r())));
+        const path = { "hibernate-cold": `/v1/sandboxes/${id}/hibernate`, "wake-cold": `/v1/sandboxes/${id}/wake`, checkpoint: `/v1/sandboxes/${id}/checkpoints`, fork: `/v1/sandboxes/${id}/fork` }[op];
+        const body = { "hibernate-cold": { mode: "cold" }, "wake-cold": undefined, checkpoint: {}, fork: { count: 1 } }[op];
+        const outcome = await attempt("POST", path, body);
+        if (outcome.kind === "ok" && op === "fork") for (const s of outcome.body.sandboxes) created.push(s.id);
+        const died = await within(gone, 5000);
+        const reached = existsSync(hit) ? readFileSync(hit, "utf8").trim() : "";
+        log(`${point}: ${op} -> ${describeOutcome(outcome)}; server ${died ? `died (${armed.signalCode ?? armed.exitCode})` : "kept running"}; marker ${JSON.stringify(reached)}`);
+        if (!died) {
+          await killHard(armed);
+          assert.fail(`fault point ${point} was not reached: ${op} answered ${describeOutcome(outcome)} and the server kept running`);
+        }
+        assert.equal(reached, point, `the server died (${armed.signalCode ?? armed.exitCode}) at the armed fault point; log: ${serverLog.slice(-600)}`);
+        assert.equal(armed.signalCode, "SIGKILL");
+
+        await start();
+        const problems: string[] = [];
+        problems.push(...(await settle()));
+        problems.push(...(await noBrokenSandboxes()));
+        const row = (await call("GET", `/v1/sandboxes/${id}`)).body;
+        const allowed: Record<FaultOp, string[]> = { "hibernate-cold": ["running", "cold"], "wake-cold": ["cold", "running"], checkpoint: ["running"], fork: ["running"] };
+        if (!allowed[op].includes(stateOf(row))) problems.push(`${id} is ${stateOf(row)}/${row.state_reason}, expected ${allowed[op].join(" or ")}`);
+        if (inFlight(row)) problems.push(`${id} still shows operation ${JSON.stringify(row.operation)}`);
+        const children = (await listSandboxes()).filter((s) => s.metadata?.forked_from === id);
+        for (const c of children) created.push(c.id);
+        problems.push(...(await vmsMatch()));
+        problems.push(...(await storeMatches()));
+        // The sandbox and any child: marker and background process intact (the exec wakes a cold one).
+        if (["running", "warm", "cold"].includes(stateOf(row))) {
+          const bad = (await execCheck(id, box.markerPath, box.marker)).problem;
+          if (bad) problems.push(bad);
+        }
+        for (const c of children) {
+          if (c.state !== "running" && c.state !== "hibernated") continue; // broken ones: noBrokenSandboxes
+          const bad = (await execCheck(c.id, box.markerPath, box.marker)).problem;
+          if (bad) problems.push(`fork child: ${bad}`);
+        }
+        // The wake dropped what the cold snapshot was: the store follows.
+        problems.push(...(await storeMatches()));
+        failIf(problems, `after a crash at ${point}`);
+      } finally {
+        if (!server) await start();
+        const cps = (await listCheckpoints()).filter((c) => created.includes(c.sandbox_id));
+        await deleteCheckpointsQuietly(cps.map((c) => c.id));
+        await destroyQuietly(created);
+        await stopClean();
+      }
+    });
+  }
+});
