@@ -53,7 +53,7 @@ export class ControlPlane {
     deployment: string,
     readonly clock: Clock = systemClock,
   ) {
-    this.meter = new Meter(store, host);
+    this.meter = new Meter(host);
     this.metrics = new Metrics(store, host);
     this.ops = new Operations(store, this.meter, this.metrics, clock, config.limits.eventsPerSandbox);
     const log = { info: (o: object, m: string) => this.log.info(o, m), warn: (o: object, m: string) => this.log.warn(o, m) };
@@ -256,6 +256,7 @@ export class ControlPlane {
     // An admin without `owner` sees every owner; anyone else sees their own.
     const owner = q.owner ?? (p.admin ? undefined : p.owner);
     const segments = await this.store.segments(from, to, owner);
+    const cpu = new Map((await this.host.inventory()).vms.map((v) => [v.id, v.cpuSeconds ?? undefined]));
     for (const row of await this.store.liveSandboxes()) {
       if (owner !== undefined && row.owner !== owner) continue;
       const state = meteredState(row);
@@ -263,7 +264,7 @@ export class ControlPlane {
       segments.push({
         sandbox_id: row.id, owner: row.owner, state, start_ms: row.meter_since, end_ms: Math.max(now, row.meter_since + 1),
         vcpus: row.vcpus, memory_mb: row.memory_mb,
-        host_cpu_ms: state === "cold" ? 0 : Math.round(this.meter.openCpu(row) * 1000), den_cpu_ms: Math.round(this.meter.pendingDenCpu(row.id) * 1000),
+        host_cpu_ms: state === "cold" ? 0 : Math.round(this.meter.openCpu(row, cpu.get(row.id)) * 1000), den_cpu_ms: Math.round(this.meter.pendingDenCpu(row.id) * 1000),
         stored_bytes: state === "cold" ? Number(row.stored_bytes ?? 0) : 0,
       });
     }

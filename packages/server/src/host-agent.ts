@@ -85,9 +85,9 @@ export interface HostAgent {
   /** Throws `capacity_exhausted` if a create of this spec would not fit now (checked again by `create`). */
   checkCreate(spec: Omit<HostCreateSpec, "id">): Promise<void>;
   /** Throws `capacity_exhausted` if a VM of this shape would not fit now. */
-  checkCapacity(shape: Shape): void;
+  checkCapacity(shape: Shape): Promise<void>;
   /** What this host may hold and what it holds now. */
-  capacity(): { capacity: Capacity; used: Shape & { sandboxes: number } };
+  capacity(): Promise<{ capacity: Capacity; used: Shape & { sandboxes: number } }>;
   /** Removes the VM and every local file of it; nothing to do if it has none. */
   destroy(id: string): Promise<void>;
   /** Warm: snapshot `snapshotId` kept on this host, the VM paused in place. */
@@ -110,15 +110,12 @@ export interface HostAgent {
   unpin(snapshotId: string): Promise<void>;
   /** Local snapshots not in `snapshots`, and template pins of stored snapshots not in `pins`, are deleted. */
   collectLocal(snapshots: Set<string>, pins: Set<string>): Promise<void>;
+  /** Every VM on this host (its state and CPU seconds) and its local snapshots, in one call. */
   inventory(): Promise<HostInventory>;
-  /** Ids of the sandboxes whose VMs run (or are paused) on this host. */
-  running(): string[];
-  /** Whether the sandbox's VM process exists on this host. */
-  alive(id: string): boolean;
   /** Unfreezes a VM frozen by an operation that did not finish. */
   resume(id: string): Promise<void>;
-  /** Host CPU seconds used by the sandbox's VM, if it runs. */
-  cpuSeconds(id: string): number | undefined;
+  /** Host CPU seconds used by the sandbox's VM, if it has one. */
+  cpuSeconds(id: string): Promise<number | undefined>;
   /**
    * Gives a running sandbox this network policy (`none` takes its network away). Takes
    * effect at once; a no-op if it already has exactly this policy.
@@ -185,7 +182,7 @@ export class LocalHostAgent implements HostAgent {
     return p;
   }
 
-  capacity(): { capacity: Capacity; used: Shape & { sandboxes: number } } {
+  async capacity(): Promise<{ capacity: Capacity; used: Shape & { sandboxes: number } }> {
     return { capacity: this.admission.capacity, used: this.admission.used() };
   }
 
@@ -194,7 +191,7 @@ export class LocalHostAgent implements HostAgent {
     return { tpl, shape: { vcpus: spec.vcpus ?? tpl.manifest.vm.vcpus, memoryMb: spec.memoryMb ?? tpl.manifest.vm.memoryMb } };
   }
 
-  checkCapacity(shape: Shape): void {
+  async checkCapacity(shape: Shape): Promise<void> {
     this.admission.check(shape);
   }
 
@@ -406,19 +403,11 @@ export class LocalHostAgent implements HostAgent {
     };
   }
 
-  running(): string[] {
-    return this.rt.list().map((s) => s.id);
-  }
-
-  alive(id: string): boolean {
-    return this.rt.has(id) && this.rt.get(id).vmAlive();
-  }
-
   async resume(id: string): Promise<void> {
     if (this.rt.has(id) && this.rt.get(id).state === "paused") await this.rt.get(id).resume();
   }
 
-  cpuSeconds(id: string): number | undefined {
+  async cpuSeconds(id: string): Promise<number | undefined> {
     return this.rt.has(id) ? this.rt.get(id).cpuSeconds() : undefined;
   }
 

@@ -30,12 +30,13 @@ export class Meter {
   private denCpu = new Map<string, number>();
   private lastCpu = new Map<string, number>();
 
-  constructor(private readonly store: Store, private readonly host: HostAgent) {}
+  constructor(private readonly host: HostAgent) {}
 
   /** Reads the VM's CPU counter now: call before an operation that may end the VM. */
-  sample(id: string): void {
-    const c = this.host.cpuSeconds(id);
+  async sample(id: string): Promise<number | undefined> {
+    const c = await this.host.cpuSeconds(id);
     if (c !== undefined) this.lastCpu.set(id, c);
+    return c;
   }
 
   /** Runs host work done for `ids` and charges its CPU to them (split evenly). */
@@ -56,7 +57,7 @@ export class Meter {
   }
 
   /** The VM's CPU since its open segment began (0 without a VM); `live` is a reading just taken. */
-  openCpu(row: SandboxRow, live = this.host.cpuSeconds(row.id)): number {
+  openCpu(row: SandboxRow, live: number | undefined): number {
     const now = live ?? this.lastCpu.get(row.id);
     return now === undefined ? 0 : Math.max(0, now - (row.meter_cpu ?? 0));
   }
@@ -64,11 +65,11 @@ export class Meter {
   /**
    * Closes `row`'s open segment at `now` (recording it if it is billable) and returns the
    * fields that open the next one. `row` must be the sandbox as it was until now; `store`
-   * is the transaction that writes those fields, so a segment is never billed twice.
+   * is the transaction that writes those fields, so a segment is never billed twice; `live`
+   * is the VM's CPU counter, read just before (undefined without a VM).
    */
-  async roll(row: SandboxRow, now: number, store: Store = this.store): Promise<Pick<SandboxRow, "meter_since" | "meter_cpu">> {
+  async roll(row: SandboxRow, now: number, store: Store, live: number | undefined): Promise<Pick<SandboxRow, "meter_since" | "meter_cpu">> {
     const state = meteredState(row);
-    const live = this.host.cpuSeconds(row.id);
     if (state && row.meter_since !== null && now > row.meter_since) {
       const den = this.denCpu.get(row.id) ?? 0;
       this.denCpu.delete(row.id);

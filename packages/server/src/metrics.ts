@@ -44,11 +44,11 @@ export class Metrics {
         this.set(await store.storedBytes());
       },
     });
-    const capacity = (name: string, help: string, pick: (c: ReturnType<HostAgent["capacity"]>) => { capacity: number; used: number }) =>
+    const capacity = (name: string, help: string, pick: (c: Awaited<ReturnType<HostAgent["capacity"]>>) => { capacity: number; used: number }) =>
       new Gauge({
         name, help, labelNames: ["kind"] as const, registers: reg,
-        collect() {
-          const v = pick(host.capacity());
+        async collect() {
+          const v = pick(await host.capacity());
           this.set({ kind: "capacity" }, v.capacity);
           this.set({ kind: "used" }, v.used);
         },

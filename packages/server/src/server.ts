@@ -70,7 +70,10 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   };
   const reaper = every(config.reaper.intervalMs, "reaper pass", () => cp.reap());
   const refusals = every(config.network.eventsIntervalMs, "network refusal pass", () => cp.pollRefusals());
-  const gc = every(config.storeGc.intervalMs, "store garbage collection", () => cp.gc.collect());
+  const gc = every(config.storeGc.intervalMs, "store garbage collection", async () => {
+    await cp.recovery.retry();
+    await cp.gc.collect();
+  });
   return {
     app, cp, url: `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`,
     ...(createdAdminKey ? { createdAdminKey } : {}),

@@ -32,7 +32,9 @@ function contract(name: string, open: () => Promise<{ store: ObjectStore; corrup
       const progress: number[] = [];
       await h.store.putFile("a/b/in.bin", join(work, "in.bin"), (p) => progress.push(p.bytes));
       await h.store.putBytes("a/c.json", Buffer.from("{}"));
-      assert.deepEqual(await h.store.head("a/b/in.bin"), { key: "a/b/in.bin", size: data.length });
+      const head = await h.store.head("a/b/in.bin");
+      assert.deepEqual({ key: head?.key, size: head?.size }, { key: "a/b/in.bin", size: data.length });
+      assert.ok(head!.modifiedAt > Date.now() - 600_000 && head!.modifiedAt <= Date.now() + 5_000, "it says when it was written");
       assert.equal(await h.store.head("a/missing"), undefined);
       assert.deepEqual((await h.store.list("a/")).map((o) => o.key), ["a/b/in.bin", "a/c.json"]);
       await h.store.getFile("a/b/in.bin", join(work, "out.bin"));

@@ -101,7 +101,7 @@ export class Lifecycle {
   async restore(p: Principal, cp: CheckpointRow, req: api.RestoreCheckpointRequest): Promise<SandboxRow> {
     const { config, host, ops, metrics, meter } = this.ctx;
     await this.quota(p);
-    host.checkCapacity({ vcpus: cp.vcpus, memoryMb: cp.memory_mb });
+    await host.checkCapacity({ vcpus: cp.vcpus, memoryMb: cp.memory_mb });
     const network = effectivePolicy(req.network ?? networkOf(cp), config.network);
     const id = newId("sbx");
     const op = ops.newOp("restore", id, "user", { checkpoint: cp.id });
@@ -154,7 +154,7 @@ export class Lifecycle {
     const snapshot = newId("snap");
     const op = ops.newOp("hibernate", row.id, reason, { mode: "warm", snapshot });
     await this.network.flush(row.id);
-    meter.sample(row.id);
+    await meter.sample(row.id);
     await ops.begin(row, op);
     const t0 = performance.now();
     try {
@@ -182,7 +182,7 @@ export class Lifecycle {
     const stored = pendingStored(this.ctx, fromWarm ?? newId("snap"), row.owner, "cold");
     const op = ops.newOp("hibernate", row.id, reason, { mode: "cold", snapshot: stored.id, key: stored.key, from_warm: fromWarm });
     if (!fromWarm) await this.network.flush(row.id);
-    meter.sample(row.id);
+    await meter.sample(row.id);
     await ops.begin(row, op, (tx) => tx.insertStoredSnapshot(stored));
     faultPoint("hibernate-cold-after-intent");
     const t0 = performance.now();

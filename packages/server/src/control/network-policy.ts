@@ -49,7 +49,7 @@ export class NetworkPolicies {
    * `network.refused` event: a port scan costs one row per interval, not one per probe.
    */
   async poll(): Promise<void> {
-    for (const id of this.ctx.host.running()) await this.flush(id);
+    for (const vm of (await this.ctx.host.inventory()).vms) await this.flush(vm.id);
   }
 
   async flush(id: string): Promise<void> {

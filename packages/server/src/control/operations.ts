@@ -94,8 +94,9 @@ export class Operations {
 
   /** Settles a done operation on sandbox `id`: its outcome, segment, event and status in one transaction. */
   async finish(op: OperationRow, id: string, out: Outcome, also?: (tx: Store) => Promise<void>): Promise<SandboxRow> {
+    const live = out.state ? await this.meter.sample(id) : undefined;
     const row = await this.store.transaction(async (tx) => {
-      const settled = await this.settle(tx, op, id, out);
+      const settled = await this.settle(tx, op, id, out, live);
       await tx.finishOperation(op.id, "done", this.clock.now(), out.result, null);
       await also?.(tx);
       return settled;
@@ -110,8 +111,9 @@ export class Operations {
    */
   async fail(op: OperationRow, id: string | null, error: unknown, out: Outcome = {}, also?: (tx: Store) => Promise<void>, status: "failed" | "rolled_back" = "failed"): Promise<SandboxRow | undefined> {
     const message = error instanceof Error ? error.message : String(error);
+    const live = id && out.state ? await this.meter.sample(id) : undefined;
     const row = await this.store.transaction(async (tx) => {
-      const settled = id ? await this.settle(tx, op, id, out) : undefined;
+      const settled = id ? await this.settle(tx, op, id, out, live) : undefined;
       await tx.finishOperation(op.id, status, this.clock.now(), undefined, message.slice(0, 2000));
       if (id && !out.state) await this.event(id, "operation.failed", out.reason ?? null, { operation: op.id, kind: op.kind, message: message.slice(0, 500), ...(status === "rolled_back" ? { rolled_back: true } : {}) }, tx);
       await also?.(tx);
@@ -134,12 +136,12 @@ export class Operations {
   }
 
   /** Settles one sandbox held by `op` inside the transaction `tx` (fork children settle with their parent). */
-  async settle(tx: Store, op: OperationRow, id: string, out: Outcome): Promise<SandboxRow> {
+  async settle(tx: Store, op: OperationRow, id: string, out: Outcome, live?: number): Promise<SandboxRow> {
     const cur = await tx.getSandbox(id);
     if (!cur || cur.op_id !== op.id) throw new DenError("internal", `sandbox ${id} is no longer held by operation ${op.id}`);
     const now = this.clock.now();
     // The usage segment of the state it leaves closes in the same transaction.
-    const meter = out.state ? await this.meter.roll(cur, now, tx) : {};
+    const meter = out.state ? await this.meter.roll(cur, now, tx, live) : {};
     const patch: Partial<SandboxRow> = { ...out.patch, ...meter, op_id: null, op_kind: null, op_since: null };
     if (out.state) Object.assign(patch, { state: out.state, state_reason: out.reason ?? "user" });
     const row = await tx.casSandbox(id, { generation: cur.generation, opId: op.id }, patch);

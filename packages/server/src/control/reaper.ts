@@ -24,10 +24,12 @@ export class Reaper {
   async pass(): Promise<void> {
     const { store, config, clock, host } = this.ctx;
     const now = clock.now();
+    const vms = new Map((await host.inventory()).vms.map((v) => [v.id, v]));
     for (const row of await store.liveSandboxes()) {
       if (row.op_id) continue;
+      const vm = vms.get(row.id);
       // Metering: a long stretch in one state is closed every interval, so CPU lands near when it was used.
-      if (meteredState(row) && row.meter_since !== null && now - row.meter_since >= config.meter.intervalMs && !this.queue.busy(row.id)) await this.roll(row);
+      if (meteredState(row) && row.meter_since !== null && now - row.meter_since >= config.meter.intervalMs && !this.queue.busy(row.id)) await this.roll(row, vm?.cpuSeconds ?? undefined);
       if (row.state === "creating") continue;
       if (row.expires_at !== null && row.expires_at <= now) {
         await this.lifecycle.destroy(row.id, "ttl").catch(() => undefined);
@@ -40,11 +42,11 @@ export class Reaper {
         continue;
       }
       if (row.state !== "running") continue;
-      if (!host.alive(row.id)) {
+      if (!vm || vm.state === "stopped") {
         await this.markLost(row.id);
         continue;
       }
-      if (this.activity.execing(row.id) || this.guestBusy(row.id)) {
+      if (this.activity.execing(row.id) || this.guestBusy(row.id, vm.cpuSeconds)) {
         await this.activity.touch(row.id);
         continue;
       }
@@ -57,11 +59,11 @@ export class Reaper {
   }
 
   /** Closes a long open usage segment (compare-and-set, so it never races an operation). */
-  private async roll(row: SandboxRow): Promise<void> {
+  private async roll(row: SandboxRow, live: number | undefined): Promise<void> {
     await this.queue.run(row.id, () => this.ctx.store.transaction(async (tx) => {
       const cur = await tx.getSandbox(row.id);
       if (!cur || cur.op_id || !meteredState(cur) || cur.meter_since !== row.meter_since) return;
-      await tx.casSandbox(row.id, { generation: cur.generation, opId: null }, await this.ctx.meter.roll(cur, this.ctx.clock.now(), tx));
+      await tx.casSandbox(row.id, { generation: cur.generation, opId: null }, await this.ctx.meter.roll(cur, this.ctx.clock.now(), tx, live));
     }));
   }
 
@@ -70,7 +72,8 @@ export class Reaper {
     await this.queue.run(id, async () => {
       const { store, ops, host } = this.ctx;
       const cur = await store.getSandbox(id);
-      if (cur?.state !== "running" || cur.op_id || host.alive(id)) return;
+      const vm = (await host.inventory()).vms.find((v) => v.id === id);
+      if (cur?.state !== "running" || cur.op_id || (vm && vm.state !== "stopped")) return;
       const op = ops.newOp("destroy", id, "host_lost", { lost: true });
       await ops.begin(cur, op);
       await host.destroy(id);
@@ -83,9 +86,8 @@ export class Reaper {
     this.cpuSamples.delete(id);
   }
 
-  private guestBusy(id: string): boolean {
-    const cpu = this.ctx.host.cpuSeconds(id);
-    if (cpu === undefined) return false;
+  private guestBusy(id: string, cpu: number | null): boolean {
+    if (cpu === null) return false;
     const at = performance.now();
     const prev = this.cpuSamples.get(id);
     this.cpuSamples.set(id, { at, cpu });

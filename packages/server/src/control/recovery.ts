@@ -15,17 +15,28 @@ const STOPPED = "the server stopped during this operation";
  * garbage collector.
  */
 export class Recovery {
-  constructor(private readonly ctx: Ctx, private readonly lifecycle: Lifecycle, private readonly network: NetworkPolicies, private readonly templates: Templates) {}
+  /** Operations begun before this start belong to no one here: any still pending is settled by retry(). */
+  private readonly startedAt: number;
+
+  constructor(private readonly ctx: Ctx, private readonly lifecycle: Lifecycle, private readonly network: NetworkPolicies, private readonly templates: Templates) {
+    this.startedAt = ctx.clock.now();
+  }
 
   async run(): Promise<void> {
+    await this.retry();
+    await this.reconcile();
+  }
+
+  /** Settles every operation an earlier process left pending (one that fails now is tried again next time). */
+  async retry(): Promise<void> {
     for (const op of await this.ctx.store.pendingOperations()) {
+      if (op.created_at >= this.startedAt) continue;
       try {
         await this.settle(op);
       } catch (err) {
-        this.ctx.log.warn({ err, op: op.id, kind: op.kind }, "could not settle an interrupted operation; it is retried at the next start");
+        this.ctx.log.warn({ err, op: op.id, kind: op.kind }, "could not settle an interrupted operation; it is tried again later");
       }
     }
-    await this.reconcile();
   }
 
   private async settle(op: OperationRow): Promise<void> {

@@ -26,7 +26,7 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     schema: { summary: "This host's capacity and what is in use (admin)", response: { 200: api.HostCapacity } },
   }, async (req) => {
     requireAdmin(req);
-    const { capacity, used } = cp.host.capacity();
+    const { capacity, used } = await cp.host.capacity();
     return {
       capacity: { memory_mb: capacity.memoryMb, vcpus: capacity.vcpus, disk_reserve_mb: capacity.diskReserveMb },
       used: { memory_mb: used.memoryMb, vcpus: used.vcpus, sandboxes: used.sandboxes },
