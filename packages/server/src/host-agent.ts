@@ -110,6 +110,12 @@ export interface HostAgent {
   unpin(snapshotId: string): Promise<void>;
   /** Local snapshots not in `snapshots`, and template pins of stored snapshots not in `pins`, are deleted. */
   collectLocal(snapshots: Set<string>, pins: Set<string>): Promise<void>;
+  /**
+   * Resolves once operation `op` is no longer running on this host (at once if it never
+   * ran here): a restarted control plane waits for what a surviving host is still doing
+   * before it decides from the facts.
+   */
+  settled(op: string): Promise<void>;
   /** Every VM on this host (its state and CPU seconds) and its local snapshots, in one call. */
   inventory(): Promise<HostInventory>;
   /** Unfreezes a VM frozen by an operation that did not finish. */
@@ -393,6 +399,10 @@ export class LocalHostAgent implements HostAgent {
   async collectLocal(snapshots: Set<string>, pins: Set<string>): Promise<void> {
     for (const s of await this.rt.listSnapshots()) if (!snapshots.has(s.id)) await this.rt.deleteSnapshot(s.id);
     for (const holder of this.rt.pinHolders()) if (!pins.has(holder)) await this.rt.unpinTemplate(holder);
+  }
+
+  async settled(op: string): Promise<void> {
+    await this.journal.get(op)?.catch(() => undefined);
   }
 
   async inventory(): Promise<HostInventory> {

@@ -41,6 +41,8 @@ export class Recovery {
 
   private async settle(op: OperationRow): Promise<void> {
     const { store, ops, host, clock, objects } = this.ctx;
+    // A host that outlived the control plane may still be at it: the facts count once it is done.
+    await host.settled(op.id);
     const row = op.sandbox_id ? await store.getSandbox(op.sandbox_id) : undefined;
     const rollBack = (out = {}, also?: Parameters<typeof ops.fail>[4]) => ops.fail(op, row && row.op_id === op.id ? row.id : null, new Error(STOPPED), { reason: "restart", ...out }, also, "rolled_back");
     if (op.kind === "template_build") return this.templates.giveBack(op.args, new Error(STOPPED), op);
