@@ -89,6 +89,7 @@ ERROR_STATUS: Dict[str, int] = {
     "route_not_found": 404,
     "sandbox_destroyed": 410,
     "invalid_state": 409,
+    "operation_in_progress": 409,
     "snapshot_incompatible": 409,
     "snapshot_corrupt": 422,
     "setup_failed": 422,
@@ -282,7 +283,7 @@ class ConflictError(DenError):
 
 
 class InvalidStateError(DenError):
-    """409/410 ``invalid_state``, ``sandbox_not_running`` or ``sandbox_destroyed``: the
+    """409/410 ``invalid_state``, ``operation_in_progress``, ``sandbox_not_running`` or ``sandbox_destroyed``: the
     sandbox is not in a state that allows the call.
 
     Example::
@@ -451,6 +452,7 @@ ERROR_CLASSES: Dict[str, Type[DenError]] = {
     "already_exists": ConflictError,
     "not_empty": ConflictError,
     "invalid_state": InvalidStateError,
+    "operation_in_progress": InvalidStateError,
     "sandbox_not_running": InvalidStateError,
     "sandbox_destroyed": InvalidStateError,
     "snapshot_incompatible": SnapshotError,

@@ -154,7 +154,7 @@ export class TemplateNotFoundError extends NotFoundError {}
 export class InvalidArgumentError extends DenApiError {}
 
 /**
- * 409/410 `invalid_state`, `sandbox_not_running` or `sandbox_destroyed`: the sandbox is not
+ * 409/410 `invalid_state`, `operation_in_progress`, `sandbox_not_running` or `sandbox_destroyed`: the sandbox is not
  * in a state that allows the call.
  *
  * @example
@@ -269,6 +269,7 @@ const BY_CODE: Readonly<Record<string, ApiErrorClass>> = {
   invalid_argument: InvalidArgumentError,
   path_too_long: InvalidArgumentError,
   invalid_state: InvalidStateError,
+  operation_in_progress: InvalidStateError,
   sandbox_not_running: InvalidStateError,
   sandbox_destroyed: InvalidStateError,
   already_exists: ConflictError,

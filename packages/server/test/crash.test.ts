@@ -56,7 +56,7 @@ const MAX_KILL_DELAY_MS = 3000;
 const RUN = `crash-${Date.now().toString(36)}`;
 const TAG = { crash_run: RUN };
 /** Environment of every server this file starts. */
-const BASE_ENV = { DEN_STORE_GC_GRACE_SECONDS: "0" };
+const BASE_ENV = { DEN_STORE_GC_GRACE_SECONDS: "0", DEN_STORE_GC_INTERVAL_SECONDS: "1" };
 const SETTLE_MS = 60_000;
 const GC_WAIT_MS = 20_000;
 const VM_SETTLE_MS = 10_000;

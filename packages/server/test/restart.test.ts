@@ -117,8 +117,11 @@ describe("a crash in the middle of a cold-hibernate upload", () => {
     try {
       const id = (await api("POST", "/v1/sandboxes", { persistent: true })).body.id;
       const pid = (await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "echo kept > /workspace/k; nohup sleep 1000 >/dev/null 2>&1 & echo $!" })).body.stdout.trim();
-      const stored = join(dataDir(), "store", "snapshots");
-      const nonEmpty = () => (existsSync(stored) ? readdirSync(stored) : []).filter((snap) => readdirSync(join(stored, snap)).length > 0);
+      // Stored snapshots (the store nests them under the deployment's id) that hold objects, as paths.
+      const root = join(dataDir(), "store");
+      const nonEmpty = () => (existsSync(root) ? readdirSync(root) : []).filter((d) => d.startsWith("dep_") && existsSync(join(root, d, "snapshots")))
+        .flatMap((d) => readdirSync(join(root, d, "snapshots")).map((snap) => join(root, d, "snapshots", snap)))
+        .filter((dir) => readdirSync(dir).length > 0);
       const earlier = new Set(nonEmpty());
       const exited = new Promise((r) => server.once("exit", r));
       const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" }).catch((e: Error) => ({ status: 0, text: e.message }));
@@ -128,14 +131,14 @@ describe("a crash in the middle of a cold-hibernate upload", () => {
       // Half an upload: objects, but no manifest, so nothing that looks like a snapshot.
       const partial = nonEmpty().filter((snap) => !earlier.has(snap));
       assert.equal(partial.length, 1, "one half-uploaded snapshot");
-      assert.equal(existsSync(join(stored, partial[0]!, "store-manifest.json")), false);
+      assert.equal(existsSync(join(partial[0]!, "store-manifest.json")), false);
 
       server = await spawnServer(PORT);
       const row = (await api("GET", `/v1/sandboxes/${id}`)).body;
       assert.ok(row.state === "running" || (row.state === "hibernated" && row.hibernate_mode === "cold"), `running or hibernated, never neither: ${row.state}`);
       const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: `cat /workspace/k; kill -0 ${pid} && echo alive` });
       assert.equal(r.body.stdout, "kept\nalive\n", r.text);
-      assert.equal(existsSync(join(stored, partial[0]!)) && readdirSync(join(stored, partial[0]!)).length > 0, false, "the half upload is collected");
+      await waitFor("the half upload collected", async () => (existsSync(partial[0]!) && readdirSync(partial[0]!).length > 0 ? undefined : true), 10_000);
       // And the next cold hibernate goes through.
       assert.equal((await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" })).body.hibernate_mode, "cold");
       assert.equal((await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "cat /workspace/k" })).body.stdout, "kept\n");
