@@ -10,7 +10,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Sandbox, Usage } from "@den/sdk";
-import { findInstanceProcesses } from "@den/runtime";
+import { findInstanceProcesses, mulberry32 } from "@den/runtime";
 import { loadConfig, startServer } from "@den/server";
 import { chartSvg } from "./chart.js";
 import { pct } from "./table.js";
@@ -53,17 +53,6 @@ interface WayResult {
   checksPassed: number;
   checksFailed: string[];
   storedBytesPeak: number;
-}
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -23,7 +23,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
-import { findInstanceProcesses } from "@den/runtime";
+import { findInstanceProcesses, mulberry32 } from "@den/runtime";
 import { client, dataDir, spawnServer } from "./helpers.js";
 
 /** The control plane's crash points, in the order each operation reaches them. */
@@ -71,16 +71,6 @@ const log = (msg: string) => console.log(`[crash +${((Date.now() - T0) / 1000).t
 // ---------------------------------------------------------------------------------------
 // A small deterministic PRNG (mulberry32), one stream per round so a round replays alone.
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const roundRng = (round: number) => mulberry32(SEED ^ Math.imul(round + 1, 0x9e3779b1));
 const pick = <T>(rng: () => number, xs: readonly T[]): T => xs[Math.floor(rng() * xs.length)]!;
 
