@@ -1,0 +1,89 @@
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { loadConfig, startServer, type RunningServer } from "../src/index.js";
+import { ADMIN_KEY, CLI, client } from "./helpers.js";
+
+/**
+ * A data dir as the version before operations and deployment ids left it: its database
+ * at migration 008 (no operations, no catalog of stored snapshots, no deployment id) and
+ * its stored snapshots at `snapshots/<id>/`. The snapshot formats did not change, so this
+ * version writes them and the test moves them back to where the earlier one kept them.
+ */
+function downgrade(dir: string): void {
+  const store = join(dir, "store");
+  const db = new Database(join(dir, "den.db"));
+  try {
+    for (const r of db.prepare("SELECT id, key FROM stored_snapshots WHERE state = 'complete'").all() as Array<{ id: string; key: string }>) {
+      const legacy = `snapshots/${r.id}`;
+      mkdirSync(join(store, "snapshots"), { recursive: true });
+      renameSync(join(store, r.key), join(store, legacy));
+      const manifest = join(store, legacy, "store-manifest.json");
+      const m = JSON.parse(readFileSync(manifest, "utf8")) as { files: Record<string, { key: string }> };
+      for (const f of Object.values(m.files)) f.key = f.key.replace(`${r.key}/`, `${legacy}/`);
+      writeFileSync(manifest, JSON.stringify(m, null, 2));
+    }
+    db.exec(`
+      DROP TABLE operations; DROP TABLE stored_snapshots; DROP TABLE settings;
+      ALTER TABLE sandboxes DROP COLUMN generation; ALTER TABLE sandboxes DROP COLUMN op_id;
+      ALTER TABLE sandboxes DROP COLUMN op_kind; ALTER TABLE sandboxes DROP COLUMN op_since;
+      DELETE FROM kysely_migration WHERE name = '009_operations';`);
+  } finally {
+    db.close();
+  }
+}
+
+describe("a data dir of the version before durable operations", () => {
+  const dir = mkdtempSync(join(tmpdir(), "den-upgrade-"));
+  const start = (): Promise<RunningServer> => startServer(loadConfig({ port: "0", dataDir: dir }, { ...process.env, DEN_API_KEY: ADMIN_KEY, DEN_STORE_GC_GRACE_SECONDS: "0" }));
+  before(() => {
+    execFileSync(process.execPath, [CLI, "template", "build", "base"], { env: { ...process.env, DEN_DATA_DIR: dir }, stdio: "ignore" });
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  test("its cold sandboxes wake and its checkpoints restore after the upgrade; its objects are deleted only when released", async () => {
+    let server = await start();
+    let api = client(server.url);
+    const cold = (await api("POST", "/v1/sandboxes", { persistent: true })).body.id;
+    await api("POST", `/v1/sandboxes/${cold}/exec`, { cmd: "echo old-cold > /root/mark; nohup sleep 100000 >/dev/null 2>&1 &" });
+    assert.equal((await api("POST", `/v1/sandboxes/${cold}/hibernate`, { mode: "cold" })).status, 200);
+    const src = (await api("POST", "/v1/sandboxes", {})).body.id;
+    await api("POST", `/v1/sandboxes/${src}/exec`, { cmd: "echo old-cp > /root/mark" });
+    const cp = (await api("POST", `/v1/sandboxes/${src}/checkpoints`, {})).body.id;
+    await api("DELETE", `/v1/sandboxes/${src}`);
+    const oldDeployment = server.cp.deployment;
+    await server.close();
+    downgrade(dir);
+    // Someone else's snapshot in the old shared layout: never ours to sweep.
+    const foreign = join(dir, "store", "snapshots", "snap_aaaaaaaaaaaaaaaa");
+    mkdirSync(foreign, { recursive: true });
+    writeFileSync(join(foreign, "state.bin.gz"), "not ours");
+
+    server = await start();
+    api = client(server.url);
+    try {
+      assert.notEqual(server.cp.deployment, oldDeployment, "the upgraded database got a deployment id of its own");
+      const row = (await api("GET", `/v1/sandboxes/${cold}`)).body;
+      assert.equal(row.hibernate_mode, "cold");
+      const woke = await api("POST", `/v1/sandboxes/${cold}/exec`, { cmd: "cat /root/mark; pgrep -c sleep" });
+      assert.equal(woke.body.stdout, "old-cold\n1\n", woke.text);
+      const restored = await api("POST", `/v1/checkpoints/${cp}/restore`, {});
+      assert.equal(restored.status, 201, restored.text);
+      assert.equal((await api("POST", `/v1/sandboxes/${restored.body.id}/exec`, { cmd: "cat /root/mark" })).body.stdout, "old-cp\n");
+      // Released (the wake released the cold copy; now the checkpoint), then collected.
+      assert.equal((await api("DELETE", `/v1/checkpoints/${cp}`)).status, 204);
+      await server.cp.gc.collect();
+      const snapshots = join(dir, "store", "snapshots");
+      const left = readdirSync(snapshots).filter((d) => readdirSync(join(snapshots, d)).length > 0);
+      assert.deepEqual(left, ["snap_aaaaaaaaaaaaaaaa"], "only the foreign snapshot is left in the old layout");
+      assert.ok(existsSync(join(foreign, "state.bin.gz")));
+      for (const id of [cold, restored.body.id]) await api("DELETE", `/v1/sandboxes/${id}`);
+    } finally {
+      await server.close();
+    }
+  });
+});
