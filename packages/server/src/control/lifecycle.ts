@@ -119,7 +119,13 @@ export class Lifecycle {
       // The intent goes first: a crash after it finishes the destroy at the next start.
       await ops.begin(row, op);
       await this.network.flush(id);
-      await metrics.time("destroy", "", () => host.destroy(id));
+      try {
+        await metrics.time("destroy", "", () => host.destroy(id));
+      } catch (e) {
+        // The VM is still there: the sandbox stays as it was, and a retry destroys it.
+        await ops.fail(op, id, e);
+        throw e;
+      }
       const done = await ops.finish(op, id, { state: "destroyed", reason, patch: { destroyed_at: clock.now() } }, (tx) => this.releaseHeld(tx, row));
       await this.dropWarm(row);
       this.ctx.meter.forget(id);

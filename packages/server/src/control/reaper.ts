@@ -76,7 +76,12 @@ export class Reaper {
       if (cur?.state !== "running" || cur.op_id || (vm && vm.state !== "stopped")) return;
       const op = ops.newOp("destroy", id, "host_lost", { lost: true });
       await ops.begin(cur, op);
-      await host.destroy(id);
+      try {
+        await host.destroy(id);
+      } catch (e) {
+        await ops.fail(op, id, e);
+        throw e;
+      }
       await ops.finish(op, id, { state: "lost", reason: "host_lost" });
       this.forget(id);
     });
