@@ -85,6 +85,27 @@ export class ControlPlane {
     return row;
   }
 
+  // ---- reads ----
+
+  /** A page of the caller's sandboxes (destroyed ones only when asked by state), oldest id first. */
+  async list(p: Principal, q: { state?: string; metadata: Record<string, string>; limit: number; cursor?: string }): Promise<{ rows: SandboxRow[]; next: string | null }> {
+    const rows = await this.store.listSandboxes(p.owner, { ...q, limit: q.limit + 1 });
+    const page = rows.slice(0, q.limit);
+    return { rows: page, next: rows.length > q.limit ? page[page.length - 1]!.id : null };
+  }
+
+  /** A sandbox's events after `after`; `ended` once it is destroyed and nothing is left to read. */
+  async events(row: SandboxRow, after: number): Promise<{ events: api.SandboxEvent[]; ended: boolean }> {
+    const events = await this.store.events(row.id, after);
+    const ended = !events.length && (await this.store.getSandbox(row.id))?.state === "destroyed";
+    return { events, ended };
+  }
+
+  /** The caller's checkpoints (of one sandbox, if named), oldest first. */
+  listCheckpoints(p: Principal, sandboxId?: string): Promise<CheckpointRow[]> {
+    return this.store.listCheckpoints(p.owner, sandboxId);
+  }
+
   // ---- the state machine (control/lifecycle.ts) ----
 
   async create(p: Principal, req: api.CreateSandboxRequest): Promise<SandboxRow> {

@@ -37,7 +37,7 @@ export function registerCheckpointRoutes(app: TypedApp, cp: ControlPlane): void 
       querystring: z.object({ sandbox_id: z.string().max(64).optional() }),
       response: { 200: z.object({ checkpoints: z.array(api.Checkpoint) }) },
     },
-  }, async (req) => ({ checkpoints: (await cp.store.listCheckpoints(principal(req).owner, req.query.sandbox_id)).map(toApiCheckpoint) }));
+  }, async (req) => ({ checkpoints: (await cp.listCheckpoints(principal(req), req.query.sandbox_id)).map(toApiCheckpoint) }));
 
   app.get("/v1/checkpoints/:id", {
     schema: { summary: "Get a checkpoint", params: IdParams, response: { 200: api.Checkpoint } },

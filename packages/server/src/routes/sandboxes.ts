@@ -29,14 +29,12 @@ export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {
     // more keys than this anyway, so more filters could never all match.
     const filters = Object.keys(metadata).length;
     if (filters > api.API_LIMITS.maxMetadataKeys) throw new DenError("invalid_argument", `${filters} metadata filters: at most ${api.API_LIMITS.maxMetadataKeys} (a sandbox has at most that many keys)`);
-    const limit = Number(q.limit ?? 50);
-    const rows = await cp.store.listSandboxes(principal(req).owner, {
-      limit: limit + 1, metadata,
+    const { rows, next } = await cp.list(principal(req), {
+      limit: Number(q.limit ?? 50), metadata,
       ...(typeof q.state === "string" ? { state: q.state } : {}),
       ...(typeof q.cursor === "string" ? { cursor: q.cursor } : {}),
     });
-    const page = rows.slice(0, limit);
-    return { sandboxes: page.map(toApiSandbox), next_cursor: rows.length > limit ? page[page.length - 1]!.id : null };
+    return { sandboxes: rows.map(toApiSandbox), next_cursor: next };
   });
 
   app.get("/v1/sandboxes/:id", {
@@ -88,18 +86,17 @@ export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {
   }, async (req, reply) => {
     const row = await cp.owned(principal(req), req.params.id);
     let after = req.query.after ?? 0;
-    if (req.query.follow !== "true") return { events: await cp.store.events(row.id, after) };
+    if (req.query.follow !== "true") return { events: (await cp.events(row, after)).events };
     let open = true;
     req.raw.on("close", () => (open = false));
     async function* follow(): AsyncGenerator<string> {
       while (open) {
-        const events = await cp.store.events(row.id, after);
+        const { events, ended } = await cp.events(row, after);
         for (const e of events) {
           yield JSON.stringify(e) + "\n";
           after = e.seq;
         }
-        const current = await cp.store.getSandbox(row.id);
-        if (!events.length && current?.state === "destroyed") return;
+        if (ended) return;
         await new Promise((r) => setTimeout(r, 500));
       }
     }
