@@ -1,5 +1,5 @@
 import { defaultDataDir } from "@den/runtime";
-import { defaultCapacity, type Capacity } from "./capacity.js";
+import { defaultCapacity, type Capacity } from "@den/host-agent";
 import type { Prices } from "./usage.js";
 import type { NetworkLimits } from "./network.js";
 

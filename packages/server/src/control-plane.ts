@@ -2,7 +2,7 @@ import { DenError, api } from "@den/protocol";
 import { newId, type Sandbox as VmSandbox } from "@den/runtime";
 import type { ObjectStore } from "@den/store";
 import type { ServerConfig } from "./config.js";
-import type { HostAgent } from "./host-agent.js";
+import type { HostAgent } from "@den/host-agent";
 import { type CheckpointRow, type Principal, type SandboxRow, type Store } from "./store.js";
 import { Meter, meteredState } from "./meter.js";
 import { usageReport } from "./usage.js";

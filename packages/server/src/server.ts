@@ -4,7 +4,7 @@ import { buildApp } from "./app.js";
 import type { ServerConfig } from "./config.js";
 import { ControlPlane, newDeploymentId, systemClock, type Clock } from "./control-plane.js";
 import { openDatabase } from "./db.js";
-import { LocalHostAgent } from "./host-agent.js";
+import { LocalHostAgent } from "@den/host-agent";
 import { Store } from "./store.js";
 import { LocalDirStore, S3Store, type ObjectStore } from "@den/store";
 import { join } from "node:path";

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { downloadSnapshot, faultPoint, manifestBytes, readStoredManifest, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
 import { DenError, type api } from "@den/protocol";
 import { Runtime, bakeFromSandbox, bakeVariant, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
-import { Admission, type Capacity, type Shape } from "./capacity.js";
+import { Admission, type Capacity, type Shape } from "./admission.js";
 
 /** A snapshot in the object store: its id and the key prefix the control plane chose for it. */
 export interface StoredRef {
