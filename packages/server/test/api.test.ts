@@ -5,7 +5,7 @@ import { existsSync } from "node:fs";
 import type { RunningServer } from "../src/index.js";
 import WebSocket from "ws";
 import { Validator } from "@seriousme/openapi-schema-validator";
-import { ADMIN_KEY, client, testServer, waitFor } from "./helpers.js";
+import { ADMIN_KEY, client, testServer, vmPid, waitFor } from "./helpers.js";
 
 describe("the /v1 API against real microVMs", () => {
   let server: RunningServer;
@@ -113,7 +113,7 @@ describe("the /v1 API against real microVMs", () => {
     const cid = c.body.id;
     const pid = (await admin("POST", `/v1/sandboxes/${cid}/exec`, { cmd: "echo before > /workspace/f; nohup sleep 1000 >/dev/null 2>&1 & echo $!" })).body.stdout.trim();
     await admin("POST", `/v1/sandboxes/${cid}/hibernate`);
-    const qemuPid = server.cp.host.guest(cid).pid!;
+    const qemuPid = vmPid(server, cid);
     process.kill(qemuPid, "SIGKILL");
     await new Promise((r) => setTimeout(r, 500));
     assert.equal(existsSync(`/proc/${qemuPid}/status`) && !/State:\s+Z/.test(await import("node:fs").then((f) => f.readFileSync(`/proc/${qemuPid}/status`, "utf8"))), false);

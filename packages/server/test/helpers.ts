@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { after, before } from "node:test";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { findInstanceProcesses } from "@den/runtime";
 import { loadConfig, startServer, type RunningServer } from "../src/index.js";
 
 export const ADMIN_KEY = "den_test_admin_key_0123456789";
@@ -105,4 +106,11 @@ export function serverFixture(): { server: RunningServer; api: ReturnType<typeof
     await f.server.close();
   });
   return f;
+}
+
+/** The pid of a sandbox's QEMU, found by its instance tag (the host agent may be another process). */
+export function vmPid(server: RunningServer, id: string): number {
+  const pid = findInstanceProcesses(server.cp.host.instance).get(id);
+  if (pid === undefined) throw new Error(`sandbox ${id} has no QEMU`);
+  return pid;
 }
