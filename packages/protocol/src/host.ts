@@ -16,7 +16,9 @@ import type { DirEntry, FileStat, ListeningPort, ProcInfo, ProcReadReply, ProcWa
 export const PROTOCOL_VERSION = 1;
 
 /** Sandbox, snapshot, operation and template ids: the control plane picks them all. */
-const Id = z.string().min(1).max(128).regex(/^[A-Za-z0-9_.@-]+$/, "ids are letters, digits, _ . @ -");
+/** No leading dot: an id names files on the host, and ".." must never be one. */
+const Id = z.string().min(1).max(128).regex(/^[A-Za-z0-9_@-][A-Za-z0-9_.@-]*$/, "ids are letters, digits, _ . @ - (not starting with a dot)");
+export { Id as HostId };
 const Count = z.number().int().min(0);
 const Positive = z.number().int().min(1);
 
@@ -110,7 +112,7 @@ export type Refusals = z.infer<typeof Refusals>;
 
 // ---- the control routes: one table both sides are built from ----
 
-const Ok = z.object({});
+export const Ok = z.object({});
 const OpBody = { op: Id };
 
 /** Who the host is (the client asks once, at connect). */
