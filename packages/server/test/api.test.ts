@@ -37,6 +37,19 @@ describe("the /v1 API against real microVMs", () => {
     assert.deepEqual(byState.body.sandboxes, []);
   });
 
+  test("GET /v1/hosts lists the host agent: in-process, or over HTTP with DEN_HOST_TRANSPORT=loopback", async () => {
+    const r = await admin("GET", "/v1/hosts");
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.body.hosts.length, 1);
+    const [h] = r.body.hosts;
+    assert.equal(h.id, server.cp.host.instance);
+    if (process.env.DEN_HOST_TRANSPORT === "loopback") assert.match(h.url, /^http:\/\/127\.0\.0\.1:\d+$/);
+    else assert.equal(h.url, "local");
+    assert.deepEqual({ capacity: h.capacity, used: h.used }, (await admin("GET", "/v1/host")).body);
+    assert.ok(h.used.sandboxes >= 1);
+    assert.equal((await client(server.url, "den_not_a_key")("GET", "/v1/hosts")).status, 401);
+  });
+
   test("exec buffered and streamed; state accumulates across calls", async () => {
     const w = await admin("POST", `/v1/sandboxes/${id}/exec`, { cmd: "git init -q /work && cd /work && echo hi > a.txt && git add a.txt && echo done" });
     assert.equal(w.status, 200, w.text);

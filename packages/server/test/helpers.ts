@@ -16,7 +16,9 @@ export function dataDir(): string {
 
 /** An in-process server on a free port, with fast reapers. */
 export async function testServer(env: Record<string, string> = {}): Promise<RunningServer> {
-  const config = loadConfig({ port: "0", dataDir: dataDir() }, { DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", DEN_STORE_GC_GRACE_SECONDS: "0", ...env });
+  // DEN_HOST_TRANSPORT=loopback runs the same tests with every host call over HTTP.
+  const transport = process.env.DEN_HOST_TRANSPORT ? { DEN_HOST_TRANSPORT: process.env.DEN_HOST_TRANSPORT } : {};
+  const config = loadConfig({ port: "0", dataDir: dataDir() }, { DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", DEN_STORE_GC_GRACE_SECONDS: "0", ...transport, ...env });
   return startServer(config);
 }
 
