@@ -346,6 +346,12 @@ export const HostCapacity = z.object({
 });
 export type HostCapacity = z.infer<typeof HostCapacity>;
 
+/** A host agent the control plane places sandboxes on: its instance id, where it is ("local": in the server's process), its capacity and use. */
+export const HostEntry = z.object({ id: z.string(), url: z.string(), capacity: HostCapacity.shape.capacity, used: HostCapacity.shape.used });
+export type HostEntry = z.infer<typeof HostEntry>;
+export const HostList = z.object({ hosts: z.array(HostEntry) });
+export type HostList = z.infer<typeof HostList>;
+
 export const CreateKeyRequest = z.strictObject({
   owner: z.string().min(1).max(64).regex(/^[A-Za-z0-9_.-]+$/, "owner names are letters, digits, _ . -"),
   admin: z.boolean().optional(),

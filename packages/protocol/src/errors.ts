@@ -80,8 +80,12 @@ export class DenError extends Error {
   }
 }
 
-/** Builds a DenError from a guest agent's `{code, message}` reply, mapping unknown codes to `internal`. */
-export function errorFromWire(code: unknown, message: unknown): DenError {
+/**
+ * Builds a DenError from a `{code, message, details}` on the wire (a guest agent's reply, a
+ * host agent's error body), mapping unknown codes to `internal`.
+ */
+export function errorFromWire(code: unknown, message: unknown, details?: unknown): DenError {
   const msg = typeof message === "string" ? message.slice(0, 4096) : "unknown error";
-  return new DenError(isErrorCode(code) ? code : "internal", msg);
+  const d = details && typeof details === "object" && !Array.isArray(details) ? (details as Record<string, unknown>) : undefined;
+  return new DenError(isErrorCode(code) ? code : "internal", msg, d);
 }

@@ -2,3 +2,8 @@ export * from "./errors.js";
 export * from "./frames.js";
 export * from "./messages.js";
 export * as api from "./api.js";
+export * as host from "./host.js";
+export type {
+  HostAgent, HostGuest, GuestChunk, GuestCommand, GuestExecOptions, GuestExecProcess, GuestExit, GuestFileSource, HostCreateSpec, HostSandboxInfo, HostInventory,
+  HostTemplate, StoredRef, TemplateBuildSpec, TransferEvent,
+} from "./host.js";

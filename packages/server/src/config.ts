@@ -1,5 +1,5 @@
 import { defaultDataDir } from "@den/runtime";
-import { defaultCapacity, type Capacity } from "./capacity.js";
+import { defaultCapacity, type Capacity } from "@den/host-agent";
 import type { Prices } from "./usage.js";
 import type { NetworkLimits } from "./network.js";
 
@@ -68,6 +68,25 @@ export interface ServerConfig {
   logLevel: string;
   /** Serve /metrics without a key (for a scraper on a private network). */
   metricsPublic: boolean;
+  /**
+   * Where the host agent runs: in this process (`local`, single-node mode: no network hop);
+   * in this process behind a real HTTP hop on 127.0.0.1 (`loopback`, DEN_HOST_TRANSPORT=loopback:
+   * every host call crosses the wire protocol); or another process (`remote`, DEN_HOST_AGENT_URL
+   * + DEN_HOST_SECRET, or `den serve --host-agent URL`: this server runs no VM itself).
+   */
+  hostAgent: { kind: "local" } | { kind: "loopback" } | { kind: "remote"; url: string; secret: string };
+}
+
+function hostAgentConfig(url: string | undefined, env: NodeJS.ProcessEnv): ServerConfig["hostAgent"] {
+  if (url) {
+    if (!/^https?:\/\//.test(url)) throw new Error(`the host agent URL must be http(s)://..., got ${url}`);
+    const secret = env.DEN_HOST_SECRET;
+    if (!secret) throw new Error("a remote host agent (DEN_HOST_AGENT_URL, --host-agent) needs its secret in DEN_HOST_SECRET");
+    return { kind: "remote", url: url.replace(/\/+$/, ""), secret };
+  }
+  const transport = env.DEN_HOST_TRANSPORT ?? "local";
+  if (transport !== "local" && transport !== "loopback") throw new Error(`DEN_HOST_TRANSPORT must be local or loopback, got ${transport}`);
+  return { kind: transport };
 }
 
 function required(env: NodeJS.ProcessEnv, name: string): string {
@@ -83,7 +102,7 @@ function num(v: string | undefined, fallback: number): number {
   return n;
 }
 
-export function loadConfig(flags: Partial<{ port: string; host: string; dataDir: string }> = {}, env = process.env): ServerConfig {
+export function loadConfig(flags: Partial<{ port: string; host: string; dataDir: string; hostAgent: string }> = {}, env = process.env): ServerConfig {
   const onIdle = env.DEN_ON_IDLE ?? "hibernate";
   if (onIdle !== "hibernate" && onIdle !== "destroy") throw new Error(`DEN_ON_IDLE must be hibernate or destroy, got ${onIdle}`);
   return {
@@ -148,5 +167,6 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       : { kind: "local", ...(env.DEN_STORE_DIR ? { dir: env.DEN_STORE_DIR } : {}) },
     logLevel: env.DEN_LOG_LEVEL ?? "info",
     metricsPublic: env.DEN_METRICS_PUBLIC === "1",
+    hostAgent: hostAgentConfig(flags.hostAgent ?? env.DEN_HOST_AGENT_URL, env),
   };
 }

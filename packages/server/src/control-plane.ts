@@ -1,8 +1,8 @@
-import { DenError, api } from "@den/protocol";
-import { newId, type Sandbox as VmSandbox } from "@den/runtime";
+import { DenError, api, type HostGuest } from "@den/protocol";
+import { newId } from "@den/runtime";
 import type { ObjectStore } from "@den/store";
 import type { ServerConfig } from "./config.js";
-import type { HostAgent } from "./host-agent.js";
+import type { HostAgent } from "@den/protocol";
 import { type CheckpointRow, type Principal, type SandboxRow, type Store } from "./store.js";
 import { Meter, meteredState } from "./meter.js";
 import { usageReport } from "./usage.js";
@@ -203,7 +203,7 @@ export class ControlPlane {
    * woken first (the call just takes longer), after any operation on it in flight here;
    * the call counts as activity.
    */
-  async guest(id: string): Promise<VmSandbox> {
+  async guest(id: string): Promise<HostGuest> {
     await this.queue.idle(id);
     let row = (await this.store.getSandbox(id))!;
     if (row.state === "hibernated") row = await this.wake(id, "user");
@@ -214,7 +214,7 @@ export class ControlPlane {
   }
 
   /** The caller's sandbox and its guest, for the exec, file and process routes. */
-  async ownedGuest(p: Principal, id: string): Promise<{ row: SandboxRow; guest: VmSandbox }> {
+  async ownedGuest(p: Principal, id: string): Promise<{ row: SandboxRow; guest: HostGuest }> {
     const row = await this.owned(p, id);
     return { row, guest: await this.guest(row.id) };
   }

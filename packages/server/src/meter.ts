@@ -1,4 +1,4 @@
-import type { HostAgent } from "./host-agent.js";
+import type { HostAgent } from "@den/protocol";
 import type { SandboxRow, Store } from "./store.js";
 
 /** The states a sandbox is billed in; others (creating, lost, error, destroyed) cost nothing. */

@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { api } from "@den/protocol";
-import type { HostAgent } from "./host-agent.js";
+import type { HostAgent } from "@den/protocol";
 import type { Store } from "./store.js";
 
 /**

@@ -4,23 +4,9 @@ import { buildApp } from "./app.js";
 import type { ServerConfig } from "./config.js";
 import { ControlPlane, newDeploymentId, systemClock, type Clock } from "./control-plane.js";
 import { openDatabase } from "./db.js";
-import { LocalHostAgent } from "./host-agent.js";
+import { connectHost } from "./host-connection.js";
+import { openStore } from "./object-store.js";
 import { Store } from "./store.js";
-import { LocalDirStore, S3Store, type ObjectStore } from "@den/store";
-import { join } from "node:path";
-
-/** The snapshot store: a local directory by default, S3-compatible storage when configured. */
-function openStore(config: ServerConfig): ObjectStore {
-  const s = config.store;
-  if (s.kind === "s3") {
-    return new S3Store({
-      bucket: s.bucket, prefix: s.prefix, forcePathStyle: true,
-      ...(s.endpoint ? { endpoint: s.endpoint } : {}), ...(s.region ? { region: s.region } : {}),
-      ...(s.accessKeyId && s.secretAccessKey ? { accessKeyId: s.accessKeyId, secretAccessKey: s.secretAccessKey } : {}),
-    });
-  }
-  return new LocalDirStore(s.dir ?? join(config.dataDir, "store"));
-}
 
 export interface RunningServer {
   app: FastifyInstance;
@@ -32,13 +18,16 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-/** `den serve` in one process: control plane + embedded host agent + reapers + HTTP. */
+/**
+ * `den serve`: control plane + reapers + HTTP, with the host agent in this process
+ * (single-node mode, or behind a loopback HTTP hop) or another one (`config.hostAgent`).
+ */
 export async function startServer(config: ServerConfig, opts: { clock?: Clock; logger?: boolean | object } = {}): Promise<RunningServer> {
   await mkdir(config.dataDir, { recursive: true });
   const db = await openDatabase(config.dataDir);
   const store = new Store(db);
   const objects = openStore(config);
-  const host = await LocalHostAgent.open(config.dataDir, objects, config.capacity);
+  const { host, close: closeHost } = await connectHost(config, objects);
   const deployment = await store.setting("deployment_id", newDeploymentId);
   const cp = new ControlPlane(store, host, config, objects, deployment, opts.clock ?? systemClock);
   let createdAdminKey: string | undefined;
@@ -50,7 +39,7 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
     }
     await cp.reconcile();
   } catch (e) {
-    host.close();
+    await closeHost();
     await db.destroy();
     throw e;
   }
@@ -84,7 +73,7 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
       await app.close();
       const r = await cp.hibernateAllCold(Date.now() + config.defaults.shutdownTimeoutSeconds * 1000);
       if (r.done || r.left) app.log.info(r, "clean stop: sandboxes cold-hibernated (the rest are adopted at the next start)");
-      host.close();
+      await closeHost();
       await db.destroy();
     },
   };

@@ -5,7 +5,7 @@ import { existsSync } from "node:fs";
 import type { RunningServer } from "../src/index.js";
 import WebSocket from "ws";
 import { Validator } from "@seriousme/openapi-schema-validator";
-import { ADMIN_KEY, client, testServer, waitFor } from "./helpers.js";
+import { ADMIN_KEY, client, testServer, vmPid, waitFor } from "./helpers.js";
 
 describe("the /v1 API against real microVMs", () => {
   let server: RunningServer;
@@ -35,6 +35,19 @@ describe("the /v1 API against real microVMs", () => {
     assert.deepEqual(miss.body.sandboxes, []);
     const byState = await admin("GET", "/v1/sandboxes?state=hibernated");
     assert.deepEqual(byState.body.sandboxes, []);
+  });
+
+  test("GET /v1/hosts lists the host agent: in-process, or over HTTP with DEN_HOST_TRANSPORT=loopback", async () => {
+    const r = await admin("GET", "/v1/hosts");
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.body.hosts.length, 1);
+    const [h] = r.body.hosts;
+    assert.equal(h.id, server.cp.host.instance);
+    if (process.env.DEN_HOST_TRANSPORT === "loopback") assert.match(h.url, /^http:\/\/127\.0\.0\.1:\d+$/);
+    else assert.equal(h.url, "local");
+    assert.deepEqual({ capacity: h.capacity, used: h.used }, (await admin("GET", "/v1/host")).body);
+    assert.ok(h.used.sandboxes >= 1);
+    assert.equal((await client(server.url, "den_not_a_key")("GET", "/v1/hosts")).status, 401);
   });
 
   test("exec buffered and streamed; state accumulates across calls", async () => {
@@ -113,7 +126,7 @@ describe("the /v1 API against real microVMs", () => {
     const cid = c.body.id;
     const pid = (await admin("POST", `/v1/sandboxes/${cid}/exec`, { cmd: "echo before > /workspace/f; nohup sleep 1000 >/dev/null 2>&1 & echo $!" })).body.stdout.trim();
     await admin("POST", `/v1/sandboxes/${cid}/hibernate`);
-    const qemuPid = server.cp.host.guest(cid).pid!;
+    const qemuPid = vmPid(server, cid);
     process.kill(qemuPid, "SIGKILL");
     await new Promise((r) => setTimeout(r, 500));
     assert.equal(existsSync(`/proc/${qemuPid}/status`) && !/State:\s+Z/.test(await import("node:fs").then((f) => f.readFileSync(`/proc/${qemuPid}/status`, "utf8"))), false);

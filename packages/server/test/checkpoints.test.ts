@@ -2,7 +2,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { findInstanceProcesses } from "@den/runtime";
-import { client, serverFixture, waitFor } from "./helpers.js";
+import { client, serverFixture, vmPid, waitFor } from "./helpers.js";
 
 /** A process holding 128 MiB it hashes on demand: the parent's state its forks read. */
 const HOLDER = "nohup python3 -c \"import hashlib, os, time; d = bytearray(os.urandom(128 << 20))\nwhile True:\n  os.path.exists('/tmp/held') or open('/tmp/held', 'w').write(hashlib.sha256(d).hexdigest()); time.sleep(0.2)\" >/dev/null 2>&1 &";
@@ -88,7 +88,7 @@ describe("checkpoints and forks over the API", () => {
     await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "echo checkpointed > /workspace/f" });
     const c = (await api("POST", `/v1/sandboxes/${s.id}/checkpoints`, {})).body;
     await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "echo later > /workspace/f" });
-    process.kill(fx.server.cp.host.guest(s.id).pid!, "SIGKILL");
+    process.kill(vmPid(fx.server, s.id), "SIGKILL");
     const lost = await waitFor("lost", async () => {
       const r = await api("GET", `/v1/sandboxes/${s.id}`);
       return r.body.state === "lost" ? r.body : undefined;

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { after, before } from "node:test";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { findInstanceProcesses } from "@den/runtime";
 import { loadConfig, startServer, type RunningServer } from "../src/index.js";
 
 export const ADMIN_KEY = "den_test_admin_key_0123456789";
@@ -15,7 +16,9 @@ export function dataDir(): string {
 
 /** An in-process server on a free port, with fast reapers. */
 export async function testServer(env: Record<string, string> = {}): Promise<RunningServer> {
-  const config = loadConfig({ port: "0", dataDir: dataDir() }, { DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", DEN_STORE_GC_GRACE_SECONDS: "0", ...env });
+  // DEN_HOST_TRANSPORT=loopback runs the same tests with every host call over HTTP.
+  const transport = process.env.DEN_HOST_TRANSPORT ? { DEN_HOST_TRANSPORT: process.env.DEN_HOST_TRANSPORT } : {};
+  const config = loadConfig({ port: "0", dataDir: dataDir() }, { DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", DEN_STORE_GC_GRACE_SECONDS: "0", ...transport, ...env });
   return startServer(config);
 }
 
@@ -105,4 +108,11 @@ export function serverFixture(): { server: RunningServer; api: ReturnType<typeof
     await f.server.close();
   });
   return f;
+}
+
+/** The pid of a sandbox's QEMU, found by its instance tag (the host agent may be another process). */
+export function vmPid(server: RunningServer, id: string): number {
+  const pid = findInstanceProcesses(server.cp.host.instance).get(id);
+  if (pid === undefined) throw new Error(`sandbox ${id} has no QEMU`);
+  return pid;
 }

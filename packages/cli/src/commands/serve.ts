@@ -8,14 +8,15 @@ export function registerServe(program: Command): void {
     .description("run the Den API server (control plane + this host's sandboxes)")
     .option("-p, --port <port>", "port (env DEN_PORT, default 8787)")
     .option("--host <host>", "address to listen on (env DEN_HOST, default 127.0.0.1)")
-    .action(async (opts: { port?: string; host?: string }, cmd: Command) => {
+    .option("--host-agent <url>", "run no VMs here: use the host agent at URL (`den host run`; env DEN_HOST_AGENT_URL, secret in DEN_HOST_SECRET)")
+    .action(async (opts: { port?: string; host?: string; hostAgent?: string }, cmd: Command) => {
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
       const config = loadConfig({
-        ...(opts.port ? { port: opts.port } : {}), ...(opts.host ? { host: opts.host } : {}),
+        ...(opts.port ? { port: opts.port } : {}), ...(opts.host ? { host: opts.host } : {}), ...(opts.hostAgent ? { hostAgent: opts.hostAgent } : {}),
         ...(root.dataDir ? { dataDir: globalOptions(cmd).dataDir } : {}),
       });
       const server = await startServer(config, { logger: { level: config.logLevel } });
-      logLine(`den: listening on ${server.url} (data dir ${config.dataDir})`);
+      logLine(`den: listening on ${server.url} (data dir ${config.dataDir}; host agent ${server.cp.host.address})`);
       if (server.createdAdminKey) logLine(`den: created an admin API key (shown once): ${server.createdAdminKey}`);
       let stopping = false;
       const stop = (signal: string) => {

@@ -1,6 +1,6 @@
 import { snapshotKey, type ObjectStore } from "@den/store";
 import type { ServerConfig } from "../config.js";
-import type { HostAgent, StoredRef } from "../host-agent.js";
+import type { HostAgent, StoredRef } from "@den/protocol";
 import type { Meter } from "../meter.js";
 import type { Metrics } from "../metrics.js";
 import type { SandboxRow, Store, StoredSnapshotRow } from "../store.js";

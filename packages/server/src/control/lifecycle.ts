@@ -1,7 +1,7 @@
 import { DenError, api } from "@den/protocol";
 import { newId } from "@den/runtime";
 import { faultPoint } from "@den/store";
-import type { HostSandboxInfo } from "../host-agent.js";
+import type { HostSandboxInfo } from "@den/protocol";
 import { NO_NETWORK, effectivePolicy, serializePolicy } from "../network.js";
 import { networkOf, type CheckpointRow, type OperationRow, type Principal, type SandboxRow, type Store } from "../store.js";
 import { modeOf, pendingStored, refOf, storedRef, type Ctx, type HibernateMode } from "./context.js";

@@ -174,7 +174,7 @@ export class Recovery {
     for (const id of vms.keys()) if (!known.has(id)) await host.destroy(id);
     // Networks follow the database (a policy change may have been cut short by the stop).
     for (const row of await store.liveSandboxes()) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
-    await host.collectLocal(await this.keep(await store.liveSandboxes()), await store.liveStoredSnapshotIds());
+    await host.collectLocal([...(await this.keep(await store.liveSandboxes()))], [...(await store.liveStoredSnapshotIds())]);
   }
 
   /** Local snapshots something still needs: warm hibernations'. */

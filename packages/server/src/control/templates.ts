@@ -1,14 +1,11 @@
-import { DenError, type api } from "@den/protocol";
-import type { TemplateInfo } from "@den/runtime";
+import { DenError, type HostTemplate, type api } from "@den/protocol";
 import type { Principal } from "../store.js";
 import { storedRef, type Ctx } from "./context.js";
 import type { Checkpoints } from "./checkpoints.js";
 
-export function toApiTemplate(t: TemplateInfo, owner: string | null): api.Template {
-  return {
-    name: t.name, version: t.version, current: t.current, owner, vcpus: t.manifest.vm.vcpus,
-    memory_mb: t.manifest.vm.memoryMb, disk_mb: t.manifest.vm.diskMb, created_at: t.manifest.createdAt,
-  };
+/** A host's template as the API shows it, with who owns it. */
+export function toApiTemplate(t: HostTemplate, owner: string | null): api.Template {
+  return { name: t.name, version: t.version, current: t.current, owner, vcpus: t.vcpus, memory_mb: t.memory_mb, disk_mb: t.disk_mb, created_at: t.created_at };
 }
 
 /** Templates: the host's own (everyone's) and those owners build through the API (theirs alone). */

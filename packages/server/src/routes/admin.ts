@@ -26,11 +26,14 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     schema: { summary: "This host's capacity and what is in use (admin)", response: { 200: api.HostCapacity } },
   }, async (req) => {
     requireAdmin(req);
-    const { capacity, used } = await cp.host.capacity();
-    return {
-      capacity: { memory_mb: capacity.memoryMb, vcpus: capacity.vcpus, disk_reserve_mb: capacity.diskReserveMb },
-      used: { memory_mb: used.memoryMb, vcpus: used.vcpus, sandboxes: used.sandboxes },
-    };
+    return hostCapacity(cp);
+  });
+
+  app.get("/v1/hosts", {
+    schema: { summary: "The host agents sandboxes run on, with their capacity and use (admin)", response: { 200: api.HostList } },
+  }, async (req) => {
+    requireAdmin(req);
+    return { hosts: [{ id: cp.host.instance, url: cp.host.address, ...(await hostCapacity(cp)) }] };
   });
 
   app.post("/v1/keys", {
@@ -57,4 +60,12 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     if (!k) throw new DenError("not_found", `API key ${JSON.stringify(req.params.id)} does not exist`);
     return k;
   });
+}
+
+async function hostCapacity(cp: ControlPlane): Promise<api.HostCapacity> {
+  const { capacity, used } = await cp.host.capacity();
+  return {
+    capacity: { memory_mb: capacity.memoryMb, vcpus: capacity.vcpus, disk_reserve_mb: capacity.diskReserveMb },
+    used: { memory_mb: used.memoryMb, vcpus: used.vcpus, sandboxes: used.sandboxes },
+  };
 }

@@ -1,6 +1,5 @@
 import { z } from "zod";
-import { DenError, api } from "@den/protocol";
-import type { Command, ExecOptions } from "@den/runtime";
+import { DenError, api, type GuestCommand, type GuestExecOptions } from "@den/protocol";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
 import { IdParams } from "./params.js";
@@ -9,14 +8,14 @@ import { ndjsonStream } from "../ndjson.js";
 
 const ProcParams = z.object({ id: z.string().max(64), proc: z.coerce.number().int().min(1) });
 
-function command(body: { cmd?: string | undefined; argv?: string[] | undefined }): Command {
+function command(body: { cmd?: string | undefined; argv?: string[] | undefined }): GuestCommand {
   return body.cmd ?? body.argv!;
 }
 
-/** Request fields -> runtime exec options; the sandbox's own env is the base of every exec's env. */
-function execOptions(row: SandboxRow, body: z.infer<typeof api.ExecRequest>): ExecOptions {
+/** Request fields -> guest exec options; the sandbox's own env is the base of every exec's env. */
+function execOptions(row: SandboxRow, body: z.infer<typeof api.ExecRequest>): GuestExecOptions {
   const env = { ...(JSON.parse(row.env) as Record<string, string>), ...(body.env ?? {}) };
-  const opts: ExecOptions = { env };
+  const opts: GuestExecOptions = { env };
   if (body.cwd) opts.cwd = body.cwd;
   if (body.stdin_b64 !== undefined) opts.stdin = Buffer.from(body.stdin_b64, "base64");
   if (body.timeout_seconds) opts.timeoutMs = body.timeout_seconds * 1000;

@@ -1,7 +1,6 @@
 import { z } from "zod";
 import type { WebSocket } from "ws";
-import { DenError } from "@den/protocol";
-import type { ExecProcess } from "@den/runtime";
+import { DenError, type GuestExecProcess } from "@den/protocol";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
 import { IdParams } from "./params.js";
@@ -38,7 +37,7 @@ export function registerPtyRoutes(app: TypedApp, cp: ControlPlane): void {
     };
     // Input that arrives before the process exists waits here, in order.
     const early: Array<Buffer | string> = [];
-    let proc: ExecProcess | undefined;
+    let proc: GuestExecProcess | undefined;
     const handle = (data: Buffer | string, isBinary: boolean) => {
       if (!proc) {
         early.push(isBinary ? Buffer.from(data as Buffer) : data.toString());

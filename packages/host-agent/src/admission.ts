@@ -1,22 +1,12 @@
 import { statfsSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
-import { DenError } from "@den/protocol";
+import { DenError, type host } from "@den/protocol";
 
 /** What one VM holds while it exists (running or warm-hibernated); a cold one holds nothing. */
-export interface Shape {
-  vcpus: number;
-  memoryMb: number;
-}
+export type Shape = host.Shape;
 
-/** How much this host may hand out. */
-export interface Capacity {
-  /** Guest memory, summed over every VM: memory is never overcommitted. */
-  memoryMb: number;
-  /** vCPUs, summed over every VM (an agent's sandbox idles most of the time, so this may exceed the cores). */
-  vcpus: number;
-  /** A new VM is refused while the data dir's filesystem has less free space than this. */
-  diskReserveMb: number;
-}
+/** How much this host may hand out (the wire type of the host protocol). */
+export type Capacity = host.Capacity;
 
 /** The default: the machine's memory minus a reserve (10%, at least 1 GiB); 8 vCPUs per core, since an agent's sandbox mostly waits; 2 GiB of disk kept free. */
 export function defaultCapacity(): Capacity {

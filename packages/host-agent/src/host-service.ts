@@ -2,60 +2,21 @@ import { createHash } from "node:crypto";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { downloadSnapshot, faultPoint, manifestBytes, readStoredManifest, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
-import { DenError, type api } from "@den/protocol";
+import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, bakeFromSandbox, bakeVariant, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
-import { Admission, type Capacity, type Shape } from "./capacity.js";
+import { Admission, type Capacity, type Shape } from "./admission.js";
 
-/** A snapshot in the object store: its id and the key prefix the control plane chose for it. */
-export interface StoredRef {
-  id: string;
-  key: string;
-}
+type HostAgent = host.HostAgent;
+type HostCreateSpec = host.HostCreateSpec;
+type HostSandboxInfo = host.HostSandboxInfo;
+type HostInventory = host.HostInventory;
+type StoredRef = host.StoredRef;
+type TemplateBuildSpec = host.TemplateBuildSpec;
+type TransferEvent = host.TransferEvent;
 
-export interface HostCreateSpec {
-  id: string;
-  template: string;
-  vcpus?: number;
-  memoryMb?: number;
-  diskMb?: number;
-  /** Brought up with the VM; a network that cannot come up takes the VM with it. */
-  network?: api.NetworkPolicy;
-}
-
-/** A template made from a sandbox: a source (template or stored checkpoint) plus setup commands. */
-export interface TemplateBuildSpec {
-  name: string;
-  fromTemplate?: string;
-  fromCheckpoint?: StoredRef;
-  setup: string[];
-  setupTimeoutSeconds: number;
-}
-
-export interface HostSandboxInfo {
-  template: string;
-  templateVersion: string;
-  vcpus: number;
-  memoryMb: number;
-  diskMb: number;
-}
-
-/** Progress of one object of a snapshot moving to or from the store. */
-export interface TransferEvent {
-  sandbox: string;
-  snapshot: string;
-  direction: "upload" | "download";
-  file: string;
-  bytes: number;
-  total: number | null;
-  done: boolean;
-}
-
-/** What the host holds now, in one call. */
-export interface HostInventory {
-  instance: string;
-  vms: Array<{ id: string; state: "running" | "paused" | "stopped"; cpuSeconds: number | null }>;
-  /** Complete local snapshots (warm hibernations). */
-  snapshots: string[];
+/** A runtime template as the protocol shows it: no local paths, no manifest. */
+export function wireTemplate(t: TemplateInfo): host.HostTemplate {
+  return { name: t.name, version: t.version, current: t.current, vcpus: t.manifest.vm.vcpus, memory_mb: t.manifest.vm.memoryMb, disk_mb: t.manifest.vm.diskMb, created_at: t.manifest.createdAt };
 }
 
 /** At most one report a second per transfer, plus the last one. */
@@ -69,78 +30,6 @@ function throttled(emit: (p: TransferProgress) => void): (p: TransferProgress) =
   };
 }
 
-/**
- * What the control plane asks of the machine that runs sandboxes. In single-node mode
- * it is this process (LocalHostAgent). The control plane picks every id (sandboxes,
- * snapshots, fork children) and records its intent before it asks; every mutating call
- * carries the operation's id, and asking again with the same id returns the first answer.
- * No call removes something the control plane's records may still need: a cold
- * hibernate leaves the VM paused until the control plane has committed and destroys it.
- */
-export interface HostAgent {
-  readonly instance: string;
-  create(op: string, spec: HostCreateSpec): Promise<HostSandboxInfo>;
-  /** A sandbox `id` from a stored snapshot (a checkpoint, or a lost sandbox's recovery); any VM of that id goes first. */
-  restore(op: string, id: string, snapshot: StoredRef, network?: api.NetworkPolicy): Promise<HostSandboxInfo>;
-  /** Throws `capacity_exhausted` if a create of this spec would not fit now (checked again by `create`). */
-  checkCreate(spec: Omit<HostCreateSpec, "id">): Promise<void>;
-  /** Throws `capacity_exhausted` if a VM of this shape would not fit now. */
-  checkCapacity(shape: Shape): Promise<void>;
-  /** What this host may hold and what it holds now. */
-  capacity(): Promise<{ capacity: Capacity; used: Shape & { sandboxes: number } }>;
-  /** Removes the VM and every local file of it; nothing to do if it has none. */
-  destroy(id: string): Promise<void>;
-  /** Warm: snapshot `snapshotId` kept on this host, the VM paused in place. */
-  hibernateWarm(op: string, id: string, snapshotId: string): Promise<void>;
-  /**
-   * Cold, the first half: the VM's snapshot (or its warm snapshot `fromWarm`) goes to the
-   * store under `to`; the VM stays paused (or absent) for the control plane to destroy once
-   * it has committed. On failure the VM runs again (from running) and nothing is left.
-   */
-  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number }>;
-  /** Warm wake: resume in place, or restore from its local snapshot if the VM died. */
-  wakeWarm(op: string, id: string, snapshotId: string | null): Promise<void>;
-  /** A durable checkpoint in the store under `to`; the sandbox keeps running. */
-  checkpoint(op: string, id: string, to: StoredRef): Promise<{ pauseMs: number; storedBytes: number }>;
-  /** Forks a running sandbox into children with the given ids (each gets `network`). */
-  fork(op: string, id: string, children: string[], network?: api.NetworkPolicy): Promise<HostSandboxInfo[]>;
-  /** Deletes a local snapshot (a warm hibernation's), if it is there. */
-  dropLocalSnapshot(snapshotId: string): Promise<void>;
-  /** Lets go of the template version a stored snapshot needed (it is gone from the store). */
-  unpin(snapshotId: string): Promise<void>;
-  /** Local snapshots not in `snapshots`, and template pins of stored snapshots not in `pins`, are deleted. */
-  collectLocal(snapshots: Set<string>, pins: Set<string>): Promise<void>;
-  /**
-   * Resolves once operation `op` is no longer running on this host (at once if it never
-   * ran here): a restarted control plane waits for what a surviving host is still doing
-   * before it decides from the facts.
-   */
-  settled(op: string): Promise<void>;
-  /** Every VM on this host (its state and CPU seconds) and its local snapshots, in one call. */
-  inventory(): Promise<HostInventory>;
-  /** Unfreezes a VM frozen by an operation that did not finish. */
-  resume(id: string): Promise<void>;
-  /** Host CPU seconds used by the sandbox's VM, if it has one. */
-  cpuSeconds(id: string): Promise<number | undefined>;
-  /**
-   * Gives a running sandbox this network policy (`none` takes its network away). Takes
-   * effect at once; a no-op if it already has exactly this policy.
-   */
-  setNetwork(id: string, policy: api.NetworkPolicy): Promise<void>;
-  /** Refused connection attempts since its network came up; undefined if it has none here. */
-  networkRefusals(id: string): Promise<api.NetworkStatus["refused"] | undefined>;
-  /** The guest side: exec, files, processes. */
-  guest(id: string): VmSandbox;
-  templates(): Promise<TemplateInfo[]>;
-  /** Retires a template and its size variants (versions in use stay until nothing uses them). */
-  deleteTemplate(name: string): Promise<void>;
-  /** Builds (or finds, if the same recipe was built before) a template version and makes it current. */
-  buildTemplate(op: string, spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }>;
-  /** Called as snapshots move to and from the store. */
-  onTransfer: ((t: TransferEvent) => void) | undefined;
-  close(): void;
-}
-
 const DOWNLOAD_PREFIX = "download-";
 /** Answers kept for repeated asks; an operation is re-asked within moments, not days. */
 const JOURNAL_SIZE = 1024;
@@ -150,7 +39,12 @@ function info(sbx: VmSandbox): HostSandboxInfo {
   return { template: i.template.name, templateVersion: i.template.version, vcpus: i.vcpus, memoryMb: i.memoryMb, diskMb: i.diskMb };
 }
 
+/**
+ * The host agent of this machine, in-process: one Runtime (QEMU per sandbox), its warm
+ * snapshots, template cache, networks and admission control. Operations run once per id.
+ */
 export class LocalHostAgent implements HostAgent {
+  readonly address = "local";
   private bakes = new Map<string, Promise<TemplateInfo>>();
   private builds = new Map<string, Promise<unknown>>();
   private journal = new Map<string, Promise<unknown>>();
@@ -188,7 +82,7 @@ export class LocalHostAgent implements HostAgent {
     return p;
   }
 
-  async capacity(): Promise<{ capacity: Capacity; used: Shape & { sandboxes: number } }> {
+  async capacity(): Promise<host.CapacityReport> {
     return { capacity: this.admission.capacity, used: this.admission.used() };
   }
 
@@ -255,7 +149,7 @@ export class LocalHostAgent implements HostAgent {
     });
   }
 
-  async networkRefusals(id: string): Promise<api.NetworkStatus["refused"] | undefined> {
+  async networkRefusals(id: string): Promise<host.Refusals | undefined> {
     return this.rt.has(id) ? this.rt.networkRefusals(id) : undefined;
   }
 
@@ -396,7 +290,9 @@ export class LocalHostAgent implements HostAgent {
     await this.rt.unpinTemplate(snapshotId);
   }
 
-  async collectLocal(snapshots: Set<string>, pins: Set<string>): Promise<void> {
+  async collectLocal(keepSnapshots: string[], keepPins: string[]): Promise<void> {
+    const snapshots = new Set(keepSnapshots);
+    const pins = new Set(keepPins);
     for (const s of await this.rt.listSnapshots()) if (!snapshots.has(s.id)) await this.rt.deleteSnapshot(s.id);
     for (const holder of this.rt.pinHolders()) if (!pins.has(holder)) await this.rt.unpinTemplate(holder);
   }
@@ -421,12 +317,13 @@ export class LocalHostAgent implements HostAgent {
     return this.rt.has(id) ? this.rt.get(id).cpuSeconds() : undefined;
   }
 
-  guest(id: string): VmSandbox {
+  /** The runtime's Sandbox is a HostGuest as it is: in-process, the data plane costs nothing. */
+  guest(id: string): host.HostGuest {
     return this.rt.get(id);
   }
 
-  templates(): Promise<TemplateInfo[]> {
-    return this.rt.templates.list();
+  async templates(): Promise<host.HostTemplate[]> {
+    return (await this.rt.templates.list()).map(wireTemplate);
   }
 
   async deleteTemplate(name: string): Promise<void> {
@@ -435,15 +332,16 @@ export class LocalHostAgent implements HostAgent {
     await this.rt.gc();
   }
 
-  buildTemplate(op: string, spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }> {
-    return this.once(op, () => {
+  buildTemplate(op: string, spec: TemplateBuildSpec): Promise<host.BuiltTemplate> {
+    return this.once(op, async () => {
       // One build per name at a time: a second waits and then finds the first one's version.
       const prev = this.builds.get(spec.name) ?? Promise.resolve();
       const next = prev.catch(() => undefined).then(() => this.build(spec));
       this.builds.set(spec.name, next);
-      return next.finally(() => {
+      const t = await next.finally(() => {
         if (this.builds.get(spec.name) === next) this.builds.delete(spec.name);
       });
+      return { ...wireTemplate(t), reused: t.reused };
     });
   }
 

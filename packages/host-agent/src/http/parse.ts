@@ -1,0 +1,11 @@
+import type { z } from "zod";
+import { DenError } from "@den/protocol";
+
+/** Checks a request part against its schema: a mismatch is the caller's `invalid_argument`. */
+export function parse<S extends z.ZodType>(schema: S, value: unknown, what: string): z.infer<S> {
+  const r = schema.safeParse(value);
+  if (r.success) return r.data;
+  const first = r.error.issues[0];
+  const where = first?.path.length ? `${first.path.join(".")}: ` : "";
+  throw new DenError("invalid_argument", `${what} ${where}${first?.message ?? "is invalid"}`);
+}

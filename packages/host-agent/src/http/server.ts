@@ -1,0 +1,151 @@
+import type http from "node:http";
+import type { Duplex } from "node:stream";
+import Fastify, { type FastifyError, type FastifyInstance } from "fastify";
+import { WebSocketServer } from "ws";
+import type { z } from "zod";
+import { DenError, host, type HostAgent } from "@den/protocol";
+import { checkSecret, hasSecret } from "./auth.js";
+import { EventHub } from "./events.js";
+import { serveExecSocket } from "./exec-socket.js";
+import { registerGuestRoutes } from "./guest-routes.js";
+import { parse } from "./parse.js";
+import { refuseUpgrade, serveTunnel } from "./tunnel.js";
+import { asDenError, errorBody } from "./wire-errors.js";
+
+type Routes = host.ControlRoutes;
+type BodyOf<K extends keyof Routes> = Routes[K] extends { body: infer B extends z.ZodType } ? z.infer<B> : undefined;
+type Handlers = { [K in keyof Routes]: (params: Record<string, string>, body: BodyOf<K>) => Promise<z.input<Routes[K]["response"]>> };
+
+const ok = {};
+
+/** Each control route of the protocol, onto the host agent's method of the same name. */
+function handlers(agent: HostAgent): Handlers {
+  const id = (p: Record<string, string>, name = "id") => parse(host.HostId, p[name], `path ${name}`);
+  return {
+    info: async () => ({ protocol: host.PROTOCOL_VERSION, instance: agent.instance }),
+    create: (_p, b) => agent.create(b.op, b.spec),
+    restore: (p, b) => agent.restore(b.op, id(p), b.snapshot, b.network),
+    destroy: async (p) => (await agent.destroy(id(p)), ok),
+    hibernateWarm: async (p, b) => (await agent.hibernateWarm(b.op, id(p), b.snapshotId), ok),
+    upload: (p, b) => agent.upload(b.op, id(p), b.to, b.fromWarm),
+    wakeWarm: async (p, b) => (await agent.wakeWarm(b.op, id(p), b.snapshotId), ok),
+    checkpoint: (p, b) => agent.checkpoint(b.op, id(p), b.to),
+    fork: async (p, b) => ({ children: await agent.fork(b.op, id(p), b.children, b.network) }),
+    resume: async (p) => (await agent.resume(id(p)), ok),
+    cpuSeconds: async (p) => ({ cpuSeconds: (await agent.cpuSeconds(id(p))) ?? null }),
+    setNetwork: async (p, b) => (await agent.setNetwork(id(p), b.policy), ok),
+    networkRefusals: async (p) => ({ refused: (await agent.networkRefusals(id(p))) ?? null }),
+    dropLocalSnapshot: async (p) => (await agent.dropLocalSnapshot(id(p, "snapshotId")), ok),
+    unpin: async (p) => (await agent.unpin(id(p, "snapshotId")), ok),
+    collectLocal: async (_p, b) => (await agent.collectLocal(b.snapshots, b.pins), ok),
+    settled: async (p) => (await agent.settled(id(p, "op")), ok),
+    inventory: () => agent.inventory(),
+    checkCreate: async (_p, b) => (await agent.checkCreate(b.spec), ok),
+    checkCapacity: async (_p, b) => (await agent.checkCapacity(b.shape), ok),
+    capacity: () => agent.capacity(),
+    templates: async () => ({ templates: await agent.templates() }),
+    deleteTemplate: async (p) => (await agent.deleteTemplate(id(p, "name")), ok),
+    buildTemplate: (_p, b) => agent.buildTemplate(b.op, b.spec),
+  };
+}
+
+const EXEC_WS = /^\/host\/v1\/sandboxes\/([^/?]+)\/exec\/ws(?:\?.*)?$/;
+const TUNNEL = /^\/host\/v1\/sandboxes\/([^/?]+)\/tunnel\/(\d{1,5})(?:\?.*)?$/;
+
+export interface HostServerOptions {
+  /** Every request must carry it as `Authorization: Bearer <secret>`; none: the server refuses to start. */
+  secret: string | undefined;
+  logger?: boolean | object;
+  /** Largest JSON body (a collect with many ids, a big stdin). */
+  bodyLimit?: number;
+}
+
+/**
+ * The host agent's HTTP server (`/host/v1`, HOST-PROTOCOL.md): each control call checked
+ * against its zod schema and passed to `agent`; the guest data plane as plain routes,
+ * a WebSocket for streamed execs and `Upgrade: den-tcp` for tunnels; transfer progress as
+ * an NDJSON stream. A thrown DenError goes back whole, with its status.
+ */
+export async function buildHostServer(agent: HostAgent, opts: HostServerOptions): Promise<FastifyInstance> {
+  const secret = checkSecret(opts.secret);
+  const app = Fastify({ logger: opts.logger ?? false, bodyLimit: opts.bodyLimit ?? 64 * 1024 * 1024, routerOptions: { maxParamLength: 200 } });
+  const events = new EventHub();
+  agent.onTransfer = (transfer) => events.publish({ type: "transfer", transfer });
+  app.addHook("onClose", async () => events.close());
+
+  // File bytes are streamed to the guest, never buffered here.
+  app.addContentTypeParser("application/octet-stream", (_req, payload, done) => done(null, payload));
+
+  app.addHook("onRequest", async (req) => {
+    if (!hasSecret(req.headers.authorization, secret)) throw new DenError("unauthorized", "the host agent needs its secret (Authorization: Bearer <DEN_HOST_SECRET>)");
+  });
+
+  app.setErrorHandler((err: FastifyError | Error, req, reply) => {
+    if (err instanceof DenError) return reply.status(err.status).send(errorBody(err));
+    const fe = err as FastifyError;
+    if (fe.code === "FST_ERR_CTP_BODY_TOO_LARGE") return reply.status(413).send(errorBody(new DenError("payload_too_large", "request body is too large")));
+    if (fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 500) return reply.status(400).send(errorBody(new DenError("invalid_argument", fe.message)));
+    req.log.error({ err }, "unhandled error in the host agent");
+    return reply.status(500).send(errorBody(asDenError(err)));
+  });
+  app.setNotFoundHandler((req, reply) => reply.status(404).send(errorBody(new DenError("route_not_found", `no host route ${req.method} ${req.url.split("?")[0]}`))));
+
+  const table = handlers(agent);
+  for (const [name, r] of Object.entries(host.control) as Array<[keyof Routes, Routes[keyof Routes]]>) {
+    const handle = table[name] as (p: Record<string, string>, b: unknown) => Promise<unknown>;
+    app.route({
+      method: r.method, url: r.path,
+      handler: async (req) => handle(req.params as Record<string, string>, "body" in r ? parse(r.body, req.body, "body") : undefined),
+    });
+  }
+
+  app.get("/host/v1/events", async (_req, reply) => reply.type("application/x-ndjson").header("cache-control", "no-store").send(events.subscribe()));
+
+  registerGuestRoutes(app, agent);
+
+  // Upgrades (a streamed exec's WebSocket, a tunnel) are authenticated here, before any protocol switch.
+  const wss = new WebSocketServer({ noServer: true, maxPayload: 1024 * 1024 });
+  app.server.on("upgrade", (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    socket.on("error", () => undefined);
+    try {
+      if (!hasSecret(req.headers.authorization, secret)) throw new DenError("unauthorized", "the host agent needs its secret");
+      const url = req.url ?? "";
+      const exec = EXEC_WS.exec(url);
+      const tunnel = TUNNEL.exec(url);
+      const upgrade = (req.headers.upgrade ?? "").toLowerCase();
+      if (exec && upgrade === "websocket") {
+        const id = parse(host.HostId, decodeURIComponent(exec[1]!), "sandbox id");
+        wss.handleUpgrade(req, socket, head, (ws) => serveExecSocket(ws, () => agent.guest(id)));
+      } else if (tunnel && upgrade === "den-tcp") {
+        const id = parse(host.HostId, decodeURIComponent(tunnel[1]!), "sandbox id");
+        const port = Number(tunnel[2]);
+        if (port < 1 || port > 65535) throw new DenError("invalid_argument", `port ${port} is out of range`);
+        void serveTunnel(socket, head, () => agent.guest(id), port);
+      } else {
+        throw new DenError("route_not_found", `no host upgrade ${upgrade} at ${url.split("?")[0]}`);
+      }
+    } catch (e) {
+      refuseUpgrade(socket, e);
+    }
+  });
+  app.addHook("onClose", async () => {
+    for (const c of wss.clients) c.terminate();
+    wss.close();
+  });
+  return app;
+}
+
+export interface RunningHostServer {
+  app: FastifyInstance;
+  url: string;
+  close(): Promise<void>;
+}
+
+/** Builds the host server and listens; `port: 0` picks a free one. */
+export async function startHostServer(agent: HostAgent, opts: HostServerOptions & { port: number; host: string }): Promise<RunningHostServer> {
+  const app = await buildHostServer(agent, opts);
+  await app.listen({ port: opts.port, host: opts.host });
+  const addr = app.server.address();
+  const port = typeof addr === "object" && addr ? addr.port : opts.port;
+  return { app, url: `http://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`, close: () => app.close() };
+}

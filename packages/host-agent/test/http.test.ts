@@ -1,0 +1,98 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { DenError, type HostAgent, type TransferEvent } from "@den/protocol";
+import { HttpHostAgent, buildHostServer, startHostServer } from "../src/index.js";
+
+const SECRET = "test-secret-0123456789abcdef";
+
+/** A host agent that answers the few calls a test gives it and fails the rest as a bug would. */
+function fakeAgent(calls: Partial<Record<keyof HostAgent, unknown>>): HostAgent {
+  const base: Record<string | symbol, unknown> = { instance: "inst-test", address: "local", onTransfer: undefined, close: () => undefined };
+  return new Proxy(base, {
+    get: (t, k) => (k in calls ? calls[k as keyof HostAgent] : k in t ? t[k] : async () => { throw new Error(`unexpected call ${String(k)}`); }),
+    set: (t, k, v) => ((t[k] = v), true),
+  }) as unknown as HostAgent;
+}
+
+test("the host server refuses to start without a secret", async () => {
+  await assert.rejects(buildHostServer(fakeAgent({}), { secret: undefined }), /DEN_HOST_SECRET/);
+  await assert.rejects(buildHostServer(fakeAgent({}), { secret: "" }), /DEN_HOST_SECRET/);
+});
+
+test("every request needs the secret: none or a wrong one is a 401", async () => {
+  const app = await buildHostServer(fakeAgent({ inventory: async () => ({ instance: "inst-test", vms: [], snapshots: [] }) }), { secret: SECRET });
+  try {
+    for (const authorization of [undefined, "Bearer wrong", `Bearer ${SECRET}x`, SECRET, `Basic ${SECRET}`]) {
+      const r = await app.inject({ method: "GET", url: "/host/v1/inventory", headers: authorization ? { authorization } : {} });
+      assert.equal(r.statusCode, 401, `authorization ${authorization}`);
+      assert.equal(r.json().error.code, "unauthorized");
+    }
+    // Unknown routes are no way around it either.
+    assert.equal((await app.inject({ method: "GET", url: "/host/v1/nope" })).statusCode, 401);
+    const ok = await app.inject({ method: "GET", url: "/host/v1/inventory", headers: { authorization: `Bearer ${SECRET}` } });
+    assert.equal(ok.statusCode, 200);
+    assert.deepEqual(ok.json(), { instance: "inst-test", vms: [], snapshots: [] });
+  } finally {
+    await app.close();
+  }
+});
+
+test("a DenError thrown by the host comes back to the client as the same DenError; a bug as internal; a bad body as invalid_argument", async () => {
+  let transfer: ((t: TransferEvent) => void) | undefined;
+  const agent = fakeAgent({
+    checkCapacity: async () => {
+      throw new DenError("capacity_exhausted", "this host cannot hold it", { resource: "memory", used_mb: 10, capacity_mb: 8 });
+    },
+    destroy: async () => {
+      throw new Error("ENOENT: a bug, with a path /var/lib/secret");
+    },
+    templates: async () => [{ name: "base", version: "v1", current: true, vcpus: 1, memory_mb: 512, disk_mb: 2048, created_at: "2026-01-01T00:00:00.000Z" }],
+  });
+  const server = await startHostServer(agent, { secret: SECRET, port: 0, host: "127.0.0.1" });
+  transfer = agent.onTransfer;
+  const client = await HttpHostAgent.connect(server.url, SECRET);
+  try {
+    assert.equal(client.instance, "inst-test");
+    assert.equal(client.address, server.url);
+    await assert.rejects(client.checkCapacity({ vcpus: 1, memoryMb: 512 }), (e: unknown) => {
+      assert.ok(e instanceof DenError);
+      assert.equal(e.code, "capacity_exhausted");
+      assert.equal(e.status, 503);
+      assert.equal(e.message, "this host cannot hold it");
+      assert.deepEqual(e.details, { resource: "memory", used_mb: 10, capacity_mb: 8 });
+      return true;
+    });
+    await assert.rejects(client.destroy("sbx_x"), (e: unknown) => e instanceof DenError && e.code === "internal" && !e.message.includes("/var/lib"));
+    // Ids that could name files outside the host's dirs never reach it.
+    await assert.rejects(client.destroy(".."), (e: unknown) => e instanceof DenError && e.code === "invalid_argument");
+    assert.deepEqual((await client.templates()).map((t) => t.name), ["base"]);
+
+    // Transfer progress reaches the client's onTransfer through the event stream.
+    const got = new Promise<TransferEvent>((resolve) => (client.onTransfer = resolve));
+    const ev: TransferEvent = { sandbox: "sbx_a", snapshot: "snap_b", direction: "upload", file: "state.bin", bytes: 5, total: 10, done: false };
+    for (let i = 0; i < 50 && !(await Promise.race([got.then(() => true), new Promise((r) => setTimeout(() => r(false), 100))])); i++) transfer?.(ev);
+    assert.deepEqual(await got, ev);
+
+    // A wrong secret on the client is a clear unauthorized at connect.
+    await assert.rejects(HttpHostAgent.connect(server.url, "not-the-secret-at-all"), (e: unknown) => e instanceof DenError && e.code === "unauthorized");
+    // Nobody listening: agent_unavailable, not a raw fetch error.
+    await assert.rejects(HttpHostAgent.connect("http://127.0.0.1:9", SECRET), (e: unknown) => e instanceof DenError && e.code === "agent_unavailable");
+  } finally {
+    client.close();
+    await server.close();
+  }
+});
+
+test("a request body off the protocol is refused before the agent sees it", async () => {
+  const app = await buildHostServer(fakeAgent({}), { secret: SECRET });
+  try {
+    const r = await app.inject({
+      method: "POST", url: "/host/v1/collect", headers: { authorization: `Bearer ${SECRET}`, "content-type": "application/json" },
+      payload: JSON.stringify({ snapshots: {}, pins: [] }),
+    });
+    assert.equal(r.statusCode, 400);
+    assert.equal(r.json().error.code, "invalid_argument");
+  } finally {
+    await app.close();
+  }
+});

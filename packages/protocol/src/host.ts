@@ -1,0 +1,396 @@
+/**
+ * The host-agent protocol: what the control plane asks of a machine that runs sandboxes,
+ * as zod schemas (the wire) and TypeScript interfaces (the seam). In single-node mode the
+ * interface is called in-process; over HTTP (`/host/v1`, HOST-PROTOCOL.md) every request
+ * and response is checked against these schemas, so what crosses is JSON and nothing else.
+ *
+ * Field names are the interface's own (camelCase), so neither side translates; templates
+ * use the /v1 names, since they are shown to users as they are.
+ */
+import type { Duplex } from "node:stream";
+import { z } from "zod";
+import { NetworkPolicy, NetworkStatus } from "./api.js";
+import type { DirEntry, FileStat, ListeningPort, ProcInfo, ProcReadReply, ProcWaitReply, PtySize } from "./messages.js";
+
+/** The protocol's version: a client refuses a host that speaks another. */
+export const PROTOCOL_VERSION = 1;
+
+/** Sandbox, snapshot, operation and template ids: the control plane picks them all. */
+/** No leading dot: an id names files on the host, and ".." must never be one. */
+const Id = z.string().min(1).max(128).regex(/^[A-Za-z0-9_@-][A-Za-z0-9_.@-]*$/, "ids are letters, digits, _ . @ - (not starting with a dot)");
+export { Id as HostId };
+const Count = z.number().int().min(0);
+const Positive = z.number().int().min(1);
+
+// ---- the data of control calls ----
+
+/** A snapshot in the object store: its id and the key prefix the control plane chose for it. */
+export const StoredRef = z.object({ id: Id, key: z.string().min(1).max(1024) });
+export type StoredRef = z.infer<typeof StoredRef>;
+
+/** What one VM holds while it exists (running or warm-hibernated); a cold one holds nothing. */
+export const Shape = z.object({ vcpus: Positive, memoryMb: Positive });
+export type Shape = z.infer<typeof Shape>;
+
+/** How much a host may hand out. */
+export const Capacity = z.object({
+  /** Guest memory, summed over every VM: memory is never overcommitted. */
+  memoryMb: Count,
+  /** vCPUs, summed over every VM (an agent's sandbox idles most of the time, so this may exceed the cores). */
+  vcpus: Count,
+  /** A new VM is refused while the data dir's filesystem has less free space than this. */
+  diskReserveMb: Count,
+});
+export type Capacity = z.infer<typeof Capacity>;
+
+export const CapacityReport = z.object({ capacity: Capacity, used: z.object({ vcpus: Count, memoryMb: Count, sandboxes: Count }) });
+export type CapacityReport = z.infer<typeof CapacityReport>;
+
+export const CreateSpec = z.object({
+  id: Id,
+  /** `name` or `name@version`. */
+  template: z.string().min(1).max(200),
+  vcpus: Positive.optional(),
+  memoryMb: Positive.optional(),
+  diskMb: Positive.optional(),
+  /** Brought up with the VM; a network that cannot come up takes the VM with it. */
+  network: NetworkPolicy.optional(),
+});
+export type HostCreateSpec = z.infer<typeof CreateSpec>;
+export const CheckCreateSpec = CreateSpec.omit({ id: true });
+
+/** A template made from a sandbox: a source (template or stored checkpoint) plus setup commands. */
+export const TemplateBuildSpec = z.object({
+  name: z.string().min(1).max(64),
+  fromTemplate: z.string().min(1).max(200).optional(),
+  fromCheckpoint: StoredRef.optional(),
+  setup: z.array(z.string().max(64 * 1024)).max(256),
+  setupTimeoutSeconds: Positive,
+});
+export type TemplateBuildSpec = z.infer<typeof TemplateBuildSpec>;
+
+export const SandboxInfo = z.object({ template: z.string(), templateVersion: z.string(), vcpus: Positive, memoryMb: Positive, diskMb: Positive });
+export type HostSandboxInfo = z.infer<typeof SandboxInfo>;
+
+/** Progress of one object of a snapshot moving to or from the store. */
+export const TransferEvent = z.object({
+  sandbox: z.string(),
+  snapshot: z.string(),
+  direction: z.enum(["upload", "download"]),
+  file: z.string(),
+  bytes: Count,
+  total: Count.nullable(),
+  done: z.boolean(),
+});
+export type TransferEvent = z.infer<typeof TransferEvent>;
+
+/** What a host holds now, in one call. */
+export const Inventory = z.object({
+  instance: z.string(),
+  vms: z.array(z.object({ id: z.string(), state: z.enum(["running", "paused", "stopped"]), cpuSeconds: z.number().nullable() })),
+  /** Complete local snapshots (warm hibernations). */
+  snapshots: z.array(z.string()),
+});
+export type HostInventory = z.infer<typeof Inventory>;
+
+/** A template version on a host, without where it lives there. */
+export const Template = z.object({
+  name: z.string(),
+  version: z.string(),
+  current: z.boolean(),
+  vcpus: Positive,
+  memory_mb: Positive,
+  disk_mb: Positive,
+  created_at: z.string(),
+});
+export type HostTemplate = z.infer<typeof Template>;
+export const BuiltTemplate = Template.extend({ reused: z.boolean() });
+export type BuiltTemplate = z.infer<typeof BuiltTemplate>;
+
+export const Refusals = NetworkStatus.shape.refused;
+export type Refusals = z.infer<typeof Refusals>;
+
+// ---- the control routes: one table both sides are built from ----
+
+export const Ok = z.object({});
+const OpBody = { op: Id };
+
+/** Who the host is (the client asks once, at connect). */
+export const HostInfo = z.object({ protocol: z.number().int(), instance: z.string() });
+export type HostInfo = z.infer<typeof HostInfo>;
+
+interface RouteDef {
+  method: "GET" | "POST" | "PUT" | "DELETE";
+  /** `:name` segments are filled from the call's arguments. */
+  path: string;
+  body?: z.ZodType;
+  response: z.ZodType;
+}
+
+const route = <const R extends RouteDef>(r: R): R => r;
+
+/**
+ * Every control call of `HostAgent` as a route. `op` is the operation id: asking again with
+ * the same one returns (or joins) the first answer.
+ */
+export const control = {
+  info: route({ method: "GET", path: "/host/v1/info", response: HostInfo }),
+  create: route({ method: "POST", path: "/host/v1/vms", body: z.object({ ...OpBody, spec: CreateSpec }), response: SandboxInfo }),
+  restore: route({ method: "POST", path: "/host/v1/vms/:id/restore", body: z.object({ ...OpBody, snapshot: StoredRef, network: NetworkPolicy.optional() }), response: SandboxInfo }),
+  destroy: route({ method: "DELETE", path: "/host/v1/vms/:id", response: Ok }),
+  hibernateWarm: route({ method: "POST", path: "/host/v1/vms/:id/hibernate-warm", body: z.object({ ...OpBody, snapshotId: Id }), response: Ok }),
+  upload: route({ method: "POST", path: "/host/v1/vms/:id/upload", body: z.object({ ...OpBody, to: StoredRef, fromWarm: Id.optional() }), response: z.object({ storedBytes: Count }) }),
+  wakeWarm: route({ method: "POST", path: "/host/v1/vms/:id/wake-warm", body: z.object({ ...OpBody, snapshotId: Id.nullable() }), response: Ok }),
+  checkpoint: route({ method: "POST", path: "/host/v1/vms/:id/checkpoint", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ pauseMs: z.number().min(0), storedBytes: Count }) }),
+  fork: route({ method: "POST", path: "/host/v1/vms/:id/fork", body: z.object({ ...OpBody, children: z.array(Id).min(1).max(64), network: NetworkPolicy.optional() }), response: z.object({ children: z.array(SandboxInfo) }) }),
+  resume: route({ method: "POST", path: "/host/v1/vms/:id/resume", response: Ok }),
+  cpuSeconds: route({ method: "GET", path: "/host/v1/vms/:id/cpu", response: z.object({ cpuSeconds: z.number().nullable() }) }),
+  setNetwork: route({ method: "PUT", path: "/host/v1/vms/:id/network", body: z.object({ policy: NetworkPolicy }), response: Ok }),
+  networkRefusals: route({ method: "GET", path: "/host/v1/vms/:id/network/refusals", response: z.object({ refused: Refusals.nullable() }) }),
+  dropLocalSnapshot: route({ method: "DELETE", path: "/host/v1/snapshots/:snapshotId", response: Ok }),
+  unpin: route({ method: "DELETE", path: "/host/v1/pins/:snapshotId", response: Ok }),
+  collectLocal: route({ method: "POST", path: "/host/v1/collect", body: z.object({ snapshots: z.array(Id).max(1_000_000), pins: z.array(Id).max(1_000_000) }), response: Ok }),
+  settled: route({ method: "GET", path: "/host/v1/ops/:op/settled", response: Ok }),
+  inventory: route({ method: "GET", path: "/host/v1/inventory", response: Inventory }),
+  checkCreate: route({ method: "POST", path: "/host/v1/admission/create", body: z.object({ spec: CheckCreateSpec }), response: Ok }),
+  checkCapacity: route({ method: "POST", path: "/host/v1/admission/shape", body: z.object({ shape: Shape }), response: Ok }),
+  capacity: route({ method: "GET", path: "/host/v1/capacity", response: CapacityReport }),
+  templates: route({ method: "GET", path: "/host/v1/templates", response: z.object({ templates: z.array(Template) }) }),
+  deleteTemplate: route({ method: "DELETE", path: "/host/v1/templates/:name", response: Ok }),
+  buildTemplate: route({ method: "POST", path: "/host/v1/templates/builds", body: z.object({ ...OpBody, spec: TemplateBuildSpec }), response: BuiltTemplate }),
+} as const;
+export type ControlRoutes = typeof control;
+
+/** `GET /host/v1/events`: NDJSON, one of these a line (a ping every few seconds keeps the stream honest). */
+export const HostEvent = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("transfer"), transfer: TransferEvent }),
+  z.object({ type: z.literal("ping") }),
+]);
+export type HostEvent = z.infer<typeof HostEvent>;
+
+/** A thrown DenError on the wire: its code, message and details, with the code's HTTP status. */
+export const ErrorBody = z.object({ error: z.object({ code: z.string(), message: z.string(), details: z.record(z.string(), z.unknown()).optional() }) });
+
+// ---- the control seam ----
+
+/**
+ * What the control plane asks of the machine that runs sandboxes. In single-node mode
+ * it is this process (LocalHostAgent). The control plane picks every id (sandboxes,
+ * snapshots, fork children) and records its intent before it asks; every mutating call
+ * carries the operation's id, and asking again with the same id returns the first answer.
+ * No call removes something the control plane's records may still need: a cold
+ * hibernate leaves the VM paused until the control plane has committed and destroys it.
+ */
+export interface HostAgent {
+  readonly instance: string;
+  /** Where the control plane reaches it: "local" (this process) or its base URL. */
+  readonly address: string;
+  create(op: string, spec: HostCreateSpec): Promise<HostSandboxInfo>;
+  /** A sandbox `id` from a stored snapshot (a checkpoint, or a lost sandbox's recovery); any VM of that id goes first. */
+  restore(op: string, id: string, snapshot: StoredRef, network?: NetworkPolicy): Promise<HostSandboxInfo>;
+  /** Throws `capacity_exhausted` if a create of this spec would not fit now (checked again by `create`). */
+  checkCreate(spec: Omit<HostCreateSpec, "id">): Promise<void>;
+  /** Throws `capacity_exhausted` if a VM of this shape would not fit now. */
+  checkCapacity(shape: Shape): Promise<void>;
+  /** What this host may hold and what it holds now. */
+  capacity(): Promise<CapacityReport>;
+  /** Removes the VM and every local file of it; nothing to do if it has none. */
+  destroy(id: string): Promise<void>;
+  /** Warm: snapshot `snapshotId` kept on this host, the VM paused in place. */
+  hibernateWarm(op: string, id: string, snapshotId: string): Promise<void>;
+  /**
+   * Cold, the first half: the VM's snapshot (or its warm snapshot `fromWarm`) goes to the
+   * store under `to`; the VM stays paused (or absent) for the control plane to destroy once
+   * it has committed. On failure the VM runs again (from running) and nothing is left.
+   */
+  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number }>;
+  /** Warm wake: resume in place, or restore from its local snapshot if the VM died. */
+  wakeWarm(op: string, id: string, snapshotId: string | null): Promise<void>;
+  /** A durable checkpoint in the store under `to`; the sandbox keeps running. */
+  checkpoint(op: string, id: string, to: StoredRef): Promise<{ pauseMs: number; storedBytes: number }>;
+  /** Forks a running sandbox into children with the given ids (each gets `network`). */
+  fork(op: string, id: string, children: string[], network?: NetworkPolicy): Promise<HostSandboxInfo[]>;
+  /** Deletes a local snapshot (a warm hibernation's), if it is there. */
+  dropLocalSnapshot(snapshotId: string): Promise<void>;
+  /** Lets go of the template version a stored snapshot needed (it is gone from the store). */
+  unpin(snapshotId: string): Promise<void>;
+  /** Local snapshots not in `snapshots`, and template pins of stored snapshots not in `pins`, are deleted. */
+  collectLocal(snapshots: string[], pins: string[]): Promise<void>;
+  /**
+   * Resolves once operation `op` is no longer running on this host (at once if it never
+   * ran here): a restarted control plane waits for what a surviving host is still doing
+   * before it decides from the facts.
+   */
+  settled(op: string): Promise<void>;
+  /** Every VM on this host (its state and CPU seconds) and its local snapshots, in one call. */
+  inventory(): Promise<HostInventory>;
+  /** Unfreezes a VM frozen by an operation that did not finish. */
+  resume(id: string): Promise<void>;
+  /** Host CPU seconds used by the sandbox's VM, if it has one. */
+  cpuSeconds(id: string): Promise<number | undefined>;
+  /**
+   * Gives a running sandbox this network policy (`none` takes its network away). Takes
+   * effect at once; a no-op if it already has exactly this policy.
+   */
+  setNetwork(id: string, policy: NetworkPolicy): Promise<void>;
+  /** Refused connection attempts since its network came up; undefined if it has none here. */
+  networkRefusals(id: string): Promise<Refusals | undefined>;
+  /** The guest side of a sandbox: exec, files, processes, tunnels (no call is made until one is used). */
+  guest(id: string): HostGuest;
+  templates(): Promise<HostTemplate[]>;
+  /** Retires a template and its size variants (versions in use stay until nothing uses them). */
+  deleteTemplate(name: string): Promise<void>;
+  /** Builds (or finds, if the same recipe was built before) a template version and makes it current. */
+  buildTemplate(op: string, spec: TemplateBuildSpec): Promise<BuiltTemplate>;
+  /** Called as snapshots move to and from the store (over HTTP: fed from `GET /host/v1/events`). */
+  onTransfer: ((t: TransferEvent) => void) | undefined;
+  close(): void;
+}
+
+// ---- the data plane: the guest of one sandbox ----
+
+export type GuestCommand = string | string[];
+
+export interface GuestExecOptions {
+  /** Working directory inside the guest (default `/`). */
+  cwd?: string;
+  env?: Record<string, string>;
+  /** Bytes given to the command's stdin, then EOF. */
+  stdin?: Buffer | string;
+  /** Kill the whole process tree after this many milliseconds. */
+  timeoutMs?: number;
+  /** Run on a pseudo-terminal of this size (stdout carries the terminal's output). */
+  pty?: PtySize;
+  /** Keep stdin open for `write()`. */
+  interactive?: boolean;
+  /** Buffered exec only: the most output kept per stream before the command is killed. */
+  maxOutputBytes?: number;
+}
+
+export interface GuestExit {
+  exitCode: number | null;
+  signal: number | null;
+  timedOut: boolean;
+}
+
+export interface GuestExecResult extends GuestExit {
+  stdout: Buffer;
+  stderr: Buffer;
+}
+
+export interface GuestChunk {
+  stream: "stdout" | "stderr";
+  data: Buffer;
+}
+
+/** A running streamed exec: read its output by async iteration, at the reader's pace. */
+export interface GuestExecProcess extends AsyncIterable<GuestChunk> {
+  readonly proc: number;
+  readonly pid: number;
+  /** Resolves when it has exited; without a reader its output is dropped so it can finish. */
+  wait(): Promise<GuestExit>;
+  write(data: Buffer | string): Promise<void>;
+  closeStdin(): void;
+  resize(rows: number, cols: number): Promise<void>;
+  signal(signal: number): Promise<void>;
+  /** Kills the whole process tree. */
+  kill(): Promise<void>;
+}
+
+export type GuestFileSource = Buffer | string | Uint8Array | AsyncIterable<Uint8Array>;
+
+/**
+ * Exactly what the API's routes and the port proxy use of a sandbox's guest. The runtime's
+ * `Sandbox` is one (single-node mode: no hop at all); `HttpGuest` is one over `/host/v1`.
+ */
+export interface HostGuest {
+  exec(command: GuestCommand, opts?: GuestExecOptions): Promise<GuestExecResult>;
+  execStream(command: GuestCommand, opts?: GuestExecOptions): Promise<GuestExecProcess>;
+  /** A background process; its output is kept in ring buffers in the guest. */
+  spawn(command: GuestCommand, opts?: GuestExecOptions & { bufferBytes?: number }): Promise<{ proc: number; pid: number }>;
+  readonly processes: {
+    list(): Promise<ProcInfo[]>;
+    read(proc: number, channel: "stdout" | "stderr", offset?: number, max?: number): Promise<ProcReadReply>;
+    wait(proc: number, timeoutMs?: number): Promise<ProcWaitReply>;
+    write(proc: number, data: Buffer | string, eof?: boolean): Promise<void>;
+    signal(proc: number, signal: number): Promise<void>;
+    kill(proc: number): Promise<void>;
+  };
+  readonly files: {
+    readStream(path: string, opts?: { offset?: number; length?: number }): AsyncGenerator<Buffer>;
+    write(path: string, data: GuestFileSource, opts?: { mode?: number; parents?: boolean }): Promise<number>;
+    stat(path: string): Promise<FileStat>;
+    list(path: string): Promise<{ entries: DirEntry[]; truncated: boolean }>;
+    mkdir(path: string, opts?: { parents?: boolean; mode?: number }): Promise<void>;
+    remove(path: string, opts?: { recursive?: boolean }): Promise<void>;
+    rename(from: string, to: string): Promise<void>;
+  };
+  /** A TCP connection to `port` on the guest's loopback (works with no sandbox network). */
+  tunnel(port: number): Promise<Duplex>;
+  listeningPorts(): Promise<ListeningPort[]>;
+}
+
+// ---- the data plane's wire ----
+
+export const GuestPath = z.string().min(1).max(4096);
+export const ExecOptionsWire = z.object({
+  cwd: z.string().max(4096).optional(),
+  env: z.record(z.string(), z.string()).optional(),
+  stdin_b64: z.string().optional(),
+  timeoutMs: z.number().min(0).optional(),
+  pty: z.object({ rows: z.number().int().min(1).max(1000), cols: z.number().int().min(1).max(1000) }).optional(),
+  interactive: z.boolean().optional(),
+  maxOutputBytes: Positive.optional(),
+  bufferBytes: Positive.optional(),
+});
+export const ExecRequest = z.object({ command: z.union([z.string().min(1), z.array(z.string()).min(1)]), options: ExecOptionsWire });
+export type ExecRequest = z.infer<typeof ExecRequest>;
+const ExitWire = { exitCode: z.number().int().nullable(), signal: z.number().int().nullable(), timedOut: z.boolean() };
+export const ExecResultWire = z.object({ stdout_b64: z.string(), stderr_b64: z.string(), ...ExitWire });
+export const Spawned = z.object({ proc: z.number().int(), pid: z.number().int() });
+
+const ProcInfoWire = z.object({
+  proc: z.number().int(), pid: z.number().int(), argv: z.array(z.string()).optional(), cmd: z.string().optional(),
+  mode: z.enum(["stream", "buffer"]), running: z.boolean(), exit_code: z.number().int().nullable(), signal: z.number().int().nullable(),
+  timed_out: z.boolean(), started_ms: z.number(),
+});
+export const ProcList = z.object({ processes: z.array(ProcInfoWire) });
+export const ProcRead = z.object({ data: z.string(), offset: Count, next_offset: Count, dropped: z.boolean(), eof: z.boolean() });
+export const ProcWait = z.union([
+  z.object({ running: z.literal(true) }),
+  z.object({ running: z.literal(false), exit_code: z.number().int().nullable(), signal: z.number().int().nullable(), timed_out: z.boolean() }),
+]);
+export const ProcInput = z.object({ data_b64: z.string(), eof: z.boolean() });
+export const ProcSignal = z.object({ signal: z.number().int().min(1).max(64) });
+const FileType = z.enum(["file", "dir", "symlink", "other"]);
+export const FileStatWire = z.object({ type: FileType, size: z.number(), mode: z.number().int(), mtime_ms: z.number(), uid: z.number().int(), gid: z.number().int(), target: z.string().optional() });
+export const FileList = z.object({ entries: z.array(z.object({ name: z.string(), type: FileType, size: z.number(), mode: z.number().int(), mtime_ms: z.number() })), truncated: z.boolean() });
+export const Written = z.object({ bytes: Count });
+export const Mkdir = z.object({ path: GuestPath, parents: z.boolean().optional(), mode: z.number().int().min(0).max(0o7777).optional() });
+export const Rename = z.object({ from: GuestPath, to: GuestPath });
+export const Ports = z.object({ ports: z.array(z.object({ port: z.number().int(), address: z.string(), family: z.union([z.literal(4), z.literal(6)]), pid: z.number().int().optional(), process: z.string().optional() })) });
+
+/**
+ * `GET /host/v1/sandboxes/:id/exec/ws` (a WebSocket): the client's first message is an
+ * ExecRequest (text). Then binary messages are `[channel byte, ...bytes]` (0 stdin from the
+ * client; 1 stdout, 2 stderr from the host) and text messages are JSON control.
+ */
+export const ExecChannel = { stdin: 0, stdout: 1, stderr: 2 } as const;
+export const ExecClientMessage = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("close_stdin") }),
+  z.object({ type: z.literal("resize"), id: Count, rows: z.number().int().min(1).max(1000), cols: z.number().int().min(1).max(1000) }),
+  z.object({ type: z.literal("signal"), id: Count, signal: z.number().int().min(1).max(64) }),
+  z.object({ type: z.literal("kill"), id: Count }),
+]);
+export type ExecClientMessage = z.infer<typeof ExecClientMessage>;
+export const ExecServerMessage = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("started"), proc: z.number().int(), pid: z.number().int() }),
+  /** The answer to a control message of the same id. */
+  z.object({ type: z.literal("ack"), id: Count, error: ErrorBody.shape.error.optional() }),
+  z.object({ type: z.literal("exit"), ...ExitWire }),
+  z.object({ type: z.literal("error"), error: ErrorBody.shape.error }),
+]);
+export type ExecServerMessage = z.infer<typeof ExecServerMessage>;
+
+/** The tunnel route: an `Upgrade: den-tcp` GET, then raw bytes both ways. */
+export const tunnelPath = (id: string, port: number): string => `/host/v1/sandboxes/${encodeURIComponent(id)}/tunnel/${port}`;
