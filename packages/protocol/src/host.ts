@@ -263,7 +263,7 @@ export interface GuestExecOptions {
   pty?: PtySize;
   /** Keep stdin open for `write()`. */
   interactive?: boolean;
-  /** Buffered exec only: the most output kept per stream before the command is killed. */
+  /** Buffered exec only: the most output kept per stream before the command is killed (the runtime's default: 64 MiB). */
   maxOutputBytes?: number;
 }
 

@@ -1,40 +1,14 @@
-import { Channel, DenError, type ExitEvent, type PtySize } from "@den/protocol";
+import { Channel, DenError, type ExitEvent, type GuestChunk, type GuestExecOptions, type GuestExecResult, type GuestExit } from "@den/protocol";
 import type { AgentClient } from "./agent-client.js";
 
 /** Credit granted per output channel: how far the guest may run ahead of the reader. */
 const OUTPUT_WINDOW = 256 * 1024;
 
-export interface ExecOptions {
-  /** Working directory inside the guest (default `/`). */
-  cwd?: string;
-  /** Extra environment variables. */
-  env?: Record<string, string>;
-  /** Bytes given to the command's stdin, then EOF. */
-  stdin?: Buffer | string;
-  /** Kill the whole process tree after this many milliseconds. */
-  timeoutMs?: number;
-  /** Run on a pseudo-terminal of this size (stdout carries the terminal's output). */
-  pty?: PtySize;
-  /** Keep stdin open for `write()` (streamed exec only). */
-  interactive?: boolean;
-  /** Buffered exec only: the most output kept per stream before the command is killed (default 64 MiB). */
-  maxOutputBytes?: number;
-}
-
-export interface ExecResult {
-  stdout: Buffer;
-  stderr: Buffer;
-  exitCode: number | null;
-  signal: number | null;
-  timedOut: boolean;
-}
-
-export interface ExecChunk {
-  stream: "stdout" | "stderr";
-  data: Buffer;
-}
-
-export type ExitInfo = Omit<ExecResult, "stdout" | "stderr">;
+/** The guest's exec contract lives in the protocol (the host agent serves the same over HTTP); these are its names here. */
+export type ExecOptions = GuestExecOptions;
+export type ExecResult = GuestExecResult;
+export type ExecChunk = GuestChunk;
+export type ExitInfo = GuestExit;
 
 export type Command = string | string[];
 

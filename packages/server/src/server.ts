@@ -71,8 +71,12 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
       clearInterval(refusals);
       clearInterval(gc);
       await app.close();
-      const r = await cp.hibernateAllCold(Date.now() + config.defaults.shutdownTimeoutSeconds * 1000);
-      if (r.done || r.left) app.log.info(r, "clean stop: sandboxes cold-hibernated (the rest are adopted at the next start)");
+      // Single node: no VM outlives a clean stop. A control plane of a separate host agent
+      // touches none of its VMs when it stops (they keep running, and it finds them again).
+      if (config.hostAgent.kind !== "remote") {
+        const r = await cp.hibernateAllCold(Date.now() + config.defaults.shutdownTimeoutSeconds * 1000);
+        if (r.done || r.left) app.log.info(r, "clean stop: sandboxes cold-hibernated (the rest are adopted at the next start)");
+      }
       await closeHost();
       await db.destroy();
     },

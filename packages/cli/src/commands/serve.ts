@@ -22,7 +22,9 @@ export function registerServe(program: Command): void {
       const stop = (signal: string) => {
         if (stopping) return;
         stopping = true;
-        logLine(`den: ${signal}: stopping; cold-hibernating sandboxes (up to ${config.defaults.shutdownTimeoutSeconds} s)`);
+        logLine(config.hostAgent.kind === "remote"
+          ? `den: ${signal}: stopping; the host agent's VMs keep running`
+          : `den: ${signal}: stopping; cold-hibernating sandboxes (up to ${config.defaults.shutdownTimeoutSeconds} s)`);
         server.close().then(() => process.exit(0), () => process.exit(1));
       };
       process.on("SIGTERM", () => stop("SIGTERM"));
