@@ -91,10 +91,6 @@ export class Store {
     await this.db.insertInto("operations").values(op).execute();
   }
 
-  async getOperation(id: string): Promise<OperationRow | undefined> {
-    return this.db.selectFrom("operations").selectAll().where("id", "=", id).executeTakeFirst();
-  }
-
   async finishOperation(id: string, status: "done" | "failed" | "rolled_back", at: number, result: unknown, error: string | null): Promise<void> {
     await this.db.updateTable("operations").set({ status, finished_at: at, result: result === undefined ? null : JSON.stringify(result), error })
       .where("id", "=", id).where("status", "=", "pending").execute();
@@ -241,14 +237,6 @@ export class Store {
   async countByState(): Promise<Record<string, number>> {
     const rows = await this.db.selectFrom("sandboxes").select(["state", (eb) => eb.fn.countAll<number>().as("n")]).groupBy("state").execute();
     return Object.fromEntries(rows.map((r) => [r.state, Number(r.n)]));
-  }
-
-  /** Every snapshot id the database points at: hibernated sandboxes' and checkpoints'. */
-  async referencedSnapshots(): Promise<Set<string>> {
-    const ids = new Set<string>();
-    for (const r of await this.db.selectFrom("sandboxes").select("hibernate_snapshot").where("state", "!=", "destroyed").where("hibernate_snapshot", "is not", null).execute()) ids.add(r.hibernate_snapshot!);
-    for (const r of await this.db.selectFrom("checkpoints").select("id").execute()) ids.add(r.id);
-    return ids;
   }
 
   // ---- usage ----
