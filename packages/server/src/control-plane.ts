@@ -63,7 +63,7 @@ export class ControlPlane {
     this.checkpoints = new Checkpoints(this.ctx, this.queue, this.lifecycle);
     this.templates = new Templates(this.ctx, this.checkpoints);
     this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => this.activeExecs.has(id), touch: (id) => this.touch(id) });
-    this.recovery = new Recovery(this.ctx, this.lifecycle, this.network, this.templates);
+    this.recovery = new Recovery(this.ctx, this.lifecycle, this.network, this.templates, (id) => this.reaper.markLost(id));
     this.gc = new StoreGc(this.ctx);
     host.onTransfer = (t) => {
       this.log.info(t, `${t.direction} ${t.file}: ${t.bytes}${t.total !== null ? ` of ${t.total}` : ""} bytes`);

@@ -18,7 +18,14 @@ export class Recovery {
   /** Operations begun before this start belong to no one here: any still pending is settled by retry(). */
   private readonly startedAt: number;
 
-  constructor(private readonly ctx: Ctx, private readonly lifecycle: Lifecycle, private readonly network: NetworkPolicies, private readonly templates: Templates) {
+  constructor(
+    private readonly ctx: Ctx,
+    private readonly lifecycle: Lifecycle,
+    private readonly network: NetworkPolicies,
+    private readonly templates: Templates,
+    /** The reaper's one way of marking a running sandbox whose VM is gone `lost`. */
+    private readonly markLost: (id: string) => Promise<void>,
+  ) {
     this.startedAt = ctx.clock.now();
   }
 
@@ -151,7 +158,7 @@ export class Recovery {
    * goes; VMs of destroyed or unknown sandboxes are destroyed.
    */
   private async reconcile(): Promise<void> {
-    const { store, host, ops } = this.ctx;
+    const { store, host } = this.ctx;
     const inv = await host.inventory();
     const vms = new Map(inv.vms.map((v) => [v.id, v]));
     const live = await store.liveSandboxes();
@@ -160,10 +167,7 @@ export class Recovery {
       if (row.op_id) continue;
       const vm = vms.get(row.id);
       if (row.state === "running" && (!vm || vm.state === "stopped")) {
-        const op = ops.newOp("destroy", row.id, "host_lost", { lost: true });
-        await ops.begin(row, op);
-        await host.destroy(row.id);
-        await ops.finish(op, row.id, { state: "lost", reason: "host_lost" });
+        await this.markLost(row.id);
       } else if (row.state === "running" && vm?.state === "paused") {
         // Frozen by an operation of an earlier version that never finished: running wins.
         await host.resume(row.id);
