@@ -306,6 +306,7 @@ export class LocalHostAgent implements HostAgent {
       instance: this.instance,
       vms: this.rt.list().map((s) => ({ id: s.id, state: !s.vmAlive() ? "stopped" : s.state === "paused" ? "paused" : "running", cpuSeconds: s.cpuSeconds() ?? null })),
       snapshots: (await this.rt.listSnapshots()).map((s) => s.id),
+      capacity: await this.capacity(),
     };
   }
 

@@ -3,3 +3,4 @@ export { Admission, defaultCapacity, type Capacity, type Shape } from "./admissi
 export { buildHostServer, startHostServer, type HostServerOptions, type RunningHostServer } from "./http/server.js";
 export { HttpHostAgent } from "./http/client.js";
 export { HttpGuest } from "./http/guest-client.js";
+export { WORK_HEADER, processCpuSeconds, reportHostWork, withHostWork } from "./work.js";

@@ -346,8 +346,15 @@ export const HostCapacity = z.object({
 });
 export type HostCapacity = z.infer<typeof HostCapacity>;
 
-/** A host agent the control plane places sandboxes on: its instance id, where it is ("local": in the server's process), its capacity and use. */
-export const HostEntry = z.object({ id: z.string(), url: z.string(), capacity: HostCapacity.shape.capacity, used: HostCapacity.shape.used });
+/**
+ * A host agent the control plane places sandboxes on: its instance id, where it is ("local":
+ * in the server's process), whether it answers now, its capacity and use (null while it does
+ * not answer), and how many live sandboxes the database places on it.
+ */
+export const HostEntry = z.object({
+  id: z.string(), url: z.string(), status: z.enum(["up", "unreachable"]), error: z.string().nullable(),
+  capacity: HostCapacity.shape.capacity.nullable(), used: HostCapacity.shape.used.nullable(), sandboxes: z.number().int(),
+});
 export type HostEntry = z.infer<typeof HostEntry>;
 export const HostList = z.object({ hosts: z.array(HostEntry) });
 export type HostList = z.infer<typeof HostList>;

@@ -90,6 +90,8 @@ export const Inventory = z.object({
   vms: z.array(z.object({ id: z.string(), state: z.enum(["running", "paused", "stopped"]), cpuSeconds: z.number().nullable() })),
   /** Complete local snapshots (warm hibernations). */
   snapshots: z.array(z.string()),
+  /** What it may hold and holds now (as `capacity` answers). */
+  capacity: CapacityReport,
 });
 export type HostInventory = z.infer<typeof Inventory>;
 

@@ -71,18 +71,21 @@ export interface ServerConfig {
   /**
    * Where the host agent runs: in this process (`local`, single-node mode: no network hop);
    * in this process behind a real HTTP hop on 127.0.0.1 (`loopback`, DEN_HOST_TRANSPORT=loopback:
-   * every host call crosses the wire protocol); or another process (`remote`, DEN_HOST_AGENT_URL
-   * + DEN_HOST_SECRET, or `den serve --host-agent URL`: this server runs no VM itself).
+   * every host call crosses the wire protocol); or other processes (`remote`, DEN_HOST_AGENT_URL
+   * + DEN_HOST_SECRET, or `den serve --host-agent URL`: one or more host agents, comma-separated
+   * or the flag repeated, all with the one shared secret; this server runs no VM itself).
    */
-  hostAgent: { kind: "local" } | { kind: "loopback" } | { kind: "remote"; url: string; secret: string };
+  hostAgent: { kind: "local" } | { kind: "loopback" } | { kind: "remote"; urls: string[]; secret: string };
 }
 
-function hostAgentConfig(url: string | undefined, env: NodeJS.ProcessEnv): ServerConfig["hostAgent"] {
-  if (url) {
-    if (!/^https?:\/\//.test(url)) throw new Error(`the host agent URL must be http(s)://..., got ${url}`);
+function hostAgentConfig(list: string | undefined, env: NodeJS.ProcessEnv): ServerConfig["hostAgent"] {
+  const urls = (list ?? "").split(",").map((u) => u.trim().replace(/\/+$/, "")).filter(Boolean);
+  if (urls.length) {
+    for (const url of urls) if (!/^https?:\/\/[^/]/.test(url)) throw new Error(`a host agent URL must be http(s)://..., got ${url}`);
+    if (new Set(urls).size !== urls.length) throw new Error(`a host agent is given twice: ${urls.join(", ")}`);
     const secret = env.DEN_HOST_SECRET;
-    if (!secret) throw new Error("a remote host agent (DEN_HOST_AGENT_URL, --host-agent) needs its secret in DEN_HOST_SECRET");
-    return { kind: "remote", url: url.replace(/\/+$/, ""), secret };
+    if (!secret) throw new Error("remote host agents (DEN_HOST_AGENT_URL, --host-agent) need their shared secret in DEN_HOST_SECRET");
+    return { kind: "remote", urls, secret };
   }
   const transport = env.DEN_HOST_TRANSPORT ?? "local";
   if (transport !== "local" && transport !== "loopback") throw new Error(`DEN_HOST_TRANSPORT must be local or loopback, got ${transport}`);

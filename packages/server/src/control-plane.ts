@@ -1,14 +1,14 @@
-import { DenError, api, type HostGuest } from "@den/protocol";
+import { DenError, api, type HostAgent, type HostGuest, type host } from "@den/protocol";
 import { newId } from "@den/runtime";
 import type { ObjectStore } from "@den/store";
 import type { ServerConfig } from "./config.js";
-import type { HostAgent } from "@den/protocol";
 import { type CheckpointRow, type Principal, type SandboxRow, type Store } from "./store.js";
 import { Meter, meteredState } from "./meter.js";
 import { usageReport } from "./usage.js";
 import { Metrics } from "./metrics.js";
 import { Checkpoints } from "./control/checkpoints.js";
-import { modeOf, type Ctx, type HibernateMode } from "./control/context.js";
+import { hostOfId, modeOf, type Ctx, type HibernateMode } from "./control/context.js";
+import { HostPool } from "./control/hosts.js";
 import { StoreGc } from "./control/gc.js";
 import { Lifecycle } from "./control/lifecycle.js";
 import { NetworkPolicies } from "./control/network-policy.js";
@@ -44,20 +44,23 @@ export class ControlPlane {
   readonly recovery: Recovery;
   readonly gc: StoreGc;
   private readonly ctx: Ctx;
+  /** The host agents sandboxes run on, and which one each sandbox is on. */
+  readonly hosts: HostPool;
 
   constructor(
     readonly store: Store,
-    readonly host: HostAgent,
+    hosts: readonly HostAgent[],
     readonly config: ServerConfig,
     objects: ObjectStore,
     deployment: string,
     readonly clock: Clock = systemClock,
   ) {
-    this.meter = new Meter(host);
-    this.metrics = new Metrics(store, host);
+    this.hosts = new HostPool(hosts);
+    this.meter = new Meter(async (id) => (await hostOfId(this.ctx, id)).cpuSeconds(id));
+    this.metrics = new Metrics(store, () => this.capacity());
     this.ops = new Operations(store, this.meter, this.metrics, clock, config.limits.eventsPerSandbox);
     const log = { info: (o: object, m: string) => this.log.info(o, m), warn: (o: object, m: string) => this.log.warn(o, m) };
-    this.ctx = { store, host, objects, deployment, config, clock, ops: this.ops, meter: this.meter, metrics: this.metrics, log };
+    this.ctx = { store, hosts: this.hosts, objects, deployment, config, clock, ops: this.ops, meter: this.meter, metrics: this.metrics, log };
     this.network = new NetworkPolicies(this.ctx, this.queue, (p, id) => this.owned(p, id));
     this.lifecycle = new Lifecycle(this.ctx, this.queue, this.network);
     this.checkpoints = new Checkpoints(this.ctx, this.queue, this.lifecycle);
@@ -65,10 +68,38 @@ export class ControlPlane {
     this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => this.activeExecs.has(id), touch: (id) => this.touch(id) });
     this.recovery = new Recovery(this.ctx, this.lifecycle, this.network, this.templates, (id) => this.reaper.markLost(id));
     this.gc = new StoreGc(this.ctx);
-    host.onTransfer = (t) => {
-      this.log.info(t, `${t.direction} ${t.file}: ${t.bytes}${t.total !== null ? ` of ${t.total}` : ""} bytes`);
-      this.ops.event(t.sandbox, "transfer.progress", null, { ...t }).catch(() => undefined);
-    };
+    for (const h of hosts) {
+      h.onTransfer = (t) => {
+        this.log.info(t, `${t.direction} ${t.file}: ${t.bytes}${t.total !== null ? ` of ${t.total}` : ""} bytes`);
+        this.ops.event(t.sandbox, "transfer.progress", null, { ...t }).catch(() => undefined);
+      };
+    }
+  }
+
+  /** What all reachable hosts may hold and hold now, added up. */
+  async capacity(): Promise<host.CapacityReport> {
+    const sum: host.CapacityReport = { capacity: { vcpus: 0, memoryMb: 0, diskReserveMb: 0 }, used: { vcpus: 0, memoryMb: 0, sandboxes: 0 } };
+    for (const r of await this.hosts.each((h) => h.capacity())) {
+      if (!r.ok) continue;
+      sum.capacity.vcpus += r.value.capacity.vcpus;
+      sum.capacity.memoryMb += r.value.capacity.memoryMb;
+      sum.capacity.diskReserveMb += r.value.capacity.diskReserveMb;
+      sum.used.vcpus += r.value.used.vcpus;
+      sum.used.memoryMb += r.value.used.memoryMb;
+      sum.used.sandboxes += r.value.used.sandboxes;
+    }
+    return sum;
+  }
+
+  /** Each host agent: where it is, whether it answers, its capacity and use, and how many sandboxes live on it. */
+  async hostList(): Promise<api.HostEntry[]> {
+    const counts = await this.store.countLiveByHost();
+    return (await this.hosts.each((h) => h.capacity())).map((r) => ({
+      id: r.host.instance, url: r.host.address, status: r.ok ? "up" : "unreachable", error: r.ok ? null : (r.error as Error).message,
+      capacity: r.ok ? { memory_mb: r.value.capacity.memoryMb, vcpus: r.value.capacity.vcpus, disk_reserve_mb: r.value.capacity.diskReserveMb } : null,
+      used: r.ok ? { memory_mb: r.value.used.memoryMb, vcpus: r.value.used.vcpus, sandboxes: r.value.used.sandboxes } : null,
+      sandboxes: (counts.get(r.host.instance) ?? 0) + (r.host === this.hosts.first ? counts.get(null) ?? 0 : 0),
+    }));
   }
 
   get deployment(): string {
@@ -210,7 +241,7 @@ export class ControlPlane {
     if (row.state === "destroyed") throw new DenError("sandbox_destroyed", `sandbox ${id} has been destroyed`);
     if (row.state !== "running") throw new DenError("sandbox_not_running", `sandbox ${id} is ${row.state}`);
     await this.touch(id);
-    return this.host.guest(id);
+    return this.hosts.of(row).guest(id);
   }
 
   /** The caller's sandbox and its guest, for the exec, file and process routes. */
@@ -277,7 +308,7 @@ export class ControlPlane {
     // An admin without `owner` sees every owner; anyone else sees their own.
     const owner = q.owner ?? (p.admin ? undefined : p.owner);
     const segments = await this.store.segments(from, to, owner);
-    const cpu = new Map((await this.host.inventory()).vms.map((v) => [v.id, v.cpuSeconds ?? undefined]));
+    const cpu = await this.hosts.cpu();
     for (const row of await this.store.liveSandboxes()) {
       if (owner !== undefined && row.owner !== owner) continue;
       const state = meteredState(row);

@@ -47,6 +47,8 @@ export interface SandboxesTable {
   op_id: string | null;
   op_kind: string | null;
   op_since: number | null;
+  /** The host agent (instance id) its VM and local snapshots are on; null: the first host (rows from before hosts were recorded). */
+  host_id: string | null;
 }
 
 /**

@@ -4,9 +4,9 @@ import type { ObjectStore } from "@den/store";
 import { HttpHostAgent, LocalHostAgent, startHostServer } from "@den/host-agent";
 import type { ServerConfig } from "./config.js";
 
-/** The host agent the control plane talks to, and how to let go of it. */
+/** The host agents the control plane talks to, and how to let go of them. */
 export interface HostConnection {
-  host: HostAgent;
+  hosts: HostAgent[];
   close(): Promise<void>;
 }
 
@@ -14,23 +14,30 @@ export interface HostConnection {
  * Opens the host agent the config names. `local`: a LocalHostAgent in this process, called
  * directly (single-node mode, as before the split). `loopback`: the same, but served on
  * 127.0.0.1 with a random secret and reached through HttpHostAgent, so every call crosses
- * the real wire (the suite runs this way too). `remote`: `den host run` elsewhere; this
- * process opens no runtime and takes no lock on the VMs' data dir.
+ * the real wire (the suite runs this way too). `remote`: one or more `den host run`
+ * elsewhere (each must answer now: a typo in the list should stop the start, not strand
+ * sandboxes); this process opens no runtime and takes no lock on the VMs' data dir.
  */
 export async function connectHost(config: ServerConfig, objects: ObjectStore, log?: object | boolean): Promise<HostConnection> {
   const where = config.hostAgent;
   if (where.kind === "remote") {
-    const host = await HttpHostAgent.connect(where.url, where.secret);
-    return { host, close: async () => host.close() };
+    const hosts: HttpHostAgent[] = [];
+    try {
+      for (const url of where.urls) hosts.push(await HttpHostAgent.connect(url, where.secret));
+    } catch (e) {
+      for (const h of hosts) h.close();
+      throw e;
+    }
+    return { hosts, close: async () => hosts.forEach((h) => h.close()) };
   }
   const local = await LocalHostAgent.open(config.dataDir, objects, config.capacity);
-  if (where.kind === "local") return { host: local, close: async () => local.close() };
+  if (where.kind === "local") return { hosts: [local], close: async () => local.close() };
   try {
     const secret = randomBytes(32).toString("base64url");
     const server = await startHostServer(local, { secret, port: 0, host: "127.0.0.1", ...(log !== undefined ? { logger: log } : {}) });
     const host = await HttpHostAgent.connect(server.url, secret);
     return {
-      host,
+      hosts: [host],
       async close() {
         host.close();
         await server.close();

@@ -1,4 +1,4 @@
-import type { HostAgent } from "@den/protocol";
+import { processCpuSeconds, withHostWork } from "@den/host-agent";
 import type { SandboxRow, Store } from "./store.js";
 
 /** The states a sandbox is billed in; others (creating, lost, error, destroyed) cost nothing. */
@@ -10,15 +10,6 @@ export function meteredState(row: Pick<SandboxRow, "state" | "hibernate_mode">):
   return null;
 }
 
-/**
- * CPU seconds this process has used (its threads: compression and hashing run on the
- * thread pool). Reaped children are left out on purpose: a QEMU that ends is reaped by
- * this process, and its whole life's CPU would land here.
- */
-export function denCpuSeconds(): number {
-  const { user, system } = process.cpuUsage();
-  return (user + system) / 1e6;
-}
 
 /**
  * Meters sandboxes in segments: a sandbox's open segment starts at `meter_since` (in its
@@ -30,25 +21,29 @@ export class Meter {
   private denCpu = new Map<string, number>();
   private lastCpu = new Map<string, number>();
 
-  constructor(private readonly host: HostAgent) {}
+  /** `cpuSeconds`: a sandbox's VM's CPU counter, from the host it is on. */
+  constructor(private readonly cpuSeconds: (id: string) => Promise<number | undefined>) {}
 
   /** Reads the VM's CPU counter now: call before an operation that may end the VM. */
   async sample(id: string): Promise<number | undefined> {
-    const c = await this.host.cpuSeconds(id);
+    const c = await this.cpuSeconds(id);
     if (c !== undefined) this.lastCpu.set(id, c);
     return c;
   }
 
-  /** Runs host work done for `ids` and charges its CPU to them (split evenly). */
+  /**
+   * Runs host work done for `ids` and charges its CPU to them (split evenly): what a host
+   * over HTTP reported for the calls, or else (the host in this process) what this
+   * process spent meanwhile (compression and hashing on its thread pool included).
+   */
   async work<T>(ids: string | string[], fn: () => Promise<T>): Promise<T> {
-    const c0 = denCpuSeconds();
-    try {
-      return await fn();
-    } finally {
+    const c0 = processCpuSeconds();
+    return withHostWork(fn, (reported) => {
+      const spent = reported > 0 ? reported : processCpuSeconds() - c0;
       const list = typeof ids === "string" ? [ids] : ids;
-      const share = (denCpuSeconds() - c0) / Math.max(1, list.length);
+      const share = spent / Math.max(1, list.length);
       for (const id of list) this.denCpu.set(id, (this.denCpu.get(id) ?? 0) + share);
-    }
+    });
   }
 
   /** Den CPU charged to a sandbox and not yet in a closed segment. */

@@ -1,6 +1,8 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { api } from "@den/protocol";
-import type { HostAgent } from "@den/protocol";
+import type { host } from "@den/protocol";
+
+type CapacityReport = host.CapacityReport;
 import type { Store } from "./store.js";
 
 /**
@@ -28,7 +30,7 @@ export class Metrics {
     labelNames: ["action", "reason"] as const, registers: [this.registry],
   });
 
-  constructor(store: Store, host: HostAgent) {
+  constructor(store: Store, capacityOf: () => Promise<CapacityReport>) {
     collectDefaultMetrics({ register: this.registry, prefix: "den_" });
     const reg = [this.registry];
     new Gauge({
@@ -44,17 +46,17 @@ export class Metrics {
         this.set(await store.storedBytes());
       },
     });
-    const capacity = (name: string, help: string, pick: (c: Awaited<ReturnType<HostAgent["capacity"]>>) => { capacity: number; used: number }) =>
+    const capacity = (name: string, help: string, pick: (c: CapacityReport) => { capacity: number; used: number }) =>
       new Gauge({
         name, help, labelNames: ["kind"] as const, registers: reg,
         async collect() {
-          const v = pick(await host.capacity());
+          const v = pick(await capacityOf());
           this.set({ kind: "capacity" }, v.capacity);
           this.set({ kind: "used" }, v.used);
         },
       });
-    capacity("den_host_memory_mb", "Guest memory this host may hold, and what running and warm sandboxes hold", (c) => ({ capacity: c.capacity.memoryMb, used: c.used.memoryMb }));
-    capacity("den_host_vcpus", "vCPUs this host may hold, and what running and warm sandboxes hold", (c) => ({ capacity: c.capacity.vcpus, used: c.used.vcpus }));
+    capacity("den_host_memory_mb", "Guest memory the hosts may hold, and what running and warm sandboxes hold", (c) => ({ capacity: c.capacity.memoryMb, used: c.used.memoryMb }));
+    capacity("den_host_vcpus", "vCPUs the hosts may hold, and what running and warm sandboxes hold", (c) => ({ capacity: c.capacity.vcpus, used: c.used.vcpus }));
   }
 
   /** Times `fn` as operation `op`. */

@@ -181,4 +181,10 @@ export const migrations: Record<string, Migration> = {
       }
     },
   },
+  "010_sandbox_hosts": {
+    async up(db: Kysely<any>): Promise<void> {
+      // Which host agent holds the sandbox; null (every row before this) means the first one given.
+      await db.schema.alterTable("sandboxes").addColumn("host_id", "varchar(64)").execute();
+    },
+  },
 };

@@ -27,9 +27,9 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   const db = await openDatabase(config.dataDir);
   const store = new Store(db);
   const objects = openStore(config);
-  const { host, close: closeHost } = await connectHost(config, objects);
+  const { hosts, close: closeHost } = await connectHost(config, objects);
   const deployment = await store.setting("deployment_id", newDeploymentId);
-  const cp = new ControlPlane(store, host, config, objects, deployment, opts.clock ?? systemClock);
+  const cp = new ControlPlane(store, hosts, config, objects, deployment, opts.clock ?? systemClock);
   let createdAdminKey: string | undefined;
   try {
     if (config.apiKey) {

@@ -205,6 +205,18 @@ export class Store {
   }
 
   /** Sandboxes that are not destroyed (what the host must hold or be able to restore). */
+  /** Gives rows recorded before sandboxes had a host (host_id null) to `host`. */
+  async assignUnplacedSandboxes(host: string): Promise<void> {
+    await this.db.updateTable("sandboxes").set({ host_id: host }).where("host_id", "is", null).where("state", "!=", "destroyed").execute();
+  }
+
+  /** Live sandboxes per host (null: not yet assigned). */
+  async countLiveByHost(): Promise<Map<string | null, number>> {
+    const rows = await this.db.selectFrom("sandboxes").select(["host_id", (eb) => eb.fn.countAll<number>().as("n")])
+      .where("state", "not in", ["destroyed", "error"]).groupBy("host_id").execute();
+    return new Map(rows.map((r) => [r.host_id, Number(r.n)]));
+  }
+
   async liveSandboxes(): Promise<SandboxRow[]> {
     return this.db.selectFrom("sandboxes").selectAll().where("state", "!=", "destroyed").execute();
   }

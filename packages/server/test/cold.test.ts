@@ -63,7 +63,7 @@ for (const kind of ["local", "s3"] as const) {
       assert.equal(ready.body.exit_code, 0, ready.text);
       const sum = ready.body.stdout;
       const tree = (await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "find /work -exec stat -c '%n %s %Y' {} + | sort" })).body.stdout;
-      const instance = server.cp.host.instance;
+      const instance = server.cp.hosts.first.instance;
       for (let round = 1; round <= 5; round++) {
         const diskDelta = statSync(join(dataDir(), "sandboxes", id, "disk.qcow2")).size;
         const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
@@ -126,7 +126,7 @@ for (const kind of ["local", "s3"] as const) {
       assert.equal(await storeBytes(), before, "the store is back to its size before the sandbox existed");
     });
 
-    const host = () => server.cp.host as unknown as { store: { list(p: string): Promise<Array<{ key: string; size: number }>>; getBytes(k: string): Promise<Buffer>; putBytes(k: string, b: Buffer): Promise<void> } };
+    const host = () => server.cp.hosts.first as unknown as { store: { list(p: string): Promise<Array<{ key: string; size: number }>>; getBytes(k: string): Promise<Buffer>; putBytes(k: string, b: Buffer): Promise<void> } };
 
     test("a stored snapshot with one flipped byte is refused; the sandbox stays hibernated", async () => {
       const id = (await api("POST", "/v1/sandboxes", {})).body.id;
@@ -160,7 +160,7 @@ for (const kind of ["local", "s3"] as const) {
       assert.equal(wakes.length, 1, "exactly one wake");
       await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
       await api("DELETE", `/v1/sandboxes/${id}`);
-      const store = (server.cp.host as unknown as { store: { list(p: string): Promise<unknown[]> } }).store;
+      const store = (server.cp.hosts.first as unknown as { store: { list(p: string): Promise<unknown[]> } }).store;
       await server.cp.gc.collect();
       assert.deepEqual(await store.list(`${server.cp.deployment}/snapshots/`), [], "the store is empty again");
     });
@@ -174,7 +174,7 @@ describe("warm hibernate", () => {
     try {
       const id = (await api("POST", "/v1/sandboxes", {})).body.id;
       await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "nohup sh -c 'while true; do :; done' >/dev/null 2>&1 &" });
-      const cpu = async () => (await server.cp.host.cpuSeconds(id))!;
+      const cpu = async () => (await server.cp.hosts.first.cpuSeconds(id))!;
       const b0 = await cpu();
       await new Promise((r) => setTimeout(r, 1000));
       assert.ok((await cpu()) - b0 > 0.5, "the loop burns CPU while running");

@@ -112,7 +112,32 @@ export function serverFixture(): { server: RunningServer; api: ReturnType<typeof
 
 /** The pid of a sandbox's QEMU, found by its instance tag (the host agent may be another process). */
 export function vmPid(server: RunningServer, id: string): number {
-  const pid = findInstanceProcesses(server.cp.host.instance).get(id);
+  const pid = findInstanceProcesses(server.cp.hosts.first.instance).get(id);
   if (pid === undefined) throw new Error(`sandbox ${id} has no QEMU`);
   return pid;
+}
+
+export const exited = (c: ChildProcess) => c.exitCode !== null || c.signalCode !== null;
+
+/** Sends `signal` and waits for the process to be gone. */
+export async function stopProcess(child: ChildProcess | undefined, signal: NodeJS.Signals): Promise<void> {
+  if (!child || exited(child)) return;
+  const gone = new Promise((r) => child.once("exit", r));
+  child.kill(signal);
+  await gone;
+}
+
+/** `den host run` on `port` with `env` (its data dir, its secret, the shared store), once it answers. */
+export async function spawnHostAgent(port: number, secret: string, env: Record<string, string>): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [CLI, "host", "run", "--port", String(port)], {
+    env: { ...process.env, DEN_DATA_DIR: dataDir(), DEN_HOST_SECRET: secret, DEN_LOG_LEVEL: "warn", ...env }, stdio: ["ignore", "ignore", "pipe"],
+  });
+  let err = "";
+  child.stderr!.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
+  await waitFor("den host run", async () => {
+    if (exited(child)) throw new Error(`den host run exited: ${err}`);
+    const r = await fetch(`http://127.0.0.1:${port}/host/v1/info`, { headers: { authorization: `Bearer ${secret}` } }).catch(() => undefined);
+    return r?.ok ? true : undefined;
+  }, 60_000, 100);
+  return child;
 }

@@ -7,24 +7,15 @@
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { findInstanceProcesses } from "@den/runtime";
-import { CLI, client, dataDir, spawnServer, waitFor } from "./helpers.js";
+import { client, exited, spawnHostAgent, spawnServer, stopProcess as stop } from "./helpers.js";
 
 const HOST_PORT = 19371;
 const CP_PORT = 19372;
 const SECRET = "split-test-secret-0123456789";
-
-const exited = (c: ChildProcess) => c.exitCode !== null || c.signalCode !== null;
-
-async function stop(child: ChildProcess | undefined, signal: NodeJS.Signals): Promise<void> {
-  if (!child || exited(child)) return;
-  const gone = new Promise((r) => child.once("exit", r));
-  child.kill(signal);
-  await gone;
-}
 
 describe("control plane and host agent as separate processes", () => {
   let cpDir: string;
@@ -33,19 +24,7 @@ describe("control plane and host agent as separate processes", () => {
   let cpProc: ChildProcess | undefined;
   const api = client(`http://127.0.0.1:${CP_PORT}`);
 
-  async function startHost(): Promise<ChildProcess> {
-    const child = spawn(process.execPath, [CLI, "host", "run", "--port", String(HOST_PORT)], {
-      env: { ...process.env, ...env, DEN_DATA_DIR: dataDir() }, stdio: ["ignore", "ignore", "pipe"],
-    });
-    let err = "";
-    child.stderr!.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
-    await waitFor("den host run", async () => {
-      if (exited(child)) throw new Error(`den host run exited: ${err}`);
-      const r = await fetch(`http://127.0.0.1:${HOST_PORT}/host/v1/info`, { headers: { authorization: `Bearer ${SECRET}` } }).catch(() => undefined);
-      return r?.ok ? true : undefined;
-    }, 60_000, 100);
-    return child;
-  }
+  const startHost = () => spawnHostAgent(HOST_PORT, SECRET, env);
 
   const startCp = () => spawnServer(CP_PORT, { ...env, DEN_DATA_DIR: cpDir, DEN_HOST_AGENT_URL: `http://127.0.0.1:${HOST_PORT}` });
 

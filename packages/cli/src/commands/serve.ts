@@ -8,15 +8,15 @@ export function registerServe(program: Command): void {
     .description("run the Den API server (control plane + this host's sandboxes)")
     .option("-p, --port <port>", "port (env DEN_PORT, default 8787)")
     .option("--host <host>", "address to listen on (env DEN_HOST, default 127.0.0.1)")
-    .option("--host-agent <url>", "run no VMs here: use the host agent at URL (`den host run`; env DEN_HOST_AGENT_URL, secret in DEN_HOST_SECRET)")
-    .action(async (opts: { port?: string; host?: string; hostAgent?: string }, cmd: Command) => {
+    .option("--host-agent <url>", "run no VMs here: use the host agent at URL (`den host run`); repeat it, or separate URLs with commas, for several (env DEN_HOST_AGENT_URL, shared secret in DEN_HOST_SECRET)", (v: string, prev: string[] = []) => [...prev, v])
+    .action(async (opts: { port?: string; host?: string; hostAgent?: string[] }, cmd: Command) => {
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
       const config = loadConfig({
-        ...(opts.port ? { port: opts.port } : {}), ...(opts.host ? { host: opts.host } : {}), ...(opts.hostAgent ? { hostAgent: opts.hostAgent } : {}),
+        ...(opts.port ? { port: opts.port } : {}), ...(opts.host ? { host: opts.host } : {}), ...(opts.hostAgent?.length ? { hostAgent: opts.hostAgent.join(",") } : {}),
         ...(root.dataDir ? { dataDir: globalOptions(cmd).dataDir } : {}),
       });
       const server = await startServer(config, { logger: { level: config.logLevel } });
-      logLine(`den: listening on ${server.url} (data dir ${config.dataDir}; host agent ${server.cp.host.address})`);
+      logLine(`den: listening on ${server.url} (data dir ${config.dataDir}; host agent${server.cp.hosts.all.length > 1 ? "s" : ""} ${server.cp.hosts.all.map((h) => h.address).join(", ")})`);
       if (server.createdAdminKey) logLine(`den: created an admin API key (shown once): ${server.createdAdminKey}`);
       let stopping = false;
       const stop = (signal: string) => {

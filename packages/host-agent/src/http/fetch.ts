@@ -1,5 +1,6 @@
 import type { z } from "zod";
 import { DenError } from "@den/protocol";
+import { reportHostWork, WORK_HEADER } from "../work.js";
 import { errorFromResponse } from "./wire-errors.js";
 
 /** The most of an error response read (its JSON is small; anything longer is not ours). */
@@ -82,6 +83,8 @@ export class HostHttp {
     } catch (e) {
       throw transportError(e, what, this.base, opts.timeoutMs);
     }
+    // What the host spent on it, failed or not, is billed to the sandbox it was for.
+    reportHostWork(res.headers.get(WORK_HEADER));
     if (!res.ok) {
       const text = (await readBounded(res, ERROR_BYTES, what).catch(() => Buffer.alloc(0))).toString("utf8");
       throw errorFromResponse(res.status, text, what);

@@ -11,6 +11,7 @@ import { registerGuestRoutes } from "./guest-routes.js";
 import { parse } from "./parse.js";
 import { refuseUpgrade, serveTunnel } from "./tunnel.js";
 import { asDenError, errorBody } from "./wire-errors.js";
+import { processCpuSeconds, WORK_HEADER } from "../work.js";
 
 type Routes = host.ControlRoutes;
 type BodyOf<K extends keyof Routes> = Routes[K] extends { body: infer B extends z.ZodType } ? z.infer<B> : undefined;
@@ -75,6 +76,17 @@ export async function buildHostServer(agent: HostAgent, opts: HostServerOptions)
 
   // File bytes are streamed to the guest, never buffered here.
   app.addContentTypeParser("application/octet-stream", (_req, payload, done) => done(null, payload));
+
+  // Each answer says how much CPU this process spent while it was being made: the control
+  // plane bills it to the sandbox as Den's own work (concurrent calls overlap, as in-process).
+  const cpuAtStart = new WeakMap<object, number>();
+  app.addHook("onRequest", async (req) => {
+    cpuAtStart.set(req, processCpuSeconds());
+  });
+  app.addHook("onSend", async (req, reply) => {
+    const t0 = cpuAtStart.get(req);
+    if (t0 !== undefined) reply.header(WORK_HEADER, String(Math.max(0, Math.round((processCpuSeconds() - t0) * 1e6))));
+  });
 
   app.addHook("onRequest", async (req) => {
     if (!hasSecret(req.headers.authorization, secret)) throw new DenError("unauthorized", "the host agent needs its secret (Authorization: Bearer <DEN_HOST_SECRET>)");

@@ -13,8 +13,9 @@ export class Checkpoints {
   /** A durable checkpoint of a running sandbox (the caller wakes a hibernated one first). */
   async take(p: Principal, id: string, name: string | undefined): Promise<CheckpointRow> {
     return this.queue.run(id, async () => {
-      const { store, ops, host, metrics, meter, clock } = this.ctx;
+      const { store, ops, metrics, meter, clock } = this.ctx;
       const row = (await store.getSandbox(id))!;
+      const host = this.ctx.hosts.of(row);
       if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}`);
       await this.lifecycle.storeQuota(row.owner);
       const stored = pendingStored(this.ctx, newId("snap"), row.owner, "checkpoint");

@@ -1,6 +1,7 @@
 import { snapshotKey, type ObjectStore } from "@den/store";
 import type { ServerConfig } from "../config.js";
 import type { HostAgent, StoredRef } from "@den/protocol";
+import type { HostPool } from "./hosts.js";
 import type { Meter } from "../meter.js";
 import type { Metrics } from "../metrics.js";
 import type { SandboxRow, Store, StoredSnapshotRow } from "../store.js";
@@ -9,7 +10,8 @@ import type { Clock, Operations } from "./operations.js";
 /** What every control-plane service works with. */
 export interface Ctx {
   store: Store;
-  host: HostAgent;
+  /** The host agents, and which one a sandbox lives on. */
+  hosts: HostPool;
   /** The snapshot store: hosts write to it, only the garbage collector deletes from it. */
   objects: ObjectStore;
   /** This deployment's id (kept in the database): its objects live under it in the store. */
@@ -37,4 +39,10 @@ export const refOf = (r: Pick<StoredSnapshotRow, "id" | "key">): StoredRef => ({
 export async function storedRef(ctx: Ctx, id: string): Promise<StoredRef> {
   const row = await ctx.store.getStoredSnapshot(id);
   return row ? refOf(row) : { id, key: snapshotKey(id) };
+}
+
+/** The host a sandbox lives on (by its id; a sandbox with no row is the first host's). */
+export async function hostOfId(ctx: Ctx, id: string): Promise<HostAgent> {
+  const row = await ctx.store.getSandbox(id);
+  return ctx.hosts.get(row?.host_id ?? null);
 }

@@ -14,11 +14,12 @@ export class StoreGc {
   constructor(private readonly ctx: Ctx) {}
 
   async collect(): Promise<void> {
-    const { store, objects, host, deployment, clock, config } = this.ctx;
+    const { store, objects, hosts, deployment, clock, config } = this.ctx;
     const cutoff = clock.now() - config.storeGc.graceMs;
     for (const row of await store.releasedStoredSnapshots(cutoff)) {
       await deleteStoredSnapshot(objects, row.key);
-      await host.unpin(row.id);
+      // Whichever host made it pinned its template version; the others have nothing to let go.
+      for (const r of await hosts.each((h) => h.unpin(row.id))) if (!r.ok) throw r.error;
       await store.deleteStoredSnapshotRow(row.id);
     }
     // Objects under this deployment's prefix that no row names (a row is always written

@@ -4,7 +4,7 @@ import { faultPoint } from "@den/store";
 import type { HostSandboxInfo } from "@den/protocol";
 import { NO_NETWORK, effectivePolicy, serializePolicy } from "../network.js";
 import { networkOf, type CheckpointRow, type OperationRow, type Principal, type SandboxRow, type Store } from "../store.js";
-import { modeOf, pendingStored, refOf, storedRef, type Ctx, type HibernateMode } from "./context.js";
+import { hostOfId, modeOf, pendingStored, refOf, storedRef, type Ctx, type HibernateMode } from "./context.js";
 import type { NetworkPolicies } from "./network-policy.js";
 import type { Reason } from "./operations.js";
 import type { Serializer } from "./serializer.js";
@@ -39,7 +39,7 @@ export class Lifecycle {
   }
 
   /** A new sandbox's record, before its VM exists (state `creating`), held by `op`. */
-  private newRow(p: Principal, id: string, req: Settings, template: string, network: api.NetworkPolicy, op: OperationRow): SandboxRow {
+  private newRow(p: Principal, id: string, req: Settings, template: string, network: api.NetworkPolicy, op: OperationRow, hostId: string): SandboxRow {
     const persistent = req.persistent ?? false;
     if (req.ttl_seconds === null && !persistent) throw new DenError("invalid_argument", "ttl_seconds: null (no deadline) needs persistent: true");
     const d = this.ctx.config.defaults;
@@ -53,7 +53,7 @@ export class Lifecycle {
       vcpus: 0, memory_mb: 0, disk_mb: 0,
       created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null,
       meter_since: now, meter_cpu: null, network: serializePolicy(network),
-      generation: 0, op_id: op.id, op_kind: op.kind, op_since: op.created_at,
+      generation: 0, op_id: op.id, op_kind: op.kind, op_since: op.created_at, host_id: hostId,
     };
   }
 
@@ -78,7 +78,7 @@ export class Lifecycle {
   }
 
   async create(p: Principal, req: api.CreateSandboxRequest): Promise<SandboxRow> {
-    const { config, host, ops, metrics } = this.ctx;
+    const { config, hosts, ops, metrics } = this.ctx;
     const lim = config.limits;
     if ((req.vcpus ?? 0) > lim.vcpusPerSandbox) throw new DenError("invalid_argument", `vcpus: at most ${lim.vcpusPerSandbox} on this server`);
     if ((req.memory_mb ?? 0) > lim.memoryMbPerSandbox) throw new DenError("invalid_argument", `memory_mb: at most ${lim.memoryMbPerSandbox} on this server`);
@@ -86,12 +86,12 @@ export class Lifecycle {
     await this.quota(p);
     const template = req.template ?? config.defaults.template;
     const shape = { ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}) };
-    // A create the host cannot hold is refused before it leaves a record behind.
-    await host.checkCreate({ template, ...shape });
+    // A create no host can hold is refused before it leaves a record behind.
+    const host = await hosts.place({ template, ...shape });
     const network = effectivePolicy(req.network, config.network);
     const id = newId("sbx");
-    const op = ops.newOp("create", id, "user", { template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}) });
-    const row = this.newRow(p, id, req, template, network, op);
+    const op = { ...ops.newOp("create", id, "user", { template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}) }), host: host.instance };
+    const row = this.newRow(p, id, req, template, network, op, host.instance);
     return this.materialize(row, op, () => metrics.time("create", "", () => host.create(op.id, {
       id, template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}), network,
     })), { template });
@@ -99,22 +99,25 @@ export class Lifecycle {
 
   /** A new, independent sandbox with the checkpoint's state. */
   async restore(p: Principal, cp: CheckpointRow, req: api.RestoreCheckpointRequest): Promise<SandboxRow> {
-    const { config, host, ops, metrics, meter } = this.ctx;
+    const { config, ops, metrics, meter } = this.ctx;
     await this.quota(p);
+    // On the host of the sandbox it was taken from: that host has the template version it needs.
+    const host = await hostOfId(this.ctx, cp.sandbox_id);
     await host.checkCapacity({ vcpus: cp.vcpus, memoryMb: cp.memory_mb });
     const network = effectivePolicy(req.network ?? networkOf(cp), config.network);
     const id = newId("sbx");
-    const op = ops.newOp("restore", id, "user", { checkpoint: cp.id });
-    const row = this.newRow(p, id, { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template, network, op);
+    const op = { ...ops.newOp("restore", id, "user", { checkpoint: cp.id }), host: host.instance };
+    const row = this.newRow(p, id, { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template, network, op, host.instance);
     const from = await storedRef(this.ctx, cp.id);
     return this.materialize(row, op, () => metrics.time("restore", "", () => meter.work(id, () => host.restore(op.id, id, from, network))), { checkpoint: cp.id });
   }
 
   async destroy(id: string, reason: Reason): Promise<SandboxRow> {
     return this.queue.run(id, async () => {
-      const { store, ops, host, metrics, clock } = this.ctx;
+      const { store, ops, hosts, metrics, clock } = this.ctx;
       const row = (await store.getSandbox(id))!;
       if (row.state === "destroyed") return row;
+      const host = hosts.of(row);
       const op = ops.newOp("destroy", id, reason, {});
       // The intent goes first: a crash after it finishes the destroy at the next start.
       await ops.begin(row, op);
@@ -141,7 +144,7 @@ export class Lifecycle {
   /** Deletes a warm hibernation's local snapshot, once no record points at it. */
   async dropWarm(row: SandboxRow): Promise<void> {
     if (row.hibernate_snapshot && modeOf(row) === "warm") {
-      await this.ctx.host.dropLocalSnapshot(row.hibernate_snapshot).catch((err: unknown) => this.ctx.log.warn({ err }, `could not delete snapshot ${row.hibernate_snapshot}`));
+      await Promise.resolve().then(() => this.ctx.hosts.of(row).dropLocalSnapshot(row.hibernate_snapshot!)).catch((err: unknown) => this.ctx.log.warn({ err }, `could not delete snapshot ${row.hibernate_snapshot}`));
     }
   }
 
@@ -156,7 +159,8 @@ export class Lifecycle {
   }
 
   private async toWarm(row: SandboxRow, reason: Reason): Promise<SandboxRow> {
-    const { ops, host, metrics, meter } = this.ctx;
+    const { ops, metrics, meter } = this.ctx;
+    const host = this.ctx.hosts.of(row);
     const snapshot = newId("snap");
     const op = ops.newOp("hibernate", row.id, reason, { mode: "warm", snapshot });
     await this.network.flush(row.id);
@@ -181,7 +185,8 @@ export class Lifecycle {
    * (paused, resumed at the next start) or a committed stored copy, never neither.
    */
   private async toCold(row: SandboxRow, reason: Reason): Promise<SandboxRow> {
-    const { ops, host, metrics, meter, clock } = this.ctx;
+    const { ops, metrics, meter, clock } = this.ctx;
+    const host = this.ctx.hosts.of(row);
     await this.storeQuota(row.owner);
     // From warm, the snapshot taken when it paused is the one to store, under its own id.
     const fromWarm = row.state === "hibernated" ? row.hibernate_snapshot : null;
@@ -206,16 +211,18 @@ export class Lifecycle {
       result: up,
     }, (tx) => tx.completeStoredSnapshot(stored.id, up.storedBytes));
     faultPoint("hibernate-cold-after-commit");
-    await this.removeVm(row.id, fromWarm);
+    await this.removeVm(row, fromWarm);
     faultPoint("hibernate-cold-after-vm-removal");
     return done;
   }
 
   /** After a cold hibernate committed: the VM and its local files go (the next start retries a failure). */
-  async removeVm(id: string, warmSnapshot: string | null): Promise<void> {
+  async removeVm(row: Pick<SandboxRow, "id" | "host_id">, warmSnapshot: string | null): Promise<void> {
+    const id = row.id;
     try {
-      await this.ctx.host.destroy(id);
-      if (warmSnapshot) await this.ctx.host.dropLocalSnapshot(warmSnapshot);
+      const host = this.ctx.hosts.of(row);
+      await host.destroy(id);
+      if (warmSnapshot) await host.dropLocalSnapshot(warmSnapshot);
     } catch (err) {
       this.ctx.log.warn({ err }, `cold sandbox ${id}: its VM could not be removed yet`);
     }
@@ -226,9 +233,11 @@ export class Lifecycle {
   }
 
   private async wakeNow(id: string, reason: Reason): Promise<SandboxRow> {
-    const { store, ops, host, metrics, meter, clock } = this.ctx;
+    const { store, ops, metrics, meter, clock } = this.ctx;
     const row = (await store.getSandbox(id))!;
     if (row.state === "running") return row;
+    // Back on the host it was on (its warm snapshot, and the template version its stored copy needs, are there).
+    const host = this.ctx.hosts.of(row);
     if (row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; it cannot be woken`);
     const mode = modeOf(row);
     const snapshot = row.hibernate_snapshot;
@@ -273,8 +282,9 @@ export class Lifecycle {
   /** Brings a `lost` sandbox (its VM died) back from a checkpoint, keeping its id. */
   async recover(id: string, cp: CheckpointRow): Promise<SandboxRow> {
     return this.queue.run(id, async () => {
-      const { store, ops, host, clock } = this.ctx;
+      const { store, ops, clock } = this.ctx;
       const row = (await store.getSandbox(id))!;
+      const host = this.ctx.hosts.of(row);
       if (row.state !== "lost") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a lost sandbox is recovered`);
       const op = ops.newOp("recover", id, "user", { checkpoint: cp.id });
       await ops.begin(row, op);
@@ -302,8 +312,10 @@ export class Lifecycle {
   async fork(p: Principal, id: string, count: number): Promise<SandboxRow[]> {
     await this.quota(p, count);
     return this.queue.run(id, async () => {
-      const { store, ops, host, metrics, meter, clock } = this.ctx;
+      const { store, ops, metrics, meter, clock } = this.ctx;
       const parent = (await store.getSandbox(id))!;
+      // Children share the parent's memory and disk copy-on-write: they live on its host.
+      const host = this.ctx.hosts.of(parent);
       if (parent.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${parent.state}`);
       const ids = Array.from({ length: count }, () => newId("sbx"));
       const network = networkOf(parent);
@@ -316,7 +328,7 @@ export class Lifecycle {
       };
       await ops.begin(parent, op, async (tx) => {
         for (const c of ids) {
-          await tx.insertSandbox(this.newRow(p, c, settings, parent.template, network, op));
+          await tx.insertSandbox(this.newRow(p, c, settings, parent.template, network, op, host.instance));
           await ops.event(c, "creating", "user", { forked_from: id }, tx);
         }
       });

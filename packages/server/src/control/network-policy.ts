@@ -1,7 +1,7 @@
-import { DenError, type api } from "@den/protocol";
+import { DenError, type HostAgent, type api } from "@den/protocol";
 import { networkOf, type Principal, type SandboxRow } from "../store.js";
 import { NO_REFUSALS, RefusalTracker, effectivePolicy, serializePolicy } from "../network.js";
-import type { Ctx } from "./context.js";
+import { hostOfId, type Ctx } from "./context.js";
 import type { Serializer } from "./serializer.js";
 
 /** Sandboxes' network policies (kept in their rows) and the attempts their networks refused. */
@@ -27,7 +27,7 @@ export class NetworkPolicies {
       if (row.state === "running") {
         await this.flush(id);
         try {
-          await this.ctx.host.setNetwork(id, policy);
+          await this.ctx.hosts.of(row).setNetwork(id, policy);
         } catch (e) {
           await ops.fail(op, id, e, { patch: { network: row.network } });
           throw e;
@@ -40,7 +40,7 @@ export class NetworkPolicies {
   /** A sandbox's policy, whether its network is up, and the attempts it refused. */
   async status(p: Principal, id: string): Promise<api.NetworkStatus> {
     const row = await this.owned(p, id);
-    const refused = row.state === "running" ? await this.ctx.host.networkRefusals(id) : undefined;
+    const refused = row.state === "running" ? await this.ctx.hosts.of(row).networkRefusals(id) : undefined;
     return { policy: networkOf(row), active: refused !== undefined, refused: refused ?? NO_REFUSALS };
   }
 
@@ -49,11 +49,15 @@ export class NetworkPolicies {
    * `network.refused` event: a port scan costs one row per interval, not one per probe.
    */
   async poll(): Promise<void> {
-    for (const vm of (await this.ctx.host.inventory()).vms) await this.flush(vm.id);
+    for (const { host, inventory } of await this.ctx.hosts.inventories()) for (const vm of inventory.vms) await this.flushOn(host, vm.id);
   }
 
   async flush(id: string): Promise<void> {
-    const now = await this.ctx.host.networkRefusals(id).catch(() => undefined);
+    await this.flushOn(await hostOfId(this.ctx, id).catch(() => undefined), id);
+  }
+
+  private async flushOn(host: HostAgent | undefined, id: string): Promise<void> {
+    const now = await host?.networkRefusals(id).catch(() => undefined);
     if (!now) {
       this.refusals.forget(id);
       return;
@@ -68,7 +72,7 @@ export class NetworkPolicies {
    */
   async restore(row: SandboxRow): Promise<void> {
     try {
-      await this.ctx.host.setNetwork(row.id, networkOf(row));
+      await this.ctx.hosts.of(row).setNetwork(row.id, networkOf(row));
     } catch (e) {
       await this.ctx.ops.event(row.id, "network.error", "error", { message: (e as Error).message });
     }

@@ -22,11 +22,15 @@ export class Reaper {
   ) {}
 
   async pass(): Promise<void> {
-    const { store, config, clock, host } = this.ctx;
+    const { store, config, clock, hosts } = this.ctx;
     const now = clock.now();
-    const vms = new Map((await host.inventory()).vms.map((v) => [v.id, v]));
+    // What each reachable host holds; the sandboxes of a host that does not answer are not judged this pass.
+    const seen = new Map((await hosts.inventories()).map(({ host, inventory }) => [host.instance, new Map(inventory.vms.map((v) => [v.id, v]))]));
     for (const row of await store.liveSandboxes()) {
       if (row.op_id) continue;
+      const vms = hosts.has(row.host_id) ? seen.get(hosts.of(row).instance) : undefined;
+      // Its host does not answer: nothing about it is known this pass (its CPU counter included).
+      if (!vms) continue;
       const vm = vms.get(row.id);
       // Metering: a long stretch in one state is closed every interval, so CPU lands near when it was used.
       if (meteredState(row) && row.meter_since !== null && now - row.meter_since >= config.meter.intervalMs && !this.queue.busy(row.id)) await this.roll(row, vm?.cpuSeconds ?? undefined);
@@ -70,8 +74,10 @@ export class Reaper {
   /** Its VM died under us: say so (a checkpoint can bring it back: POST .../recover). */
   async markLost(id: string): Promise<void> {
     await this.queue.run(id, async () => {
-      const { store, ops, host } = this.ctx;
+      const { store, ops, hosts } = this.ctx;
       const cur = await store.getSandbox(id);
+      if (!cur) return;
+      const host = hosts.of(cur);
       const vm = (await host.inventory()).vms.find((v) => v.id === id);
       if (cur?.state !== "running" || cur.op_id || (vm && vm.state !== "stopped")) return;
       const op = ops.newOp("destroy", id, "host_lost", { lost: true });

@@ -1,5 +1,6 @@
 import { storedBytes, storedSnapshotComplete } from "@den/store";
 import type { OperationRow, SandboxRow } from "../store.js";
+import type { HostAgent } from "@den/protocol";
 import { modeOf, type Ctx } from "./context.js";
 import type { Lifecycle } from "./lifecycle.js";
 import type { NetworkPolicies } from "./network-policy.js";
@@ -30,6 +31,8 @@ export class Recovery {
   }
 
   async run(): Promise<void> {
+    // Rows from before hosts were recorded are the first host's: said so once, so a reordered list cannot move them.
+    await this.ctx.store.assignUnplacedSandboxes(this.ctx.hosts.first.instance);
     await this.retry();
     await this.reconcile();
   }
@@ -47,14 +50,17 @@ export class Recovery {
   }
 
   private async settle(op: OperationRow): Promise<void> {
-    const { store, ops, host, clock, objects } = this.ctx;
-    // A host that outlived the control plane may still be at it: the facts count once it is done.
-    await host.settled(op.id);
+    const { store, ops, hosts, clock, objects } = this.ctx;
     const row = op.sandbox_id ? await store.getSandbox(op.sandbox_id) : undefined;
+    // A sandbox's operations ran on its host; a template's, on any of them.
+    const host = row ? hosts.of(row) : hosts.get(op.host);
+    // A host that outlived the control plane may still be at it: the facts count once it is done
+    // (a host that does not answer throws here, and the operation is settled on a later pass).
+    for (const h of row ? [host] : hosts.all) await h.settled(op.id);
     const rollBack = (out = {}, also?: Parameters<typeof ops.fail>[4]) => ops.fail(op, row && row.op_id === op.id ? row.id : null, new Error(STOPPED), { reason: "restart", ...out }, also, "rolled_back");
     if (op.kind === "template_build") return this.templates.giveBack(op.args, new Error(STOPPED), op);
     if (op.kind === "template_delete") {
-      await host.deleteTemplate(argsOf<{ name: string }>(op).name);
+      await this.templates.deleteOnHosts(argsOf<{ name: string }>(op).name);
       return ops.settleDetached(op, undefined);
     }
     if (!row || row.op_id !== op.id) {
@@ -94,7 +100,7 @@ export class Recovery {
           // The stored copy is whole: the hibernate took effect; the VM goes only now.
           const bytes = await storedBytes(objects, a.key!);
           await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "cold", stored_bytes: bytes }, data: { mode: "cold", snapshot: a.snapshot, stored_bytes: bytes, recovered: true } }, (tx) => tx.completeStoredSnapshot(a.snapshot, bytes));
-          await this.lifecycle.removeVm(id, a.from_warm ?? null);
+          await this.lifecycle.removeVm(row, a.from_warm ?? null);
           return;
         }
         // Not whole: the VM (paused for the upload) works on, and the half upload is released.
@@ -158,10 +164,19 @@ export class Recovery {
    * goes; VMs of destroyed or unknown sandboxes are destroyed.
    */
   private async reconcile(): Promise<void> {
-    const { store, host } = this.ctx;
+    const { hosts } = this.ctx;
+    for (const r of await hosts.each((h) => this.reconcileHost(h))) {
+      // Its sandboxes stay as the database has them until it answers (the reaper judges them then).
+      if (!r.ok) this.ctx.log.warn({ err: r.error, host: r.host.instance }, `host ${r.host.instance} (${r.host.address}) could not be reconciled`);
+    }
+  }
+
+  private async reconcileHost(host: HostAgent): Promise<void> {
+    const { store, hosts } = this.ctx;
     const inv = await host.inventory();
     const vms = new Map(inv.vms.map((v) => [v.id, v]));
-    const live = await store.liveSandboxes();
+    const mine = (r: SandboxRow) => hosts.has(r.host_id) && hosts.of(r) === host;
+    const live = (await store.liveSandboxes()).filter(mine);
     const known = new Set(live.map((r) => r.id));
     for (const row of live) {
       if (row.op_id) continue;
@@ -172,12 +187,13 @@ export class Recovery {
         // Frozen by an operation of an earlier version that never finished: running wins.
         await host.resume(row.id);
       } else if (row.state === "hibernated" && modeOf(row) === "cold" && vm) {
-        await this.lifecycle.removeVm(row.id, null);
+        await this.lifecycle.removeVm(row, null);
       }
     }
     for (const id of vms.keys()) if (!known.has(id)) await host.destroy(id);
     // Networks follow the database (a policy change may have been cut short by the stop).
-    for (const row of await store.liveSandboxes()) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
+    for (const row of (await store.liveSandboxes()).filter(mine)) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
+    // Every host keeps what any record needs: a superset costs nothing and cannot drop another's pin.
     await host.collectLocal([...(await this.keep(await store.liveSandboxes()))], [...(await store.liveStoredSnapshotIds())]);
   }
 

@@ -1,6 +1,8 @@
-import { DenError, type HostTemplate, type api } from "@den/protocol";
+import { DenError, type HostAgent, type HostTemplate, type TemplateBuildSpec, type api, type host } from "@den/protocol";
+
+type BuiltTemplate = host.BuiltTemplate;
 import type { Principal } from "../store.js";
-import { storedRef, type Ctx } from "./context.js";
+import { hostOfId, storedRef, type Ctx } from "./context.js";
 import type { Checkpoints } from "./checkpoints.js";
 
 /** A host's template as the API shows it, with who owns it. */
@@ -22,12 +24,29 @@ export class Templates {
   async list(p: Principal): Promise<api.Template[]> {
     const rows = await this.ctx.store.templateRows();
     const out: api.Template[] = [];
-    for (const t of await this.ctx.host.templates()) {
+    for (const t of await this.hostTemplates()) {
       const row = rows.get(t.name.split(".")[0]!);
       if (!row) out.push(toApiTemplate(t, null));
       else if (row.deleted_at === null && (row.owner === p.owner || p.admin)) out.push(toApiTemplate(t, row.owner));
     }
     return out;
+  }
+
+  /**
+   * The template versions on the hosts, each once (a version is the same build everywhere:
+   * its id is its recipe's hash); current if it is current on any reachable host.
+   */
+  async hostTemplates(): Promise<HostTemplate[]> {
+    const seen = new Map<string, HostTemplate>();
+    for (const r of await this.ctx.hosts.each((h) => h.templates())) {
+      if (!r.ok) continue;
+      for (const t of r.value) {
+        const k = `${t.name}@${t.version}`;
+        const had = seen.get(k);
+        seen.set(k, had ? { ...had, current: had.current || t.current } : t);
+      }
+    }
+    return [...seen.values()];
   }
 
   /**
@@ -37,23 +56,24 @@ export class Templates {
    * start) gives the name back as it was.
    */
   async create(p: Principal, req: api.CreateTemplateRequest): Promise<api.Template> {
-    const { store, host, ops, config, clock } = this.ctx;
+    const { store, ops, config, clock } = this.ctx;
     const row = await store.templateRow(req.name);
     if (row && row.owner !== p.owner) throw new DenError("already_exists", `template ${req.name} belongs to another owner`);
-    if (!row && (await host.templates()).some((t) => t.name === req.name)) throw new DenError("already_exists", `template ${req.name} is one of this host's own templates`);
+    if (!row && (await this.hostTemplates()).some((t) => t.name === req.name)) throw new DenError("already_exists", `template ${req.name} is one of this host's own templates`);
     if ((!row || row.deleted_at !== null) && (await store.countTemplates(p.owner)) >= config.limits.templatesPerOwner) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${config.limits.templatesPerOwner} templates`);
     }
     if (req.from_template) await this.checkAccess(p, req.from_template);
-    if (req.from_checkpoint) await this.checkpoints.owned(p, req.from_checkpoint);
+    const fromCheckpoint = req.from_checkpoint ? await this.checkpoints.owned(p, req.from_checkpoint) : undefined;
     const op = ops.newOp("template_build", null, "user", { name: req.name, previous: row ? { deleted_at: row.deleted_at } : null });
     await ops.beginDetached(op, (tx) => tx.claimTemplate(req.name, p.owner, clock.now()));
     try {
-      const t = await host.buildTemplate(op.id, {
+      const spec = {
         name: req.name, setup: req.setup ?? [], setupTimeoutSeconds: req.setup_timeout_seconds ?? 600,
         ...(req.from_template ? { fromTemplate: req.from_template } : {}),
-        ...(req.from_checkpoint ? { fromCheckpoint: await storedRef(this.ctx, req.from_checkpoint) } : {}),
-      });
+        ...(fromCheckpoint ? { fromCheckpoint: await storedRef(this.ctx, fromCheckpoint.id) } : {}),
+      };
+      const t = await this.buildOnHosts(op.id, spec, fromCheckpoint ? [await hostOfId(this.ctx, fromCheckpoint.sandbox_id)] : this.ctx.hosts.all);
       await ops.settleDetached(op, undefined);
       return toApiTemplate(t, p.owner);
     } catch (e) {
@@ -62,10 +82,29 @@ export class Templates {
     }
   }
 
+  /**
+   * Builds on each of `on` (from a checkpoint: its sandbox's host, which has the template
+   * version the checkpoint needs). Built on at least one is a success: a host without the
+   * source template, or down, holds no sandbox of the new one (placement skips it).
+   */
+  private async buildOnHosts(op: string, spec: TemplateBuildSpec, on: readonly HostAgent[]): Promise<BuiltTemplate> {
+    const built = await Promise.all(on.map(async (h) => {
+      try {
+        return { ok: true as const, t: await h.buildTemplate(op, spec) };
+      } catch (error) {
+        return { ok: false as const, error };
+      }
+    }));
+    const first = built.find((b) => b.ok);
+    if (!first) throw (built[0] as { error: unknown }).error;
+    for (const [i, b] of built.entries()) if (!b.ok) this.ctx.log.warn({ err: b.error, host: on[i]!.instance }, `template ${spec.name} was not built on host ${on[i]!.instance}`);
+    return first.t;
+  }
+
   /** After a build that made nothing usable: the name goes back to how it was. */
   async giveBack(args: string, error: unknown, op: Parameters<Ctx["ops"]["settleDetached"]>[0]): Promise<void> {
     const { name, previous } = JSON.parse(args) as { name: string; previous: { deleted_at: number | null } | null };
-    const built = (await this.ctx.host.templates()).some((t) => t.name === name && t.current);
+    const built = (await this.hostTemplates()).some((t) => t.name === name && t.current);
     await this.ctx.ops.settleDetached(op, built ? undefined : error, async (tx) => {
       if (built) return;
       if (previous) await tx.markTemplateDeleted(name, previous.deleted_at ?? this.ctx.clock.now());
@@ -75,17 +114,23 @@ export class Templates {
 
   /** Deletes a template its owner built; sandboxes and checkpoints made from it keep working. */
   async delete(p: Principal, name: string): Promise<void> {
-    const { store, host, ops, clock } = this.ctx;
+    const { store, ops, clock } = this.ctx;
     const row = await store.templateRow(name);
     if (!row || row.deleted_at !== null || (row.owner !== p.owner && !p.admin)) {
-      if (!row && (await host.templates()).some((t) => t.name === name)) {
+      if (!row && (await this.hostTemplates()).some((t) => t.name === name)) {
         throw new DenError("forbidden", `template ${name} is one of this host's own templates (den template build); it is not deleted through the API`);
       }
       throw new DenError("template_not_found", `template ${JSON.stringify(name)} does not exist`);
     }
     const op = ops.newOp("template_delete", null, "user", { name });
     await ops.beginDetached(op, (tx) => tx.markTemplateDeleted(name, clock.now()));
-    await host.deleteTemplate(name);
+    await this.deleteOnHosts(name);
     await ops.settleDetached(op, undefined);
+  }
+
+  /** Retires a template on every host (one that is down is told again by the next start's recovery: the row stays deleted). */
+  async deleteOnHosts(name: string): Promise<void> {
+    const failed = (await this.ctx.hosts.each((h) => h.deleteTemplate(name))).find((r) => !r.ok);
+    if (failed && !failed.ok) throw failed.error;
   }
 }

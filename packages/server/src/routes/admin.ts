@@ -33,7 +33,7 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     schema: { summary: "The host agents sandboxes run on, with their capacity and use (admin)", response: { 200: api.HostList } },
   }, async (req) => {
     requireAdmin(req);
-    return { hosts: [{ id: cp.host.instance, url: cp.host.address, ...(await hostCapacity(cp)) }] };
+    return { hosts: await cp.hostList() };
   });
 
   app.post("/v1/keys", {
@@ -62,8 +62,9 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
   });
 }
 
+/** The whole deployment's capacity: every reachable host's, added up. */
 async function hostCapacity(cp: ControlPlane): Promise<api.HostCapacity> {
-  const { capacity, used } = await cp.host.capacity();
+  const { capacity, used } = await cp.capacity();
   return {
     capacity: { memory_mb: capacity.memoryMb, vcpus: capacity.vcpus, disk_reserve_mb: capacity.diskReserveMb },
     used: { memory_mb: used.memoryMb, vcpus: used.vcpus, sandboxes: used.sandboxes },

@@ -21,7 +21,7 @@ export function registerHealthRoutes(app: FastifyInstance, cp: ControlPlane): vo
     }
     try {
       const want = cp.config.defaults.template;
-      checks.template = (await cp.host.templates()).some((t) => t.name === want && t.current) ? "ok" : `default template ${want} is not built`;
+      checks.template = (await cp.templates.hostTemplates()).some((t) => t.name === want && t.current) ? "ok" : `default template ${want} is not built`;
     } catch (e) {
       checks.template = (e as Error).message;
     }
