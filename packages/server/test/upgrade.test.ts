@@ -10,7 +10,7 @@ import { ADMIN_KEY, CLI, client } from "./helpers.js";
 
 /**
  * A data dir as the version before operations and deployment ids left it: its database
- * at migration 008 (no operations, no catalog of stored snapshots, no deployment id) and
+ * at migration 008 (no operations, no catalog of stored snapshots, no deployment id, no host per sandbox) and
  * its stored snapshots at `snapshots/<id>/`. The snapshot formats did not change, so this
  * version writes them and the test moves them back to where the earlier one kept them.
  */
@@ -31,7 +31,8 @@ function downgrade(dir: string): void {
       DROP TABLE operations; DROP TABLE stored_snapshots; DROP TABLE settings;
       ALTER TABLE sandboxes DROP COLUMN generation; ALTER TABLE sandboxes DROP COLUMN op_id;
       ALTER TABLE sandboxes DROP COLUMN op_kind; ALTER TABLE sandboxes DROP COLUMN op_since;
-      DELETE FROM kysely_migration WHERE name = '009_operations';`);
+      ALTER TABLE sandboxes DROP COLUMN host_id;
+      DELETE FROM kysely_migration WHERE name IN ('009_operations', '010_sandbox_hosts');`);
   } finally {
     db.close();
   }
