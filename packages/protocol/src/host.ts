@@ -267,6 +267,34 @@ export interface GuestExecOptions {
   interactive?: boolean;
   /** Buffered exec only: the most output kept per stream before the command is killed (the runtime's default: 64 MiB). */
   maxOutputBytes?: number;
+  /**
+   * The guest user to run as (a name in the guest's /etc/passwd): its uid, gid and groups,
+   * `HOME`, `USER`, `LOGNAME`, and its home as the default working directory. Default: root
+   * (what /v1 has always done).
+   */
+  user?: string;
+}
+
+/** Who owns what a file call creates: a guest user (its uid and gid); default root. */
+export interface GuestFileOwner {
+  user?: string;
+}
+
+/** What the guest says of its own use (E2B's metrics): read inside the VM. */
+export interface GuestMetrics {
+  /** Unix ms when it was read (the guest's clock). */
+  timestampMs: number;
+  cpuCount: number;
+  /** CPU busy since the previous reading (or since boot, for the first), percent of all CPUs. */
+  cpuUsedPct: number;
+  memTotalBytes: number;
+  /** Total minus available. */
+  memUsedBytes: number;
+  /** Page cache and buffers. */
+  memCacheBytes: number;
+  /** Of the root filesystem. */
+  diskTotalBytes: number;
+  diskUsedBytes: number;
 }
 
 export interface GuestExit {
@@ -320,13 +348,20 @@ export interface HostGuest {
   };
   readonly files: {
     readStream(path: string, opts?: { offset?: number; length?: number }): AsyncGenerator<Buffer>;
-    write(path: string, data: GuestFileSource, opts?: { mode?: number; parents?: boolean }): Promise<number>;
+    /** `user`: the file (and any parent it makes) is owned by that guest user. */
+    write(path: string, data: GuestFileSource, opts?: { mode?: number; parents?: boolean } & GuestFileOwner): Promise<number>;
     stat(path: string): Promise<FileStat>;
     list(path: string): Promise<{ entries: DirEntry[]; truncated: boolean }>;
-    mkdir(path: string, opts?: { parents?: boolean; mode?: number }): Promise<void>;
+    mkdir(path: string, opts?: { parents?: boolean; mode?: number } & GuestFileOwner): Promise<void>;
     remove(path: string, opts?: { recursive?: boolean }): Promise<void>;
     rename(from: string, to: string): Promise<void>;
+    /** Sets extended attributes (`name` with its namespace, e.g. `user.e2b.k`); values are UTF-8. */
+    setXattrs(path: string, attrs: Record<string, string>): Promise<void>;
+    /** The `user.*` extended attributes of a file (none: `{}`). */
+    getXattrs(path: string): Promise<Record<string, string>>;
   };
+  /** CPU, memory and disk as the guest sees them. */
+  metrics(): Promise<GuestMetrics>;
   /** A TCP connection to `port` on the guest's loopback (works with no sandbox network). */
   tunnel(port: number): Promise<Duplex>;
   listeningPorts(): Promise<ListeningPort[]>;

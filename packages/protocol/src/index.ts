@@ -4,6 +4,6 @@ export * from "./messages.js";
 export * as api from "./api.js";
 export * as host from "./host.js";
 export type {
-  HostAgent, HostGuest, GuestChunk, GuestCommand, GuestExecOptions, GuestExecProcess, GuestExecResult, GuestExit, GuestFileSource, HostCreateSpec, HostSandboxInfo, HostInventory,
+  HostAgent, HostGuest, GuestChunk, GuestFileOwner, GuestMetrics, GuestCommand, GuestExecOptions, GuestExecProcess, GuestExecResult, GuestExit, GuestFileSource, HostCreateSpec, HostSandboxInfo, HostInventory,
   HostTemplate, StoredRef, TemplateBuildSpec, TransferEvent,
 } from "./host.js";

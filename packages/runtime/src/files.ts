@@ -129,6 +129,15 @@ export class GuestFiles {
     await (await this.agent()).request("file.remove", { path, recursive: opts.recursive ?? false });
   }
 
+  // TODO(e2b-guest): placeholders of the contract until the guest agent has these ops; never landed as is.
+  async setXattrs(_path: string, _attrs: Record<string, string>): Promise<void> {
+    throw new DenError("internal", "setXattrs is not implemented yet");
+  }
+
+  async getXattrs(_path: string): Promise<Record<string, string>> {
+    throw new DenError("internal", "getXattrs is not implemented yet");
+  }
+
   async rename(from: string, to: string): Promise<void> {
     checkGuestPath(from, "from");
     checkGuestPath(to, "to");

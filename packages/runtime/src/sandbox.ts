@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
-import { DenError, type ListeningPort, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
+import { DenError, type GuestMetrics, type ListeningPort, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
 import { ExecProcess, execBody, runToCompletion, type Command, type ExecOptions, type ExecResult } from "./exec.js";
 import { GuestFiles } from "./files.js";
@@ -192,6 +192,11 @@ export class Sandbox {
    */
   async tunnel(port: number, opts: TunnelOptions = {}): Promise<Duplex> {
     return openTunnel(await this.agent(), port, opts);
+  }
+
+  // TODO(e2b-guest): placeholder of the contract until the guest agent reports metrics; never landed as is.
+  async metrics(): Promise<GuestMetrics> {
+    throw new DenError("internal", "metrics is not implemented yet");
   }
 
   /** The TCP ports listening inside the guest, with the process holding each when known. */

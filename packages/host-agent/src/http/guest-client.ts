@@ -1,6 +1,6 @@
 import http from "node:http";
 import type { Duplex } from "node:stream";
-import { DenError, host, type GuestCommand, type GuestExecOptions, type GuestFileSource, type HostGuest } from "@den/protocol";
+import { DenError, host, type GuestCommand, type GuestExecOptions, type GuestFileSource, type GuestMetrics, type HostGuest } from "@den/protocol";
 import type { DirEntry, FileStat, ListeningPort, ProcInfo, ProcReadReply, ProcWaitReply } from "@den/protocol";
 import { WsExecProcess } from "./exec-client.js";
 import { transportError, type HostHttp } from "./fetch.js";
@@ -105,6 +105,13 @@ export class HttpGuest implements HostGuest {
     rename: async (from: string, to: string): Promise<void> => {
       await this.http.json("POST", `${this.base}/files/rename`, host.Ok, { json: { from, to }, timeoutMs: CALL_MS });
     },
+    // TODO(e2b-guest): placeholders of the contract until the host routes exist; never landed as is.
+    setXattrs: async (_path: string, _attrs: Record<string, string>): Promise<void> => {
+      throw new DenError("internal", "setXattrs is not implemented yet");
+    },
+    getXattrs: async (_path: string): Promise<Record<string, string>> => {
+      throw new DenError("internal", "getXattrs is not implemented yet");
+    },
   };
 
   private async *readStream(path: string, opts: { offset?: number; length?: number }): AsyncGenerator<Buffer> {
@@ -163,6 +170,11 @@ export class HttpGuest implements HostGuest {
       req.on("error", (e) => reject(transportError(e, what, this.http.base, CALL_MS)));
       req.end();
     });
+  }
+
+  // TODO(e2b-guest): placeholder of the contract until the host routes exist; never landed as is.
+  async metrics(): Promise<GuestMetrics> {
+    throw new DenError("internal", "metrics is not implemented yet");
   }
 
   async listeningPorts(): Promise<ListeningPort[]> {
