@@ -7,3 +7,4 @@ export type {
   HostAgent, HostGuest, GuestChunk, GuestFileOwner, GuestMetrics, GuestCommand, GuestExecOptions, GuestExecProcess, GuestExecResult, GuestExit, GuestFileSource, HostCreateSpec, HostSandboxInfo, HostInventory,
   HostTemplate, StoredRef, TemplateBuildSpec, TransferEvent,
 } from "./host.js";
+export * as e2bApi from "./e2b/rest.js";

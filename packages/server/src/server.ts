@@ -7,6 +7,10 @@ import { openDatabase } from "./db.js";
 import { connectHost } from "./host-connection.js";
 import { openStore } from "./object-store.js";
 import { Store } from "./store.js";
+import { openE2b } from "./e2b/index.js";
+
+/** How often the guests of E2B sandboxes are asked for their metrics (E2B samples every 5 s). */
+const E2B_METRICS_INTERVAL_MS = 5000;
 
 export interface RunningServer {
   app: FastifyInstance;
@@ -43,11 +47,14 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
     await db.destroy();
     throw e;
   }
-  const app = await buildApp(cp, { logger: opts.logger ?? false });
+  let apiPort = config.port;
+  const e2b = await openE2b(cp, () => config.e2b.sandboxDomain ?? `${config.ports.domain}:${apiPort}`);
+  const app = await buildApp(cp, { logger: opts.logger ?? false, e2b });
   cp.log = app.log;
   await app.listen({ port: config.port, host: config.host });
   const addr = app.server.address();
   const port = typeof addr === "object" && addr ? addr.port : config.port;
+  apiPort = port;
   /** Runs `pass` every `ms`, never two at once; a failed pass is logged, the next one runs. */
   const every = (ms: number, what: string, pass: () => Promise<void>) => {
     let busy = false;
@@ -59,6 +66,7 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   };
   const reaper = every(config.reaper.intervalMs, "reaper pass", () => cp.reap());
   const refusals = every(config.network.eventsIntervalMs, "network refusal pass", () => cp.pollRefusals());
+  const sampler = every(E2B_METRICS_INTERVAL_MS, "guest metrics sampling", () => e2b.metrics.pass());
   const gc = every(config.storeGc.intervalMs, "store garbage collection", async () => {
     await cp.recovery.retry();
     await cp.gc.collect();
@@ -70,6 +78,7 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
       clearInterval(reaper);
       clearInterval(refusals);
       clearInterval(gc);
+      clearInterval(sampler);
       await app.close();
       // Single node: no VM outlives a clean stop. A control plane of a separate host agent
       // touches none of its VMs when it stops (they keep running, and it finds them again).

