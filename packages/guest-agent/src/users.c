@@ -3,9 +3,12 @@
 #define _GNU_SOURCE
 #include "agent.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define LINE_MAX_BYTES 4096
 #define MAX_LINES 100000 /* a hostile 1 GB /etc/passwd must not stall the agent for long */
@@ -55,11 +58,22 @@ static int parse_id(const char *s, unsigned *out)
 /* Calls fn on each line of path (bounded); long lines are skipped whole. fn returns 1 to stop. */
 static int each_line(const char *path, int (*fn)(char *line, void *ctx), void *ctx)
 {
-	FILE *f = fopen(path, "re");
 	char line[LINE_MAX_BYTES];
 	int skipping = 0;
-	if (!f)
+	struct stat st;
+	/* A regular file only: a fifo or a device put there must not block the agent. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
 		return -errno;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	FILE *f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return -ENOMEM;
+	}
 	for (int i = 0; i < MAX_LINES && fgets(line, sizeof line, f); i++) {
 		int whole = strchr(line, '\n') != NULL || feof(f);
 		if (skipping || !whole) {
