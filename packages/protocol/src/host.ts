@@ -370,7 +370,10 @@ export interface HostGuest {
 // ---- the data plane's wire ----
 
 export const GuestPath = z.string().min(1).max(4096);
+/** A guest user's name (the guest agent checks it against its /etc/passwd). */
+export const GuestUser = z.string().min(1).max(32);
 export const ExecOptionsWire = z.object({
+  user: GuestUser.optional(),
   cwd: z.string().max(4096).optional(),
   env: z.record(z.string(), z.string()).optional(),
   stdin_b64: z.string().optional(),
@@ -403,7 +406,15 @@ const FileType = z.enum(["file", "dir", "symlink", "other"]);
 export const FileStatWire = z.object({ type: FileType, size: z.number(), mode: z.number().int(), mtime_ms: z.number(), uid: z.number().int(), gid: z.number().int(), target: z.string().optional() });
 export const FileList = z.object({ entries: z.array(z.object({ name: z.string(), type: FileType, size: z.number(), mode: z.number().int(), mtime_ms: z.number() })), truncated: z.boolean() });
 export const Written = z.object({ bytes: Count });
-export const Mkdir = z.object({ path: GuestPath, parents: z.boolean().optional(), mode: z.number().int().min(0).max(0o7777).optional() });
+export const Mkdir = z.object({ path: GuestPath, parents: z.boolean().optional(), mode: z.number().int().min(0).max(0o7777).optional(), user: GuestUser.optional() });
+/** `user.*` attributes: at most 128 a call, names of at most 255 bytes, values of at most 64 KiB (the guest agent's bounds). */
+const Xattrs = z.record(z.string().min(1).max(255), z.string().max(65536)).refine((a) => Object.keys(a).length <= 128, "at most 128 attributes");
+export const SetXattrs = z.object({ path: GuestPath, attrs: Xattrs });
+export const XattrsWire = z.object({ attrs: Xattrs });
+export const MetricsWire = z.object({
+  timestampMs: z.number(), cpuCount: z.number().int().min(1), cpuUsedPct: z.number().min(0).max(100),
+  memTotalBytes: Count, memUsedBytes: Count, memCacheBytes: Count, diskTotalBytes: Count, diskUsedBytes: Count,
+});
 export const Rename = z.object({ from: GuestPath, to: GuestPath });
 export const Ports = z.object({ ports: z.array(z.object({ port: z.number().int(), address: z.string(), family: z.union([z.literal(4), z.literal(6)]), pid: z.number().int().optional(), process: z.string().optional() })) });
 

@@ -5,8 +5,9 @@ import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { DenError, type GuestMetrics, type ListeningPort, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
-import { ExecProcess, execBody, runToCompletion, type Command, type ExecOptions, type ExecResult } from "./exec.js";
+import { ExecProcess, execBody, runToCompletion, startExec, type Command, type ExecOptions, type ExecResult } from "./exec.js";
 import { GuestFiles } from "./files.js";
+import { CpuMeter, readMetrics } from "./metrics.js";
 import { VM_FILES } from "./qemu.js";
 import { digestFiles, hostSection, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { listPorts, openTunnel, type TunnelOptions } from "./tunnel.js";
@@ -60,6 +61,8 @@ export class Sandbox {
   agentProtocolErrors = 0;
   lastAgentError: string | undefined;
   readonly files: GuestFiles;
+  /** The previous CPU reading: each metrics() is the busy share since then. */
+  private readonly cpu = new CpuMeter();
 
   constructor(
     readonly dir: string,
@@ -163,7 +166,7 @@ export class Sandbox {
     const body = execBody(command, opts, "buffer");
     if (opts.bufferBytes) body.buffer_bytes = opts.bufferBytes;
     if (opts.interactive) body.stdin = true;
-    const res = await (await this.agent()).requestRaw(body);
+    const res = await startExec(await this.agent(), body);
     return { proc: Number(res.proc), pid: Number(res.pid) };
   }
 
@@ -194,9 +197,9 @@ export class Sandbox {
     return openTunnel(await this.agent(), port, opts);
   }
 
-  // TODO(e2b-guest): placeholder of the contract until the guest agent reports metrics; never landed as is.
+  /** CPU (busy since the previous call, or since boot), memory and disk, as the guest sees them. */
   async metrics(): Promise<GuestMetrics> {
-    throw new DenError("internal", "metrics is not implemented yet");
+    return readMetrics(await this.agent(), this.cpu);
   }
 
   /** The TCP ports listening inside the guest, with the process holding each when known. */
