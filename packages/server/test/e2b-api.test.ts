@@ -6,6 +6,7 @@
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import http from "node:http";
 import { AuthenticationError, Sandbox, SandboxNotFoundError } from "e2b";
 import type { RunningServer } from "../src/index.js";
 import { ADMIN_KEY, client, testServer, waitFor } from "./helpers.js";
@@ -124,5 +125,92 @@ describe("the E2B control-plane API through the e2b client", () => {
     const wait = 30_000 - (Date.now() - pausedAtTimeout.since);
     if (wait > 0) await sleep(wait);
     assert.equal((await Sandbox.getInfo(pausedAtTimeout.id)).state, "paused", "still paused at 30 s");
+  });
+
+  test("fork, snapshots (create, list, a sandbox from one, delete), network, metrics, and a public port on its E2B host", async () => {
+    const sbx = await create({ timeoutMs: 600_000 });
+    // Through /v1 (same owner, same sandbox): a file and a web server on 8080.
+    const run = async (id: string, cmd: string) => {
+      const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
+      assert.equal(r.status, 200, r.text);
+      return r.body.stdout as string;
+    };
+    await run(sbx.sandboxId, "echo forked > /workspace/f; cd /workspace && nohup python3 -m http.server 8080 >/dev/null 2>&1 &");
+    await waitFor("the web server", async () => ((await run(sbx.sandboxId, "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/f || true")) === "200" ? true : undefined), 20_000, 300);
+
+    // getHost(8080) is a host Den's port proxy serves, without a key (E2B's ports are public by default).
+    const host = sbx.getHost(8080);
+    const [name, port] = host.split(":");
+    const body = await new Promise<string>((resolve, reject) => {
+      const req = http.request({ host: "127.0.0.1", port: Number(port), path: "/f", headers: { host: `${name}:${port}` } }, (res) => {
+        let b = "";
+        res.on("data", (c: Buffer) => (b += c.toString()));
+        res.on("end", () => (res.statusCode === 200 ? resolve(b) : reject(new Error(`${res.statusCode}: ${b}`))));
+      });
+      req.on("error", reject);
+      req.end();
+    });
+    assert.equal(body, "forked\n", "the guest's web server, at getHost(8080)");
+
+    const [child] = await (Sandbox as unknown as { fork(id: string, opts: { count: number; timeoutMs: number }): Promise<Sandbox[]> }).fork(sbx.sandboxId, { count: 1, timeoutMs: 600_000 });
+    assert.ok(child, "one child");
+    made.push(child.sandboxId);
+    assert.notEqual(child.sandboxId, sbx.sandboxId);
+    assert.equal(await run(child.sandboxId, "cat /workspace/f"), "forked\n");
+    assert.equal((await Sandbox.getInfo(child.sandboxId)).state, "running");
+
+    const snap = await Sandbox.createSnapshot(sbx.sandboxId, { name: "e2b-snap" });
+    assert.match(snap.snapshotId, /^snap_/);
+    assert.deepEqual(snap.names, ["e2b-snap"]);
+    const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems();
+    assert.deepEqual(listed.map((x: { snapshotId: string }) => x.snapshotId), [snap.snapshotId]);
+    for (const ref of [snap.snapshotId, "e2b-snap"]) {
+      const from = await create({ timeoutMs: 600_000 });
+      await Sandbox.kill(from.sandboxId);
+      const restored = await Sandbox.create(ref, { timeoutMs: 600_000 });
+      made.push(restored.sandboxId);
+      assert.equal(await run(restored.sandboxId, "cat /workspace/f"), "forked\n", `a sandbox from snapshot ${ref}`);
+    }
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true);
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false, "gone");
+
+    // Network: no internet access is egress none; an allowOut list behind a deny-all is an allowlist.
+    await Sandbox.updateNetwork(sbx.sandboxId, { allowInternetAccess: false } as never);
+    assert.equal((await api("GET", `/v1/sandboxes/${sbx.sandboxId}`)).body.network.egress, "none");
+    await Sandbox.updateNetwork(sbx.sandboxId, { allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] } as never);
+    assert.deepEqual((await api("GET", `/v1/sandboxes/${sbx.sandboxId}`)).body.network.allow, ["example.com"]);
+    const info = await Sandbox.getInfo(sbx.sandboxId);
+    assert.deepEqual(info.network?.allowOut, ["example.com"]);
+
+    // Metrics come from inside the guest.
+    const metrics = await Sandbox.getMetrics(sbx.sandboxId);
+    assert.ok(metrics.length >= 1, "at least one sample");
+    const m = metrics.at(-1)!;
+    assert.ok(m.cpuCount >= 1 && m.memTotal > 100 * 1024 * 1024 && m.memUsed > 0 && m.memUsed < m.memTotal, JSON.stringify(m));
+    assert.ok(m.diskTotal > 1024 * 1024 * 1024 && m.diskUsed > 0 && m.diskUsed < m.diskTotal, JSON.stringify(m));
+    assert.ok(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100);
+  });
+
+  test("the same operations through /v1 and the E2B API are recorded alike in events and usage", async () => {
+    const viaE2b = (await create({ timeoutMs: 600_000 })).sandboxId;
+    await Sandbox.pause(viaE2b);
+    await Sandbox.connect(viaE2b, { timeoutMs: 600_000 });
+    await Sandbox.kill(viaE2b);
+    // E2B's default network is open egress: the /v1 twin asks for the same.
+    const v1 = await api("POST", "/v1/sandboxes", { persistent: true, ttl_seconds: 600, network: { egress: "open" } });
+    assert.equal(v1.status, 201, v1.text);
+    const viaV1 = v1.body.id as string;
+    await api("POST", `/v1/sandboxes/${viaV1}/hibernate`, { mode: "warm" });
+    await api("POST", `/v1/sandboxes/${viaV1}/wake`);
+    await api("DELETE", `/v1/sandboxes/${viaV1}`);
+    const shape = async (id: string) => ((await api("GET", `/v1/sandboxes/${id}/events`)).body.events as Array<{ type: string; reason: string | null; data: Record<string, unknown> }>)
+      // What its network refused meanwhile is telemetry, not an operation.
+      .filter((e) => e.type !== "network.refused").map((e) => `${e.type}/${e.reason}/${String(e.data.mode ?? "")}`);
+    assert.deepEqual(await shape(viaE2b), await shape(viaV1));
+    const usage = (await api("GET", "/v1/usage?group_by=sandbox")).body.groups as Array<{ key: string; running_seconds: number; warm_hibernated_seconds: number }>;
+    for (const id of [viaE2b, viaV1]) {
+      const g = usage.find((u) => u.key === id);
+      assert.ok(g && g.running_seconds > 0 && g.warm_hibernated_seconds > 0, `${id}: ${JSON.stringify(g)}`);
+    }
   });
 });
