@@ -25,7 +25,7 @@ export function idName(id: number): string {
 }
 
 /** The guest has no xattr ops (an older agent, or the placeholder): metadata is simply absent. */
-function unsupported(e: unknown): boolean {
+export function unsupported(e: unknown): boolean {
   return e instanceof DenError && (e.code === "unknown_op" || /not (yet )?implemented|unknown op/i.test(e.message));
 }
 

@@ -10,6 +10,7 @@ import { createGunzip } from "node:zlib";
 import busboy from "busboy";
 import { DenError, type HostGuest, type e2b } from "@den/protocol";
 import { withDeadline } from "./deadline.js";
+import { unsupported } from "./entry.js";
 import { checkUser, resolvePath } from "./request.js";
 import type { EnvdSignature } from "./seam.js";
 
@@ -127,7 +128,12 @@ function metadataOf(req: IncomingMessage): Record<string, string> | undefined {
 async function writeOne(guest: HostGuest, user: string, target: string, data: AsyncIterable<Buffer>, limit: number, metadata: Record<string, string> | undefined): Promise<e2b.WrittenFile> {
   const p = resolvePath(user, target);
   await withDeadline(guest.files.write(p, bounded(data, limit), { parents: true, user }), `write of ${p}`, WRITE_MS);
-  if (metadata) await withDeadline(guest.files.setXattrs(p, metadata), `metadata of ${p}`);
+  if (metadata) {
+    await withDeadline(guest.files.setXattrs(p, metadata), `metadata of ${p}`).catch((e: unknown) => {
+      // Dropping metadata the caller asked for would be silent data loss: say so instead.
+      throw unsupported(e) ? new HttpError(501, "file metadata is not supported by this sandbox's guest") : e;
+    });
+  }
   const plain = metadata ? Object.fromEntries(Object.entries(metadata).map(([k, v]) => [k.slice("user.e2b.".length), v])) : undefined;
   return { name: posix.basename(p), type: "file", path: p, ...(plain ? { metadata: plain } : {}) };
 }
@@ -153,7 +159,7 @@ export async function upload(guest: HostGuest, user: string, q: FilesQuery, req:
   await new Promise<void>((resolve, reject) => {
     let bb: busboy.Busboy;
     try {
-      bb = busboy({ headers: req.headers, limits: { files: MAX_PARTS, parts: MAX_PARTS * 2, fields: MAX_PARTS, fieldSize: 64 * 1024, fileSize: limit, headerPairs: 64 } });
+      bb = busboy({ headers: req.headers, preservePath: true, limits: { files: MAX_PARTS, parts: MAX_PARTS * 2, fields: MAX_PARTS, fieldSize: 64 * 1024, fileSize: limit, headerPairs: 64 } });
     } catch {
       return reject(new HttpError(400, "malformed multipart request"));
     }
