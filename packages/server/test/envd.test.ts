@@ -10,7 +10,7 @@ import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import { CommandExitError, FileNotFoundError, Sandbox, TimeoutError, AuthenticationError, getSignature } from "e2b";
 import { buildEnvdServer, checkCredentials, EnvdDenied, EnvdUnavailable, type EnvdSandboxes, type RunningServer } from "../src/index.js";
-import { client, testServer, waitFor } from "./helpers.js";
+import { ADMIN_KEY, client, testServer, waitFor } from "./helpers.js";
 
 /** Until the guest runs processes as the asked user (another branch), they run as root. */
 const USERS_LANDED = process.env.DEN_GUEST_USERS === "1";
@@ -231,6 +231,8 @@ describe("envd with the e2b client", () => {
     assert.equal((await list({})).status, 401);
     assert.equal((await list({ "x-access-token": "wrong" })).status, 401);
     assert.equal((await list({ "x-access-token": token })).status, 200);
+    assert.equal((await list({ "x-api-key": ADMIN_KEY })).status, 200, "the owner's Den API key also works");
+    assert.equal((await list({ "x-api-key": "den_not_a_key" })).status, 401);
     const anonymous = await make(id, null).commands.list().catch((x: unknown) => x);
     assert.ok(anonymous instanceof AuthenticationError, String(anonymous));
     assert.equal((await fetch(`${url}/files?path=/etc/hostname`, { headers: { "e2b-sandbox-id": id } })).status, 401);

@@ -45,11 +45,15 @@ async function watchDir(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Pro
     ctx.sandbox.touch();
     for (const filesystem of await toEvents(ctx, ev, !!req.includeEntry)) await out.send({ filesystem });
   }, fail));
+  let timer: NodeJS.Timeout | undefined;
   try {
     await out.send({ start: {} });
-    const deadline = ctx.timeoutMs ? new Promise<"deadline">((r) => setTimeout(() => r("deadline"), ctx.timeoutMs).unref()) : new Promise<never>(() => undefined);
+    const deadline = new Promise<"deadline">((r) => {
+      if (ctx.timeoutMs) timer = setTimeout(() => r("deadline"), ctx.timeoutMs);
+    });
     if ((await Promise.race([out.closed, failed, deadline])) === "deadline") out.end(new ConnectError("deadline_exceeded", "watch deadline exceeded"));
   } finally {
+    clearTimeout(timer);
     release();
   }
 }

@@ -67,7 +67,8 @@ async function start(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Promis
   if (cfg.cwd) opts.cwd = resolvePath(ctx.user, cfg.cwd);
   if (req.pty) opts.pty = { rows: req.pty.size.rows, cols: req.pty.size.cols };
   else if (req.stdin) opts.interactive = true;
-  const proc = await withDeadline(ctx.sandbox.guest.execStream([cfg.cmd, ...(cfg.args ?? [])], opts), "process start", START_MS);
+  const proc = await withDeadline(ctx.sandbox.guest.execStream([cfg.cmd, ...(cfg.args ?? [])], opts), "process start", START_MS,
+    (lateProc) => void lateProc.kill().catch(() => undefined)); // nobody tracks it: it must not run on
   const p = ctx.state.processes.add(proc, {
     config: { cmd: cfg.cmd, args: cfg.args ?? [], envs: cfg.envs ?? {}, ...(cfg.cwd ? { cwd: cfg.cwd } : {}) },
     ...(req.tag ? { tag: req.tag } : {}),

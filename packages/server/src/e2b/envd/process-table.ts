@@ -81,6 +81,7 @@ export class ManagedProcess {
     let exit: EndEvent | undefined;
     try {
       for await (const c of this.proc) {
+        if (!this.subs.size) continue; // nobody attached: dropped, so the process never stalls
         const b64 = c.data.toString("base64");
         const ev: e2b.ProcessEvent = { data: this.meta.pty ? { pty: b64 } : c.stream === "stderr" ? { stderr: b64 } : { stdout: b64 } };
         await Promise.all([...this.subs].map((s) => this.deliver(s, ev)));

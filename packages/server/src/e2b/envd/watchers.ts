@@ -80,18 +80,21 @@ export class DirPoller {
     this.schedule();
   }
 
-  private schedule(): void {
+  /** A big tree polls less often: never more than a third of the guest's time goes to listing it. */
+  private schedule(tookMs = 0): void {
     if (this.stopped) return;
-    this.timer = setTimeout(() => void this.poll(), POLL_MS);
+    this.timer = setTimeout(() => void this.poll(), Math.max(POLL_MS, 2 * tookMs));
   }
 
   private async poll(): Promise<void> {
+    const t0 = Date.now();
     try {
       const next = await snapshot(this.guest, this.root, this.recursive);
       const ev = diff(this.last, next, this.root);
       this.last = next;
+      const took = Date.now() - t0;
       if (ev.length && !this.stopped) await this.onEvents(ev);
-      this.schedule();
+      this.schedule(took);
     } catch (e) {
       if (!this.stopped) this.onError(e);
     }
