@@ -102,7 +102,8 @@ describe("envd with the e2b client", () => {
   });
 
   it("a background command survives its stream being dropped; connect gets its further output; kill reaps it", async () => {
-    const h = await sbx.commands.run("while true; do echo tick; sleep 0.2; done", { background: true });
+    // No timeout of its own: only the kill may end it.
+    const h = await sbx.commands.run("while true; do echo tick; sleep 0.2; done", { background: true, timeoutMs: 0 });
     const pid = h.pid;
     await h.disconnect();
     assert.ok((await sbx.commands.list()).some((p) => p.pid === pid), "listed while running");
@@ -110,7 +111,7 @@ describe("envd with the e2b client", () => {
     const c = await sbx.commands.connect(pid, { onStdout: (d) => void (seen += d) });
     await waitFor("output after reconnecting", async () => (seen.includes("tick") ? true : undefined), 10_000, 100);
     assert.equal(await sbx.commands.kill(pid), true);
-    const end = await c.wait().catch((x: unknown) => x);
+    const end = await Promise.race([c.wait().catch((x: unknown) => x), new Promise((r) => setTimeout(() => r("still running 10 s after the kill"), 10_000))]);
     assert.ok(end instanceof CommandExitError, `a killed command ends with an error, got ${String(end)}`);
     const alive = await sbx.commands.run(`kill -0 ${pid}`).catch((x: unknown) => x);
     assert.ok(alive instanceof CommandExitError, "kill -0 fails: the process is gone and reaped");

@@ -28,8 +28,19 @@ export interface EnvdServerOptions {
   maxUploadBytes?: number;
 }
 
+/** A client gets this long to send an RPC body (it is small). */
+const BODY_MS = 30_000;
+
 function readBody(req: IncomingMessage, max: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
+  return new Promise<Buffer>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      req.destroy();
+      reject(new ConnectError("deadline_exceeded", "request body not received in time"));
+    }, BODY_MS);
+    const resolveBody = (b: Buffer) => {
+      clearTimeout(timer);
+      resolve(b);
+    };
     const parts: Buffer[] = [];
     let n = 0;
     req.on("data", (c: Buffer) => {
@@ -39,8 +50,13 @@ function readBody(req: IncomingMessage, max: number): Promise<Buffer> {
         reject(new ConnectError("resource_exhausted", `request body exceeds ${max} bytes`));
       } else parts.push(c);
     });
-    req.on("end", () => resolve(Buffer.concat(parts)));
-    req.on("error", () => reject(new ConnectError("canceled", "request body was not received")));
+    req.on("end", () => resolveBody(Buffer.concat(parts)));
+    const lost = () => reject(new ConnectError("canceled", "request body was not received"));
+    req.on("error", lost);
+    req.on("close", () => {
+      clearTimeout(timer);
+      if (!req.complete) lost();
+    });
   });
 }
 
@@ -60,10 +76,11 @@ export async function buildEnvdServer(sandboxes: EnvdSandboxes, opts: EnvdServer
   app.addContentTypeParser("*", (_req, _payload, done) => done(null));
   app.addHook("onClose", async () => states.clear());
 
-  const open = async (req: IncomingMessage, signature?: Parameters<typeof credentialsOf>[1]): Promise<{ id: string; sandbox: EnvdSandbox }> => {
+  /** `probe`: a health check, which is not activity (a poller must not keep a sandbox from idling). */
+  const open = async (req: IncomingMessage, signature?: Parameters<typeof credentialsOf>[1], probe = false): Promise<{ id: string; sandbox: EnvdSandbox }> => {
     const id = sandboxIdOf(req.headers);
     const sandbox = await sandboxes.open(id, credentialsOf(req.headers, signature));
-    sandbox.touch();
+    if (!probe) sandbox.touch();
     return { id, sandbox };
   };
 
@@ -162,7 +179,7 @@ export async function buildEnvdServer(sandboxes: EnvdSandboxes, opts: EnvdServer
   app.get("/health", async (req, reply) => {
     reply.hijack();
     try {
-      await open(req.raw);
+      await open(req.raw, undefined, true);
       reply.raw.writeHead(204).end();
     } catch (e) {
       fileError(reply.raw, e);
