@@ -19,6 +19,7 @@ export function registerServe(program: Command): void {
       });
       const server = await startServer(config, { logger: { level: config.logLevel } });
       logLine(`den: listening on ${server.url} (data dir ${config.dataDir}; host agent${server.cp.hosts.all.length > 1 ? "s" : ""} ${server.cp.hosts.all.map((h) => h.address).join(", ")})`);
+      if (server.envdUrl) logLine(`den: E2B API at ${server.url} (E2B_API_URL), envd at ${server.envdUrl} (E2B_SANDBOX_URL)`);
       if (server.createdAdminKey) logLine(`den: created an admin API key (shown once): ${server.createdAdminKey}`);
       let stopping = false;
       const stop = (signal: string) => {
