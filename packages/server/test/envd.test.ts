@@ -13,7 +13,6 @@ import { buildEnvdServer, checkCredentials, EnvdDenied, EnvdUnavailable, type En
 import { ADMIN_KEY, client, testServer, waitFor } from "./helpers.js";
 
 /** Until the guest runs processes as the asked user (another branch), they run as root. */
-const USERS_LANDED = process.env.DEN_GUEST_USERS === "1";
 
 const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 
@@ -87,7 +86,7 @@ describe("envd with the e2b client", () => {
     await sbx.files.makeDir("/root/envd-cwd");
     const rel = await sbx.commands.run("pwd", { user: "root", cwd: "envd-cwd" });
     assert.equal(rel.stdout, "/root/envd-cwd\n");
-    if (USERS_LANDED) assert.equal((await sbx.commands.run("id -un")).stdout, "user\n");
+    assert.equal((await sbx.commands.run("id -un")).stdout, "user\n");
   });
 
   it("a command's timeout is a TimeoutError and kills it, even in the background", async () => {
@@ -172,15 +171,11 @@ describe("envd with the e2b client", () => {
     assert.equal(await sbx.files.read("/root/rel.txt"), "r");
   });
 
-  it("files: metadata as xattrs (tolerant until the guest has xattr ops)", async () => {
-    const r = await sbx.files.write("/tmp/envd/meta.txt", "m", { metadata: { k: "v" } }).catch((x: unknown) => x);
-    if (r instanceof Error) {
-      // Until the guest work lands: the upload says metadata is unsupported, it is not dropped silently.
-      assert.match(r.message, /metadata is not supported/);
-      assert.equal((await sbx.files.getInfo("/tmp/envd/meta.txt")).metadata, undefined);
-      return;
-    }
-    assert.deepEqual((await sbx.files.getInfo("/tmp/envd/meta.txt")).metadata, { k: "v" });
+  it("files: metadata as user.e2b.* xattrs", async () => {
+    // On the root filesystem: the guest's /tmp is a tmpfs, which keeps no user.* xattrs on its kernel.
+    await sbx.files.write("/home/user/meta.txt", "m", { metadata: { k: "v", other: "x y" } });
+    assert.deepEqual((await sbx.files.getInfo("/home/user/meta.txt")).metadata, { k: "v", other: "x y" });
+    assert.equal((await sbx.commands.run("python3 -c \"import os; print(os.getxattr('/home/user/meta.txt', 'user.e2b.k').decode())\"")).stdout, "v\n", "stored as user.e2b.* in the guest");
   });
 
   it("files: FileNotFoundError, list with depth, makeDir, rename, remove, exists, entry fields", async () => {
@@ -197,7 +192,7 @@ describe("envd with the e2b client", () => {
     assert.equal(file.size, 1);
     assert.match(file.permissions, /^-rw-r--r--$/);
     assert.equal(file.mode, 0o644);
-    assert.equal(file.owner, USERS_LANDED ? "user" : "root");
+    assert.equal(file.owner, "user");
     assert.ok(file.modifiedTime instanceof Date && Math.abs(file.modifiedTime.getTime() - Date.now()) < 600_000);
     assert.equal(deep.find((e) => e.name === "a")!.type, "dir");
     assert.match(deep.find((e) => e.name === "a")!.permissions, /^d/);
