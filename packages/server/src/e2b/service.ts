@@ -43,6 +43,8 @@ export class E2bService {
     const timeout = Math.max(1, b.timeout ?? DEFAULT_TIMEOUT_SECONDS);
     const pause = b.autoPause === true;
     if (b.autoResume?.enabled && !pause) throw new DenError("invalid_argument", "autoResume needs autoPause (lifecycle.onTimeout: pause)");
+    // Traffic cannot wait out a boot: a disk-only pause is resumed by connect, as E2B has it.
+    if (b.autoResume?.enabled && b.autoPauseMemory === false) throw new DenError("invalid_argument", "autoResume cannot be combined with autoPauseMemory: false (a disk-only pause is resumed with connect)");
     // autoPauseMemory: false: the timeout's pause keeps the disk only (a disk hibernate; the resume boots).
     const onDeadline = !pause ? "destroy" : b.autoPauseMemory === false ? "hibernate_disk" : "hibernate";
     const terms: Terms = {
