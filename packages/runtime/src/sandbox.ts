@@ -324,15 +324,22 @@ export class Sandbox {
         if (wasPaused) await vm.stop().then(() => this.setState("paused"), () => undefined);
         throw e;
       }
-      // Recorded before QEMU goes: a crash from here on finds a stopped sandbox with a whole disk.
-      await this.setState("stopped");
-      await this.agentConn?.then((a) => a.close(), () => undefined);
-      this.agentConn = undefined;
-      this.vm = undefined;
-      await vm.quit();
-      // Its RAM (a cold-booted one's file) is of no use now; a boot makes a new one.
-      await rm(join(this.dir, RAM_FILE), { force: true });
+      // Its disk is whole now: a crash from here on finds a stopped sandbox.
+      await this.toStopped(vm, (v) => v.quit());
     });
+  }
+
+  /**
+   * Records it stopped first (a crash then never finds a running record without a VM),
+   * then lets its VM go with `end`, and its RAM (a boot makes a new one).
+   */
+  private async toStopped(vm: Vm, end: (vm: Vm) => Promise<void>): Promise<void> {
+    await this.setState("stopped");
+    await this.agentConn?.then((a) => a.close(), () => undefined);
+    this.agentConn = undefined;
+    this.vm = undefined;
+    await end(vm);
+    await rm(join(this.dir, RAM_FILE), { force: true });
   }
 
   /**
@@ -352,13 +359,7 @@ export class Sandbox {
         await this.setState("running");
         await this.syncGuest(true);
       } catch (e) {
-        // Stopped again before the VM goes, so a crash in between never finds a running record without a VM.
-        await this.setState("stopped");
-        await this.agentConn?.then((a) => a.close(), () => undefined);
-        this.agentConn = undefined;
-        this.vm = undefined;
-        await vm.kill();
-        await rm(join(this.dir, RAM_FILE), { force: true });
+        await this.toStopped(vm, (v) => v.kill());
         throw e;
       }
     });

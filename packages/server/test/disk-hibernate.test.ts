@@ -159,6 +159,26 @@ describe("disk hibernation survives kill -9 of den serve at each crash point", (
     child = undefined;
   };
 
+  /**
+   * Restarts the server: recovery settled the sandbox as `state` (its last `event` says
+   * so), its file is kept and it booted anew. Then it goes, and the server stops.
+   */
+  const settledAs = async (id: string, boot: string, state: string, event: string) => {
+    await start();
+    const s = (await api("GET", `/v1/sandboxes/${id}`)).body;
+    assert.equal(s.state, state, JSON.stringify(s));
+    assert.equal(s.operation, null);
+    const e = (await events(api, id)).filter((x) => x.type === event).at(-1);
+    assert.equal(e?.data.recovered, true, "recovery settled it");
+    const p = await probe(api, id);
+    assert.deepEqual([p.file, p.sleeps], ["kept", 0]);
+    assert.notEqual(p.boot, boot);
+    await api("DELETE", `/v1/sandboxes/${id}`);
+    await stopProcess(child, "SIGTERM");
+    child = undefined;
+    return s as { hibernate_mode: string | null };
+  };
+
   before(async () => {
     port = await freePort();
     api = client(`http://127.0.0.1:${port}`);
@@ -179,19 +199,8 @@ describe("disk hibernation survives kill -9 of den serve at each crash point", (
       await start({ DEN_FAULT_POINT: point, DEN_FAULT_MARKER: marker });
       await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "disk" }).catch(() => undefined);
       await died(point);
-      await start();
-      const s = (await api("GET", `/v1/sandboxes/${id}`)).body;
-      assert.equal(s.state, "hibernated", JSON.stringify(s));
-      assert.equal(s.hibernate_mode, "disk");
-      assert.equal(s.operation, null);
-      const hib = (await events(api, id)).find((e) => e.type === "hibernated");
-      assert.equal(hib?.data.recovered, true, "recovery finished it");
-      const p = await probe(api, id);
-      assert.deepEqual([p.file, p.sleeps], ["kept", 0]);
-      assert.notEqual(p.boot, boot);
-      await api("DELETE", `/v1/sandboxes/${id}`);
-      await stopProcess(child, "SIGTERM");
-      child = undefined;
+      // The probe of settledAs wakes it (a boot): it was hibernated to its disk when the server came back.
+      assert.equal((await settledAs(id, boot, "hibernated", "hibernated")).hibernate_mode, "disk");
     });
   }
 
@@ -203,17 +212,6 @@ describe("disk hibernation survives kill -9 of den serve at each crash point", (
     await start({ DEN_FAULT_POINT: "wake-disk-after-boot", DEN_FAULT_MARKER: marker });
     await api("POST", `/v1/sandboxes/${id}/wake`).catch(() => undefined);
     await died("wake-disk-after-boot");
-    await start();
-    const s = (await api("GET", `/v1/sandboxes/${id}`)).body;
-    assert.equal(s.state, "running", JSON.stringify(s));
-    assert.equal(s.operation, null);
-    const running = (await events(api, id)).filter((e) => e.type === "running").at(-1);
-    assert.equal(running?.data.recovered, true);
-    const p = await probe(api, id);
-    assert.deepEqual([p.file, p.sleeps], ["kept", 0]);
-    assert.notEqual(p.boot, boot);
-    await api("DELETE", `/v1/sandboxes/${id}`);
-    await stopProcess(child, "SIGTERM");
-    child = undefined;
+    await settledAs(id, boot, "running", "running");
   });
 });
