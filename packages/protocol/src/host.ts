@@ -28,7 +28,7 @@ const Positive = z.number().int().min(1);
 export const StoredRef = z.object({ id: Id, key: z.string().min(1).max(1024) });
 export type StoredRef = z.infer<typeof StoredRef>;
 
-/** What one VM holds while it exists (running or warm-hibernated); a cold one holds nothing. */
+/** What one VM holds while it exists (running or warm-hibernated); a cold or disk-hibernated one holds nothing. */
 export const Shape = z.object({ vcpus: Positive, memoryMb: Positive });
 export type Shape = z.infer<typeof Shape>;
 
@@ -87,7 +87,11 @@ export type TransferEvent = z.infer<typeof TransferEvent>;
 /** What a host holds now, in one call. */
 export const Inventory = z.object({
   instance: z.string(),
-  vms: z.array(z.object({ id: z.string(), state: z.enum(["running", "paused", "stopped"]), cpuSeconds: z.number().nullable() })),
+  /**
+   * `stopped`: its VM died (or never came up). `off`: shut down on purpose with its disk
+   * kept (a disk hibernation): it holds no VM, no memory and no vCPUs, only its disk.
+   */
+  vms: z.array(z.object({ id: z.string(), state: z.enum(["running", "paused", "stopped", "off"]), cpuSeconds: z.number().nullable() })),
   /** Complete local snapshots (warm hibernations). */
   snapshots: z.array(z.string()),
   /** What it may hold and holds now (as `capacity` answers). */
@@ -143,6 +147,8 @@ export const control = {
   hibernateWarm: route({ method: "POST", path: "/host/v1/vms/:id/hibernate-warm", body: z.object({ ...OpBody, snapshotId: Id }), response: Ok }),
   upload: route({ method: "POST", path: "/host/v1/vms/:id/upload", body: z.object({ ...OpBody, to: StoredRef, fromWarm: Id.optional() }), response: z.object({ storedBytes: Count }) }),
   wakeWarm: route({ method: "POST", path: "/host/v1/vms/:id/wake-warm", body: z.object({ ...OpBody, snapshotId: Id.nullable() }), response: Ok }),
+  hibernateDisk: route({ method: "POST", path: "/host/v1/vms/:id/hibernate-disk", body: z.object(OpBody), response: Ok }),
+  wakeDisk: route({ method: "POST", path: "/host/v1/vms/:id/wake-disk", body: z.object(OpBody), response: Ok }),
   checkpoint: route({ method: "POST", path: "/host/v1/vms/:id/checkpoint", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ pauseMs: z.number().min(0), storedBytes: Count }) }),
   fork: route({ method: "POST", path: "/host/v1/vms/:id/fork", body: z.object({ ...OpBody, children: z.array(Id).min(1).max(64), network: NetworkPolicy.optional() }), response: z.object({ children: z.array(SandboxInfo) }) }),
   resume: route({ method: "POST", path: "/host/v1/vms/:id/resume", response: Ok }),
@@ -208,6 +214,14 @@ export interface HostAgent {
   upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number }>;
   /** Warm wake: resume in place, or restore from its local snapshot if the VM died. */
   wakeWarm(op: string, id: string, snapshotId: string | null): Promise<void>;
+  /**
+   * Disk: the guest flushes its filesystems and the VM shuts down, its disk kept on this
+   * host (the inventory shows it `off`); from warm (paused) it runs just long enough to
+   * flush. On failure it stays as it was.
+   */
+  hibernateDisk(op: string, id: string): Promise<void>;
+  /** Boots an `off` sandbox again from its disk (fresh memory, same id and shape); a running one is left as it is. */
+  wakeDisk(op: string, id: string): Promise<void>;
   /** A durable checkpoint in the store under `to`; the sandbox keeps running. */
   checkpoint(op: string, id: string, to: StoredRef): Promise<{ pauseMs: number; storedBytes: number }>;
   /** Forks a running sandbox into children with the given ids (each gets `network`). */

@@ -15,10 +15,15 @@ import { SerialQueue, runTool } from "./util.js";
 import type { Vm } from "./vm.js";
 import type { HostProfile } from "./host.js";
 
-export type SandboxState = "starting" | "running" | "paused" | "destroyed";
+/** `stopped`: its VM is shut down and its disk overlay kept (a disk hibernation); it boots again from that disk. */
+export type SandboxState = "starting" | "running" | "paused" | "stopped" | "destroyed";
 
 /** USER_HZ: Linux reports process times in 1/100 s on every architecture Den runs on. */
 const CLOCK_TICKS = 100;
+/** How long the guest may take to flush its filesystems before a disk hibernation gives up. */
+const SYNC_TIMEOUT_MS = 60_000;
+/** A cold-booted sandbox's RAM file in its directory. */
+const RAM_FILE = "memory.bin";
 
 /** What is persisted in `sandbox.json`, so a restarted runtime can find the sandbox again. */
 export interface SandboxRecord {
@@ -112,6 +117,7 @@ export class Sandbox {
   agent(): Promise<AgentClient> {
     this.assertUsable();
     if (this.record.state === "paused") return Promise.reject(new DenError("sandbox_not_running", `sandbox ${this.id} is paused; resume it first`));
+    if (this.record.state === "stopped") return Promise.reject(new DenError("sandbox_not_running", `sandbox ${this.id} is shut down (its disk is kept); boot it first`));
     const existing = this.agentConn;
     if (existing) {
       return existing.then((a) => (a.closed ? this.reconnect() : a), () => this.reconnect());
@@ -258,7 +264,7 @@ export class Sandbox {
         await vm.saveState(join(dir, "state.bin"), { ignoreShared: this.record.ramFile ? true : opts.ignoreShared });
         await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
         // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.
-        if (this.record.ramFile) await copyFile(join(this.dir, "memory.bin"), join(dir, "memory.bin"));
+        if (this.record.ramFile) await copyFile(join(this.dir, RAM_FILE), join(dir, "memory.bin"));
       } finally {
         if (wasRunning && opts.keepRunning !== false) {
           await vm.cont();
@@ -289,6 +295,73 @@ export class Sandbox {
       };
       await writeManifest(dir, manifest);
       return { dir, manifest };
+    });
+  }
+
+  /**
+   * Shuts the VM down keeping its disk overlay (a disk hibernation): the guest flushes its
+   * filesystems, the vCPUs stop, and only then QEMU quits. Its memory is gone; a paused VM
+   * runs again just long enough to flush. `Runtime.bootFromDisk` boots it again.
+   */
+  stopKeepingDisk(): Promise<void> {
+    return this.lifecycle.run(async () => {
+      this.assertUsable();
+      if (this.record.state === "stopped") return;
+      const vm = this.requireVm();
+      const wasPaused = this.record.state === "paused";
+      if (wasPaused) {
+        await vm.cont();
+        await this.setState("running");
+        (await this.agentConn?.catch(() => undefined))?.unhold();
+      }
+      try {
+        // A guest flush reaches QEMU's qcow2 caches too: after it the overlay holds every write.
+        const r = await runToCompletion(await this.agent(), ["/bin/sync"], { timeoutMs: SYNC_TIMEOUT_MS });
+        if (r.exitCode !== 0 || r.timedOut) throw new DenError("io_error", `sandbox ${this.id}: the guest could not flush its disk (${r.timedOut ? "timed out" : `exit ${r.exitCode}`})`);
+        await vm.stop();
+      } catch (e) {
+        // Nothing changed: it stays as it was (a pause again for one that was paused).
+        if (wasPaused) await vm.stop().then(() => this.setState("paused"), () => undefined);
+        throw e;
+      }
+      // Its disk is whole now: a crash from here on finds a stopped sandbox.
+      await this.toStopped(vm, (v) => v.quit());
+    });
+  }
+
+  /**
+   * Records it stopped first (a crash then never finds a running record without a VM),
+   * then lets its VM go with `end`, and its RAM (a boot makes a new one).
+   */
+  private async toStopped(vm: Vm, end: (vm: Vm) => Promise<void>): Promise<void> {
+    await this.setState("stopped");
+    await this.agentConn?.then((a) => a.close(), () => undefined);
+    this.agentConn = undefined;
+    this.vm = undefined;
+    await end(vm);
+    await rm(join(this.dir, RAM_FILE), { force: true });
+  }
+
+  /**
+   * Takes a VM just booted from this sandbox's own disk (by the runtime) and waits for its
+   * agent; the sandbox runs again with a fresh memory. A failure kills that VM and leaves
+   * the sandbox stopped, disk untouched.
+   */
+  bootedFromDisk(vm: Vm, timeoutMs: number): Promise<void> {
+    return this.lifecycle.run(async () => {
+      this.assertUsable();
+      if (this.record.state !== "stopped") throw new DenError("invalid_state", `sandbox ${this.id} is ${this.record.state}, not shut down`);
+      this.vm = vm;
+      try {
+        await this.connectAgent(undefined, timeoutMs);
+        // Its RAM is now a file in its directory, as a cold boot's: its snapshots carry it.
+        this.record = { ...this.record, ramFile: true };
+        await this.setState("running");
+        await this.syncGuest(true);
+      } catch (e) {
+        await this.toStopped(vm, (v) => v.kill());
+        throw e;
+      }
     });
   }
 

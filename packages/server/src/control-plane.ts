@@ -156,6 +156,11 @@ export class ControlPlane {
     return this.lifecycle.wake(id, reason, timeoutSeconds);
   }
 
+  /** A wake that boots the sandbox from its disk, its memory given up (E2B's `memory: false`). */
+  wakeByBoot(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
+    return this.lifecycle.wakeByBoot(id, reason, timeoutSeconds);
+  }
+
   setTimeout(id: string, seconds: number, opts?: { extendOnly?: boolean }): Promise<SandboxRow> {
     return this.lifecycle.setTimeout(id, seconds, opts);
   }

@@ -51,7 +51,7 @@ export interface SandboxesTable {
   host_id: string | null;
   /** `ttl`: expires_at counts from creation in every state (Den). `running`: it counts only while running; hibernated, it is the retention limit (E2B's timeout). */
   deadline_mode: string;
-  /** At expires_at while running: `destroy` or `hibernate` (E2B's onTimeout: pause). */
+  /** At expires_at while running: `destroy`, `hibernate` (E2B's onTimeout: pause) or `hibernate_disk` (that pause with keepMemory: false). */
   on_deadline: string;
   /** `running` mode: the deadline a wake starts (seconds from the wake). */
   run_timeout_seconds: number | null;

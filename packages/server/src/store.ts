@@ -55,7 +55,7 @@ export function toApiSandbox(r: SandboxRow): api.Sandbox {
     created_at: iso(r.created_at)!,
     last_activity_at: iso(r.last_activity_at)!,
     destroyed_at: iso(r.destroyed_at),
-    hibernate_mode: r.state === "hibernated" ? ((r.hibernate_mode as "warm" | "cold" | null) ?? "warm") : null,
+    hibernate_mode: r.state === "hibernated" ? ((r.hibernate_mode as api.Sandbox["hibernate_mode"]) ?? "warm") : null,
     stored_bytes: r.state === "hibernated" && r.stored_bytes !== null ? Number(r.stored_bytes) : null,
     network: networkOf(r),
     operation: r.op_id && r.op_kind && r.op_since !== null ? { id: r.op_id, kind: r.op_kind as api.OperationKind, since: iso(r.op_since)! } : null,

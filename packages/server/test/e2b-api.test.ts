@@ -213,4 +213,56 @@ describe("the E2B control-plane API through the e2b client", () => {
       assert.ok(g && g.running_seconds > 0 && g.warm_hibernated_seconds > 0, `${id}: ${JSON.stringify(g)}`);
     }
   });
+
+  test("a pause that keeps the disk only: connect boots it (files kept, a new boot_id, processes gone); so does onResume reboot, and onTimeout pause with keepMemory false", async () => {
+    const run = async (id: string, cmd: string) => {
+      const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
+      assert.equal(r.status, 200, r.text);
+      return r.body.stdout as string;
+    };
+    const PROBE = "cat /root/keep.txt; echo; cat /proc/sys/kernel/random/boot_id; pgrep -c -x sleep || true";
+    const probe = async (id: string) => {
+      const [file, boot, sleeps] = (await run(id, PROBE)).trim().split("\n");
+      return { file, boot, sleeps: Number(sleeps) };
+    };
+    const mode = async (id: string) => (await api("GET", `/v1/sandboxes/${id}`)).body.hibernate_mode as string | null;
+
+    const id = (await create({ timeoutMs: 600_000 })).sandboxId;
+    await run(id, "printf kept > /root/keep.txt; nohup sleep 100000 >/dev/null 2>&1 &");
+    const first = await probe(id);
+    assert.deepEqual([first.file, first.sleeps], ["kept", 1]);
+    assert.equal(await Sandbox.pause(id, { keepMemory: false }), true);
+    assert.equal((await Sandbox.getInfo(id)).state, "paused");
+    assert.equal(await mode(id), "disk");
+    await Sandbox.connect(id, { timeoutMs: 60_000 });
+    assert.equal((await Sandbox.getInfo(id)).state, "running");
+    const second = await probe(id);
+    assert.deepEqual([second.file, second.sleeps], ["kept", 0], "files kept, processes gone");
+    assert.notEqual(second.boot, first.boot, "it booted");
+
+    // A warm pause resumed with onResume "reboot": its memory is given up, it boots.
+    assert.equal(await Sandbox.pause(id), true);
+    assert.equal(await mode(id), "warm");
+    await Sandbox.connect(id, { onResume: "reboot", timeoutMs: 60_000 });
+    const third = await probe(id);
+    assert.equal(third.file, "kept");
+    assert.notEqual(third.boot, second.boot);
+    const modes = ((await api("GET", `/v1/sandboxes/${id}/events`)).body.events as Array<{ type: string; data: Record<string, unknown> }>)
+      .filter((e) => e.type === "hibernated" || e.type === "running").map((e) => `${e.type}/${String(e.data.mode ?? "")}`);
+    assert.deepEqual(modes.slice(1), ["hibernated/disk", "running/disk", "hibernated/warm", "hibernated/disk", "running/disk"]);
+
+    // At its timeout, onTimeout {pause, keepMemory: false} hibernates it to its disk; connect boots it.
+    const auto = (await create({ timeoutMs: 3_000, lifecycle: { onTimeout: { action: "pause", keepMemory: false } } })).sandboxId;
+    // One exec, well inside its 3 s (and were it asleep already, the exec would wake it and the timeout start again).
+    const madeBoot = (await run(auto, "printf kept > /root/keep.txt; cat /proc/sys/kernel/random/boot_id")).trim();
+    await waitFor("the timeout's pause", async () => ((await Sandbox.getInfo(auto)).state === "paused" ? true : undefined), 20_000, 200);
+    assert.equal(await mode(auto), "disk");
+    assert.deepEqual((await Sandbox.getInfo(auto)).lifecycle, { onTimeout: "pause", autoResume: false });
+    await Sandbox.connect(auto, { timeoutMs: 60_000 });
+    const woke = await probe(auto);
+    assert.equal(woke.file, "kept");
+    assert.notEqual(woke.boot, madeBoot, "it booted");
+    const hib = ((await api("GET", `/v1/sandboxes/${auto}/events`)).body.events as Array<{ type: string; reason: string; data: Record<string, unknown> }>).find((e) => e.type === "hibernated");
+    assert.deepEqual([hib?.reason, hib?.data.mode], ["ttl", "disk"]);
+  });
 });

@@ -169,9 +169,15 @@ export class Lifecycle {
   async hibernate(id: string, reason: Reason, mode: HibernateMode = "warm"): Promise<SandboxRow> {
     return this.queue.run(id, async () => {
       const row = (await this.ctx.store.getSandbox(id))!;
-      if (row.state === "hibernated" && (mode === "warm" || modeOf(row) === "cold")) return row;
+      if (row.state === "hibernated") {
+        const now = modeOf(row);
+        // Asleep already as asked, or keeping more than asked (warm is any hibernation; a cold one keeps its disk too).
+        if (mode === now || mode === "warm" || (mode === "disk" && now === "cold")) return row;
+        if (now === "disk") throw new DenError("invalid_state", `sandbox ${id} is hibernated to its disk; moving it to the snapshot store is not supported yet (wake it first)`);
+      }
       if (row.state !== "running" && row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a running sandbox can hibernate`);
       if (mode === "cold") return this.toCold(row, reason);
+      if (mode === "disk") return this.toDisk(row, reason);
       return this.toWarm(row, reason);
     });
   }
@@ -195,6 +201,42 @@ export class Lifecycle {
       state: "hibernated", reason, patch: { hibernate_snapshot: snapshot, hibernate_mode: "warm", stored_bytes: null, ...this.pausedDeadline(row) },
       data: { mode: "warm", snapshot, ms: Math.round(performance.now() - t0) },
     });
+  }
+
+  /**
+   * Running (or warm) to disk: the guest flushes and its VM shuts down, its disk kept on its
+   * host; its memory is given up. Nothing leaves the host, so a crash anywhere leaves the VM
+   * or its disk (recovery finishes it forward). From warm, its memory snapshot goes only
+   * once the record stops pointing at it.
+   */
+  private async toDisk(row: SandboxRow, reason: Reason): Promise<SandboxRow> {
+    const { ops, metrics, meter } = this.ctx;
+    const host = this.ctx.hosts.of(row);
+    const fromWarm = row.state === "hibernated" ? row.hibernate_snapshot : null;
+    const op = ops.newOp("hibernate", row.id, reason, { mode: "disk", from_warm: fromWarm });
+    if (!fromWarm) await this.network.flush(row.id);
+    await meter.sample(row.id);
+    await ops.begin(row, op);
+    faultPoint("hibernate-disk-after-intent");
+    const t0 = performance.now();
+    try {
+      await metrics.time("hibernate", "disk", () => meter.work(row.id, () => host.hibernateDisk(op.id, row.id)));
+    } catch (e) {
+      await ops.fail(op, row.id, e);
+      throw e;
+    }
+    faultPoint("hibernate-disk-after-stop");
+    const done = await ops.finish(op, row.id, {
+      state: "hibernated", reason, patch: this.diskPatch(row),
+      data: { mode: "disk", ms: Math.round(performance.now() - t0), ...(fromWarm ? { from_warm: fromWarm } : {}) },
+    });
+    await this.dropWarm(row);
+    return done;
+  }
+
+  /** The fields of a sandbox that is now hibernated to its disk (also when recovery finishes one). */
+  diskPatch(row: SandboxRow): Partial<SandboxRow> {
+    return { hibernate_snapshot: null, hibernate_mode: "disk", stored_bytes: null, ...this.pausedDeadline(row) };
   }
 
   /**
@@ -256,6 +298,21 @@ export class Lifecycle {
     return this.queue.run(id, () => this.wakeNow(id, reason, timeoutSeconds));
   }
 
+  /**
+   * Wakes a hibernated sandbox by booting it from its disk (E2B's resume with `memory:
+   * false`): whatever memory it kept is given up first, by a disk hibernate of its own (a
+   * cold one is restored first to have its disk back). Each step is an operation of its own.
+   */
+  async wakeByBoot(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
+    return this.queue.run(id, async () => {
+      let row = (await this.ctx.store.getSandbox(id))!;
+      if (row.state !== "hibernated") return this.wakeNow(id, reason, timeoutSeconds);
+      if (modeOf(row) === "cold") row = await this.wakeNow(id, reason);
+      if (row.state === "running" || modeOf(row) === "warm") await this.toDisk(row, reason);
+      return this.wakeNow(id, reason, timeoutSeconds);
+    });
+  }
+
   private async wakeNow(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
     const { store, ops, metrics, meter, clock } = this.ctx;
     const row = (await store.getSandbox(id))!;
@@ -273,6 +330,8 @@ export class Lifecycle {
     try {
       await metrics.time("wake", mode, () => meter.work(id, async () => {
         if (mode === "warm") await host.wakeWarm(op.id, id, snapshot);
+        // A failed boot leaves it shut down, its disk as it was.
+        else if (mode === "disk") await host.wakeDisk(op.id, id);
         else await host.restore(op.id, id, await storedRef(this.ctx, snapshot!));
       }));
     } catch (e) {
@@ -282,6 +341,7 @@ export class Lifecycle {
       throw e;
     }
     if (mode === "cold") faultPoint("wake-cold-after-restore");
+    if (mode === "disk") faultPoint("wake-disk-after-boot");
     // The stored copy is released in the same transaction; the garbage collector deletes it later.
     const done = await ops.finish(op, id, {
       state: "running", reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now(), ...deadlineAfter(row, "running", clock.now(), 0, timeoutSeconds) },

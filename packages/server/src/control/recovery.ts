@@ -1,7 +1,8 @@
 import { storedBytes, storedSnapshotComplete } from "@den/store";
 import type { OperationRow, SandboxRow } from "../store.js";
 import type { HostAgent } from "@den/protocol";
-import { modeOf, type Ctx } from "./context.js";
+import { newId } from "@den/runtime";
+import { hasVm, modeOf, type Ctx } from "./context.js";
 import type { Lifecycle } from "./lifecycle.js";
 import type { NetworkPolicies } from "./network-policy.js";
 import { argsOf, type Reason } from "./operations.js";
@@ -86,7 +87,8 @@ export class Recovery {
         return;
       }
       case "hibernate": {
-        const a = argsOf<{ mode: "warm" | "cold"; snapshot: string; key?: string; from_warm?: string | null }>(op);
+        const a = argsOf<{ mode: "warm" | "cold" | "disk"; snapshot: string; key?: string; from_warm?: string | null }>(op);
+        if (a.mode === "disk") return this.settleDisk(op, row, vm);
         if (a.mode === "warm") {
           if ((await host.inventory()).snapshots.includes(a.snapshot)) {
             await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "warm", stored_bytes: null }, data: { mode: "warm", snapshot: a.snapshot, recovered: true } });
@@ -109,8 +111,8 @@ export class Recovery {
         return;
       }
       case "wake": {
-        const a = argsOf<{ mode: "warm" | "cold"; snapshot: string | null }>(op);
-        if (vm && vm.state !== "stopped") {
+        const a = argsOf<{ mode: "warm" | "cold" | "disk"; snapshot: string | null }>(op);
+        if (hasVm(vm)) {
           // It came back before the stop: the record follows the VM.
           await host.resume(id);
           const done = await ops.finish(op, id, { state: "running", reason: op.reason as Reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now() }, data: { mode: a.mode, recovered: true } },
@@ -119,13 +121,13 @@ export class Recovery {
           await this.network.restore(done);
           return;
         }
-        // It stays hibernated: its snapshot was never touched.
+        // It stays hibernated: its snapshot (or its disk, shut down) was never touched.
         if (a.mode === "cold") await host.destroy(id);
         await rollBack();
         return;
       }
       case "recover": {
-        if (vm && vm.state !== "stopped") {
+        if (hasVm(vm)) {
           await host.resume(id);
           const done = await ops.finish(op, id, { state: "running", reason: "user", data: { recovered: true } });
           await this.network.restore(done);
@@ -159,6 +161,29 @@ export class Recovery {
   }
 
   /**
+   * A disk hibernate cut short: nothing of it left the host, so it is finished forward (the
+   * VM shuts down keeping its disk, unless it already has). Only if that fails now does the
+   * sandbox go back to what it was.
+   */
+  private async settleDisk(op: OperationRow, row: SandboxRow, vm: { state: string } | undefined): Promise<void> {
+    const { ops } = this.ctx;
+    const host = this.ctx.hosts.of(row);
+    const fromWarm = argsOf<{ from_warm?: string | null }>(op).from_warm ?? null;
+    if (vm?.state !== "off") {
+      try {
+        await host.hibernateDisk(op.id, row.id);
+      } catch (err) {
+        this.ctx.log.warn({ err }, `sandbox ${row.id}: an interrupted disk hibernate could not be finished; it is rolled back`);
+        if (!fromWarm) await host.resume(row.id);
+        await ops.fail(op, row.id, new Error(STOPPED), { reason: "restart" }, undefined, "rolled_back");
+        return;
+      }
+    }
+    await ops.finish(op, row.id, { state: "hibernated", reason: op.reason as Reason, patch: this.lifecycle.diskPatch(row), data: { mode: "disk", recovered: true } });
+    await this.lifecycle.dropWarm(row);
+  }
+
+  /**
    * Make the database and the host agree. VMs the database knows are adopted; running
    * sandboxes whose VM is gone are `lost`; a cold sandbox's VM that outlived its commit
    * goes; VMs of destroyed or unknown sandboxes are destroyed.
@@ -181,13 +206,16 @@ export class Recovery {
     for (const row of live) {
       if (row.op_id) continue;
       const vm = vms.get(row.id);
-      if (row.state === "running" && (!vm || vm.state === "stopped")) {
+      if (row.state === "running" && !hasVm(vm)) {
         await this.markLost(row.id);
       } else if (row.state === "running" && vm?.state === "paused") {
         // Frozen by an operation of an earlier version that never finished: running wins.
         await host.resume(row.id);
       } else if (row.state === "hibernated" && modeOf(row) === "cold" && vm) {
         await this.lifecycle.removeVm(row, null);
+      } else if (row.state === "hibernated" && modeOf(row) === "disk" && hasVm(vm)) {
+        // A boot that outlived the wake that gave up on it (a host slower than its caller): off again, disk kept.
+        await host.hibernateDisk(newId("op"), row.id).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: its VM runs though it is hibernated to its disk`));
       }
     }
     for (const id of vms.keys()) if (!known.has(id)) await host.destroy(id);

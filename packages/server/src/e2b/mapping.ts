@@ -51,7 +51,7 @@ export class E2bMapper {
     return {
       ...this.listed(row), envdAccessToken: this.tokens.envd(row.id), domain: this.domain, allowInternetAccess: net.allowInternetAccess,
       ...(net.network ? { network: net.network } : {}),
-      lifecycle: { onTimeout: row.on_deadline === "hibernate" ? "pause" : "kill", autoResume: row.auto_resume === 1 },
+      lifecycle: { onTimeout: row.on_deadline.startsWith("hibernate") ? "pause" : "kill", autoResume: row.auto_resume === 1 },
     };
   }
 }

@@ -43,9 +43,12 @@ export class E2bService {
     const timeout = Math.max(1, b.timeout ?? DEFAULT_TIMEOUT_SECONDS);
     const pause = b.autoPause === true;
     if (b.autoResume?.enabled && !pause) throw new DenError("invalid_argument", "autoResume needs autoPause (lifecycle.onTimeout: pause)");
-    if (b.autoPauseMemory === false) throw new DenError("invalid_argument", "autoPauseMemory: false (a pause that keeps the disk only) is not supported by Den yet");
+    // Traffic cannot wait out a boot: a disk-only pause is resumed by connect, as E2B has it.
+    if (b.autoResume?.enabled && b.autoPauseMemory === false) throw new DenError("invalid_argument", "autoResume cannot be combined with autoPauseMemory: false (a disk-only pause is resumed with connect)");
+    // autoPauseMemory: false: the timeout's pause keeps the disk only (a disk hibernate; the resume boots).
+    const onDeadline = !pause ? "destroy" : b.autoPauseMemory === false ? "hibernate_disk" : "hibernate";
     const terms: Terms = {
-      deadline_mode: "running", on_deadline: pause ? "hibernate" : "destroy", run_timeout_seconds: timeout,
+      deadline_mode: "running", on_deadline: onDeadline, run_timeout_seconds: timeout,
       auto_resume: b.autoResume?.enabled ? 1 : 0, surface: "e2b", public_ports: b.network?.allowPublicTraffic === false ? 0 : 1,
     };
     const common = {
@@ -69,11 +72,16 @@ export class E2bService {
     return (await this.cp.listCheckpoints(p)).filter((c) => c.name === ref).at(-1);
   }
 
-  /** Running: the deadline moves out to `timeout` (never in). Paused: it wakes with a new deadline. */
+  /**
+   * Running: the deadline moves out to `timeout` (never in). Paused: it wakes with a new
+   * deadline; `memory: false` (onResume "reboot") boots it from its disk, its memory given up.
+   */
   async connect(p: Principal, id: string, b: { timeout?: number | undefined; memory?: boolean | undefined }): Promise<{ row: SandboxRow; resumed: boolean }> {
     const row = await this.live(p, id);
-    if (b.memory === false) throw new DenError("invalid_argument", "memory: false (resuming by a reboot) is not supported by Den yet");
-    if (row.state === "hibernated") return { row: await this.cp.wake(row.id, "user", b.timeout ?? row.run_timeout_seconds ?? DEFAULT_TIMEOUT_SECONDS), resumed: true };
+    if (row.state === "hibernated") {
+      const timeout = b.timeout ?? row.run_timeout_seconds ?? DEFAULT_TIMEOUT_SECONDS;
+      return { row: await (b.memory === false ? this.cp.wakeByBoot(row.id, "user", timeout) : this.cp.wake(row.id, "user", timeout)), resumed: true };
+    }
     if (row.state !== "running" && row.state !== "creating") throw new DenError("sandbox_not_found", `sandbox ${id} is ${row.state}`);
     const done = b.timeout !== undefined ? await this.cp.setTimeout(row.id, Math.max(1, b.timeout), { extendOnly: true }) : row;
     return { row: done, resumed: false };
@@ -113,12 +121,11 @@ export class E2bService {
     return true;
   }
 
-  /** A warm hibernate; already paused is a conflict (the client's `pause` answers false). */
+  /** A warm hibernate, or (`memory: false`) a disk one; already paused is a conflict (the client's `pause` answers false). */
   async pause(p: Principal, id: string, memory: boolean | undefined): Promise<void> {
     const row = await this.live(p, id);
     if (row.state === "hibernated") throw new DenError("invalid_state", `sandbox ${id} is already paused`);
-    if (memory === false) throw new DenError("invalid_argument", "memory: false (a pause that keeps the disk only) is not supported by Den yet");
-    await this.cp.hibernate(row.id, "user", "warm");
+    await this.cp.hibernate(row.id, "user", memory === false ? "disk" : "warm");
   }
 
   async setTimeout(p: Principal, id: string, seconds: number): Promise<void> {
