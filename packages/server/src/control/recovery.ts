@@ -3,7 +3,7 @@ import type { OperationRow, SandboxRow } from "../store.js";
 import type { HostAgent } from "@den/protocol";
 import { newId } from "@den/runtime";
 import { hasVm, modeOf, type Ctx } from "./context.js";
-import type { Lifecycle } from "./lifecycle.js";
+import { deadlineAfter, type Lifecycle } from "./lifecycle.js";
 import type { NetworkPolicies } from "./network-policy.js";
 import { argsOf, type Reason } from "./operations.js";
 import type { Templates } from "./templates.js";
@@ -91,7 +91,7 @@ export class Recovery {
         if (a.mode === "disk") return this.settleDisk(op, row, vm);
         if (a.mode === "warm") {
           if ((await host.inventory()).snapshots.includes(a.snapshot)) {
-            await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "warm", stored_bytes: null }, data: { mode: "warm", snapshot: a.snapshot, recovered: true } });
+            await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "warm", stored_bytes: null, ...this.lifecycle.pausedDeadline(row) }, data: { mode: "warm", snapshot: a.snapshot, recovered: true } });
             return;
           }
           await host.resume(id);
@@ -101,7 +101,7 @@ export class Recovery {
         if (await storedSnapshotComplete(objects, a.key!)) {
           // The stored copy is whole: the hibernate took effect; the VM goes only now.
           const bytes = await storedBytes(objects, a.key!);
-          await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "cold", stored_bytes: bytes }, data: { mode: "cold", snapshot: a.snapshot, stored_bytes: bytes, recovered: true } }, (tx) => tx.completeStoredSnapshot(a.snapshot, bytes));
+          await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "cold", stored_bytes: bytes, ...this.lifecycle.pausedDeadline(row) }, data: { mode: "cold", snapshot: a.snapshot, stored_bytes: bytes, recovered: true } }, (tx) => tx.completeStoredSnapshot(a.snapshot, bytes));
           await this.lifecycle.removeVm(row, a.from_warm ?? null);
           return;
         }
@@ -115,7 +115,7 @@ export class Recovery {
         if (hasVm(vm)) {
           // It came back before the stop: the record follows the VM.
           await host.resume(id);
-          const done = await ops.finish(op, id, { state: "running", reason: op.reason as Reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now() }, data: { mode: a.mode, recovered: true } },
+          const done = await ops.finish(op, id, { state: "running", reason: op.reason as Reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now(), ...deadlineAfter(row, "running", clock.now(), 0) }, data: { mode: a.mode, recovered: true } },
             a.mode === "cold" && a.snapshot ? (tx) => tx.releaseStoredSnapshot(a.snapshot!, clock.now()) : undefined);
           await this.lifecycle.dropWarm(row);
           await this.network.restore(done);
