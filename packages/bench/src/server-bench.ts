@@ -9,6 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import S3rver from "s3rver";
 import { loadConfig, startServer } from "@den/server";
+import { Sandbox as DenSandbox } from "@den/sdk";
+import { Sandbox as E2bSandbox } from "e2b";
 import { fmt, pct, row, time } from "./table.js";
 
 const KEY = "den_bench_admin_key_0123456789";
@@ -116,6 +118,7 @@ export async function benchServer(opts: { dataDir: string; runs: number; log: (s
         }
         notes.push(`create from a custom template vs from base, to first exec (p50): ${fmt(pct(fromCustom.den, 50))} vs ${fmt(pct(fromBase.den, 50))}`);
         await api("DELETE", "/v1/templates/bench-project");
+        notes.push(...(await benchClients(server, opts.runs, made)));
       }
     } finally {
       for (const id of made) await api("DELETE", `/v1/sandboxes/${id}`).catch(() => undefined);
@@ -125,4 +128,36 @@ export async function benchServer(opts: { dataDir: string; runs: number; log: (s
     }
   }
   return notes;
+}
+
+/**
+ * The public cross-provider benchmarks' shape, API call to first command: `Sandbox.create()`
+ * then one command, through the `e2b` client (E2B API + envd) beside Den's own SDK, on the
+ * same server. The floor is "create from template -> agent ready" (raw QEMU) above.
+ */
+async function benchClients(server: Awaited<ReturnType<typeof startServer>>, runs: number, made: string[]): Promise<string[]> {
+  const envd = server.envdUrl;
+  if (!envd) return ["e2b client rows skipped: no envd listener"];
+  const viaE2b = row("Sandbox.create -> first command (e2b client)");
+  const viaDen = row("Sandbox.create -> first command (Den SDK)");
+  const e2bOpts = { apiUrl: server.url, apiKey: KEY, sandboxUrl: envd };
+  for (let i = 0; i < runs; i++) {
+    let id = "";
+    viaE2b.den.push(await time(async () => {
+      const s = await E2bSandbox.create("base", e2bOpts);
+      id = s.sandboxId;
+      made.push(id);
+      const r = await s.commands.run("true");
+      if (r.exitCode !== 0) throw new Error(`e2b commands.run: exit ${r.exitCode}`);
+    }));
+    await E2bSandbox.kill(id, e2bOpts);
+    viaDen.den.push(await time(async () => {
+      const s = await DenSandbox.create({ template: "base", apiUrl: server.url, apiKey: KEY });
+      id = s.id;
+      made.push(id);
+      await s.exec("true");
+    }));
+    await server.cp.destroy(id, "user");
+  }
+  return [`create -> first command, e2b client vs Den SDK (p50 / p99): ${fmt(pct(viaE2b.den, 50))} / ${fmt(pct(viaE2b.den, 99))} vs ${fmt(pct(viaDen.den, 50))} / ${fmt(pct(viaDen.den, 99))}`];
 }

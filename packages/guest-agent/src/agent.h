@@ -6,7 +6,7 @@
 #include "util.h"
 #include <stdint.h>
 
-#define AGENT_VERSION "den-agent/0.1.0"
+#define AGENT_VERSION "den-agent/0.2.0"
 #define MAX_PAYLOAD (1u << 20)
 #define DATA_MAX 65536
 /* Output queue limits: above SOFT we stop reading child output and files; above HARD we
@@ -64,6 +64,22 @@ int arg_path(struct req *r, const char *k, const char **out);
 /* Sends a complete RES for a deferred request. */
 void send_res_ok(uint32_t id, const struct buf *fields);
 
+/* ---- users.c: guest users from /etc/passwd and /etc/group ---- */
+#define USER_NAME_MAX 32
+#define USER_GROUPS_MAX 64
+struct guser {
+	char name[USER_NAME_MAX + 1];
+	uid_t uid;
+	gid_t gid;
+	char home[4096];
+	gid_t groups[USER_GROUPS_MAX]; /* the primary group first */
+	int ngroups, found;
+};
+/* 0, or -1 with the error set: an unknown user is invalid_argument. */
+int user_lookup(struct req *r, const char *name, struct guser *u);
+/* The request's optional "user": 1 = found, 0 = absent, -1 = error already set. */
+int arg_user(struct req *r, struct guser *u);
+
 /* ---- proc*.c ---- */
 void proc_init(void);
 void proc_tick(int64_t now);
@@ -102,6 +118,10 @@ int op_file_remove(struct req *r);
 int op_file_rename(struct req *r);
 int op_stream_cancel(struct req *r);
 
+/* ---- xattr.c ---- */
+int op_file_setxattr(struct req *r);
+int op_file_getxattrs(struct req *r);
+
 /* ---- tunnel.c ---- */
 void tunnels_tick(int64_t now);
 void tunnels_prepare(void);
@@ -123,6 +143,7 @@ int op_sys_clock(struct req *r);
 int op_sys_entropy(struct req *r);
 int op_sys_limits(struct req *r);
 int op_sys_info(struct req *r);
+int op_sys_metrics(struct req *r);
 
 /* ---- init.c ---- */
 int init_main(char *self);

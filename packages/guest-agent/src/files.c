@@ -184,8 +184,14 @@ void file_on_eof(uint32_t id)
 	xfer_end(x, 0);
 }
 
-/* Creates path and its missing parents. 0 or -errno. */
-static int mkdir_p(const char *path, mode_t mode)
+/* A directory just made for `u` becomes its (lchown: never through a symlink swapped in). */
+static int own(const char *path, const struct guser *u)
+{
+	return u && lchown(path, u->uid, u->gid) ? -errno : 0;
+}
+
+/* Creates path and its missing parents (those it makes owned by u, if given). 0 or -errno. */
+static int mkdir_p(const char *path, mode_t mode, const struct guser *u)
 {
 	char *p = xstrdup(path);
 	int e = 0;
@@ -194,7 +200,9 @@ static int mkdir_p(const char *path, mode_t mode)
 			continue;
 		char c = *s;
 		*s = 0;
-		if (mkdir(p, mode) && errno != EEXIST)
+		if (!mkdir(p, mode))
+			e = own(p, u);
+		else if (errno != EEXIST)
 			e = -errno;
 		*s = c;
 		if (e || !c)
@@ -264,16 +272,18 @@ int op_file_write(struct req *r)
 {
 	const char *path;
 	int64_t mode = 0644;
-	int parents = 0;
+	int parents = 0, has_user;
 	struct stat st;
-	if (arg_path(r, "path", &path) < 0 || arg_int(r, "mode", &mode, 0) < 0 || arg_bool(r, "parents", &parents) < 0)
+	struct guser u;
+	if (arg_path(r, "path", &path) < 0 || arg_int(r, "mode", &mode, 0) < 0 || arg_bool(r, "parents", &parents) < 0 ||
+	    (has_user = arg_user(r, &u)) < 0)
 		return -1;
 	const char *slash = strrchr(path, '/'), *name = slash + 1;
 	if (!*name || !strcmp(name, ".") || !strcmp(name, ".."))
 		return req_err(r, "invalid_argument", "bad file name: %s", path);
 	char *dir = slash == path ? xstrdup("/") : strndup(path, slash - path);
 	if (parents)
-		mkdir_p(dir, 0755); /* on failure, open() below reports why */
+		mkdir_p(dir, 0755, has_user ? &u : NULL); /* on failure, open() below reports why */
 	if (!stat(path, &st) && S_ISDIR(st.st_mode)) {
 		free(dir);
 		return req_errno(r, EISDIR, path);
@@ -284,6 +294,14 @@ int op_file_write(struct req *r)
 	int fd = open(buf_data(&t), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0600);
 	if (fd < 0) {
 		int e = errno;
+		buf_free(&t);
+		return req_errno(r, e, path);
+	}
+	/* The owner before the mode: chown clears set-id bits. */
+	if (has_user && fchown(fd, u.uid, u.gid)) {
+		int e = errno;
+		close(fd);
+		unlink(buf_data(&t));
 		buf_free(&t);
 		return req_errno(r, e, path);
 	}
@@ -378,17 +396,21 @@ int op_file_mkdir(struct req *r)
 {
 	const char *path;
 	int64_t mode = 0755;
-	int parents = 0;
-	if (arg_path(r, "path", &path) < 0 || arg_int(r, "mode", &mode, 0) < 0 || arg_bool(r, "parents", &parents) < 0)
+	int parents = 0, has_user, e;
+	struct guser u;
+	if (arg_path(r, "path", &path) < 0 || arg_int(r, "mode", &mode, 0) < 0 || arg_bool(r, "parents", &parents) < 0 ||
+	    (has_user = arg_user(r, &u)) < 0)
 		return -1;
 	if (parents) {
-		int e = mkdir_p(path, mode & 07777);
+		e = mkdir_p(path, mode & 07777, has_user ? &u : NULL);
 		if (e)
 			return req_errno(r, -e, path);
 		return 0;
 	}
 	if (mkdir(path, mode & 07777))
 		return req_errno(r, errno, path);
+	if ((e = own(path, has_user ? &u : NULL)))
+		return req_errno(r, -e, path);
 	chmod(path, mode & 07777); /* not subject to the umask */
 	return 0;
 }

@@ -153,7 +153,8 @@ static const struct {
 	{"pty.resize", op_pty_resize}, {"file.read", op_file_read}, {"file.write", op_file_write},
 	{"file.stat", op_file_stat}, {"file.list", op_file_list}, {"file.mkdir", op_file_mkdir},
 	{"file.remove", op_file_remove}, {"file.rename", op_file_rename}, {"stream.cancel", op_stream_cancel},
-	{"tcp.connect", op_tcp_connect}, {"net.ports", op_net_ports},
+	{"tcp.connect", op_tcp_connect}, {"net.ports", op_net_ports}, {"file.setxattr", op_file_setxattr},
+	{"file.getxattrs", op_file_getxattrs}, {"sys.metrics", op_sys_metrics},
 };
 
 static void handle_req(uint32_t id, const char *p, size_t n)

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "proc.h"
 #include <dirent.h>
+#include <grp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pty.h>
@@ -42,13 +43,24 @@ void proc_ids_init(void)
 }
 
 struct child_err {
-	int stage; /* 1 chdir, 2 exec */
+	int stage; /* 1 chdir, 2 exec, 3 becoming the user */
 	int err;
 };
 
+/* Drops root for `u` (resolved before the fork: no file reading here). The terminal of a
+ * pty becomes the user's, as login does. 0 or -1 (errno). */
+static int become(const struct guser *u, int pty)
+{
+	if (pty && fchown(0, u->uid, -1))
+		return -1;
+	if (setgroups(u->ngroups, u->groups) || setgid(u->gid) || setuid(u->uid))
+		return -1;
+	return 0;
+}
+
 /* Runs in the child after fork: only async-signal-safe-ish work, then exec. */
 static void __attribute__((noreturn))
-child_exec(const char *cgprocs, const char *cwd, char **argv, char **envp, int errfd)
+child_exec(const char *cgprocs, const char *cwd, char **argv, char **envp, int errfd, const struct guser *u, int pty)
 {
 	sigset_t none;
 	struct child_err ce;
@@ -71,12 +83,18 @@ child_exec(const char *cgprocs, const char *cwd, char **argv, char **envp, int e
 		(void)r;
 		close(fd);
 	}
+	umask(022); /* what every exec starts with (files 0644, directories 0755) */
+	ce.stage = 3;
+	if (u && become(u, pty))
+		goto failed;
+	/* As the user: a home it may not enter is its problem, reported as such. */
 	ce.stage = 1;
 	if (chdir(cwd) == 0) {
 		ce.stage = 2;
 		environ = envp; /* execvp searches the PATH of environ */
 		execvp(argv[0], argv);
 	}
+failed:
 	ce.err = errno;
 	ssize_t r = write(errfd, &ce, sizeof ce);
 	(void)r;
@@ -110,6 +128,8 @@ static void strv_free(char **v)
 struct spec {
 	char **argv, **env;
 	const char *cwd;
+	struct guser user;
+	int has_user;
 	int stdin_pipe, stdin_open, pty, rows, cols, mode;
 	unsigned char *stdin_data;
 	size_t stdin_len;
@@ -144,7 +164,9 @@ static int parse(struct req *r, struct spec *s)
 	} else {
 		return req_err(r, "invalid_argument", "\"argv\" or \"cmd\" is required");
 	}
-	s->cwd = "/";
+	s->cwd = NULL;
+	if ((s->has_user = arg_user(r, &s->user)) < 0)
+		return -1;
 	if (arg_str(r, "cwd", &s->cwd, 0) < 0 || arg_bool(r, "stdin", &s->stdin_open) < 0 ||
 	    arg_str(r, "stdin_data", &sd, 0) < 0 || arg_str(r, "mode", &mode, 0) < 0 ||
 	    arg_int(r, "timeout_ms", &s->timeout_ms, 0) < 0 || (s->has_window = arg_int(r, "window", &s->window, 0)) < 0 ||
@@ -175,11 +197,19 @@ static int parse(struct req *r, struct spec *s)
 		s->rows = rv && rv->t == J_NUM && rv->i > 0 && rv->i < 65536 ? rv->i : 24;
 		s->cols = cv && cv->t == J_NUM && cv->i > 0 && cv->i < 65536 ? cv->i : 80;
 	}
+	struct stat st;
+	if (!s->cwd) {
+		/* The user's home, if it is there (else / , as login says "No directory"). */
+		int home = s->has_user && !stat(s->user.home, &st) && S_ISDIR(st.st_mode);
+		s->cwd = home ? s->user.home : "/";
+	}
 	s->env = xcalloc(1, sizeof *s->env);
 	env_set(&s->env, &n, "PATH", 4, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-	env_set(&s->env, &n, "HOME", 4, "/root");
+	env_set(&s->env, &n, "HOME", 4, s->has_user ? s->user.home : "/root");
 	env_set(&s->env, &n, "LANG", 4, "C.UTF-8");
-	env_set(&s->env, &n, "USER", 4, "root");
+	env_set(&s->env, &n, "USER", 4, s->has_user ? s->user.name : "root");
+	if (s->has_user)
+		env_set(&s->env, &n, "LOGNAME", 7, s->user.name);
 	if (s->pty)
 		env_set(&s->env, &n, "TERM", 4, "xterm-256color");
 	if (ev && ev->t != J_NULL) {
@@ -193,7 +223,6 @@ static int parse(struct req *r, struct spec *s)
 			env_set(&s->env, &n, k, strlen(k), v->s);
 		}
 	}
-	struct stat st;
 	if (stat(s->cwd, &st) || !S_ISDIR(st.st_mode))
 		return req_err(r, "cwd_not_found", "cwd %s: not a directory", s->cwd);
 	return 0;
@@ -239,7 +268,7 @@ static int spawn(struct req *r, struct spec *s)
 		struct winsize ws = {.ws_row = s->rows, .ws_col = s->cols};
 		pid = forkpty(&master, NULL, NULL, &ws);
 		if (pid == 0)
-			child_exec(p->cg[0] ? cgprocs : NULL, s->cwd, s->argv, s->env, errp[1]);
+			child_exec(p->cg[0] ? cgprocs : NULL, s->cwd, s->argv, s->env, errp[1], s->has_user ? &s->user : NULL, 1);
 		if (pid > 0)
 			fcntl(master, F_SETFD, FD_CLOEXEC);
 	} else {
@@ -252,7 +281,7 @@ static int spawn(struct req *r, struct spec *s)
 			dup2(in, 0);
 			dup2(outp[1], 1);
 			dup2(errpp[1], 2);
-			child_exec(p->cg[0] ? cgprocs : NULL, s->cwd, s->argv, s->env, errp[1]);
+			child_exec(p->cg[0] ? cgprocs : NULL, s->cwd, s->argv, s->env, errp[1], s->has_user ? &s->user : NULL, 0);
 		}
 	}
 	if (pid < 0)
@@ -271,6 +300,8 @@ static int spawn(struct req *r, struct spec *s)
 		waitpid(pid, NULL, 0);
 		if (ce.stage == 1)
 			req_err(r, "cwd_not_found", "chdir %s: %s", s->cwd, strerror(ce.err));
+		else if (ce.stage == 3)
+			req_err(r, errno_code(ce.err), "cannot run as %s: %s", s->user.name, strerror(ce.err));
 		else
 			req_err(r, "not_found", "%s: %s", s->argv[0], strerror(ce.err));
 		goto fail;

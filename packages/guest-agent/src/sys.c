@@ -9,18 +9,26 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #define CG "/sys/fs/cgroup"
 static char session[33];
 
+/* A field of /proc/meminfo at the start of a line ("Cached:" is not "SwapCached:"). */
 static long long meminfo_kb(const char *key)
 {
-	char b[4096], *p;
-	if (read_small("/proc/meminfo", b, sizeof b) <= 0 || !(p = strstr(b, key)))
+	char b[8192];
+	size_t kl = strlen(key);
+	if (read_small("/proc/meminfo", b, sizeof b) <= 0)
 		return -1;
-	return atoll(p + strlen(key));
+	for (char *p = b; p; p = strchr(p, '\n')) {
+		p += *p == '\n';
+		if (!strncmp(p, key, kl))
+			return atoll(p + kl);
+	}
+	return -1;
 }
 
 void cgroup_setup(void)
@@ -97,6 +105,15 @@ int op_sys_hello(struct req *r)
 	jw_kstr(r->w, "agent", AGENT_VERSION);
 	jw_kstr(r->w, "boot_id", n > 0 ? boot : "");
 	jw_kint(r->w, "pid", getpid());
+	/* What this agent does beyond protocol 1's first version: old agents ignore fields they
+	 * do not know (an exec's "user"), so the host must ask before relying on them. */
+	jw_key(r->w, "features");
+	jw_arr(r->w);
+	jw_str(r->w, "exec.user");
+	jw_str(r->w, "file.owner");
+	jw_str(r->w, "file.xattr");
+	jw_str(r->w, "sys.metrics");
+	jw_end_arr(r->w);
 	return 0;
 }
 
@@ -167,5 +184,33 @@ int op_sys_info(struct req *r)
 	jw_kint(r->w, "mem_total_kb", meminfo_kb("MemTotal:"));
 	jw_kint(r->w, "mem_available_kb", meminfo_kb("MemAvailable:"));
 	jw_kint(r->w, "procs_running", proc_running_count());
+	return 0;
+}
+
+/* Raw counters: the host keeps the previous reading and makes a percentage of the difference. */
+int op_sys_metrics(struct req *r)
+{
+	char b[1024];
+	unsigned long long v[8] = {0}, total = 0;
+	struct statvfs fs;
+	if (read_small("/proc/stat", b, sizeof b) <= 0 || strncmp(b, "cpu ", 4) ||
+	    sscanf(b + 4, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) < 4)
+		return req_err(r, "io_error", "/proc/stat: no cpu line");
+	for (int i = 0; i < 8; i++)
+		total += v[i];
+	if (statvfs("/", &fs))
+		return req_errno(r, errno, "statvfs /");
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	long long cached = meminfo_kb("Cached:"), buffers = meminfo_kb("Buffers:");
+	jw_kint(r->w, "timestamp_ms", real_ms());
+	jw_kint(r->w, "cpu_count", cpus > 0 ? cpus : 1);
+	/* USER_HZ ticks since boot, all CPUs; idle and iowait are not busy. */
+	jw_kint(r->w, "cpu_total_ticks", total);
+	jw_kint(r->w, "cpu_busy_ticks", total - v[3] - v[4]);
+	jw_kint(r->w, "mem_total_kb", meminfo_kb("MemTotal:"));
+	jw_kint(r->w, "mem_available_kb", meminfo_kb("MemAvailable:"));
+	jw_kint(r->w, "mem_cache_kb", (cached > 0 ? cached : 0) + (buffers > 0 ? buffers : 0));
+	jw_kint(r->w, "disk_total_bytes", (int64_t)fs.f_blocks * fs.f_frsize);
+	jw_kint(r->w, "disk_used_bytes", (int64_t)(fs.f_blocks - fs.f_bfree) * fs.f_frsize);
 	return 0;
 }

@@ -1,6 +1,6 @@
 // End-to-end tests of den-agent in host test mode. Usage:
 //   OUT=/tmp/den-agent ../build.sh && node run.mjs /tmp/den-agent [filter]
-import { spawn, execSync } from 'node:child_process';
+import { spawn, execFileSync, execSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -49,6 +49,7 @@ test('hello', async () => {
   assert.equal((await host.req('nope')).code, 'unknown_op');
   const info = await host.req('sys.info');
   assert.ok(info.mem_total_kb > 0 && info.uptime_ms > 0);
+  assert.deepEqual(r.features, ['exec.user', 'file.owner', 'file.xattr', 'sys.metrics']);
 });
 
 test('exec exit 42', async () => {
@@ -350,6 +351,166 @@ test('file ops', async () => {
   const m = await host.req('file.list', { path: d + '/many' });
   assert.equal(m.entries.length, 10000);
   assert.equal(m.truncated, true);
+});
+
+// A user of the host to run as: the agent reads the host's /etc/passwd here, as it reads the guest's.
+const passwd = (name) => {
+  const l = fs.readFileSync('/etc/passwd', 'utf8').split('\n').find((x) => x.startsWith(name + ':'));
+  const f = l.split(':');
+  return { uid: Number(f[2]), gid: Number(f[3]), home: f[5] };
+};
+// `id -G` as initgroups would make it: the primary group, then every group listing the user.
+const groupsOf = (name) => {
+  const { gid } = passwd(name);
+  const extra = fs.readFileSync('/etc/group', 'utf8').split('\n').map((l) => l.split(':'))
+    .filter((f) => f.length >= 4 && (f[3] || '').split(',').includes(name) && Number(f[2]) !== gid).map((f) => Number(f[2]));
+  return [gid, ...extra].sort((a, b) => a - b);
+};
+// A directory anyone may write to (the test dir itself is root's, 0700).
+const openDir = () => { const d = fs.mkdtempSync(path.join(os.tmpdir(), 'den-user-')); fs.chmodSync(d, 0o777); return d; };
+
+test('exec as another user: ids, groups, env, home as cwd, umask, every mode', async () => {
+  const nb = passwd('nobody');
+  const home = fs.existsSync(nb.home) ? nb.home : '/';
+  const x = await host.exec({ cmd: 'id -u; id -g; id -G | tr " " "\\n" | sort -n | tr "\\n" " "; echo; echo "$HOME|$USER|$LOGNAME|$(pwd)"; umask', user: 'nobody' }).exit;
+  assert.equal(x.event.exit_code, 0, x.stderr.toString());
+  assert.deepEqual(x.stdout.toString().split('\n'), [String(nb.uid), String(nb.gid), groupsOf('nobody').join(' ') + ' ', `${nb.home}|nobody|nobody|${home}`, '0022', '']);
+  // The request's env and cwd win; files it makes are its own, 0644 and 0755.
+  const d = openDir();
+  try {
+    const y = await host.exec({ cmd: 'echo "$HOME|$USER"; touch f; mkdir sub; stat -c "%u:%g %a" f sub', user: 'nobody', cwd: d, env: { HOME: '/tmp', USER: 'who' } }).exit;
+    assert.equal(y.stdout.toString(), `/tmp|who\n${nb.uid}:${nb.gid} 644\n${nb.uid}:${nb.gid} 755\n`);
+  } finally {
+    fs.rmSync(d, { recursive: true, force: true });
+  }
+  // It really is unprivileged: root's files are out of reach.
+  const z = await host.exec({ argv: ['cat', '/etc/shadow'], user: 'nobody' }).exit;
+  assert.notEqual(z.event.exit_code, 0);
+  assert.match(z.stderr.toString(), /Permission denied/);
+  // "root" by name is root, with root's home; no user at all is root as before (no LOGNAME).
+  const r = await host.exec({ cmd: 'id -u; echo "$HOME|$USER|${LOGNAME-unset}|$(pwd)"', user: 'root' }).exit;
+  assert.equal(r.stdout.toString(), `0\n${passwd('root').home}|root|root|${passwd('root').home}\n`);
+  const dflt = await host.exec({ cmd: 'id -u; echo "$HOME|$USER|${LOGNAME-unset}|$(pwd)"' }).exit;
+  assert.equal(dflt.stdout.toString(), '0\n/root|root|unset|/\n');
+  // A background process and a pty run as the user too (the terminal is its own).
+  const b = await host.req('exec', { argv: ['id', '-u'], mode: 'buffer', user: 'nobody' });
+  assert.equal((await host.req('proc.wait', { proc: b.proc, timeout_ms: 5000 })).exit_code, 0);
+  assert.equal(Buffer.from((await host.req('proc.read', { proc: b.proc, channel: 1 })).data, 'base64').toString(), `${nb.uid}\n`);
+  await host.req('proc.release', { proc: b.proc });
+  const t = await host.exec({ cmd: 'id -u; stat -c %u "$(tty)"', pty: {}, user: 'nobody' }).exit;
+  assert.equal(t.stdout.toString().replace(/\r/g, ''), `${nb.uid}\n${nb.uid}\n`);
+});
+
+test('exec as a user that does not exist, or with a bad name, is invalid_argument', async () => {
+  const r = await host.req('exec', { argv: ['true'], user: 'no-such-user-here' });
+  assert.equal(r.code, 'invalid_argument');
+  assert.match(r.message, /no user "no-such-user-here"/);
+  for (const user of ['', '../etc', 'a:b', 'x'.repeat(33), 'a b', '-rf', 7, true, ['root']]) {
+    assert.equal((await host.req('exec', { argv: ['true'], user })).code, 'invalid_argument', JSON.stringify(user));
+  }
+  assert.equal((await host.req('exec', { argv: ['true'], mode: 'buffer', user: 'nobody2' })).code, 'invalid_argument');
+  assert.equal((await host.req('proc.list')).procs.some((p) => p.argv?.[0] === 'true' && p.running), false);
+});
+
+test('file.write and file.mkdir with a user: what they make is its own', async () => {
+  const nb = passwd('nobody');
+  const d = path.join(dir, 'owned');
+  fs.mkdirSync(d);
+  const owner = (p) => { const st = fs.statSync(p); return `${st.uid}:${st.gid} ${(st.mode & 0o7777).toString(8)}`; };
+  const me = `${nb.uid}:${nb.gid}`;
+  const write = async (args, content) => {
+    let ev;
+    const evP = new Promise((r) => (ev = r));
+    const w = await host.req('file.write', args, { event: (e) => ev(e), credit() {}, data() {}, eof() {} });
+    if (!w.ok) return w;
+    host.data(host.nextId - 1, 3, Buffer.from(content));
+    host.eof(host.nextId - 1, 3);
+    return evP;
+  };
+  assert.deepEqual(await write({ path: d + '/n/e/w.txt', parents: true, user: 'nobody' }, 'x'), { event: 'done', bytes: 1 });
+  assert.deepEqual([owner(d + '/n'), owner(d + '/n/e'), owner(d + '/n/e/w.txt')], [`${me} 755`, `${me} 755`, `${me} 644`]);
+  assert.equal(fs.statSync(d).uid, 0, 'a parent that was there keeps its owner');
+  // The requested mode, set-id bits included, survives the chown.
+  assert.deepEqual(await write({ path: d + '/s', mode: 0o2750, user: 'nobody' }, 'y'), { event: 'done', bytes: 1 });
+  assert.equal(owner(d + '/s'), `${me} 2750`);
+  // Overwriting a root file as the user: the new file is the user's.
+  fs.writeFileSync(d + '/r', 'old');
+  await write({ path: d + '/r', user: 'nobody' }, 'new');
+  assert.equal(owner(d + '/r'), `${me} 644`);
+  assert.deepEqual(await host.req('file.mkdir', { path: d + '/m1/m2', parents: true, user: 'nobody' }), { ok: true });
+  assert.deepEqual([owner(d + '/m1'), owner(d + '/m1/m2')], [`${me} 755`, `${me} 755`]);
+  assert.deepEqual(await host.req('file.mkdir', { path: d + '/m3', mode: 0o700, user: 'nobody' }), { ok: true });
+  assert.equal(owner(d + '/m3'), `${me} 700`);
+  // No user: root's, as before.
+  await write({ path: d + '/plain' }, 'z');
+  assert.equal(owner(d + '/plain'), '0:0 644');
+  // An unknown user makes nothing.
+  assert.equal((await host.req('file.mkdir', { path: d + '/u1/u2', parents: true, user: 'no-such-user-here' })).code, 'invalid_argument');
+  assert.equal((await host.req('file.write', { path: d + '/u3/f', parents: true, user: 'no-such-user-here' })).code, 'invalid_argument');
+  assert.deepEqual(['u1', 'u3'].filter((n) => fs.existsSync(path.join(d, n))), []);
+  assert.deepEqual(fs.readdirSync(d).filter((n) => n.includes('den-tmp')), []);
+});
+
+// The host's own view of a file's attributes (Node has no xattr API).
+const py = (code) => execFileSync('python3', ['-c', code], { encoding: 'utf8' });
+
+test('file.setxattr / file.getxattrs: user.* only, bounded, checked before anything is set', async () => {
+  const f = path.join(dir, 'xa');
+  fs.writeFileSync(f, '');
+  const attrs = { 'user.e2b.a': '1', 'user.e2b.ü': 'värde ✓', 'user.empty': '' };
+  assert.deepEqual(await host.req('file.setxattr', { path: f, attrs }), { ok: true });
+  assert.deepEqual(await host.req('file.getxattrs', { path: f }), { ok: true, attrs, truncated: false });
+  assert.equal(py(`import os; print(os.getxattr(${JSON.stringify(f)}, 'user.e2b.ü').decode())`), 'värde ✓\n');
+  // Other namespaces are neither listed nor settable; a value that is not UTF-8 comes back valid JSON.
+  py(`import os; os.setxattr(${JSON.stringify(f)}, 'trusted.den', b'x'); os.setxattr(${JSON.stringify(f)}, 'user.bin', b'a\\x00\\xff')`);
+  assert.deepEqual((await host.req('file.getxattrs', { path: f })).attrs, { ...attrs, 'user.bin': 'a\u0000\ufffd' });
+  const before = (await host.req('file.getxattrs', { path: f })).attrs;
+  const bad = [
+    { 'trusted.x': 'v' }, { 'security.x': 'v' }, { 'user.': 'v' }, { user: 'v' }, { ['user.' + 'n'.repeat(251)]: 'v' },
+    { 'user.n': 5 }, { 'user.big': 'v'.repeat(65537) },
+    Object.fromEntries(Array.from({ length: 129 }, (_, i) => [`user.k${i}`, ''])),
+    Object.fromEntries(Array.from({ length: 5 }, (_, i) => [`user.t${i}`, 'v'.repeat(60000)])),
+    { 'user.ok': 'v', 'system.posix_acl_access': 'v' },
+  ];
+  for (const a of bad) assert.equal((await host.req('file.setxattr', { path: f, attrs: a })).code, 'invalid_argument', Object.keys(a)[0].slice(0, 40));
+  assert.equal((await host.req('file.setxattr', { path: f, attrs: ['user.x'] })).code, 'invalid_argument');
+  assert.equal((await host.req('file.setxattr', { path: f })).code, 'invalid_argument');
+  assert.deepEqual((await host.req('file.getxattrs', { path: f })).attrs, before, 'a refused set changed nothing');
+  assert.equal((await host.req('file.setxattr', { path: f + '.nope', attrs: { 'user.a': 'b' } })).code, 'file_not_found');
+  assert.equal((await host.req('file.getxattrs', { path: f + '.nope' })).code, 'file_not_found');
+  assert.equal((await host.req('file.getxattrs', { path: 'relative' })).code, 'invalid_argument');
+  // A directory has attributes too; a file with none lists none.
+  assert.deepEqual(await host.req('file.setxattr', { path: dir, attrs: { 'user.d': 'dir' } }), { ok: true });
+  assert.deepEqual((await host.req('file.getxattrs', { path: dir })).attrs, { 'user.d': 'dir' });
+  fs.writeFileSync(f + '2', '');
+  assert.deepEqual(await host.req('file.getxattrs', { path: f + '2' }), { ok: true, attrs: {}, truncated: false });
+  // More than the agent lists at once (set here behind its back): truncated, never an oversized frame.
+  py(`import os\nfor i in range(140): os.setxattr(${JSON.stringify(f + '2')}, 'user.%d' % i, b'')`);
+  const many = await host.req('file.getxattrs', { path: f + '2' });
+  assert.equal(Object.keys(many.attrs).length, 128);
+  assert.equal(many.truncated, true);
+});
+
+test('sys.metrics: the counters of this machine, and CPU busy ticks that grow under load', async () => {
+  const m1 = await host.req('sys.metrics');
+  assert.equal(m1.ok, true);
+  for (const k of ['timestamp_ms', 'cpu_count', 'cpu_total_ticks', 'cpu_busy_ticks', 'mem_total_kb', 'mem_available_kb', 'mem_cache_kb', 'disk_total_bytes', 'disk_used_bytes']) {
+    assert.ok(Number.isSafeInteger(m1[k]) && m1[k] >= 0, `${k}: ${m1[k]}`);
+  }
+  assert.ok(Math.abs(m1.timestamp_ms - Date.now()) < 5000);
+  assert.equal(m1.cpu_count, os.availableParallelism());
+  const memTotal = Number(/^MemTotal:\s+(\d+)/m.exec(fs.readFileSync('/proc/meminfo', 'utf8'))[1]);
+  assert.equal(m1.mem_total_kb, memTotal);
+  assert.ok(m1.mem_available_kb <= m1.mem_total_kb && m1.mem_cache_kb > 0 && m1.mem_cache_kb < m1.mem_total_kb);
+  const st = fs.statfsSync('/');
+  assert.equal(m1.disk_total_bytes, st.blocks * st.bsize);
+  assert.ok(Math.abs(m1.disk_used_bytes - (st.blocks - st.bfree) * st.bsize) < 1 << 30);
+  assert.ok(m1.cpu_busy_ticks <= m1.cpu_total_ticks);
+  await host.exec({ argv: ['timeout', '1', 'sh', '-c', 'while :; do :; done'] }).exit;
+  const m2 = await host.req('sys.metrics');
+  // A second of one busy core is ~100 ticks of busy time (USER_HZ), among all the CPUs' ticks.
+  assert.ok(m2.cpu_busy_ticks - m1.cpu_busy_ticks >= 30, `busy grew by ${m2.cpu_busy_ticks - m1.cpu_busy_ticks}`);
+  assert.ok(m2.cpu_total_ticks - m1.cpu_total_ticks >= m2.cpu_busy_ticks - m1.cpu_busy_ticks);
 });
 
 test('new session detaches a streaming exec into buffer mode', async () => {

@@ -39,6 +39,12 @@ function info(sbx: VmSandbox): HostSandboxInfo {
   return { template: i.template.name, templateVersion: i.template.version, vcpus: i.vcpus, memoryMb: i.memoryMb, diskMb: i.diskMb };
 }
 
+function vmState(s: VmSandbox): HostInventory["vms"][number]["state"] {
+  if (s.state === "stopped") return "off";
+  if (!s.vmAlive()) return "stopped";
+  return s.state === "paused" ? "paused" : "running";
+}
+
 /**
  * The host agent of this machine, in-process: one Runtime (QEMU per sandbox), its warm
  * snapshots, template cache, networks and admission control. Operations run once per id.
@@ -60,7 +66,8 @@ export class LocalHostAgent implements HostAgent {
   private readonly admission: Admission;
 
   private constructor(private readonly rt: Runtime, readonly store: ObjectStore, capacity: Capacity) {
-    this.admission = new Admission(capacity, rt.dataDir, () => new Map(rt.list().filter((s) => s.state !== "destroyed").map((s) => [s.id, { vcpus: s.info.vcpus, memoryMb: s.info.memoryMb }])));
+    // A shut-down sandbox (a disk hibernation) holds only its disk: its shape counts again when it boots.
+    this.admission = new Admission(capacity, rt.dataDir, () => new Map(rt.list().filter((s) => s.state !== "destroyed" && s.state !== "stopped").map((s) => [s.id, { vcpus: s.info.vcpus, memoryMb: s.info.memoryMb }])));
   }
 
   static async open(dataDir: string, store: ObjectStore, capacity: Capacity): Promise<LocalHostAgent> {
@@ -203,6 +210,27 @@ export class LocalHostAgent implements HostAgent {
     });
   }
 
+  hibernateDisk(op: string, id: string): Promise<void> {
+    return this.once(op, async () => {
+      await this.rt.stopKeepingDisk(id);
+    });
+  }
+
+  wakeDisk(op: string, id: string): Promise<void> {
+    return this.once(op, async () => {
+      if (!this.rt.has(id)) throw new DenError("sandbox_not_running", `sandbox ${id} has no disk on this host to boot from`);
+      const sbx = this.rt.get(id);
+      if (sbx.state === "running") return;
+      // Room first: its memory and vCPUs count again from the moment it boots.
+      const release = this.admission.reserve(id, { vcpus: sbx.info.vcpus, memoryMb: sbx.info.memoryMb });
+      try {
+        await this.rt.bootFromDisk(id);
+      } finally {
+        release();
+      }
+    });
+  }
+
   restore(op: string, id: string, snapshot: StoredRef, network?: api.NetworkPolicy): Promise<HostSandboxInfo> {
     return this.once(op, async () => {
       await this.destroy(id);
@@ -304,7 +332,7 @@ export class LocalHostAgent implements HostAgent {
   async inventory(): Promise<HostInventory> {
     return {
       instance: this.instance,
-      vms: this.rt.list().map((s) => ({ id: s.id, state: !s.vmAlive() ? "stopped" : s.state === "paused" ? "paused" : "running", cpuSeconds: s.cpuSeconds() ?? null })),
+      vms: this.rt.list().map((s) => ({ id: s.id, state: vmState(s), cpuSeconds: s.cpuSeconds() ?? null })),
       snapshots: (await this.rt.listSnapshots()).map((s) => s.id),
       capacity: await this.capacity(),
     };

@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { DenError, type HostAgent, type TransferEvent } from "@den/protocol";
+import { Runtime } from "@den/runtime";
 import { HttpHostAgent, buildHostServer, startHostServer } from "../src/index.js";
 
 const SECRET = "test-secret-0123456789abcdef";
@@ -94,5 +95,57 @@ test("a request body off the protocol is refused before the agent sees it", asyn
     assert.equal(r.json().error.code, "invalid_argument");
   } finally {
     await app.close();
+  }
+});
+
+test("the guest over the HTTP hop: exec as a user in every mode, files it owns, xattrs and metrics (a real VM)", async () => {
+  const dataDir = process.env.DEN_DATA_DIR;
+  if (!dataDir) throw new Error("DEN_DATA_DIR is not set: run the suite with `npm test`");
+  const rt = await Runtime.open({ dataDir });
+  const sbx = await rt.create({ template: "base" });
+  // The runtime's real Sandbox behind the real host routes; the client is HttpGuest.
+  const server = await startHostServer(fakeAgent({ guest: (id: string) => rt.get(id) }), { secret: SECRET, port: 0, host: "127.0.0.1" });
+  const client = await HttpHostAgent.connect(server.url, SECRET);
+  const code = (c: string) => (e: unknown) => e instanceof DenError && e.code === c;
+  try {
+    const g = client.guest(sbx.id);
+    const r = await g.exec("id -un; pwd; umask", { user: "user" });
+    assert.equal(r.stdout.toString(), "user\n/home/user\n0022\n");
+    assert.equal((await g.exec("id -un; pwd")).stdout.toString(), "root\n/\n", "no user: root, as /v1 always had it");
+    const p = await g.execStream(["id", "-u"], { user: "user" });
+    let out = "";
+    for await (const c of p) out += c.data.toString();
+    assert.equal(out, "1000\n");
+    const bg = await g.spawn(["sh", "-c", "echo $HOME"], { user: "user" });
+    assert.equal((await g.processes.wait(bg.proc, 10_000)).running, false);
+    assert.equal(Buffer.from((await g.processes.read(bg.proc, "stdout")).data, "base64").toString(), "/home/user\n");
+    await assert.rejects(g.exec("true", { user: "nosuch" }), code("invalid_argument"));
+    await assert.rejects(g.exec("true", { user: "u".repeat(33) }), code("invalid_argument"));
+
+    assert.equal(await g.files.write("/home/user/h/f.txt", "hi", { user: "user" }), 2);
+    const st = await g.files.stat("/home/user/h/f.txt");
+    assert.deepEqual([st.uid, st.gid, st.mode & 0o777], [1000, 1000, 0o644]);
+    assert.equal((await g.files.stat("/home/user/h")).uid, 1000);
+    await g.files.mkdir("/home/user/m", { user: "user", mode: 0o700 });
+    const dm = await g.files.stat("/home/user/m");
+    assert.deepEqual([dm.uid, dm.mode & 0o777], [1000, 0o700]);
+    await assert.rejects(g.files.mkdir("/home/user/n", { user: "nosuch" }), code("invalid_argument"));
+
+    await g.files.setXattrs("/home/user/h/f.txt", { "user.e2b.a": "1", "user.e2b.b": "zwei ✓" });
+    assert.deepEqual(await g.files.getXattrs("/home/user/h/f.txt"), { "user.e2b.a": "1", "user.e2b.b": "zwei ✓" });
+    await assert.rejects(g.files.setXattrs("/home/user/h/f.txt", { "trusted.x": "v" }), code("invalid_argument"));
+    await assert.rejects(g.files.getXattrs("/home/user/none"), code("file_not_found"));
+
+    const m = await g.metrics();
+    assert.equal(m.cpuCount, sbx.info.vcpus);
+    assert.ok(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100);
+    assert.ok(m.memTotalBytes > 300 * 1024 * 1024 && m.memUsedBytes > 0 && m.memUsedBytes < m.memTotalBytes);
+    assert.ok(m.diskTotalBytes > m.diskUsedBytes && m.diskUsedBytes > 0);
+    assert.ok(Math.abs(m.timestampMs - Date.now()) < 10_000);
+  } finally {
+    client.close();
+    await server.close();
+    await sbx.destroy();
+    rt.close();
   }
 });

@@ -136,8 +136,8 @@ export const Sandbox = z.object({
   created_at: z.string(),
   last_activity_at: z.string(),
   destroyed_at: z.string().nullable(),
-  /** How it is hibernated (null unless hibernated). */
-  hibernate_mode: z.enum(["warm", "cold"]).nullable(),
+  /** How it is hibernated (null unless hibernated): `disk` keeps only its files (a wake boots it). */
+  hibernate_mode: z.enum(["warm", "cold", "disk"]).nullable(),
   /** Bytes its snapshot occupies in the store while cold-hibernated (null otherwise): compare with memory_mb. */
   stored_bytes: z.number().int().nullable(),
   network: NetworkPolicy,
@@ -242,8 +242,12 @@ export type ListFilesResponse = z.infer<typeof ListFilesResponse>;
 export const MkdirRequest = z.strictObject({ path: GuestPath, parents: z.boolean().optional() });
 export const RenameRequest = z.strictObject({ from: GuestPath, to: GuestPath });
 
-/** warm: paused in place (instant wake). cold: snapshot to the store, VM gone (zero CPU, zero RAM). */
-export const HibernateRequest = z.strictObject({ mode: z.enum(["warm", "cold"]).optional() });
+/**
+ * warm: paused in place (instant wake). cold: snapshot to the store, VM gone (zero CPU, zero RAM).
+ * disk: the VM shuts down keeping only its disk on its host (zero CPU, zero RAM, processes and
+ * memory gone); a wake boots it from that disk in a few seconds.
+ */
+export const HibernateRequest = z.strictObject({ mode: z.enum(["warm", "cold", "disk"]).optional() });
 export const TimeoutRequest = z.strictObject({ seconds: z.number().int().min(1).max(API_LIMITS.maxTtlSeconds) });
 
 export const SandboxEvent = z.object({

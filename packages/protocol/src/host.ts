@@ -28,7 +28,7 @@ const Positive = z.number().int().min(1);
 export const StoredRef = z.object({ id: Id, key: z.string().min(1).max(1024) });
 export type StoredRef = z.infer<typeof StoredRef>;
 
-/** What one VM holds while it exists (running or warm-hibernated); a cold one holds nothing. */
+/** What one VM holds while it exists (running or warm-hibernated); a cold or disk-hibernated one holds nothing. */
 export const Shape = z.object({ vcpus: Positive, memoryMb: Positive });
 export type Shape = z.infer<typeof Shape>;
 
@@ -87,7 +87,11 @@ export type TransferEvent = z.infer<typeof TransferEvent>;
 /** What a host holds now, in one call. */
 export const Inventory = z.object({
   instance: z.string(),
-  vms: z.array(z.object({ id: z.string(), state: z.enum(["running", "paused", "stopped"]), cpuSeconds: z.number().nullable() })),
+  /**
+   * `stopped`: its VM died (or never came up). `off`: shut down on purpose with its disk
+   * kept (a disk hibernation): it holds no VM, no memory and no vCPUs, only its disk.
+   */
+  vms: z.array(z.object({ id: z.string(), state: z.enum(["running", "paused", "stopped", "off"]), cpuSeconds: z.number().nullable() })),
   /** Complete local snapshots (warm hibernations). */
   snapshots: z.array(z.string()),
   /** What it may hold and holds now (as `capacity` answers). */
@@ -143,6 +147,8 @@ export const control = {
   hibernateWarm: route({ method: "POST", path: "/host/v1/vms/:id/hibernate-warm", body: z.object({ ...OpBody, snapshotId: Id }), response: Ok }),
   upload: route({ method: "POST", path: "/host/v1/vms/:id/upload", body: z.object({ ...OpBody, to: StoredRef, fromWarm: Id.optional() }), response: z.object({ storedBytes: Count }) }),
   wakeWarm: route({ method: "POST", path: "/host/v1/vms/:id/wake-warm", body: z.object({ ...OpBody, snapshotId: Id.nullable() }), response: Ok }),
+  hibernateDisk: route({ method: "POST", path: "/host/v1/vms/:id/hibernate-disk", body: z.object(OpBody), response: Ok }),
+  wakeDisk: route({ method: "POST", path: "/host/v1/vms/:id/wake-disk", body: z.object(OpBody), response: Ok }),
   checkpoint: route({ method: "POST", path: "/host/v1/vms/:id/checkpoint", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ pauseMs: z.number().min(0), storedBytes: Count }) }),
   fork: route({ method: "POST", path: "/host/v1/vms/:id/fork", body: z.object({ ...OpBody, children: z.array(Id).min(1).max(64), network: NetworkPolicy.optional() }), response: z.object({ children: z.array(SandboxInfo) }) }),
   resume: route({ method: "POST", path: "/host/v1/vms/:id/resume", response: Ok }),
@@ -208,6 +214,14 @@ export interface HostAgent {
   upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number }>;
   /** Warm wake: resume in place, or restore from its local snapshot if the VM died. */
   wakeWarm(op: string, id: string, snapshotId: string | null): Promise<void>;
+  /**
+   * Disk: the guest flushes its filesystems and the VM shuts down, its disk kept on this
+   * host (the inventory shows it `off`); from warm (paused) it runs just long enough to
+   * flush. On failure it stays as it was.
+   */
+  hibernateDisk(op: string, id: string): Promise<void>;
+  /** Boots an `off` sandbox again from its disk (fresh memory, same id and shape); a running one is left as it is. */
+  wakeDisk(op: string, id: string): Promise<void>;
   /** A durable checkpoint in the store under `to`; the sandbox keeps running. */
   checkpoint(op: string, id: string, to: StoredRef): Promise<{ pauseMs: number; storedBytes: number }>;
   /** Forks a running sandbox into children with the given ids (each gets `network`). */
@@ -267,6 +281,34 @@ export interface GuestExecOptions {
   interactive?: boolean;
   /** Buffered exec only: the most output kept per stream before the command is killed (the runtime's default: 64 MiB). */
   maxOutputBytes?: number;
+  /**
+   * The guest user to run as (a name in the guest's /etc/passwd): its uid, gid and groups,
+   * `HOME`, `USER`, `LOGNAME`, and its home as the default working directory. Default: root
+   * (what /v1 has always done).
+   */
+  user?: string;
+}
+
+/** Who owns what a file call creates: a guest user (its uid and gid); default root. */
+export interface GuestFileOwner {
+  user?: string;
+}
+
+/** What the guest says of its own use (E2B's metrics): read inside the VM. */
+export interface GuestMetrics {
+  /** Unix ms when it was read (the guest's clock). */
+  timestampMs: number;
+  cpuCount: number;
+  /** CPU busy since the previous reading (or since boot, for the first), percent of all CPUs. */
+  cpuUsedPct: number;
+  memTotalBytes: number;
+  /** Total minus available. */
+  memUsedBytes: number;
+  /** Page cache and buffers. */
+  memCacheBytes: number;
+  /** Of the root filesystem. */
+  diskTotalBytes: number;
+  diskUsedBytes: number;
 }
 
 export interface GuestExit {
@@ -320,13 +362,20 @@ export interface HostGuest {
   };
   readonly files: {
     readStream(path: string, opts?: { offset?: number; length?: number }): AsyncGenerator<Buffer>;
-    write(path: string, data: GuestFileSource, opts?: { mode?: number; parents?: boolean }): Promise<number>;
+    /** `user`: the file (and any parent it makes) is owned by that guest user. */
+    write(path: string, data: GuestFileSource, opts?: { mode?: number; parents?: boolean } & GuestFileOwner): Promise<number>;
     stat(path: string): Promise<FileStat>;
     list(path: string): Promise<{ entries: DirEntry[]; truncated: boolean }>;
-    mkdir(path: string, opts?: { parents?: boolean; mode?: number }): Promise<void>;
+    mkdir(path: string, opts?: { parents?: boolean; mode?: number } & GuestFileOwner): Promise<void>;
     remove(path: string, opts?: { recursive?: boolean }): Promise<void>;
     rename(from: string, to: string): Promise<void>;
+    /** Sets extended attributes (`name` with its namespace, e.g. `user.e2b.k`); values are UTF-8. */
+    setXattrs(path: string, attrs: Record<string, string>): Promise<void>;
+    /** The `user.*` extended attributes of a file (none: `{}`). */
+    getXattrs(path: string): Promise<Record<string, string>>;
   };
+  /** CPU, memory and disk as the guest sees them. */
+  metrics(): Promise<GuestMetrics>;
   /** A TCP connection to `port` on the guest's loopback (works with no sandbox network). */
   tunnel(port: number): Promise<Duplex>;
   listeningPorts(): Promise<ListeningPort[]>;
@@ -335,7 +384,10 @@ export interface HostGuest {
 // ---- the data plane's wire ----
 
 export const GuestPath = z.string().min(1).max(4096);
+/** A guest user's name (the guest agent checks it against its /etc/passwd). */
+export const GuestUser = z.string().min(1).max(32);
 export const ExecOptionsWire = z.object({
+  user: GuestUser.optional(),
   cwd: z.string().max(4096).optional(),
   env: z.record(z.string(), z.string()).optional(),
   stdin_b64: z.string().optional(),
@@ -368,7 +420,15 @@ const FileType = z.enum(["file", "dir", "symlink", "other"]);
 export const FileStatWire = z.object({ type: FileType, size: z.number(), mode: z.number().int(), mtime_ms: z.number(), uid: z.number().int(), gid: z.number().int(), target: z.string().optional() });
 export const FileList = z.object({ entries: z.array(z.object({ name: z.string(), type: FileType, size: z.number(), mode: z.number().int(), mtime_ms: z.number() })), truncated: z.boolean() });
 export const Written = z.object({ bytes: Count });
-export const Mkdir = z.object({ path: GuestPath, parents: z.boolean().optional(), mode: z.number().int().min(0).max(0o7777).optional() });
+export const Mkdir = z.object({ path: GuestPath, parents: z.boolean().optional(), mode: z.number().int().min(0).max(0o7777).optional(), user: GuestUser.optional() });
+/** `user.*` attributes: at most 128 a call, names of at most 255 bytes, values of at most 64 KiB (the guest agent's bounds). */
+const Xattrs = z.record(z.string().min(1).max(255), z.string().max(65536)).refine((a) => Object.keys(a).length <= 128, "at most 128 attributes");
+export const SetXattrs = z.object({ path: GuestPath, attrs: Xattrs });
+export const XattrsWire = z.object({ attrs: Xattrs });
+export const MetricsWire = z.object({
+  timestampMs: z.number(), cpuCount: z.number().int().min(1), cpuUsedPct: z.number().min(0).max(100),
+  memTotalBytes: Count, memUsedBytes: Count, memCacheBytes: Count, diskTotalBytes: Count, diskUsedBytes: Count,
+});
 export const Rename = z.object({ from: GuestPath, to: GuestPath });
 export const Ports = z.object({ ports: z.array(z.object({ port: z.number().int(), address: z.string(), family: z.union([z.literal(4), z.literal(6)]), pid: z.number().int().optional(), process: z.string().optional() })) });
 

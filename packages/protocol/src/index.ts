@@ -3,7 +3,9 @@ export * from "./frames.js";
 export * from "./messages.js";
 export * as api from "./api.js";
 export * as host from "./host.js";
+export * as e2b from "./e2b/envd.js";
 export type {
-  HostAgent, HostGuest, GuestChunk, GuestCommand, GuestExecOptions, GuestExecProcess, GuestExecResult, GuestExit, GuestFileSource, HostCreateSpec, HostSandboxInfo, HostInventory,
+  HostAgent, HostGuest, GuestChunk, GuestFileOwner, GuestMetrics, GuestCommand, GuestExecOptions, GuestExecProcess, GuestExecResult, GuestExit, GuestFileSource, HostCreateSpec, HostSandboxInfo, HostInventory,
   HostTemplate, StoredRef, TemplateBuildSpec, TransferEvent,
 } from "./host.js";
+export * as e2bApi from "./e2b/rest.js";

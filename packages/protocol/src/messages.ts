@@ -9,6 +9,8 @@ export interface ExecRequest {
   op: "exec";
   argv?: string[];
   cmd?: string;
+  /** A user of the guest's /etc/passwd (agent feature `exec.user`); default root. */
+  user?: string;
   cwd?: string;
   env?: Record<string, string>;
   stdin?: boolean;
@@ -84,6 +86,24 @@ export interface HelloReply {
   agent: string;
   boot_id: string;
   pid: number;
+  /** What the agent does beyond protocol 1's first version (absent: nothing). */
+  features?: string[];
+}
+
+/** Agent features (the hello's `features`) the host checks before relying on them. */
+export type AgentFeature = "exec.user" | "file.owner" | "file.xattr" | "sys.metrics";
+
+/** Reply to `sys.metrics`: raw counters; CPU in USER_HZ ticks since boot over all CPUs. */
+export interface SysMetrics {
+  timestamp_ms: number;
+  cpu_count: number;
+  cpu_total_ticks: number;
+  cpu_busy_ticks: number;
+  mem_total_kb: number;
+  mem_available_kb: number;
+  mem_cache_kb: number;
+  disk_total_bytes: number;
+  disk_used_bytes: number;
 }
 
 export interface SysInfo {
@@ -135,7 +155,10 @@ export interface AgentOps {
   "stream.cancel": { req: { stream: number }; res: Record<string, never> };
   "file.stat": { req: { path: string }; res: FileStat };
   "file.list": { req: { path: string }; res: { entries: DirEntry[]; truncated: boolean } };
-  "file.mkdir": { req: { path: string; parents: boolean; mode?: number }; res: Record<string, never> };
+  "file.mkdir": { req: { path: string; parents: boolean; mode?: number; user?: string }; res: Record<string, never> };
+  "file.setxattr": { req: { path: string; attrs: Record<string, string> }; res: Record<string, never> };
+  "file.getxattrs": { req: { path: string }; res: { attrs: Record<string, string>; truncated: boolean } };
+  "sys.metrics": { req: Record<string, never>; res: SysMetrics };
   "file.remove": { req: { path: string; recursive: boolean }; res: Record<string, never> };
   "file.rename": { req: { from: string; to: string }; res: Record<string, never> };
   "tcp.connect": { req: { port: number; host?: string; window?: number }; res: TcpConnectReply };

@@ -3,7 +3,7 @@ import type net from "node:net";
 import {
   Channel, DenError, FrameDecoder, FrameType, MAX_DATA_CHUNK, PROTOCOL_VERSION, SYNC_MAGIC, SYNC_NONCE_BYTES,
   encodeCredit, encodeData, encodeEof, encodeJson, errorFromWire,
-  type AgentOp, type AgentOps, type Frame, type HelloReply,
+  type AgentFeature, type AgentOp, type AgentOps, type Frame, type HelloReply,
 } from "@den/protocol";
 import { connectUnixRetry } from "./qmp.js";
 
@@ -99,6 +99,16 @@ export class AgentClient {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /**
+   * Throws unless the guest's agent has `feature`. An agent baked into an older template (or
+   * snapshot) lacks newer ops, and ignores request fields it does not know: without this
+   * check an exec as `user` would run as root there.
+   */
+  requireFeature(feature: AgentFeature, what: string): void {
+    if (Array.isArray(this.hello.features) && this.hello.features.includes(feature)) return;
+    throw new DenError("invalid_state", `${what} needs a newer guest agent than this sandbox's (${String(this.hello.agent).slice(0, 64)}, without ${feature}): its template or snapshot predates it; rebuild the template and create the sandbox again`);
   }
 
   get closed(): boolean {

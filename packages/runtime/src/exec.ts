@@ -1,5 +1,6 @@
 import { Channel, DenError, type ExitEvent, type GuestChunk, type GuestExecOptions, type GuestExecResult, type GuestExit } from "@den/protocol";
 import type { AgentClient } from "./agent-client.js";
+import { checkGuestUser } from "./files.js";
 
 /** Credit granted per output channel: how far the guest may run ahead of the reader. */
 const OUTPUT_WINDOW = 256 * 1024;
@@ -22,7 +23,9 @@ export function execBody(command: Command, opts: ExecOptions, mode: "stream" | "
     throw new DenError("invalid_argument", `timeout must be a non-negative number of milliseconds, got ${opts.timeoutMs}`);
   }
   if (opts.cwd !== undefined && !opts.cwd.startsWith("/")) throw new DenError("invalid_argument", `cwd must be absolute, got ${opts.cwd}`);
+  if (opts.user !== undefined) checkGuestUser(opts.user);
   const body: Record<string, unknown> = { op: "exec", mode };
+  if (opts.user !== undefined) body.user = opts.user;
   if (typeof command === "string") body.cmd = command;
   else body.argv = command;
   if (opts.cwd) body.cwd = opts.cwd;
@@ -33,6 +36,12 @@ export function execBody(command: Command, opts: ExecOptions, mode: "stream" | "
   if (opts.interactive) body.stdin = true;
   if (mode === "stream") body.window = OUTPUT_WINDOW;
   return body;
+}
+
+/** Sends an exec request, once the agent is known to honour its `user` (an old one would run it as root). */
+export function startExec(agent: AgentClient, body: Record<string, unknown>, sink?: Parameters<AgentClient["requestRaw"]>[1], onId?: (id: number) => void): Promise<Record<string, unknown>> {
+  if (body.user !== undefined) agent.requireFeature("exec.user", "an exec as a user");
+  return agent.requestRaw(body, sink, onId);
 }
 
 /**
@@ -57,7 +66,7 @@ export class ExecProcess implements AsyncIterable<ExecChunk> {
   static async start(agent: AgentClient, command: Command, opts: ExecOptions = {}): Promise<ExecProcess> {
     const p = new ExecProcess(agent);
     const body = execBody(command, opts, "stream");
-    const res = await agent.requestRaw(body, p.sink(), (id) => (p.id = id));
+    const res = await startExec(agent, body, p.sink(), (id) => (p.id = id));
     p.proc = Number(res.proc);
     p.pid = Number(res.pid);
     return p;

@@ -1,4 +1,4 @@
-import { Channel, DenError, errorFromWire, type DirEntry, type FileStat } from "@den/protocol";
+import { Channel, DenError, errorFromWire, type DirEntry, type FileStat, type GuestFileOwner } from "@den/protocol";
 import type { AgentClient } from "./agent-client.js";
 
 /** Credit granted for a file download: the most a reader buffers before it reads on. */
@@ -10,6 +10,30 @@ export function checkGuestPath(path: string, what = "path"): void {
   if (typeof path !== "string" || !path.startsWith("/")) throw new DenError("invalid_argument", `${what} must be an absolute guest path, got ${JSON.stringify(path)}`);
   if (path.includes("\0")) throw new DenError("invalid_argument", `${what} contains a NUL byte`);
   if (Buffer.byteLength(path) > 4096) throw new DenError("invalid_argument", `${what} is longer than 4096 bytes`);
+}
+
+/** A guest user's name as the agent takes it (it looks the name up in the guest's /etc/passwd). */
+export function checkGuestUser(user: unknown): asserts user is string {
+  if (typeof user !== "string" || user.length > 32 || !/^[A-Za-z0-9._][A-Za-z0-9._-]*\$?$/.test(user)) {
+    throw new DenError("invalid_argument", `user must be a guest user name (at most 32 of A-Z a-z 0-9 . _ -), got ${JSON.stringify(user)?.slice(0, 64)}`);
+  }
+}
+
+/** The `user` field of a file call that makes something, once the agent is known to honour it. */
+function ownerField(agent: AgentClient, opts: GuestFileOwner, what: string): { user?: string } {
+  if (opts.user === undefined) return {};
+  checkGuestUser(opts.user);
+  agent.requireFeature("file.owner", what);
+  return { user: opts.user };
+}
+
+/** The `user.*` attributes of a reply, checked: the guest is not trusted to keep to them. */
+function userAttrs(reply: unknown): Record<string, string> {
+  const attrs = (reply as { attrs?: unknown } | undefined)?.attrs;
+  if (!attrs || typeof attrs !== "object" || Array.isArray(attrs)) throw new DenError("agent_protocol_error", "file.getxattrs: no attrs object in the reply");
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(attrs)) if (k.startsWith("user.") && typeof v === "string") out[k] = v;
+  return out;
 }
 
 /** File operations on one guest, over its agent connection. */
@@ -73,15 +97,16 @@ export class GuestFiles {
   }
 
   /** Writes a file atomically (temp file + rename in the guest), streaming large sources. */
-  async write(path: string, data: FileSource, opts: { mode?: number; parents?: boolean } = {}): Promise<number> {
+  async write(path: string, data: FileSource, opts: { mode?: number; parents?: boolean } & GuestFileOwner = {}): Promise<number> {
     checkGuestPath(path);
     const agent = await this.agent();
+    const owner = ownerField(agent, opts, "a file written as a user");
     let id = 0;
     let settle: { resolve: (n: number) => void; reject: (e: Error) => void } | undefined;
     const finished = new Promise<number>((resolve, reject) => (settle = { resolve, reject }));
     finished.catch(() => undefined);
     await agent.requestRaw(
-      { op: "file.write", path, mode: opts.mode ?? 0o644, parents: opts.parents ?? true },
+      { op: "file.write", path, mode: opts.mode ?? 0o644, parents: opts.parents ?? true, ...owner },
       {
         onEvent: (ev) => {
           agent.release(id);
@@ -118,15 +143,36 @@ export class GuestFiles {
     return (await this.agent()).request("file.list", { path });
   }
 
-  async mkdir(path: string, opts: { parents?: boolean; mode?: number } = {}): Promise<void> {
+  async mkdir(path: string, opts: { parents?: boolean; mode?: number } & GuestFileOwner = {}): Promise<void> {
     checkGuestPath(path);
-    await (await this.agent()).request("file.mkdir", { path, parents: opts.parents ?? true, mode: opts.mode ?? 0o755 });
+    const agent = await this.agent();
+    const owner = ownerField(agent, opts, "a directory made as a user");
+    await agent.request("file.mkdir", { path, parents: opts.parents ?? true, mode: opts.mode ?? 0o755, ...owner });
   }
 
   async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
     checkGuestPath(path);
     if (path === "/") throw new DenError("invalid_argument", "refusing to remove /");
     await (await this.agent()).request("file.remove", { path, recursive: opts.recursive ?? false });
+  }
+
+  /** Sets `user.*` extended attributes (the agent refuses other names and bounds the sizes). */
+  async setXattrs(path: string, attrs: Record<string, string>): Promise<void> {
+    checkGuestPath(path);
+    if (!attrs || typeof attrs !== "object" || Array.isArray(attrs) || Object.values(attrs).some((v) => typeof v !== "string")) {
+      throw new DenError("invalid_argument", "attrs must be an object of strings");
+    }
+    const agent = await this.agent();
+    agent.requireFeature("file.xattr", "extended attributes");
+    await agent.request("file.setxattr", { path, attrs });
+  }
+
+  /** The file's `user.*` extended attributes (none: `{}`). */
+  async getXattrs(path: string): Promise<Record<string, string>> {
+    checkGuestPath(path);
+    const agent = await this.agent();
+    agent.requireFeature("file.xattr", "extended attributes");
+    return userAttrs(await agent.request("file.getxattrs", { path }));
   }
 
   async rename(from: string, to: string): Promise<void> {

@@ -207,6 +207,14 @@ export class Runtime {
           // unreachable QEMU: treat as dead below
         }
       }
+      if (record?.state === "stopped") {
+        // A disk hibernation: its disk is whole (flushed before the record said so); a QEMU
+        // still there is one that was quitting, or booting for a wake that never finished.
+        if (pid) await killAndWait(pid);
+        await this.networks.release(id, dir);
+        this.sandboxes.set(id, new Sandbox(dir, record, undefined, this.context()));
+        continue;
+      }
       if (pid) await killAndWait(pid);
       await this.networks.release(id, dir);
       await rm(dir, { recursive: true, force: true });
@@ -312,6 +320,35 @@ export class Runtime {
       }), this.host),
       bootTimeoutMs: BOOT_TIMEOUT_MS,
     }));
+  }
+
+  /**
+   * Shuts a sandbox's VM down keeping its disk (see `Sandbox.stopKeepingDisk`); its network
+   * goes with the VM and comes back with the policy it is given after its boot.
+   */
+  async stopKeepingDisk(id: string): Promise<void> {
+    const sbx = this.get(id);
+    await sbx.stopKeepingDisk();
+    await this.networks.release(id, sbx.dir);
+  }
+
+  /**
+   * Boots a shut-down sandbox again from its own disk overlay with its template's kernel
+   * and initrd: same id, record and shape, a fresh memory (a RAM file in its directory, as
+   * `boot()` makes). Idempotent: a running sandbox is left as it is.
+   */
+  async bootFromDisk(id: string): Promise<Sandbox> {
+    const sbx = this.get(id);
+    if (sbx.state === "running") return sbx;
+    if (sbx.state !== "stopped") throw new DenError("invalid_state", `sandbox ${id} is ${sbx.state}; only a shut-down sandbox boots from its disk`);
+    const i = sbx.info;
+    const tplDir = this.templates.dir(i.template);
+    const vm = await Vm.launch(this.bootSpec({
+      dir: sbx.dir, id, kernel: join(tplDir, TEMPLATE_FILES.kernel), initrd: join(tplDir, TEMPLATE_FILES.initrd),
+      disk: join(sbx.dir, VM_FILES.disk), memoryFile: join(sbx.dir, TEMPLATE_FILES.memory), vcpus: i.vcpus, memoryMb: i.memoryMb,
+    }), this.host);
+    await sbx.bootedFromDisk(vm, BOOT_TIMEOUT_MS);
+    return sbx;
   }
 
   /**

@@ -3,10 +3,11 @@ import { existsSync, readFileSync } from "node:fs";
 import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
-import { DenError, type ListeningPort, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
+import { DenError, type GuestMetrics, type ListeningPort, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
-import { ExecProcess, execBody, runToCompletion, type Command, type ExecOptions, type ExecResult } from "./exec.js";
+import { ExecProcess, execBody, runToCompletion, startExec, type Command, type ExecOptions, type ExecResult } from "./exec.js";
 import { GuestFiles } from "./files.js";
+import { CpuMeter, readMetrics } from "./metrics.js";
 import { VM_FILES } from "./qemu.js";
 import { digestFiles, hostSection, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { listPorts, openTunnel, type TunnelOptions } from "./tunnel.js";
@@ -14,10 +15,15 @@ import { SerialQueue, runTool } from "./util.js";
 import type { Vm } from "./vm.js";
 import type { HostProfile } from "./host.js";
 
-export type SandboxState = "starting" | "running" | "paused" | "destroyed";
+/** `stopped`: its VM is shut down and its disk overlay kept (a disk hibernation); it boots again from that disk. */
+export type SandboxState = "starting" | "running" | "paused" | "stopped" | "destroyed";
 
 /** USER_HZ: Linux reports process times in 1/100 s on every architecture Den runs on. */
 const CLOCK_TICKS = 100;
+/** How long the guest may take to flush its filesystems before a disk hibernation gives up. */
+const SYNC_TIMEOUT_MS = 60_000;
+/** A cold-booted sandbox's RAM file in its directory. */
+const RAM_FILE = "memory.bin";
 
 /** What is persisted in `sandbox.json`, so a restarted runtime can find the sandbox again. */
 export interface SandboxRecord {
@@ -60,6 +66,8 @@ export class Sandbox {
   agentProtocolErrors = 0;
   lastAgentError: string | undefined;
   readonly files: GuestFiles;
+  /** The previous CPU reading: each metrics() is the busy share since then. */
+  private readonly cpu = new CpuMeter();
 
   constructor(
     readonly dir: string,
@@ -109,6 +117,7 @@ export class Sandbox {
   agent(): Promise<AgentClient> {
     this.assertUsable();
     if (this.record.state === "paused") return Promise.reject(new DenError("sandbox_not_running", `sandbox ${this.id} is paused; resume it first`));
+    if (this.record.state === "stopped") return Promise.reject(new DenError("sandbox_not_running", `sandbox ${this.id} is shut down (its disk is kept); boot it first`));
     const existing = this.agentConn;
     if (existing) {
       return existing.then((a) => (a.closed ? this.reconnect() : a), () => this.reconnect());
@@ -163,7 +172,7 @@ export class Sandbox {
     const body = execBody(command, opts, "buffer");
     if (opts.bufferBytes) body.buffer_bytes = opts.bufferBytes;
     if (opts.interactive) body.stdin = true;
-    const res = await (await this.agent()).requestRaw(body);
+    const res = await startExec(await this.agent(), body);
     return { proc: Number(res.proc), pid: Number(res.pid) };
   }
 
@@ -192,6 +201,11 @@ export class Sandbox {
    */
   async tunnel(port: number, opts: TunnelOptions = {}): Promise<Duplex> {
     return openTunnel(await this.agent(), port, opts);
+  }
+
+  /** CPU (busy since the previous call, or since boot), memory and disk, as the guest sees them. */
+  async metrics(): Promise<GuestMetrics> {
+    return readMetrics(await this.agent(), this.cpu);
   }
 
   /** The TCP ports listening inside the guest, with the process holding each when known. */
@@ -250,7 +264,7 @@ export class Sandbox {
         await vm.saveState(join(dir, "state.bin"), { ignoreShared: this.record.ramFile ? true : opts.ignoreShared });
         await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
         // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.
-        if (this.record.ramFile) await copyFile(join(this.dir, "memory.bin"), join(dir, "memory.bin"));
+        if (this.record.ramFile) await copyFile(join(this.dir, RAM_FILE), join(dir, "memory.bin"));
       } finally {
         if (wasRunning && opts.keepRunning !== false) {
           await vm.cont();
@@ -281,6 +295,73 @@ export class Sandbox {
       };
       await writeManifest(dir, manifest);
       return { dir, manifest };
+    });
+  }
+
+  /**
+   * Shuts the VM down keeping its disk overlay (a disk hibernation): the guest flushes its
+   * filesystems, the vCPUs stop, and only then QEMU quits. Its memory is gone; a paused VM
+   * runs again just long enough to flush. `Runtime.bootFromDisk` boots it again.
+   */
+  stopKeepingDisk(): Promise<void> {
+    return this.lifecycle.run(async () => {
+      this.assertUsable();
+      if (this.record.state === "stopped") return;
+      const vm = this.requireVm();
+      const wasPaused = this.record.state === "paused";
+      if (wasPaused) {
+        await vm.cont();
+        await this.setState("running");
+        (await this.agentConn?.catch(() => undefined))?.unhold();
+      }
+      try {
+        // A guest flush reaches QEMU's qcow2 caches too: after it the overlay holds every write.
+        const r = await runToCompletion(await this.agent(), ["/bin/sync"], { timeoutMs: SYNC_TIMEOUT_MS });
+        if (r.exitCode !== 0 || r.timedOut) throw new DenError("io_error", `sandbox ${this.id}: the guest could not flush its disk (${r.timedOut ? "timed out" : `exit ${r.exitCode}`})`);
+        await vm.stop();
+      } catch (e) {
+        // Nothing changed: it stays as it was (a pause again for one that was paused).
+        if (wasPaused) await vm.stop().then(() => this.setState("paused"), () => undefined);
+        throw e;
+      }
+      // Its disk is whole now: a crash from here on finds a stopped sandbox.
+      await this.toStopped(vm, (v) => v.quit());
+    });
+  }
+
+  /**
+   * Records it stopped first (a crash then never finds a running record without a VM),
+   * then lets its VM go with `end`, and its RAM (a boot makes a new one).
+   */
+  private async toStopped(vm: Vm, end: (vm: Vm) => Promise<void>): Promise<void> {
+    await this.setState("stopped");
+    await this.agentConn?.then((a) => a.close(), () => undefined);
+    this.agentConn = undefined;
+    this.vm = undefined;
+    await end(vm);
+    await rm(join(this.dir, RAM_FILE), { force: true });
+  }
+
+  /**
+   * Takes a VM just booted from this sandbox's own disk (by the runtime) and waits for its
+   * agent; the sandbox runs again with a fresh memory. A failure kills that VM and leaves
+   * the sandbox stopped, disk untouched.
+   */
+  bootedFromDisk(vm: Vm, timeoutMs: number): Promise<void> {
+    return this.lifecycle.run(async () => {
+      this.assertUsable();
+      if (this.record.state !== "stopped") throw new DenError("invalid_state", `sandbox ${this.id} is ${this.record.state}, not shut down`);
+      this.vm = vm;
+      try {
+        await this.connectAgent(undefined, timeoutMs);
+        // Its RAM is now a file in its directory, as a cold boot's: its snapshots carry it.
+        this.record = { ...this.record, ramFile: true };
+        await this.setState("running");
+        await this.syncGuest(true);
+      } catch (e) {
+        await this.toStopped(vm, (v) => v.kill());
+        throw e;
+      }
     });
   }
 

@@ -4,7 +4,7 @@ import { DenError } from "@den/protocol";
 import { ConsoleLog } from "./console-log.js";
 import type { HostProfile } from "./host.js";
 import { QmpClient } from "./qmp.js";
-import { VM_FILES, killAndWait, spawnQemu, type VmSpec } from "./qemu.js";
+import { VM_FILES, isAlive, killAndWait, spawnQemu, type VmSpec } from "./qemu.js";
 import { sleep } from "./util.js";
 
 /** Migration throughput cap: QEMU's default (128 MiB/s) would stretch every snapshot pause. */
@@ -90,6 +90,20 @@ export class Vm {
     } finally {
       if (!ignoreShared) await this.setIgnoreShared(true);
     }
+  }
+
+  /**
+   * Asks QEMU to exit (it flushes and closes its disk image on the way out), and kills it
+   * if it has not gone within `timeoutMs`.
+   */
+  async quit(timeoutMs = 10_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    // The answer may not arrive (QEMU closes the QMP socket as it exits), and a wedged QEMU may never give one.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.qmp.execute("quit").catch(() => undefined), new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
+    clearTimeout(timer);
+    while (isAlive(this.pid) && Date.now() < deadline) await sleep(10);
+    await this.kill();
   }
 
   /** Kills the process and waits for it to be gone. */

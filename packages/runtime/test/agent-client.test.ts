@@ -5,15 +5,16 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, appendFileS
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Channel, FrameDecoder, FrameType, SYNC_MAGIC, encodeData, encodeJson } from "@den/protocol";
-import { AgentClient, ExecProcess } from "../src/index.js";
+import { AgentClient, ExecProcess, GuestFiles } from "../src/index.js";
 import { capAppendLog } from "../src/console-log.js";
+import { CpuMeter, readMetrics } from "../src/metrics.js";
 import { isCode } from "./helpers.js";
 
 /**
  * A misbehaving guest on a unix socket: the cases a real guest agent never produces on
  * its own (the real-VM hostile tests hijack the port for the same purpose).
  */
-async function fakeGuest(onFrame: (sock: net.Socket, type: FrameType, id: number, body: Record<string, unknown>) => void, preamble?: (sock: net.Socket) => void) {
+async function fakeGuest(onFrame: (sock: net.Socket, type: FrameType, id: number, body: Record<string, unknown>) => void, preamble?: (sock: net.Socket) => void, hello: Record<string, unknown> = {}) {
   const dir = mkdtempSync(join(tmpdir(), "den-fake-guest-"));
   const path = join(dir, "agent.sock");
   const sockets = new Set<net.Socket>();
@@ -26,7 +27,7 @@ async function fakeGuest(onFrame: (sock: net.Socket, type: FrameType, id: number
         const body = f.type === FrameType.Req ? (JSON.parse(f.payload.toString()) as Record<string, unknown>) : {};
         if (body.op === "sys.hello") {
           sock.write(Buffer.concat([SYNC_MAGIC, Buffer.from(String(body.session), "hex")]));
-          sock.write(encodeJson(FrameType.Res, f.id, { ok: true, protocol: 1, agent: "fake", boot_id: "x", pid: 1 }));
+          sock.write(encodeJson(FrameType.Res, f.id, { ok: true, protocol: 1, agent: "fake", boot_id: "x", pid: 1, ...hello }));
         } else onFrame(sock, f.type, f.id, body);
       }
     });
@@ -108,4 +109,68 @@ test("an append-only log is capped in place, keeping its tail", () => {
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test("an old agent (no features in its hello) is never sent a user, and lacks xattrs and metrics clearly", async () => {
+  const ops: unknown[] = [];
+  const g = await fakeGuest((sock, type, id, body) => {
+    if (type !== FrameType.Req) return;
+    ops.push(body.op);
+    sock.write(encodeJson(FrameType.Res, id, { ok: true }));
+  });
+  try {
+    const agent = await AgentClient.connect(g.path);
+    const files = new GuestFiles(async () => agent);
+    const old = (e: unknown) => isCode("invalid_state")(e) && /newer guest agent/.test(String(e));
+    // It would ignore "user" and run the command as root: refused before anything is sent.
+    await assert.rejects(ExecProcess.start(agent, ["id"], { user: "user" }), old);
+    await assert.rejects(files.write("/a", "x", { user: "user" }), old);
+    await assert.rejects(files.mkdir("/d", { user: "user" }), old);
+    await assert.rejects(files.setXattrs("/a", { "user.k": "v" }), old);
+    await assert.rejects(files.getXattrs("/a"), old);
+    await assert.rejects(readMetrics(agent, new CpuMeter()), old);
+    assert.deepEqual(ops, []);
+    // What it always did still works.
+    await files.mkdir("/d");
+    assert.deepEqual(ops, ["file.mkdir"]);
+  } finally {
+    g.close();
+  }
+});
+
+test("metrics and xattrs from a hostile agent are checked", async () => {
+  let metrics: Record<string, unknown> = {};
+  const g = await fakeGuest((sock, type, id, body) => {
+    if (body.op === "sys.metrics") sock.write(encodeJson(FrameType.Res, id, { ok: true, ...metrics }));
+    if (body.op === "file.getxattrs") sock.write(encodeJson(FrameType.Res, id, { ok: true, attrs: { "user.a": "1", "trusted.b": "2", "user.c": 5, "security.d": "x" } }));
+  }, undefined, { features: ["exec.user", "file.owner", "file.xattr", "sys.metrics"] });
+  try {
+    const agent = await AgentClient.connect(g.path);
+    assert.deepEqual(await new GuestFiles(async () => agent).getXattrs("/a"), { "user.a": "1" });
+    const good = { timestamp_ms: 1, cpu_count: 2, cpu_total_ticks: 1000, cpu_busy_ticks: 250, mem_total_kb: 1000, mem_available_kb: 600, mem_cache_kb: 100, disk_total_bytes: 10, disk_used_bytes: 4 };
+    metrics = good;
+    assert.deepEqual(await readMetrics(agent, new CpuMeter()), {
+      timestampMs: 1, cpuCount: 2, cpuUsedPct: 25, memTotalBytes: 1024000, memUsedBytes: 409600, memCacheBytes: 102400, diskTotalBytes: 10, diskUsedBytes: 4,
+    });
+    for (const bad of [{ mem_total_kb: -1 }, { cpu_busy_ticks: 1.5 }, { disk_used_bytes: "4" }, { cpu_count: undefined }]) {
+      metrics = { ...good, ...bad };
+      await assert.rejects(readMetrics(agent, new CpuMeter()), isCode("agent_protocol_error"), JSON.stringify(bad));
+    }
+    // Numbers that contradict each other are clamped, never a used above the total.
+    metrics = { ...good, cpu_busy_ticks: 5000, mem_available_kb: 5000, disk_used_bytes: 99 };
+    const m = await readMetrics(agent, new CpuMeter());
+    assert.deepEqual([m.cpuUsedPct, m.memUsedBytes, m.diskUsedBytes], [100, 0, 10]);
+  } finally {
+    g.close();
+  }
+});
+
+test("the CPU meter: the busy share since the previous sample, since boot for the first", () => {
+  const c = new CpuMeter();
+  assert.equal(c.sample(50, 100), 50);
+  assert.equal(c.sample(50, 100), 50, "no tick since: the same reading");
+  assert.equal(c.sample(150, 200), 100);
+  assert.equal(c.sample(150, 300), 0);
+  assert.equal(c.sample(151, 303), 33.33);
+  assert.equal(c.sample(10, 40), 25, "counters that went back are another boot");
 });

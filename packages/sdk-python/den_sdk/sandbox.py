@@ -336,8 +336,9 @@ class Sandbox:
     def hibernate(self, mode: str = "warm") -> SandboxInfo:
         """Hibernates the sandbox (idempotent). ``"warm"``: snapshot and pause in place, for an
         instant wake. ``"cold"``: move it to the snapshot store, so its VM is gone and it costs
-        no CPU or RAM (this also turns a warm hibernation cold). Exec, file and process calls on
-        a hibernated sandbox wake it first.
+        no CPU or RAM (this also turns a warm hibernation cold). ``"disk"``: shut it down keeping
+        only its files (no CPU or RAM; its processes and memory are gone, a wake boots it). Exec,
+        file and process calls on a hibernated sandbox wake it first.
 
         Example::
 
@@ -345,8 +346,8 @@ class Sandbox:
             sbx.hibernate(mode="cold")    # a long wait
             print(sbx.state, sbx.info.hibernate_mode, sbx.info.stored_bytes)
         """
-        if mode not in ("warm", "cold"):
-            raise ValueError('mode must be "warm" or "cold"')
+        if mode not in ("warm", "cold", "disk"):
+            raise ValueError('mode must be "warm", "cold" or "disk"')
         return self._update("POST", "/hibernate", json_body={"mode": mode})
 
     def wake(self) -> SandboxInfo:

@@ -145,7 +145,7 @@ class SandboxInfo:
     created_at: datetime
     last_activity_at: datetime
     destroyed_at: Optional[datetime]
-    #: ``"warm"`` or ``"cold"`` while hibernated, else None.
+    #: ``"warm"``, ``"cold"`` or ``"disk"`` while hibernated, else None.
     hibernate_mode: Optional[str]
     #: Bytes its snapshot occupies in the store while cold-hibernated, else None.
     stored_bytes: Optional[int]

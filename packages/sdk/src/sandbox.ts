@@ -410,7 +410,9 @@ export class Sandbox {
 
   /**
    * Hibernates the sandbox (idempotent). `mode: "warm"` (default) pauses it in place for an
-   * instant wake; `mode: "cold"` moves it to the snapshot store so it costs no CPU or RAM.
+   * instant wake; `mode: "cold"` moves it to the snapshot store so it costs no CPU or RAM;
+   * `mode: "disk"` shuts it down keeping only its files (no CPU or RAM; its processes and
+   * memory are gone, and a wake boots it in a few seconds).
    * Exec, file and process calls on a hibernated sandbox wake it first.
    *
    * @example
@@ -419,7 +421,7 @@ export class Sandbox {
    * console.log(sbx.state); // "hibernated"
    * ```
    */
-  async hibernate(opts: RequestOptions & { mode?: "warm" | "cold" } = {}): Promise<SandboxInfo> {
+  async hibernate(opts: RequestOptions & { mode?: "warm" | "cold" | "disk" } = {}): Promise<SandboxInfo> {
     const body: WireInput<typeof api.HibernateRequest> = {};
     if (opts.mode !== undefined) body.mode = opts.mode;
     return this.#update({ method: "POST", path: this.#path("/hibernate"), json: body, signal: opts.signal });

@@ -63,8 +63,8 @@ export interface SandboxInfo {
   createdAt: Date;
   lastActivityAt: Date;
   destroyedAt: Date | null;
-  /** How it is hibernated: "warm" (paused in place) or "cold" (in the snapshot store); null unless hibernated. */
-  hibernateMode: "warm" | "cold" | null;
+  /** How it is hibernated: "warm" (paused in place), "cold" (in the snapshot store) or "disk" (its files only; a wake boots it); null unless hibernated. */
+  hibernateMode: "warm" | "cold" | "disk" | null;
   /** Bytes its snapshot occupies in the store while cold-hibernated (compare with `memoryMb`); null otherwise. */
   storedBytes: number | null;
   /** The operation in flight on it (its `state` stays the last settled one meanwhile), or null. */

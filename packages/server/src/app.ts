@@ -18,6 +18,7 @@ import { registerHealthRoutes } from "./routes/health.js";
 import { PortProxy } from "./ports/proxy.js";
 import { PortTokens } from "./ports/tokens.js";
 import { registerDashboardRoutes } from "./routes/dashboard.js";
+import { registerE2bRoutes, type E2bSurface } from "./e2b/index.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -82,10 +83,11 @@ export function requireAdmin(req: FastifyRequest): Principal {
 }
 
 /** Builds the HTTP app: validation from the shared zod schemas, one error format, auth on /v1. */
-export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | object } = {}): Promise<FastifyInstance> {
+export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | object; e2b?: E2bSurface } = {}): Promise<FastifyInstance> {
   // Requests for sandboxes' ports bypass the API's routing: their bodies and upgrades go to the guest as they are.
   const tokens = PortTokens.open(cp.config.dataDir);
-  const proxy = new PortProxy(cp, tokens, cp.config.ports.domain, cp.config.ports.maxConnectionsPerOwner);
+  const e2bTokens = opts.e2b?.tokens;
+  const proxy = new PortProxy(cp, tokens, cp.config.ports.domain, cp.config.ports.maxConnectionsPerOwner, e2bTokens ? (id, t) => e2bTokens.check("traffic", id, t) : undefined);
   const app = Fastify({
     serverFactory: (handler) => http.createServer((req, res) => {
       const t = proxy.match(req);
@@ -175,5 +177,6 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   registerPtyRoutes(typed, cp);
   registerCheckpointRoutes(typed, cp);
   registerDashboardRoutes(app);
+  if (opts.e2b) await registerE2bRoutes(app, { cp, ...opts.e2b });
   return app;
 }

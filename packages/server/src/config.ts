@@ -19,6 +19,8 @@ export interface ServerConfig {
     shutdownTimeoutSeconds: number;
     onIdle: "hibernate" | "destroy";
     template: string;
+    /** A sandbox whose deadline counts only while it runs (E2B's timeout) is kept this long paused, then destroyed. */
+    pausedRetentionSeconds: number;
   };
   limits: {
     sandboxesPerOwner: number;
@@ -76,6 +78,14 @@ export interface ServerConfig {
    * or the flag repeated, all with the one shared secret; this server runs no VM itself).
    */
   hostAgent: { kind: "local" } | { kind: "loopback" } | { kind: "remote"; urls: string[]; secret: string };
+  /** The E2B-compatible API: its envd listener (a port of its own: guest bytes never share the API's origin). */
+  e2b: {
+    /** null: no envd listener (DEN_ENVD_PORT=off); 0: a free port. */
+    envdPort: number | null;
+    envdHost: string;
+    /** E2B's sandbox domain (`getHost(port)` = `<port>-<id>.<domain>`); default: the ports domain with the API's port. */
+    sandboxDomain?: string;
+  };
 }
 
 function hostAgentConfig(list: string | undefined, env: NodeJS.ProcessEnv): ServerConfig["hostAgent"] {
@@ -105,7 +115,7 @@ function num(v: string | undefined, fallback: number): number {
   return n;
 }
 
-export function loadConfig(flags: Partial<{ port: string; host: string; dataDir: string; hostAgent: string }> = {}, env = process.env): ServerConfig {
+export function loadConfig(flags: Partial<{ port: string; host: string; dataDir: string; hostAgent: string; envdPort: string }> = {}, env = process.env): ServerConfig {
   const onIdle = env.DEN_ON_IDLE ?? "hibernate";
   if (onIdle !== "hibernate" && onIdle !== "destroy") throw new Error(`DEN_ON_IDLE must be hibernate or destroy, got ${onIdle}`);
   return {
@@ -120,6 +130,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       shutdownTimeoutSeconds: num(env.DEN_SHUTDOWN_TIMEOUT_SECONDS, 60),
       onIdle,
       template: env.DEN_DEFAULT_TEMPLATE ?? "base",
+      pausedRetentionSeconds: num(env.DEN_PAUSED_RETENTION_SECONDS, 30 * 86_400),
     },
     limits: {
       sandboxesPerOwner: num(env.DEN_MAX_SANDBOXES_PER_OWNER, 20),
@@ -171,5 +182,10 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     logLevel: env.DEN_LOG_LEVEL ?? "info",
     metricsPublic: env.DEN_METRICS_PUBLIC === "1",
     hostAgent: hostAgentConfig(flags.hostAgent ?? env.DEN_HOST_AGENT_URL, env),
+    e2b: {
+      envdPort: (flags.envdPort ?? env.DEN_ENVD_PORT) === "off" ? null : num(flags.envdPort ?? env.DEN_ENVD_PORT, 49983),
+      envdHost: env.DEN_ENVD_HOST ?? flags.host ?? env.DEN_HOST ?? "127.0.0.1",
+      ...(env.DEN_E2B_DOMAIN ? { sandboxDomain: env.DEN_E2B_DOMAIN } : {}),
+    },
   };
 }

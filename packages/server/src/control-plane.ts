@@ -10,7 +10,7 @@ import { Checkpoints } from "./control/checkpoints.js";
 import { hostOfId, modeOf, type Ctx, type HibernateMode } from "./control/context.js";
 import { HostPool } from "./control/hosts.js";
 import { StoreGc } from "./control/gc.js";
-import { Lifecycle } from "./control/lifecycle.js";
+import { Lifecycle, type Terms } from "./control/lifecycle.js";
 import { NetworkPolicies } from "./control/network-policy.js";
 import { Operations, systemClock, type Clock, type Reason } from "./control/operations.js";
 import { Reaper } from "./control/reaper.js";
@@ -139,9 +139,9 @@ export class ControlPlane {
 
   // ---- the state machine (control/lifecycle.ts) ----
 
-  async create(p: Principal, req: api.CreateSandboxRequest): Promise<SandboxRow> {
+  async create(p: Principal, req: api.CreateSandboxRequest, terms?: Terms): Promise<SandboxRow> {
     await this.templates.checkAccess(p, req.template ?? this.config.defaults.template);
-    return this.lifecycle.create(p, req);
+    return this.lifecycle.create(p, req, terms);
   }
 
   destroy(id: string, reason: Reason): Promise<SandboxRow> {
@@ -152,12 +152,17 @@ export class ControlPlane {
     return this.lifecycle.hibernate(id, reason, mode);
   }
 
-  wake(id: string, reason: Reason): Promise<SandboxRow> {
-    return this.lifecycle.wake(id, reason);
+  wake(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
+    return this.lifecycle.wake(id, reason, timeoutSeconds);
   }
 
-  setTimeout(id: string, seconds: number): Promise<SandboxRow> {
-    return this.lifecycle.setTimeout(id, seconds);
+  /** A wake that boots the sandbox from its disk, its memory given up (E2B's `memory: false`). */
+  wakeByBoot(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
+    return this.lifecycle.wakeByBoot(id, reason, timeoutSeconds);
+  }
+
+  setTimeout(id: string, seconds: number, opts?: { extendOnly?: boolean }): Promise<SandboxRow> {
+    return this.lifecycle.setTimeout(id, seconds, opts);
   }
 
   setNetwork(p: Principal, id: string, req: api.NetworkPolicy): Promise<SandboxRow> {
@@ -173,9 +178,9 @@ export class ControlPlane {
   }
 
   /** Forks a running sandbox (woken first if hibernated) into `count` children. */
-  async fork(p: Principal, id: string, count: number): Promise<SandboxRow[]> {
+  async fork(p: Principal, id: string, count: number, ttlSeconds?: number): Promise<SandboxRow[]> {
     await this.guest(id);
-    return this.lifecycle.fork(p, id, count);
+    return this.lifecycle.fork(p, id, count, ttlSeconds);
   }
 
   async recover(p: Principal, id: string, checkpointId?: string): Promise<SandboxRow> {
@@ -211,8 +216,8 @@ export class ControlPlane {
     return this.checkpoints.delete(p, id);
   }
 
-  async restoreCheckpoint(p: Principal, id: string, req: api.RestoreCheckpointRequest): Promise<SandboxRow> {
-    return this.lifecycle.restore(p, await this.checkpoints.owned(p, id), req);
+  async restoreCheckpoint(p: Principal, id: string, req: api.RestoreCheckpointRequest, terms?: Terms): Promise<SandboxRow> {
+    return this.lifecycle.restore(p, await this.checkpoints.owned(p, id), req, terms);
   }
 
   listTemplates(p: Principal): Promise<api.Template[]> {

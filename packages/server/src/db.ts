@@ -49,6 +49,18 @@ export interface SandboxesTable {
   op_since: number | null;
   /** The host agent (instance id) its VM and local snapshots are on; null: the first host (rows from before hosts were recorded). */
   host_id: string | null;
+  /** `ttl`: expires_at counts from creation in every state (Den). `running`: it counts only while running; hibernated, it is the retention limit (E2B's timeout). */
+  deadline_mode: string;
+  /** At expires_at while running: `destroy`, `hibernate` (E2B's onTimeout: pause) or `hibernate_disk` (that pause with keepMemory: false). */
+  on_deadline: string;
+  /** `running` mode: the deadline a wake starts (seconds from the wake). */
+  run_timeout_seconds: number | null;
+  /** 1: a hibernated sandbox wakes on envd traffic (E2B's autoResume). */
+  auto_resume: number;
+  /** The API that made it: `v1` or `e2b`. */
+  surface: string;
+  /** 1: its ports are served without a key (E2B's allowPublicTraffic, its default). */
+  public_ports: number;
 }
 
 /**

@@ -4,9 +4,14 @@ import type { SandboxRow, Store } from "./store.js";
 /** The states a sandbox is billed in; others (creating, lost, error, destroyed) cost nothing. */
 export type MeteredState = "running" | "warm" | "cold";
 
+/**
+ * A disk hibernation is billed as `cold`: like a cold one it holds no VM, memory or vCPUs
+ * (warm holds its memory). Its disk stays on its host, not in the snapshot store, so its
+ * segments carry no stored bytes.
+ */
 export function meteredState(row: Pick<SandboxRow, "state" | "hibernate_mode">): MeteredState | null {
   if (row.state === "running") return "running";
-  if (row.state === "hibernated") return row.hibernate_mode === "cold" ? "cold" : "warm";
+  if (row.state === "hibernated") return row.hibernate_mode === "cold" || row.hibernate_mode === "disk" ? "cold" : "warm";
   return null;
 }
 

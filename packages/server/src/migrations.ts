@@ -187,4 +187,19 @@ export const migrations: Record<string, Migration> = {
       await db.schema.alterTable("sandboxes").addColumn("host_id", "varchar(64)").execute();
     },
   },
+  "011_deadlines": {
+    async up(db: Kysely<any>): Promise<void> {
+      // How a sandbox's deadline counts: from creation in any state (Den's TTL) or only while
+      // it runs (E2B's timeout: paused, it keeps only a retention limit); what happens at it;
+      // what a wake restarts it with; whether envd traffic wakes it; which API made it.
+      await db.schema.alterTable("sandboxes").addColumn("deadline_mode", "varchar(16)", (c) => c.notNull().defaultTo("ttl")).execute();
+      await db.schema.alterTable("sandboxes").addColumn("on_deadline", "varchar(16)", (c) => c.notNull().defaultTo("destroy")).execute();
+      await db.schema.alterTable("sandboxes").addColumn("run_timeout_seconds", "integer").execute();
+      await db.schema.alterTable("sandboxes").addColumn("auto_resume", "integer", (c) => c.notNull().defaultTo(0)).execute();
+      await db.schema.alterTable("sandboxes").addColumn("surface", "varchar(16)", (c) => c.notNull().defaultTo("v1")).execute();
+      // E2B's allowPublicTraffic: its ports are served to anyone with the URL, no key.
+      await db.schema.alterTable("sandboxes").addColumn("public_ports", "integer", (c) => c.notNull().defaultTo(0)).execute();
+      await db.schema.createIndex("sandboxes_owner_created").on("sandboxes").columns(["owner", "created_at"]).execute();
+    },
+  },
 };

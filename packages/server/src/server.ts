@@ -7,11 +7,19 @@ import { openDatabase } from "./db.js";
 import { connectHost } from "./host-connection.js";
 import { openStore } from "./object-store.js";
 import { Store } from "./store.js";
+import { openE2b } from "./e2b/index.js";
+import { DenEnvdSandboxes } from "./e2b/envd-access.js";
+import { buildEnvdServer } from "./e2b/envd/index.js";
+
+/** How often the guests of E2B sandboxes are asked for their metrics (E2B samples every 5 s). */
+const E2B_METRICS_INTERVAL_MS = 5000;
 
 export interface RunningServer {
   app: FastifyInstance;
   cp: ControlPlane;
   url: string;
+  /** The E2B envd listener's base URL (E2B_SANDBOX_URL), if it has one. */
+  envdUrl?: string;
   /** Set when this start created the first admin key (no DEN_API_KEY, empty database). */
   createdAdminKey?: string;
   /** Stops serving and cold-hibernates sandboxes (bounded by the shutdown timeout); the rest are adopted by the next start. */
@@ -43,11 +51,34 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
     await db.destroy();
     throw e;
   }
-  const app = await buildApp(cp, { logger: opts.logger ?? false });
+  let apiPort = config.port;
+  const e2b = await openE2b(cp, () => config.e2b.sandboxDomain ?? `${config.ports.domain}:${apiPort}`);
+  const app = await buildApp(cp, { logger: opts.logger ?? false, e2b });
   cp.log = app.log;
   await app.listen({ port: config.port, host: config.host });
   const addr = app.server.address();
   const port = typeof addr === "object" && addr ? addr.port : config.port;
+  apiPort = port;
+  // envd on a listener of its own: guest bytes never share the API's (and dashboard's) origin.
+  let envdUrl: string | undefined;
+  let envd: Awaited<ReturnType<typeof buildEnvdServer>> | undefined;
+  try {
+    if (config.e2b.envdPort !== null) {
+      envd = await buildEnvdServer(new DenEnvdSandboxes(cp, e2b.tokens), { logger: (opts.logger ?? false) as boolean | Record<string, unknown>, maxUploadBytes: config.limits.uploadBytes });
+      await envd.listen({ port: config.e2b.envdPort, host: config.e2b.envdHost });
+    }
+  } catch (e) {
+    await envd?.close();
+    await app.close();
+    await closeHost();
+    await db.destroy();
+    throw e;
+  }
+  if (envd) {
+    const ea = envd.server.address();
+    const h = config.e2b.envdHost;
+    envdUrl = `http://${h.includes(":") ? `[${h}]` : h}:${typeof ea === "object" && ea ? ea.port : config.e2b.envdPort}`;
+  }
   /** Runs `pass` every `ms`, never two at once; a failed pass is logged, the next one runs. */
   const every = (ms: number, what: string, pass: () => Promise<void>) => {
     let busy = false;
@@ -59,17 +90,21 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   };
   const reaper = every(config.reaper.intervalMs, "reaper pass", () => cp.reap());
   const refusals = every(config.network.eventsIntervalMs, "network refusal pass", () => cp.pollRefusals());
+  const sampler = every(E2B_METRICS_INTERVAL_MS, "guest metrics sampling", () => e2b.metrics.pass());
   const gc = every(config.storeGc.intervalMs, "store garbage collection", async () => {
     await cp.recovery.retry();
     await cp.gc.collect();
   });
   return {
     app, cp, url: `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`,
+    ...(envdUrl ? { envdUrl } : {}),
     ...(createdAdminKey ? { createdAdminKey } : {}),
     async close() {
       clearInterval(reaper);
       clearInterval(refusals);
       clearInterval(gc);
+      clearInterval(sampler);
+      await envd?.close();
       await app.close();
       // Single node: no VM outlives a clean stop. A control plane of a separate host agent
       // touches none of its VMs when it stops (they keep running, and it finds them again).

@@ -55,7 +55,7 @@ export function toApiSandbox(r: SandboxRow): api.Sandbox {
     created_at: iso(r.created_at)!,
     last_activity_at: iso(r.last_activity_at)!,
     destroyed_at: iso(r.destroyed_at),
-    hibernate_mode: r.state === "hibernated" ? ((r.hibernate_mode as "warm" | "cold" | null) ?? "warm") : null,
+    hibernate_mode: r.state === "hibernated" ? ((r.hibernate_mode as api.Sandbox["hibernate_mode"]) ?? "warm") : null,
     stored_bytes: r.state === "hibernated" && r.stored_bytes !== null ? Number(r.stored_bytes) : null,
     network: networkOf(r),
     operation: r.op_id && r.op_kind && r.op_since !== null ? { id: r.op_id, kind: r.op_kind as api.OperationKind, since: iso(r.op_since)! } : null,
@@ -236,6 +236,23 @@ export class Store {
     }
     if (q.cursor) query = query.where("id", ">", q.cursor);
     return query.orderBy("id").limit(q.limit).execute();
+  }
+
+  /**
+   * A page of an owner's sandboxes newest first (E2B's list): in `states`, with every
+   * metadata pair, of a template, created at or after `since`, after `cursor` (the last
+   * row of the previous page: its created_at and id).
+   */
+  async listSandboxesNewest(owner: string, q: { states: string[]; metadata: Record<string, string>; template?: string; since?: number; limit: number; cursor?: { createdAt: number; id: string } }): Promise<SandboxRow[]> {
+    let query = this.db.selectFrom("sandboxes").selectAll().where("owner", "=", owner).where("state", "in", q.states);
+    for (const [k, v] of Object.entries(q.metadata)) {
+      query = query.where("id", "in", (eb) => eb.selectFrom("sandbox_metadata").select("sandbox_id").where("key", "=", k).where("value", "=", v));
+    }
+    if (q.template !== undefined) query = query.where("template", "=", q.template);
+    if (q.since !== undefined) query = query.where("created_at", ">=", q.since);
+    const c = q.cursor;
+    if (c) query = query.where((eb) => eb.or([eb("created_at", "<", c.createdAt), eb.and([eb("created_at", "=", c.createdAt), eb("id", "<", c.id)])]));
+    return query.orderBy("created_at", "desc").orderBy("id", "desc").limit(q.limit).execute();
   }
 
   /** Bytes in the snapshot store that something still needs (cold sandboxes', checkpoints'), of one owner or of all. */

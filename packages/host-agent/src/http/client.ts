@@ -18,7 +18,7 @@ const TIMEOUTS: Record<keyof Routes, number> = {
   info: 30 * SECOND, inventory: 30 * SECOND, capacity: 30 * SECOND, cpuSeconds: 30 * SECOND, networkRefusals: 30 * SECOND,
   templates: 30 * SECOND, checkCreate: 30 * SECOND, checkCapacity: 30 * SECOND, resume: MINUTE, setNetwork: MINUTE,
   destroy: 2 * MINUTE, dropLocalSnapshot: MINUTE, unpin: MINUTE, collectLocal: 5 * MINUTE, deleteTemplate: 5 * MINUTE,
-  create: 15 * MINUTE, hibernateWarm: 10 * MINUTE, wakeWarm: 10 * MINUTE,
+  create: 15 * MINUTE, hibernateWarm: 10 * MINUTE, wakeWarm: 10 * MINUTE, hibernateDisk: 10 * MINUTE, wakeDisk: 10 * MINUTE,
   upload: 60 * MINUTE, restore: 60 * MINUTE, checkpoint: 60 * MINUTE, fork: 60 * MINUTE, buildTemplate: 3 * 60 * MINUTE,
   // What the host is still doing for an operation: as long as the longest of them.
   settled: 3 * 60 * MINUTE,
@@ -101,6 +101,14 @@ export class HttpHostAgent implements HostAgent {
 
   async wakeWarm(op: string, id: string, snapshotId: string | null): Promise<void> {
     await this.call("wakeWarm", { id }, { op, snapshotId });
+  }
+
+  async hibernateDisk(op: string, id: string): Promise<void> {
+    await this.call("hibernateDisk", { id }, { op });
+  }
+
+  async wakeDisk(op: string, id: string): Promise<void> {
+    await this.call("wakeDisk", { id }, { op });
   }
 
   checkpoint(op: string, id: string, to: StoredRef): Promise<{ pauseMs: number; storedBytes: number }> {

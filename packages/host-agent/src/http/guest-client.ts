@@ -1,6 +1,6 @@
 import http from "node:http";
 import type { Duplex } from "node:stream";
-import { DenError, host, type GuestCommand, type GuestExecOptions, type GuestFileSource, type HostGuest } from "@den/protocol";
+import { DenError, host, type GuestCommand, type GuestExecOptions, type GuestFileOwner, type GuestFileSource, type GuestMetrics, type HostGuest } from "@den/protocol";
 import type { DirEntry, FileStat, ListeningPort, ProcInfo, ProcReadReply, ProcWaitReply } from "@den/protocol";
 import { WsExecProcess } from "./exec-client.js";
 import { transportError, type HostHttp } from "./fetch.js";
@@ -77,7 +77,7 @@ export class HttpGuest implements HostGuest {
   readonly files = {
     /** Streamed as the host sends it, pulled as the caller reads (fetch's body is flow-controlled). */
     readStream: (path: string, opts: { offset?: number; length?: number } = {}): AsyncGenerator<Buffer> => this.readStream(path, opts),
-    write: async (path: string, data: GuestFileSource, opts: { mode?: number; parents?: boolean } = {}): Promise<number> => {
+    write: async (path: string, data: GuestFileSource, opts: { mode?: number; parents?: boolean } & GuestFileOwner = {}): Promise<number> => {
       // No deadline while the caller's bytes flow (their pace is theirs); once sent, the host has a while to answer.
       const ac = new AbortController();
       let timer: NodeJS.Timeout | undefined;
@@ -86,7 +86,7 @@ export class HttpGuest implements HostGuest {
         timer = setTimeout(() => ac.abort(new DenError("timeout", `file write ${path}: the host did not answer within ${CALL_MS} ms`)), CALL_MS);
       }
       try {
-        const r = await this.http.json("PUT", `${this.base}/files`, host.Written, { stream: body(), query: { path, mode: opts.mode, parents: opts.parents }, signal: ac.signal });
+        const r = await this.http.json("PUT", `${this.base}/files`, host.Written, { stream: body(), query: { path, mode: opts.mode, parents: opts.parents, user: opts.user }, signal: ac.signal });
         return r.bytes;
       } catch (e) {
         throw ac.signal.aborted && ac.signal.reason instanceof DenError ? ac.signal.reason : e;
@@ -96,7 +96,7 @@ export class HttpGuest implements HostGuest {
     },
     stat: (path: string): Promise<FileStat> => this.http.json("GET", `${this.base}/files/stat`, host.FileStatWire, { query: { path }, timeoutMs: CALL_MS }),
     list: (path: string): Promise<{ entries: DirEntry[]; truncated: boolean }> => this.http.json("GET", `${this.base}/files/list`, host.FileList, { query: { path }, timeoutMs: CALL_MS }),
-    mkdir: async (path: string, opts: { parents?: boolean; mode?: number } = {}): Promise<void> => {
+    mkdir: async (path: string, opts: { parents?: boolean; mode?: number } & GuestFileOwner = {}): Promise<void> => {
       await this.http.json("POST", `${this.base}/files/mkdir`, host.Ok, { json: { path, ...opts }, timeoutMs: CALL_MS });
     },
     remove: async (path: string, opts: { recursive?: boolean } = {}): Promise<void> => {
@@ -105,6 +105,11 @@ export class HttpGuest implements HostGuest {
     rename: async (from: string, to: string): Promise<void> => {
       await this.http.json("POST", `${this.base}/files/rename`, host.Ok, { json: { from, to }, timeoutMs: CALL_MS });
     },
+    setXattrs: async (path: string, attrs: Record<string, string>): Promise<void> => {
+      await this.http.json("PUT", `${this.base}/files/xattrs`, host.Ok, { json: { path, attrs }, timeoutMs: CALL_MS });
+    },
+    getXattrs: async (path: string): Promise<Record<string, string>> =>
+      (await this.http.json("GET", `${this.base}/files/xattrs`, host.XattrsWire, { query: { path }, timeoutMs: CALL_MS })).attrs,
   };
 
   private async *readStream(path: string, opts: { offset?: number; length?: number }): AsyncGenerator<Buffer> {
@@ -163,6 +168,10 @@ export class HttpGuest implements HostGuest {
       req.on("error", (e) => reject(transportError(e, what, this.http.base, CALL_MS)));
       req.end();
     });
+  }
+
+  metrics(): Promise<GuestMetrics> {
+    return this.http.json("GET", `${this.base}/metrics`, host.MetricsWire, { timeoutMs: CALL_MS });
   }
 
   async listeningPorts(): Promise<ListeningPort[]> {

@@ -8,7 +8,7 @@ const SandboxParams = z.object({ id: host.HostId });
 const ProcParams = SandboxParams.extend({ proc: z.coerce.number().int().min(1) });
 const PathQuery = z.object({ path: host.GuestPath });
 const ReadQuery = PathQuery.extend({ offset: z.coerce.number().int().min(0).optional(), length: z.coerce.number().int().min(-1).optional() });
-const WriteQuery = PathQuery.extend({ mode: z.coerce.number().int().min(0).max(0o7777).optional(), parents: z.enum(["true", "false"]).optional() });
+const WriteQuery = PathQuery.extend({ mode: z.coerce.number().int().min(0).max(0o7777).optional(), parents: z.enum(["true", "false"]).optional(), user: host.GuestUser.optional() });
 const RemoveQuery = PathQuery.extend({ recursive: z.enum(["true", "false"]).optional() });
 const LogsQuery = z.object({ channel: z.enum(["stdout", "stderr"]), offset: z.coerce.number().int().min(0), max: z.coerce.number().int().min(1).max(1024 * 1024) });
 const WaitQuery = z.object({ timeout_ms: z.coerce.number().int().min(0).max(24 * 3600 * 1000) });
@@ -108,7 +108,9 @@ export function registerGuestRoutes(app: FastifyInstance, agent: HostAgent): voi
     const q = parse(WriteQuery, req.query, "query");
     const source = req.body as AsyncIterable<Buffer> | undefined;
     if (!source || typeof source !== "object" || !(Symbol.asyncIterator in source)) throw new DenError("invalid_argument", "a file's bytes come as an application/octet-stream body");
-    const bytes = await guestOf(req).files.write(q.path, source, { ...(q.mode !== undefined ? { mode: q.mode } : {}), ...(q.parents ? { parents: q.parents === "true" } : {}) });
+    const bytes = await guestOf(req).files.write(q.path, source, {
+      ...(q.mode !== undefined ? { mode: q.mode } : {}), ...(q.parents ? { parents: q.parents === "true" } : {}), ...(q.user !== undefined ? { user: q.user } : {}),
+    });
     return { bytes };
   });
 
@@ -118,9 +120,21 @@ export function registerGuestRoutes(app: FastifyInstance, agent: HostAgent): voi
 
   app.post(`${base}/files/mkdir`, async (req) => {
     const b = parse(host.Mkdir, req.body, "body");
-    await guestOf(req).files.mkdir(b.path, { ...(b.parents !== undefined ? { parents: b.parents } : {}), ...(b.mode !== undefined ? { mode: b.mode } : {}) });
+    await guestOf(req).files.mkdir(b.path, {
+      ...(b.parents !== undefined ? { parents: b.parents } : {}), ...(b.mode !== undefined ? { mode: b.mode } : {}), ...(b.user !== undefined ? { user: b.user } : {}),
+    });
     return {};
   });
+
+  app.get(`${base}/files/xattrs`, async (req) => ({ attrs: await guestOf(req).files.getXattrs(parse(PathQuery, req.query, "query").path) }));
+
+  app.put(`${base}/files/xattrs`, async (req) => {
+    const b = parse(host.SetXattrs, req.body, "body");
+    await guestOf(req).files.setXattrs(b.path, b.attrs);
+    return {};
+  });
+
+  app.get(`${base}/metrics`, async (req) => guestOf(req).metrics());
 
   app.delete(`${base}/files`, async (req) => {
     const q = parse(RemoveQuery, req.query, "query");

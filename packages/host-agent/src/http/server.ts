@@ -30,6 +30,8 @@ function handlers(agent: HostAgent): Handlers {
     hibernateWarm: async (p, b) => (await agent.hibernateWarm(b.op, id(p), b.snapshotId), ok),
     upload: (p, b) => agent.upload(b.op, id(p), b.to, b.fromWarm),
     wakeWarm: async (p, b) => (await agent.wakeWarm(b.op, id(p), b.snapshotId), ok),
+    hibernateDisk: async (p, b) => (await agent.hibernateDisk(b.op, id(p)), ok),
+    wakeDisk: async (p, b) => (await agent.wakeDisk(b.op, id(p)), ok),
     checkpoint: (p, b) => agent.checkpoint(b.op, id(p), b.to),
     fork: async (p, b) => ({ children: await agent.fork(b.op, id(p), b.children, b.network) }),
     resume: async (p) => (await agent.resume(id(p)), ok),

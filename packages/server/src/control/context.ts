@@ -24,9 +24,13 @@ export interface Ctx {
   log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 }
 
-export type HibernateMode = "warm" | "cold";
+/** warm: paused in place with a local snapshot; cold: in the snapshot store, no VM; disk: no VM and no memory, its disk kept on its host (a wake boots). */
+export type HibernateMode = "warm" | "cold" | "disk";
 
-export const modeOf = (row: Pick<SandboxRow, "hibernate_mode">): HibernateMode => (row.hibernate_mode === "cold" ? "cold" : "warm");
+export const modeOf = (row: Pick<SandboxRow, "hibernate_mode">): HibernateMode => (row.hibernate_mode === "cold" || row.hibernate_mode === "disk" ? row.hibernate_mode : "warm");
+
+/** Whether a host's inventory entry is a VM that exists (not dead, not shut down to its disk). */
+export const hasVm = (vm: { state: string } | undefined): boolean => vm?.state === "running" || vm?.state === "paused";
 
 /** A catalog row for a snapshot about to be uploaded (written before the upload starts). */
 export function pendingStored(ctx: Ctx, id: string, owner: string, kind: "cold" | "checkpoint"): StoredSnapshotRow {

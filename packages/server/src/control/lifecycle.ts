@@ -11,6 +11,23 @@ import type { Serializer } from "./serializer.js";
 
 type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">;
 
+/** What the API that made a sandbox settled about it: how its deadline behaves, wake on traffic, public ports (see SandboxesTable); /v1 keeps the defaults. */
+export type Terms = Pick<SandboxRow, "deadline_mode" | "on_deadline" | "run_timeout_seconds" | "auto_resume" | "surface" | "public_ports">;
+const V1_TERMS: Terms = { deadline_mode: "ttl", on_deadline: "destroy", run_timeout_seconds: null, auto_resume: 0, surface: "v1", public_ports: 0 };
+/**
+ * The deadline after a sandbox hibernates or wakes. A `running`-mode deadline (E2B's
+ * timeout) stops while it sleeps: hibernated, what is left is the retention limit; a wake
+ * starts a new deadline (`timeoutSeconds`, else the one it was made with).
+ */
+export function deadlineAfter(row: SandboxRow, to: "hibernated" | "running", now: number, retentionSeconds: number, timeoutSeconds?: number): Partial<SandboxRow> {
+  if (row.deadline_mode !== "running") return {};
+  if (to === "hibernated") return row.state === "running" ? { expires_at: now + retentionSeconds * 1000 } : {};
+  const t = timeoutSeconds ?? row.run_timeout_seconds ?? row.ttl_seconds;
+  return t === null ? {} : { expires_at: now + t * 1000 };
+}
+
+const termsOf = (r: Terms): Terms => ({ deadline_mode: r.deadline_mode, on_deadline: r.on_deadline, run_timeout_seconds: r.run_timeout_seconds, auto_resume: r.auto_resume, surface: r.surface, public_ports: r.public_ports });
+
 const vmFields = (i: HostSandboxInfo) => ({ template: i.template, template_version: i.templateVersion, vcpus: i.vcpus, memory_mb: i.memoryMb, disk_mb: i.diskMb });
 
 /**
@@ -39,7 +56,7 @@ export class Lifecycle {
   }
 
   /** A new sandbox's record, before its VM exists (state `creating`), held by `op`. */
-  private newRow(p: Principal, id: string, req: Settings, template: string, network: api.NetworkPolicy, op: OperationRow, hostId: string): SandboxRow {
+  private newRow(p: Principal, id: string, req: Settings, template: string, network: api.NetworkPolicy, op: OperationRow, hostId: string, deadline: Terms = V1_TERMS): SandboxRow {
     const persistent = req.persistent ?? false;
     if (req.ttl_seconds === null && !persistent) throw new DenError("invalid_argument", "ttl_seconds: null (no deadline) needs persistent: true");
     const d = this.ctx.config.defaults;
@@ -54,6 +71,7 @@ export class Lifecycle {
       created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null,
       meter_since: now, meter_cpu: null, network: serializePolicy(network),
       generation: 0, op_id: op.id, op_kind: op.kind, op_since: op.created_at, host_id: hostId,
+      ...deadline,
     };
   }
 
@@ -77,7 +95,7 @@ export class Lifecycle {
     });
   }
 
-  async create(p: Principal, req: api.CreateSandboxRequest): Promise<SandboxRow> {
+  async create(p: Principal, req: api.CreateSandboxRequest, deadline: Terms = V1_TERMS): Promise<SandboxRow> {
     const { config, hosts, ops, metrics } = this.ctx;
     const lim = config.limits;
     if ((req.vcpus ?? 0) > lim.vcpusPerSandbox) throw new DenError("invalid_argument", `vcpus: at most ${lim.vcpusPerSandbox} on this server`);
@@ -91,14 +109,14 @@ export class Lifecycle {
     const network = effectivePolicy(req.network, config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("create", id, "user", { template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}) }), host: host.instance };
-    const row = this.newRow(p, id, req, template, network, op, host.instance);
+    const row = this.newRow(p, id, req, template, network, op, host.instance, deadline);
     return this.materialize(row, op, () => metrics.time("create", "", () => host.create(op.id, {
       id, template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}), network,
     })), { template });
   }
 
   /** A new, independent sandbox with the checkpoint's state. */
-  async restore(p: Principal, cp: CheckpointRow, req: api.RestoreCheckpointRequest): Promise<SandboxRow> {
+  async restore(p: Principal, cp: CheckpointRow, req: api.RestoreCheckpointRequest, deadline: Terms = V1_TERMS): Promise<SandboxRow> {
     const { config, ops, metrics, meter } = this.ctx;
     await this.quota(p);
     // On the host of the sandbox it was taken from: that host has the template version it needs.
@@ -107,7 +125,7 @@ export class Lifecycle {
     const network = effectivePolicy(req.network ?? networkOf(cp), config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("restore", id, "user", { checkpoint: cp.id }), host: host.instance };
-    const row = this.newRow(p, id, { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template, network, op, host.instance);
+    const row = this.newRow(p, id, { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template, network, op, host.instance, deadline);
     const from = await storedRef(this.ctx, cp.id);
     return this.materialize(row, op, () => metrics.time("restore", "", () => meter.work(id, () => host.restore(op.id, id, from, network))), { checkpoint: cp.id });
   }
@@ -151,9 +169,15 @@ export class Lifecycle {
   async hibernate(id: string, reason: Reason, mode: HibernateMode = "warm"): Promise<SandboxRow> {
     return this.queue.run(id, async () => {
       const row = (await this.ctx.store.getSandbox(id))!;
-      if (row.state === "hibernated" && (mode === "warm" || modeOf(row) === "cold")) return row;
+      if (row.state === "hibernated") {
+        const now = modeOf(row);
+        // Asleep already as asked, or keeping more than asked (warm is any hibernation; a cold one keeps its disk too).
+        if (mode === now || mode === "warm" || (mode === "disk" && now === "cold")) return row;
+        if (now === "disk") throw new DenError("invalid_state", `sandbox ${id} is hibernated to its disk; moving it to the snapshot store is not supported yet (wake it first)`);
+      }
       if (row.state !== "running" && row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a running sandbox can hibernate`);
       if (mode === "cold") return this.toCold(row, reason);
+      if (mode === "disk") return this.toDisk(row, reason);
       return this.toWarm(row, reason);
     });
   }
@@ -174,9 +198,45 @@ export class Lifecycle {
       throw e;
     }
     return ops.finish(op, row.id, {
-      state: "hibernated", reason, patch: { hibernate_snapshot: snapshot, hibernate_mode: "warm", stored_bytes: null },
+      state: "hibernated", reason, patch: { hibernate_snapshot: snapshot, hibernate_mode: "warm", stored_bytes: null, ...this.pausedDeadline(row) },
       data: { mode: "warm", snapshot, ms: Math.round(performance.now() - t0) },
     });
+  }
+
+  /**
+   * Running (or warm) to disk: the guest flushes and its VM shuts down, its disk kept on its
+   * host; its memory is given up. Nothing leaves the host, so a crash anywhere leaves the VM
+   * or its disk (recovery finishes it forward). From warm, its memory snapshot goes only
+   * once the record stops pointing at it.
+   */
+  private async toDisk(row: SandboxRow, reason: Reason): Promise<SandboxRow> {
+    const { ops, metrics, meter } = this.ctx;
+    const host = this.ctx.hosts.of(row);
+    const fromWarm = row.state === "hibernated" ? row.hibernate_snapshot : null;
+    const op = ops.newOp("hibernate", row.id, reason, { mode: "disk", from_warm: fromWarm });
+    if (!fromWarm) await this.network.flush(row.id);
+    await meter.sample(row.id);
+    await ops.begin(row, op);
+    faultPoint("hibernate-disk-after-intent");
+    const t0 = performance.now();
+    try {
+      await metrics.time("hibernate", "disk", () => meter.work(row.id, () => host.hibernateDisk(op.id, row.id)));
+    } catch (e) {
+      await ops.fail(op, row.id, e);
+      throw e;
+    }
+    faultPoint("hibernate-disk-after-stop");
+    const done = await ops.finish(op, row.id, {
+      state: "hibernated", reason, patch: this.diskPatch(row),
+      data: { mode: "disk", ms: Math.round(performance.now() - t0), ...(fromWarm ? { from_warm: fromWarm } : {}) },
+    });
+    await this.dropWarm(row);
+    return done;
+  }
+
+  /** The fields of a sandbox that is now hibernated to its disk (also when recovery finishes one). */
+  diskPatch(row: SandboxRow): Partial<SandboxRow> {
+    return { hibernate_snapshot: null, hibernate_mode: "disk", stored_bytes: null, ...this.pausedDeadline(row) };
   }
 
   /**
@@ -206,7 +266,7 @@ export class Lifecycle {
     }
     faultPoint("hibernate-cold-after-upload");
     const done = await ops.finish(op, row.id, {
-      state: "hibernated", reason, patch: { hibernate_snapshot: stored.id, hibernate_mode: "cold", stored_bytes: up.storedBytes },
+      state: "hibernated", reason, patch: { hibernate_snapshot: stored.id, hibernate_mode: "cold", stored_bytes: up.storedBytes, ...this.pausedDeadline(row) },
       data: { mode: "cold", snapshot: stored.id, ms: Math.round(performance.now() - t0), stored_bytes: up.storedBytes, memory_bytes: row.memory_mb * 1024 * 1024 },
       result: up,
     }, (tx) => tx.completeStoredSnapshot(stored.id, up.storedBytes));
@@ -228,11 +288,32 @@ export class Lifecycle {
     }
   }
 
-  async wake(id: string, reason: Reason): Promise<SandboxRow> {
-    return this.queue.run(id, () => this.wakeNow(id, reason));
+  /** The deadline fields of a sandbox that hibernates now. */
+  pausedDeadline(row: SandboxRow): Partial<SandboxRow> {
+    return deadlineAfter(row, "hibernated", this.ctx.clock.now(), this.ctx.config.defaults.pausedRetentionSeconds);
   }
 
-  private async wakeNow(id: string, reason: Reason): Promise<SandboxRow> {
+  /** `timeoutSeconds`: a deadline that counts only while running starts again at this (else at the one it was made with). */
+  async wake(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
+    return this.queue.run(id, () => this.wakeNow(id, reason, timeoutSeconds));
+  }
+
+  /**
+   * Wakes a hibernated sandbox by booting it from its disk (E2B's resume with `memory:
+   * false`): whatever memory it kept is given up first, by a disk hibernate of its own (a
+   * cold one is restored first to have its disk back). Each step is an operation of its own.
+   */
+  async wakeByBoot(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
+    return this.queue.run(id, async () => {
+      let row = (await this.ctx.store.getSandbox(id))!;
+      if (row.state !== "hibernated") return this.wakeNow(id, reason, timeoutSeconds);
+      if (modeOf(row) === "cold") row = await this.wakeNow(id, reason);
+      if (row.state === "running" || modeOf(row) === "warm") await this.toDisk(row, reason);
+      return this.wakeNow(id, reason, timeoutSeconds);
+    });
+  }
+
+  private async wakeNow(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
     const { store, ops, metrics, meter, clock } = this.ctx;
     const row = (await store.getSandbox(id))!;
     if (row.state === "running") return row;
@@ -249,6 +330,8 @@ export class Lifecycle {
     try {
       await metrics.time("wake", mode, () => meter.work(id, async () => {
         if (mode === "warm") await host.wakeWarm(op.id, id, snapshot);
+        // A failed boot leaves it shut down, its disk as it was.
+        else if (mode === "disk") await host.wakeDisk(op.id, id);
         else await host.restore(op.id, id, await storedRef(this.ctx, snapshot!));
       }));
     } catch (e) {
@@ -258,9 +341,10 @@ export class Lifecycle {
       throw e;
     }
     if (mode === "cold") faultPoint("wake-cold-after-restore");
+    if (mode === "disk") faultPoint("wake-disk-after-boot");
     // The stored copy is released in the same transaction; the garbage collector deletes it later.
     const done = await ops.finish(op, id, {
-      state: "running", reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now() },
+      state: "running", reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now(), ...deadlineAfter(row, "running", clock.now(), 0, timeoutSeconds) },
       data: { mode, ms: Math.round(performance.now() - t0) },
     }, mode === "cold" ? (tx) => tx.releaseStoredSnapshot(snapshot!, clock.now()) : undefined);
     if (mode === "cold") faultPoint("wake-cold-after-commit");
@@ -269,13 +353,22 @@ export class Lifecycle {
     return done;
   }
 
-  async setTimeout(id: string, seconds: number): Promise<SandboxRow> {
+  /**
+   * A new deadline `seconds` from now. `extendOnly`: never earlier than the one it has (E2B's
+   * connect). A sandbox whose deadline counts only while running keeps its retention limit
+   * while hibernated: the new timeout applies from its next wake.
+   */
+  async setTimeout(id: string, seconds: number, opts: { extendOnly?: boolean } = {}): Promise<SandboxRow> {
     return this.queue.run(id, async () => {
       const { store, ops, clock } = this.ctx;
       const row = (await store.getSandbox(id))!;
       if (row.state === "destroyed") throw new DenError("sandbox_destroyed", `sandbox ${id} has been destroyed`);
-      const op = ops.newOp("set_timeout", id, "user", { seconds });
-      return ops.atomic(row, op, { patch: { ttl_seconds: seconds, expires_at: clock.now() + seconds * 1000 } }, (tx) => ops.event(id, "timeout_set", "user", { seconds }, tx));
+      let expires = clock.now() + seconds * 1000;
+      if (opts.extendOnly && row.expires_at !== null && row.expires_at > expires) expires = row.expires_at;
+      const asleep = row.deadline_mode === "running" && row.state === "hibernated";
+      const patch: Partial<SandboxRow> = asleep ? { run_timeout_seconds: seconds } : { ttl_seconds: seconds, expires_at: expires };
+      const op = ops.newOp("set_timeout", id, "user", { seconds, ...(opts.extendOnly ? { extend_only: true } : {}) });
+      return ops.atomic(row, op, { patch }, (tx) => ops.event(id, "timeout_set", "user", { seconds }, tx));
     });
   }
 
@@ -307,9 +400,9 @@ export class Lifecycle {
   /**
    * Forks a running sandbox into `count` children with its exact state. The children's
    * rows (ids chosen here) are written with the intent; each child has the parent's TTL
-   * counted from its own creation, and the parent's metadata plus `forked_from`.
+   * counted from its own creation (or `ttlSeconds`), and the parent's metadata plus `forked_from`.
    */
-  async fork(p: Principal, id: string, count: number): Promise<SandboxRow[]> {
+  async fork(p: Principal, id: string, count: number, ttlSeconds?: number): Promise<SandboxRow[]> {
     await this.quota(p, count);
     return this.queue.run(id, async () => {
       const { store, ops, metrics, meter, clock } = this.ctx;
@@ -321,14 +414,14 @@ export class Lifecycle {
       const network = networkOf(parent);
       const op = ops.newOp("fork", id, "user", { children: ids });
       const settings: Settings = {
-        persistent: parent.persistent === 1, ttl_seconds: parent.ttl_seconds, idle_timeout_seconds: parent.idle_timeout_seconds,
+        persistent: parent.persistent === 1, ttl_seconds: ttlSeconds ?? parent.ttl_seconds, idle_timeout_seconds: parent.idle_timeout_seconds,
         on_idle: parent.on_idle as "hibernate" | "destroy",
         metadata: { ...(JSON.parse(parent.metadata) as Record<string, string>), forked_from: id },
         env: JSON.parse(parent.env) as Record<string, string>,
       };
       await ops.begin(parent, op, async (tx) => {
         for (const c of ids) {
-          await tx.insertSandbox(this.newRow(p, c, settings, parent.template, network, op, host.instance));
+          await tx.insertSandbox(this.newRow(p, c, settings, parent.template, network, op, host.instance, { ...termsOf(parent), ...(ttlSeconds !== undefined && parent.deadline_mode === "running" ? { run_timeout_seconds: ttlSeconds } : {}) }));
           await ops.event(c, "creating", "user", { forked_from: id }, tx);
         }
       });

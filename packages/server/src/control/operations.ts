@@ -30,6 +30,9 @@ export interface Outcome {
  * every operation still `pending` and finishes or rolls it back (see recovery.ts).
  */
 export class Operations {
+  /** Who wants to know when a sandbox stops being usable (a stream to its guest, say). */
+  private goneWatchers = new Map<string, Set<() => void>>();
+
   constructor(
     private readonly store: Store,
     private readonly meter: Meter,
@@ -37,6 +40,28 @@ export class Operations {
     private readonly clock: Clock,
     private readonly eventsCap: number,
   ) {}
+
+  /**
+   * `cb` runs once when sandbox `id` stops being usable: an operation that takes its VM
+   * away (destroy, hibernate) has been begun, or it settled in a state other than running.
+   * Returns the unsubscribe.
+   */
+  onGone(id: string, cb: () => void): () => void {
+    let set = this.goneWatchers.get(id);
+    if (!set) this.goneWatchers.set(id, (set = new Set()));
+    set.add(cb);
+    return () => {
+      set.delete(cb);
+      if (!set.size && this.goneWatchers.get(id) === set) this.goneWatchers.delete(id);
+    };
+  }
+
+  private gone(id: string): void {
+    const set = this.goneWatchers.get(id);
+    if (!set) return;
+    this.goneWatchers.delete(id);
+    for (const cb of set) cb();
+  }
 
   /** A new operation row (not yet written). */
   newOp(kind: api.OperationKind, sandboxId: string | null, reason: Reason, args: Record<string, unknown>): OperationRow {
@@ -58,13 +83,15 @@ export class Operations {
    */
   async begin(row: SandboxRow, op: OperationRow, also?: (tx: Store) => Promise<void>): Promise<SandboxRow> {
     if (row.op_id) throw inProgress(row);
-    return this.store.transaction(async (tx) => {
+    const taken = await this.store.transaction(async (tx) => {
       await tx.insertOperation(op);
       const taken = await tx.casSandbox(row.id, { generation: row.generation, opId: null }, { op_id: op.id, op_kind: op.kind, op_since: op.created_at });
       if (!taken) throw inProgress((await tx.getSandbox(row.id)) ?? row);
       await also?.(tx);
       return taken;
     });
+    if (op.kind === "destroy" || op.kind === "hibernate") this.gone(row.id);
+    return taken;
   }
 
   /** An operation that is over as soon as it is written (deleting a checkpoint): its row and its effect, one transaction. */
@@ -102,6 +129,7 @@ export class Operations {
       return settled;
     });
     if (out.state) this.metrics.transition(out.state, out.reason ?? "user");
+    if (out.state && out.state !== "running") this.gone(id);
     return row;
   }
 
@@ -120,6 +148,7 @@ export class Operations {
       return settled;
     });
     if (out.state) this.metrics.transition(out.state, out.reason ?? "error");
+    if (id && out.state && out.state !== "running") this.gone(id);
     return row;
   }
 

@@ -1,6 +1,6 @@
 import { meteredState } from "../meter.js";
 import type { SandboxRow } from "../store.js";
-import { modeOf, type Ctx } from "./context.js";
+import { hasVm, modeOf, type Ctx } from "./context.js";
 import type { Lifecycle } from "./lifecycle.js";
 import type { Serializer } from "./serializer.js";
 
@@ -36,17 +36,25 @@ export class Reaper {
       if (meteredState(row) && row.meter_since !== null && now - row.meter_since >= config.meter.intervalMs && !this.queue.busy(row.id)) await this.roll(row, vm?.cpuSeconds ?? undefined);
       if (row.state === "creating") continue;
       if (row.expires_at !== null && row.expires_at <= now) {
-        await this.lifecycle.destroy(row.id, "ttl").catch(() => undefined);
+        // E2B's onTimeout: pause hibernates a running sandbox at its deadline (it then keeps only a
+        // retention limit): warm, or to its disk only (`hibernate_disk`: keepMemory false).
+        const pause = (row.on_deadline === "hibernate" || row.on_deadline === "hibernate_disk") && row.state === "running";
+        const mode = row.on_deadline === "hibernate_disk" ? "disk" : "warm";
+        await (pause ? this.lifecycle.hibernate(row.id, "ttl", mode) : this.lifecycle.destroy(row.id, "ttl")).catch(() => undefined);
         continue;
       }
-      if (row.state === "hibernated" && row.persistent === 0 && modeOf(row) === "warm" && row.state_reason === "idle") {
+      // A pause through the E2B API is a warm hibernate that goes cold on the same schedule as an idle one.
+      // A disk hibernation stays as it is (it holds no VM and no memory already); moving a
+      // disk-only sandbox's disk to the store is future work.
+      const coldLater = (row.persistent === 0 && row.state_reason === "idle") || row.deadline_mode === "running";
+      if (row.state === "hibernated" && modeOf(row) === "warm" && coldLater) {
         // Warm first (instant wake), then cold after a second, longer quiet period (no cost at all).
         const coldAt = row.last_activity_at + (row.idle_timeout_seconds + config.defaults.coldAfterSeconds) * 1000;
         if (now >= coldAt) await this.lifecycle.hibernate(row.id, "idle", "cold").catch(() => undefined);
         continue;
       }
       if (row.state !== "running") continue;
-      if (!vm || vm.state === "stopped") {
+      if (!vm || !hasVm(vm)) {
         await this.markLost(row.id);
         continue;
       }
@@ -79,7 +87,7 @@ export class Reaper {
       if (!cur) return;
       const host = hosts.of(cur);
       const vm = (await host.inventory()).vms.find((v) => v.id === id);
-      if (cur?.state !== "running" || cur.op_id || (vm && vm.state !== "stopped")) return;
+      if (cur?.state !== "running" || cur.op_id || hasVm(vm)) return;
       const op = ops.newOp("destroy", id, "host_lost", { lost: true });
       await ops.begin(cur, op);
       try {

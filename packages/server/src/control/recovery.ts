@@ -1,8 +1,9 @@
 import { storedBytes, storedSnapshotComplete } from "@den/store";
 import type { OperationRow, SandboxRow } from "../store.js";
 import type { HostAgent } from "@den/protocol";
-import { modeOf, type Ctx } from "./context.js";
-import type { Lifecycle } from "./lifecycle.js";
+import { newId } from "@den/runtime";
+import { hasVm, modeOf, type Ctx } from "./context.js";
+import { deadlineAfter, type Lifecycle } from "./lifecycle.js";
 import type { NetworkPolicies } from "./network-policy.js";
 import { argsOf, type Reason } from "./operations.js";
 import type { Templates } from "./templates.js";
@@ -86,10 +87,11 @@ export class Recovery {
         return;
       }
       case "hibernate": {
-        const a = argsOf<{ mode: "warm" | "cold"; snapshot: string; key?: string; from_warm?: string | null }>(op);
+        const a = argsOf<{ mode: "warm" | "cold" | "disk"; snapshot: string; key?: string; from_warm?: string | null }>(op);
+        if (a.mode === "disk") return this.settleDisk(op, row, vm);
         if (a.mode === "warm") {
           if ((await host.inventory()).snapshots.includes(a.snapshot)) {
-            await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "warm", stored_bytes: null }, data: { mode: "warm", snapshot: a.snapshot, recovered: true } });
+            await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "warm", stored_bytes: null, ...this.lifecycle.pausedDeadline(row) }, data: { mode: "warm", snapshot: a.snapshot, recovered: true } });
             return;
           }
           await host.resume(id);
@@ -99,7 +101,7 @@ export class Recovery {
         if (await storedSnapshotComplete(objects, a.key!)) {
           // The stored copy is whole: the hibernate took effect; the VM goes only now.
           const bytes = await storedBytes(objects, a.key!);
-          await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "cold", stored_bytes: bytes }, data: { mode: "cold", snapshot: a.snapshot, stored_bytes: bytes, recovered: true } }, (tx) => tx.completeStoredSnapshot(a.snapshot, bytes));
+          await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "cold", stored_bytes: bytes, ...this.lifecycle.pausedDeadline(row) }, data: { mode: "cold", snapshot: a.snapshot, stored_bytes: bytes, recovered: true } }, (tx) => tx.completeStoredSnapshot(a.snapshot, bytes));
           await this.lifecycle.removeVm(row, a.from_warm ?? null);
           return;
         }
@@ -109,23 +111,23 @@ export class Recovery {
         return;
       }
       case "wake": {
-        const a = argsOf<{ mode: "warm" | "cold"; snapshot: string | null }>(op);
-        if (vm && vm.state !== "stopped") {
+        const a = argsOf<{ mode: "warm" | "cold" | "disk"; snapshot: string | null }>(op);
+        if (hasVm(vm)) {
           // It came back before the stop: the record follows the VM.
           await host.resume(id);
-          const done = await ops.finish(op, id, { state: "running", reason: op.reason as Reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now() }, data: { mode: a.mode, recovered: true } },
+          const done = await ops.finish(op, id, { state: "running", reason: op.reason as Reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now(), ...deadlineAfter(row, "running", clock.now(), 0) }, data: { mode: a.mode, recovered: true } },
             a.mode === "cold" && a.snapshot ? (tx) => tx.releaseStoredSnapshot(a.snapshot!, clock.now()) : undefined);
           await this.lifecycle.dropWarm(row);
           await this.network.restore(done);
           return;
         }
-        // It stays hibernated: its snapshot was never touched.
+        // It stays hibernated: its snapshot (or its disk, shut down) was never touched.
         if (a.mode === "cold") await host.destroy(id);
         await rollBack();
         return;
       }
       case "recover": {
-        if (vm && vm.state !== "stopped") {
+        if (hasVm(vm)) {
           await host.resume(id);
           const done = await ops.finish(op, id, { state: "running", reason: "user", data: { recovered: true } });
           await this.network.restore(done);
@@ -159,6 +161,29 @@ export class Recovery {
   }
 
   /**
+   * A disk hibernate cut short: nothing of it left the host, so it is finished forward (the
+   * VM shuts down keeping its disk, unless it already has). Only if that fails now does the
+   * sandbox go back to what it was.
+   */
+  private async settleDisk(op: OperationRow, row: SandboxRow, vm: { state: string } | undefined): Promise<void> {
+    const { ops } = this.ctx;
+    const host = this.ctx.hosts.of(row);
+    const fromWarm = argsOf<{ from_warm?: string | null }>(op).from_warm ?? null;
+    if (vm?.state !== "off") {
+      try {
+        await host.hibernateDisk(op.id, row.id);
+      } catch (err) {
+        this.ctx.log.warn({ err }, `sandbox ${row.id}: an interrupted disk hibernate could not be finished; it is rolled back`);
+        if (!fromWarm) await host.resume(row.id);
+        await ops.fail(op, row.id, new Error(STOPPED), { reason: "restart" }, undefined, "rolled_back");
+        return;
+      }
+    }
+    await ops.finish(op, row.id, { state: "hibernated", reason: op.reason as Reason, patch: this.lifecycle.diskPatch(row), data: { mode: "disk", recovered: true } });
+    await this.lifecycle.dropWarm(row);
+  }
+
+  /**
    * Make the database and the host agree. VMs the database knows are adopted; running
    * sandboxes whose VM is gone are `lost`; a cold sandbox's VM that outlived its commit
    * goes; VMs of destroyed or unknown sandboxes are destroyed.
@@ -181,13 +206,16 @@ export class Recovery {
     for (const row of live) {
       if (row.op_id) continue;
       const vm = vms.get(row.id);
-      if (row.state === "running" && (!vm || vm.state === "stopped")) {
+      if (row.state === "running" && !hasVm(vm)) {
         await this.markLost(row.id);
       } else if (row.state === "running" && vm?.state === "paused") {
         // Frozen by an operation of an earlier version that never finished: running wins.
         await host.resume(row.id);
       } else if (row.state === "hibernated" && modeOf(row) === "cold" && vm) {
         await this.lifecycle.removeVm(row, null);
+      } else if (row.state === "hibernated" && modeOf(row) === "disk" && hasVm(vm)) {
+        // A boot that outlived the wake that gave up on it (a host slower than its caller): off again, disk kept.
+        await host.hibernateDisk(newId("op"), row.id).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: its VM runs though it is hibernated to its disk`));
       }
     }
     for (const id of vms.keys()) if (!known.has(id)) await host.destroy(id);

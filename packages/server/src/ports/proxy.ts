@@ -78,7 +78,10 @@ function cookieToken(req: http.IncomingMessage): string | undefined {
 }
 
 /** How a request proved it may use the port. */
-type Grant = { owner: string } & ({ via: "key" } | { via: "token"; token: string; fromQuery: boolean });
+type Grant = { owner: string } & ({ via: "key" } | { via: "token"; token: string; fromQuery: boolean } | { via: "public" });
+
+/** E2B's header for the ports of a sandbox that is not public. */
+const TRAFFIC_HEADER = "e2b-traffic-access-token";
 
 /**
  * Serves sandboxes' ports through Den: plain HTTP is forwarded request by request,
@@ -95,6 +98,8 @@ export class PortProxy {
     private readonly tokens: PortTokens,
     readonly domain: string,
     private readonly maxPerOwner = 256,
+    /** Checks an E2B traffic token of a sandbox (none: no E2B API). */
+    private readonly trafficToken?: (sandbox: string, token: string | undefined) => boolean,
   ) {}
 
   /** Counts a connection against its owner's limit; the returned function gives it back (once). */
@@ -133,6 +138,12 @@ export class PortProxy {
         return { owner: row.owner, via: "token", token, fromQuery };
       }
     }
+    // E2B's ports: public unless made otherwise, else its traffic token; on a virtual host only,
+    // so that nothing unauthenticated ever shows guest content on the API's own origin.
+    if (row && t.prefix === "") {
+      const traffic = req.headers[TRAFFIC_HEADER];
+      if (row.public_ports === 1 || this.trafficToken?.(row.id, typeof traffic === "string" ? traffic : undefined)) return { owner: row.owner, via: "public" };
+    }
     if (t.token) throw new DenError("unauthorized", "the port URL's token is invalid or has expired");
     throw new DenError("unauthorized", "a port needs the owner's API key (Authorization: Bearer <key>) or a signed URL");
   }
@@ -146,6 +157,7 @@ export class PortProxy {
       const lower = name.toLowerCase();
       let value = raw[i + 1]!;
       if (lower === "authorization" && grant.via === "key") continue; // a Den key never enters a sandbox
+      if (lower === TRAFFIC_HEADER) continue; // a credential of Den's, like the key
       if (!keepUpgrade && HOP_BY_HOP.has(lower)) continue;
       if (lower.startsWith("x-forwarded-")) continue;
       if (lower === "cookie") {

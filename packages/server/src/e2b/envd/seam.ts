@@ -1,0 +1,89 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { HostGuest } from "@den/protocol";
+
+/** What a request presented: any of these may be missing; none at all is a 401. */
+export interface EnvdCredentials {
+  /** `X-Access-Token`: the envdAccessToken the create/connect call returned. */
+  accessToken?: string;
+  /** `X-API-KEY`: a Den API key (its owner must own the sandbox). */
+  apiKey?: string;
+  /** A signed `/files` URL (`signature`, `signature_expiration`): see signatureMatches. */
+  signature?: EnvdSignature;
+}
+
+/** The parts a `/files` signature was computed over, as the request carries them. */
+export interface EnvdSignature {
+  /** `v1_` + unpadded base64 of sha256(`path:operation:user:token[:expiration]`). */
+  value: string;
+  /** Unix seconds, when the URL carries one. */
+  expiration?: number;
+  /** The `path` query parameter as sent ("" when absent). */
+  path: string;
+  operation: "read" | "write";
+  /** The `username` query parameter as sent ("" when absent). */
+  user: string;
+}
+
+/** A sandbox an envd request may use. */
+export interface EnvdSandbox {
+  guest: HostGuest;
+  /** The sandbox's own environment (from its create call): the base of every process's env. */
+  env?: Record<string, string>;
+  /** Counts as activity (idle reaping); cheap to call often. */
+  touch(): void;
+  /** `cb` runs once when the sandbox stops being usable (killed, expired, paused, lost); returns an unsubscribe. */
+  onGone(cb: () => void): () => void;
+}
+
+/** Implemented by whoever owns sandboxes (`den serve`): the one seam between envd and the control plane. */
+export interface EnvdSandboxes {
+  /**
+   * The sandbox an envd request is for, after auth. Throws EnvdDenied (401) without a
+   * valid credential, EnvdUnavailable (502) when it is unknown, paused (unless it
+   * auto-resumes), killed or expired. A sandbox id alone never grants access.
+   */
+  open(sandboxId: string, credentials: EnvdCredentials): Promise<EnvdSandbox>;
+}
+
+export class EnvdDenied extends Error {
+  constructor(message = "missing or invalid credentials (X-Access-Token or X-API-KEY)") {
+    super(message);
+    this.name = "EnvdDenied";
+  }
+}
+
+export class EnvdUnavailable extends Error {
+  constructor(message = "sandbox is not running") {
+    super(message);
+    this.name = "EnvdUnavailable";
+  }
+}
+
+/** Compares secrets in constant time (over their hashes, so lengths leak nothing either). */
+export function secretEquals(a: string, b: string): boolean {
+  const h = (s: string) => createHash("sha256").update(s).digest();
+  return timingSafeEqual(h(a), h(b));
+}
+
+/** The signature the `e2b` client computes (its `getSignature`) for these parts and token. */
+export function envdSignature(token: string, s: Omit<EnvdSignature, "value">): string {
+  const raw = s.expiration === undefined ? `${s.path}:${s.operation}:${s.user}:${token}` : `${s.path}:${s.operation}:${s.user}:${token}:${s.expiration}`;
+  return "v1_" + createHash("sha256").update(raw).digest("base64").replace(/=+$/, "");
+}
+
+/** True when `s` was made with `token` and has not expired (`nowMs`: the clock to judge by). */
+export function signatureMatches(token: string, s: EnvdSignature, nowMs = Date.now()): boolean {
+  if (s.expiration !== undefined && s.expiration * 1000 < nowMs) return false;
+  return secretEquals(envdSignature(token, s), s.value);
+}
+
+/**
+ * The usual check for an EnvdSandboxes: the access token, or a signature made with it, or
+ * an API key that `apiKeyOwns` accepts for this sandbox. Throws EnvdDenied otherwise.
+ */
+export async function checkCredentials(c: EnvdCredentials, sandboxToken: string | undefined, apiKeyOwns: (key: string) => Promise<boolean>): Promise<void> {
+  if (sandboxToken && c.accessToken !== undefined && secretEquals(c.accessToken, sandboxToken)) return;
+  if (sandboxToken && c.signature && signatureMatches(sandboxToken, c.signature)) return;
+  if (c.apiKey !== undefined && (await apiKeyOwns(c.apiKey))) return;
+  throw new EnvdDenied(c.accessToken || c.apiKey || c.signature ? "invalid credentials for this sandbox" : undefined);
+}

@@ -1,0 +1,24 @@
+import type { ControlPlane } from "../control-plane.js";
+import { E2bMapper } from "./mapping.js";
+import { MetricsSeries } from "./metrics.js";
+import { E2bService } from "./service.js";
+import { E2bTokens } from "./tokens.js";
+
+export { registerE2bRoutes } from "./routes.js";
+
+/** The E2B-compatible surface's parts, built once per server over its control plane. */
+export interface E2bSurface {
+  tokens: E2bTokens;
+  service: E2bService;
+  mapper: E2bMapper;
+  metrics: MetricsSeries;
+}
+
+/**
+ * `domain`: E2B's sandbox domain, so that `getHost(port)` (`<port>-<id>.<domain>`) names a
+ * host Den's port proxy serves; by default the ports domain with the API's port.
+ */
+export async function openE2b(cp: ControlPlane, domain: () => string): Promise<E2bSurface> {
+  const tokens = await E2bTokens.open(cp.store);
+  return { tokens, service: new E2bService(cp), mapper: new E2bMapper(tokens, domain), metrics: new MetricsSeries(cp) };
+}

@@ -1,0 +1,176 @@
+import type { z } from "zod";
+import { DenError, api, e2bApi } from "@den/protocol";
+import type { ControlPlane } from "../control-plane.js";
+import type { Terms } from "../control/lifecycle.js";
+import type { CheckpointRow, Principal, SandboxRow } from "../store.js";
+import { denStates } from "./mapping.js";
+import { denPolicy, denPolicyUpdate } from "./network.js";
+
+/** E2B's default sandbox timeout, in seconds. */
+export const DEFAULT_TIMEOUT_SECONDS = 300;
+
+/** Every zod failure of a mapped request is the caller's: a 400 naming the field. */
+function parse<T>(schema: z.ZodType<T>, value: unknown): T {
+  const r = schema.safeParse(value);
+  if (r.success) return r.data;
+  const i = r.error.issues[0];
+  throw new DenError("invalid_argument", `${i?.path.map(String).join(".") || "request"}: ${i?.message ?? "invalid"}`);
+}
+
+/** A page token: the last row of a page (its created_at and id), opaque to the client. */
+const encodeToken = (r: SandboxRow) => Buffer.from(JSON.stringify([r.created_at, r.id])).toString("base64url");
+function decodeToken(t: string): { createdAt: number; id: string } {
+  try {
+    const [createdAt, id] = JSON.parse(Buffer.from(t, "base64url").toString("utf8")) as [unknown, unknown];
+    if (typeof createdAt === "number" && typeof id === "string" && api.SandboxId.safeParse(id).success) return { createdAt, id };
+  } catch {
+    // fall through
+  }
+  throw new DenError("invalid_argument", "nextToken is not a token this server gave out");
+}
+
+/**
+ * The E2B API's operations, onto the control plane's services (nothing here holds state):
+ * E2B's timeout is a deadline that counts only while the sandbox runs (`deadline_mode:
+ * running`), its pause is a warm hibernate that goes cold on Den's schedule, its snapshot a
+ * checkpoint. Sandboxes made here are exempt from the idle reaper (E2B code reads a
+ * sandbox that went to sleep on its own as dead).
+ */
+export class E2bService {
+  constructor(private readonly cp: ControlPlane) {}
+
+  async create(p: Principal, b: e2bApi.NewSandbox): Promise<{ row: SandboxRow; templateId: string }> {
+    const timeout = Math.max(1, b.timeout ?? DEFAULT_TIMEOUT_SECONDS);
+    const pause = b.autoPause === true;
+    if (b.autoResume?.enabled && !pause) throw new DenError("invalid_argument", "autoResume needs autoPause (lifecycle.onTimeout: pause)");
+    // Traffic cannot wait out a boot: a disk-only pause is resumed by connect, as E2B has it.
+    if (b.autoResume?.enabled && b.autoPauseMemory === false) throw new DenError("invalid_argument", "autoResume cannot be combined with autoPauseMemory: false (a disk-only pause is resumed with connect)");
+    // autoPauseMemory: false: the timeout's pause keeps the disk only (a disk hibernate; the resume boots).
+    const onDeadline = !pause ? "destroy" : b.autoPauseMemory === false ? "hibernate_disk" : "hibernate";
+    const terms: Terms = {
+      deadline_mode: "running", on_deadline: onDeadline, run_timeout_seconds: timeout,
+      auto_resume: b.autoResume?.enabled ? 1 : 0, surface: "e2b", public_ports: b.network?.allowPublicTraffic === false ? 0 : 1,
+    };
+    const common = {
+      persistent: true, ttl_seconds: timeout,
+      ...(b.metadata ? { metadata: b.metadata } : {}),
+      network: denPolicy(b.allow_internet_access, b.network),
+    };
+    const checkpoint = await this.snapshotNamed(p, b.templateID);
+    if (checkpoint) {
+      if (b.envVars && Object.keys(b.envVars).length) throw new DenError("invalid_argument", "envVars: a sandbox made from a snapshot keeps the environment of the one it was taken from");
+      const req = parse(api.RestoreCheckpointRequest, common);
+      return { row: await this.cp.restoreCheckpoint(p, checkpoint.id, req, terms), templateId: b.templateID };
+    }
+    const req = parse(api.CreateSandboxRequest, { ...common, template: b.templateID, ...(b.envVars ? { env: b.envVars } : {}) });
+    return { row: await this.cp.create(p, req, terms), templateId: b.templateID };
+  }
+
+  /** A snapshot (checkpoint) by id, or by the name it was given; undefined if `ref` names neither. */
+  private async snapshotNamed(p: Principal, ref: string): Promise<CheckpointRow | undefined> {
+    if (api.CheckpointId.safeParse(ref).success) return this.cp.ownedCheckpoint(p, ref);
+    return (await this.cp.listCheckpoints(p)).filter((c) => c.name === ref).at(-1);
+  }
+
+  /**
+   * Running: the deadline moves out to `timeout` (never in). Paused: it wakes with a new
+   * deadline; `memory: false` (onResume "reboot") boots it from its disk, its memory given up.
+   */
+  async connect(p: Principal, id: string, b: { timeout?: number | undefined; memory?: boolean | undefined }): Promise<{ row: SandboxRow; resumed: boolean }> {
+    const row = await this.live(p, id);
+    if (row.state === "hibernated") {
+      const timeout = b.timeout ?? row.run_timeout_seconds ?? DEFAULT_TIMEOUT_SECONDS;
+      return { row: await (b.memory === false ? this.cp.wakeByBoot(row.id, "user", timeout) : this.cp.wake(row.id, "user", timeout)), resumed: true };
+    }
+    if (row.state !== "running" && row.state !== "creating") throw new DenError("sandbox_not_found", `sandbox ${id} is ${row.state}`);
+    const done = b.timeout !== undefined ? await this.cp.setTimeout(row.id, Math.max(1, b.timeout), { extendOnly: true }) : row;
+    return { row: done, resumed: false };
+  }
+
+  /** The caller's sandbox as E2B knows it: destroyed, lost or failed ones do not exist. */
+  async live(p: Principal, id: string): Promise<SandboxRow> {
+    const row = await this.cp.owned(p, id);
+    if (row.state === "destroyed" || row.state === "error") throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(id)} does not exist`);
+    return row;
+  }
+
+  async list(p: Principal, q: { states?: e2bApi.SandboxState[]; metadata: Record<string, string>; template?: string; startedAfter?: string; limit?: number; nextToken?: string }): Promise<{ rows: SandboxRow[]; next: string | null }> {
+    const limit = Math.min(q.limit ?? e2bApi.PAGE_MAX, e2bApi.PAGE_MAX);
+    let since: number | undefined;
+    if (q.startedAfter !== undefined) {
+      since = Date.parse(q.startedAfter);
+      if (!Number.isFinite(since)) throw new DenError("invalid_argument", `startedAfter: not a timestamp: ${JSON.stringify(q.startedAfter.slice(0, 64))}`);
+    }
+    const rows = await this.cp.store.listSandboxesNewest(p.owner, {
+      states: denStates(q.states), metadata: q.metadata, limit: limit + 1,
+      ...(q.template ? { template: q.template } : {}), ...(since !== undefined ? { since } : {}),
+      ...(q.nextToken ? { cursor: decodeToken(q.nextToken) } : {}),
+    });
+    const page = rows.slice(0, limit);
+    return { rows: page, next: rows.length > limit ? encodeToken(page[page.length - 1]!) : null };
+  }
+
+  /** false: there was no such sandbox (the client's `kill` answers false). */
+  async kill(p: Principal, id: string): Promise<boolean> {
+    const row = await this.live(p, id).catch((e: unknown) => {
+      if (e instanceof DenError && e.code === "sandbox_not_found") return undefined;
+      throw e;
+    });
+    if (!row) return false;
+    await this.cp.destroy(row.id, "user");
+    return true;
+  }
+
+  /** A warm hibernate, or (`memory: false`) a disk one; already paused is a conflict (the client's `pause` answers false). */
+  async pause(p: Principal, id: string, memory: boolean | undefined): Promise<void> {
+    const row = await this.live(p, id);
+    if (row.state === "hibernated") throw new DenError("invalid_state", `sandbox ${id} is already paused`);
+    await this.cp.hibernate(row.id, "user", memory === false ? "disk" : "warm");
+  }
+
+  async setTimeout(p: Principal, id: string, seconds: number): Promise<void> {
+    const row = await this.live(p, id);
+    await this.cp.setTimeout(row.id, Math.max(1, seconds));
+  }
+
+  async setNetwork(p: Principal, id: string, b: e2bApi.NetworkUpdate): Promise<void> {
+    const row = await this.live(p, id);
+    await this.cp.setNetwork(p, row.id, denPolicyUpdate(b));
+  }
+
+  async fork(p: Principal, id: string, b: e2bApi.ForkRequest): Promise<SandboxRow[]> {
+    const row = await this.live(p, id);
+    return this.cp.fork(p, row.id, b.count ?? 1, b.timeout !== undefined ? Math.max(1, b.timeout) : undefined);
+  }
+
+  async snapshot(p: Principal, id: string, name: string | undefined): Promise<CheckpointRow> {
+    const row = await this.live(p, id);
+    return this.cp.checkpoint(p, row.id, name);
+  }
+
+  async listSnapshots(p: Principal, q: { sandboxId?: string; name?: string; limit?: number; nextToken?: string }): Promise<{ rows: CheckpointRow[]; next: string | null }> {
+    const all = (await this.cp.listCheckpoints(p, q.sandboxId)).filter((c) => q.name === undefined || c.name === q.name || c.id === q.name).reverse();
+    const limit = Math.min(q.limit ?? e2bApi.PAGE_MAX, e2bApi.PAGE_MAX);
+    const start = q.nextToken ? all.findIndex((c) => c.id === q.nextToken) + 1 : 0;
+    if (q.nextToken && start === 0) throw new DenError("invalid_argument", "nextToken is not a token this server gave out");
+    const page = all.slice(start, start + limit);
+    return { rows: page, next: start + limit < all.length ? page[page.length - 1]!.id : null };
+  }
+
+  /** `DELETE /templates/{id}`: a snapshot (by id) or one of the caller's templates; false if neither exists. */
+  async deleteSnapshotOrTemplate(p: Principal, id: string): Promise<boolean> {
+    if (api.CheckpointId.safeParse(id).success) {
+      const found = await this.cp.ownedCheckpoint(p, id).catch(() => undefined);
+      if (!found) return false;
+      await this.cp.deleteCheckpoint(p, id);
+      return true;
+    }
+    try {
+      await this.cp.deleteTemplate(p, id);
+      return true;
+    } catch (e) {
+      if (e instanceof DenError && e.code === "template_not_found") return false;
+      throw e;
+    }
+  }
+}

@@ -1,0 +1,268 @@
+/**
+ * The E2B control-plane API, driven by the real `e2b` npm client (pinned) against a real
+ * server and real microVMs, configured the way a user would: E2B_API_URL and E2B_API_KEY.
+ * Covers create, info, list and paging, timeouts (checked by polling), pause and connect,
+ * kill, network, fork, snapshots, and the errors the client turns into its own types.
+ */
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import http from "node:http";
+import { AuthenticationError, Sandbox, SandboxNotFoundError } from "e2b";
+import type { RunningServer } from "../src/index.js";
+import { ADMIN_KEY, client, testServer, waitFor } from "./helpers.js";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe("the E2B control-plane API through the e2b client", () => {
+  let server: RunningServer;
+  let api: ReturnType<typeof client>;
+  const made: string[] = [];
+
+  before(async () => {
+    // 25 sandboxes at once, paused ones holding their place on the host (a pause is warm).
+    server = await testServer({ DEN_MAX_SANDBOXES_PER_OWNER: "40", DEN_CAPACITY_VCPUS: "40" });
+    api = client(server.url);
+    process.env.E2B_API_URL = server.url;
+    process.env.E2B_API_KEY = ADMIN_KEY;
+  });
+
+  after(async () => {
+    for (const id of made) await Sandbox.kill(id).catch(() => undefined);
+    await server?.close();
+  });
+
+  const create = async (opts: Parameters<typeof Sandbox.create>[1] = {}) => {
+    const sbx = await Sandbox.create("base", opts);
+    made.push(sbx.sandboxId);
+    return sbx;
+  };
+
+  test("create, info, timeout, pause, connect and kill; unknown ids are not found", async () => {
+    const t0 = Date.now();
+    const sbx = await create({ metadata: { suite: "e2b", n: "1" }, timeoutMs: 120_000 });
+    const info = await Sandbox.getInfo(sbx.sandboxId);
+    assert.equal(info.sandboxId, sbx.sandboxId);
+    assert.equal(info.templateId, "base");
+    assert.equal(info.state, "running");
+    assert.deepEqual(info.metadata, { suite: "e2b", n: "1" });
+    assert.ok(info.cpuCount >= 1 && info.memoryMB >= 128, JSON.stringify(info));
+    assert.ok(Math.abs(info.endAt.getTime() - (t0 + 120_000)) < 15_000, `endAt ${info.endAt.toISOString()} is about 120 s after create`);
+    assert.ok(sbx.getHost(8080).startsWith(`8080-${sbx.sandboxId}.`), sbx.getHost(8080));
+
+    // The deadline moves with setTimeout; a connect with a shorter timeout never brings it in.
+    await Sandbox.setTimeout(sbx.sandboxId, 600_000);
+    const later = (await Sandbox.getInfo(sbx.sandboxId)).endAt.getTime();
+    assert.ok(later > t0 + 500_000, "setTimeout moved endAt out");
+    await Sandbox.connect(sbx.sandboxId, { timeoutMs: 10_000 });
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).endAt.getTime(), later, "a shorter connect timeout left endAt alone");
+
+    // Pause is a hibernate: a second pause is refused (false), connect resumes.
+    assert.equal(await Sandbox.pause(sbx.sandboxId), true);
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, "paused");
+    assert.equal(await Sandbox.pause(sbx.sandboxId), false);
+    const den = await api("GET", `/v1/sandboxes/${sbx.sandboxId}`);
+    assert.equal(den.body.state, "hibernated", "the same sandbox through /v1");
+    await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 });
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, "running");
+
+    assert.equal(await Sandbox.kill(sbx.sandboxId), true);
+    assert.equal(await Sandbox.kill(sbx.sandboxId), false, "a killed sandbox is not found");
+    await assert.rejects(Sandbox.getInfo(sbx.sandboxId), SandboxNotFoundError);
+    await assert.rejects(Sandbox.connect("sbx_aaaaaaaaaaaaaaaa"), SandboxNotFoundError);
+    await assert.rejects(Sandbox.getInfo("not-an-id"), SandboxNotFoundError);
+    await assert.rejects(Sandbox.create("base", { apiKey: "den_wrong_key" }), AuthenticationError);
+    const bad = await fetch(`${server.url}/v2/sandboxes/${"x".repeat(10)}/connect`, { method: "POST", headers: { "x-api-key": ADMIN_KEY, "content-type": "application/json" }, body: "{}" });
+    assert.equal(bad.status, 404);
+    assert.deepEqual(await bad.json(), { code: 404, message: `sandbox "${"x".repeat(10)}" does not exist` }, "errors are E2B's {code, message}");
+  });
+
+  test("a 5 s timeout kills at 5 s, not before; a 3 s one with onTimeout pause pauses and keeps the sandbox", async () => {
+    const state = async (id: string) => (await Sandbox.getInfo(id).catch((e: unknown) => (e instanceof SandboxNotFoundError ? undefined : Promise.reject(e))))?.state;
+    // The deadline counts from the create call's answer at the latest: time from just before it.
+    const t0 = Date.now();
+    const paused = await create({ timeoutMs: 3_000, lifecycle: { onTimeout: "pause" } });
+    const t1 = Date.now();
+    const killed = await create({ timeoutMs: 5_000 });
+    const made = Date.now();
+    while (Date.now() - made < 4_500) {
+      assert.equal(await state(killed.sandboxId), "running", `not gone before 5 s (${Date.now() - t1} ms after its create began)`);
+      await sleep(250);
+    }
+    await waitFor("the 5 s sandbox gone", async () => ((await state(killed.sandboxId)) === undefined ? true : undefined), 7_000 - (Date.now() - t1), 200);
+    assert.ok(Date.now() - t1 <= 7_500, `gone by 7 s (${Date.now() - t1} ms)`);
+    await waitFor("the 3 s sandbox paused", async () => ((await state(paused.sandboxId)) === "paused" ? true : undefined), Math.max(500, 5_000 - (Date.now() - t0)), 200);
+    const info = await Sandbox.getInfo(paused.sandboxId);
+    assert.deepEqual(info.lifecycle, { onTimeout: "pause", autoResume: false });
+    // Paused, it keeps no deadline: still there well after its timeout (checked again at the end of the next test).
+    pausedAtTimeout = { id: paused.sandboxId, since: t0 };
+  });
+
+  let pausedAtTimeout: { id: string; since: number } | undefined;
+
+  test("paging through 25 sandboxes 10 at a time, most of them paused, newest first; filters by metadata and state", async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 25; i++) ids.push((await create({ metadata: { page: "yes", i: String(i) }, timeoutMs: 600_000 })).sandboxId);
+    for (const id of ids.slice(0, 20)) assert.equal(await Sandbox.pause(id), true);
+    const seen: string[] = [];
+    const pager = Sandbox.list({ query: { metadata: { page: "yes" } }, limit: 10 });
+    const sizes: number[] = [];
+    while (pager.hasNext) {
+      const items = await pager.nextItems();
+      sizes.push(items.length);
+      seen.push(...items.map((s) => s.sandboxId));
+    }
+    assert.deepEqual(sizes, [10, 10, 5]);
+    assert.deepEqual(seen, [...ids].reverse(), "every one once, newest first");
+    const running = await Sandbox.list({ query: { metadata: { page: "yes" }, state: ["running"] } }).nextItems();
+    assert.deepEqual(running.map((s) => s.sandboxId).sort(), ids.slice(20).sort());
+    const paused = await Sandbox.list({ query: { metadata: { page: "yes" }, state: ["paused"] }, limit: 100 }).nextItems();
+    assert.equal(paused.length, 20);
+    assert.ok(paused.every((s) => s.state === "paused"));
+    for (const id of ids) assert.equal(await Sandbox.kill(id), true);
+
+    // The sandbox paused at its 3 s timeout is still there, 30 s on.
+    assert.ok(pausedAtTimeout, "the timeout test ran first");
+    const wait = 30_000 - (Date.now() - pausedAtTimeout.since);
+    if (wait > 0) await sleep(wait);
+    assert.equal((await Sandbox.getInfo(pausedAtTimeout.id)).state, "paused", "still paused at 30 s");
+  });
+
+  test("fork, snapshots (create, list, a sandbox from one, delete), network, metrics, and a public port on its E2B host", async () => {
+    const sbx = await create({ timeoutMs: 600_000 });
+    // Through /v1 (same owner, same sandbox): a file and a web server on 8080.
+    const run = async (id: string, cmd: string) => {
+      const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
+      assert.equal(r.status, 200, r.text);
+      return r.body.stdout as string;
+    };
+    await run(sbx.sandboxId, "echo forked > /workspace/f; cd /workspace && nohup python3 -m http.server 8080 >/dev/null 2>&1 &");
+    await waitFor("the web server", async () => ((await run(sbx.sandboxId, "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/f || true")) === "200" ? true : undefined), 20_000, 300);
+
+    // getHost(8080) is a host Den's port proxy serves, without a key (E2B's ports are public by default).
+    const host = sbx.getHost(8080);
+    const [name, port] = host.split(":");
+    const body = await new Promise<string>((resolve, reject) => {
+      const req = http.request({ host: "127.0.0.1", port: Number(port), path: "/f", headers: { host: `${name}:${port}` } }, (res) => {
+        let b = "";
+        res.on("data", (c: Buffer) => (b += c.toString()));
+        res.on("end", () => (res.statusCode === 200 ? resolve(b) : reject(new Error(`${res.statusCode}: ${b}`))));
+      });
+      req.on("error", reject);
+      req.end();
+    });
+    assert.equal(body, "forked\n", "the guest's web server, at getHost(8080)");
+
+    const [child] = await (Sandbox as unknown as { fork(id: string, opts: { count: number; timeoutMs: number }): Promise<Sandbox[]> }).fork(sbx.sandboxId, { count: 1, timeoutMs: 600_000 });
+    assert.ok(child, "one child");
+    made.push(child.sandboxId);
+    assert.notEqual(child.sandboxId, sbx.sandboxId);
+    assert.equal(await run(child.sandboxId, "cat /workspace/f"), "forked\n");
+    assert.equal((await Sandbox.getInfo(child.sandboxId)).state, "running");
+
+    const snap = await Sandbox.createSnapshot(sbx.sandboxId, { name: "e2b-snap" });
+    assert.match(snap.snapshotId, /^snap_/);
+    assert.deepEqual(snap.names, ["e2b-snap"]);
+    const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems();
+    assert.deepEqual(listed.map((x: { snapshotId: string }) => x.snapshotId), [snap.snapshotId]);
+    for (const ref of [snap.snapshotId, "e2b-snap"]) {
+      const from = await create({ timeoutMs: 600_000 });
+      await Sandbox.kill(from.sandboxId);
+      const restored = await Sandbox.create(ref, { timeoutMs: 600_000 });
+      made.push(restored.sandboxId);
+      assert.equal(await run(restored.sandboxId, "cat /workspace/f"), "forked\n", `a sandbox from snapshot ${ref}`);
+    }
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true);
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false, "gone");
+
+    // Network: no internet access is egress none; an allowOut list behind a deny-all is an allowlist.
+    await Sandbox.updateNetwork(sbx.sandboxId, { allowInternetAccess: false } as never);
+    assert.equal((await api("GET", `/v1/sandboxes/${sbx.sandboxId}`)).body.network.egress, "none");
+    await Sandbox.updateNetwork(sbx.sandboxId, { allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] } as never);
+    assert.deepEqual((await api("GET", `/v1/sandboxes/${sbx.sandboxId}`)).body.network.allow, ["example.com"]);
+    const info = await Sandbox.getInfo(sbx.sandboxId);
+    assert.deepEqual(info.network?.allowOut, ["example.com"]);
+
+    // Metrics come from inside the guest.
+    const metrics = await Sandbox.getMetrics(sbx.sandboxId);
+    assert.ok(metrics.length >= 1, "at least one sample");
+    const m = metrics.at(-1)!;
+    assert.ok(m.cpuCount >= 1 && m.memTotal > 100 * 1024 * 1024 && m.memUsed > 0 && m.memUsed < m.memTotal, JSON.stringify(m));
+    assert.ok(m.diskTotal > 1024 * 1024 * 1024 && m.diskUsed > 0 && m.diskUsed < m.diskTotal, JSON.stringify(m));
+    assert.ok(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100);
+  });
+
+  test("the same operations through /v1 and the E2B API are recorded alike in events and usage", async () => {
+    const viaE2b = (await create({ timeoutMs: 600_000 })).sandboxId;
+    await Sandbox.pause(viaE2b);
+    await Sandbox.connect(viaE2b, { timeoutMs: 600_000 });
+    await Sandbox.kill(viaE2b);
+    // E2B's default network is open egress: the /v1 twin asks for the same.
+    const v1 = await api("POST", "/v1/sandboxes", { persistent: true, ttl_seconds: 600, network: { egress: "open" } });
+    assert.equal(v1.status, 201, v1.text);
+    const viaV1 = v1.body.id as string;
+    await api("POST", `/v1/sandboxes/${viaV1}/hibernate`, { mode: "warm" });
+    await api("POST", `/v1/sandboxes/${viaV1}/wake`);
+    await api("DELETE", `/v1/sandboxes/${viaV1}`);
+    const shape = async (id: string) => ((await api("GET", `/v1/sandboxes/${id}/events`)).body.events as Array<{ type: string; reason: string | null; data: Record<string, unknown> }>)
+      // What its network refused meanwhile is telemetry, not an operation.
+      .filter((e) => e.type !== "network.refused").map((e) => `${e.type}/${e.reason}/${String(e.data.mode ?? "")}`);
+    assert.deepEqual(await shape(viaE2b), await shape(viaV1));
+    const usage = (await api("GET", "/v1/usage?group_by=sandbox")).body.groups as Array<{ key: string; running_seconds: number; warm_hibernated_seconds: number }>;
+    for (const id of [viaE2b, viaV1]) {
+      const g = usage.find((u) => u.key === id);
+      assert.ok(g && g.running_seconds > 0 && g.warm_hibernated_seconds > 0, `${id}: ${JSON.stringify(g)}`);
+    }
+  });
+
+  test("a pause that keeps the disk only: connect boots it (files kept, a new boot_id, processes gone); so does onResume reboot, and onTimeout pause with keepMemory false", async () => {
+    const run = async (id: string, cmd: string) => {
+      const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
+      assert.equal(r.status, 200, r.text);
+      return r.body.stdout as string;
+    };
+    const PROBE = "cat /root/keep.txt; echo; cat /proc/sys/kernel/random/boot_id; pgrep -c -x sleep || true";
+    const probe = async (id: string) => {
+      const [file, boot, sleeps] = (await run(id, PROBE)).trim().split("\n");
+      return { file, boot, sleeps: Number(sleeps) };
+    };
+    const mode = async (id: string) => (await api("GET", `/v1/sandboxes/${id}`)).body.hibernate_mode as string | null;
+
+    const id = (await create({ timeoutMs: 600_000 })).sandboxId;
+    await run(id, "printf kept > /root/keep.txt; nohup sleep 100000 >/dev/null 2>&1 &");
+    const first = await probe(id);
+    assert.deepEqual([first.file, first.sleeps], ["kept", 1]);
+    assert.equal(await Sandbox.pause(id, { keepMemory: false }), true);
+    assert.equal((await Sandbox.getInfo(id)).state, "paused");
+    assert.equal(await mode(id), "disk");
+    await Sandbox.connect(id, { timeoutMs: 60_000 });
+    assert.equal((await Sandbox.getInfo(id)).state, "running");
+    const second = await probe(id);
+    assert.deepEqual([second.file, second.sleeps], ["kept", 0], "files kept, processes gone");
+    assert.notEqual(second.boot, first.boot, "it booted");
+
+    // A warm pause resumed with onResume "reboot": its memory is given up, it boots.
+    assert.equal(await Sandbox.pause(id), true);
+    assert.equal(await mode(id), "warm");
+    await Sandbox.connect(id, { onResume: "reboot", timeoutMs: 60_000 });
+    const third = await probe(id);
+    assert.equal(third.file, "kept");
+    assert.notEqual(third.boot, second.boot);
+    const modes = ((await api("GET", `/v1/sandboxes/${id}/events`)).body.events as Array<{ type: string; data: Record<string, unknown> }>)
+      .filter((e) => e.type === "hibernated" || e.type === "running").map((e) => `${e.type}/${String(e.data.mode ?? "")}`);
+    assert.deepEqual(modes.slice(1), ["hibernated/disk", "running/disk", "hibernated/warm", "hibernated/disk", "running/disk"]);
+
+    // At its timeout, onTimeout {pause, keepMemory: false} hibernates it to its disk; connect boots it.
+    const auto = (await create({ timeoutMs: 3_000, lifecycle: { onTimeout: { action: "pause", keepMemory: false } } })).sandboxId;
+    // One exec, well inside its 3 s (and were it asleep already, the exec would wake it and the timeout start again).
+    const madeBoot = (await run(auto, "printf kept > /root/keep.txt; cat /proc/sys/kernel/random/boot_id")).trim();
+    await waitFor("the timeout's pause", async () => ((await Sandbox.getInfo(auto)).state === "paused" ? true : undefined), 20_000, 200);
+    assert.equal(await mode(auto), "disk");
+    assert.deepEqual((await Sandbox.getInfo(auto)).lifecycle, { onTimeout: "pause", autoResume: false });
+    await Sandbox.connect(auto, { timeoutMs: 60_000 });
+    const woke = await probe(auto);
+    assert.equal(woke.file, "kept");
+    assert.notEqual(woke.boot, madeBoot, "it booted");
+    const hib = ((await api("GET", `/v1/sandboxes/${auto}/events`)).body.events as Array<{ type: string; reason: string; data: Record<string, unknown> }>).find((e) => e.type === "hibernated");
+    assert.deepEqual([hib?.reason, hib?.data.mode], ["ttl", "disk"]);
+  });
+});
