@@ -31,7 +31,7 @@ node --test --test-concurrency=1 --test-reporter=spec \
 # The same API tests with the host agent behind a real HTTP hop (its /host/v1 server on
 # 127.0.0.1, HttpHostAgent + HttpGuest): every host call crosses the wire protocol (~2 min).
 DEN_HOST_TRANSPORT=loopback node --test --test-concurrency=1 --test-reporter=spec \
-  packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests}.test.js
+  packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests,envd,e2b-seeds}.test.js
 if [ "$(host_net)" != "$host_net_before" ]; then
   echo "a test outside the network test namespace changed this host's networking:" >&2
   diff <(echo "$host_net_before") <(host_net) >&2 || true
