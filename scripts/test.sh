@@ -31,7 +31,7 @@ node --test --test-concurrency=1 --test-reporter=spec \
 # The same API tests with the host agent behind a real HTTP hop (its /host/v1 server on
 # 127.0.0.1, HttpHostAgent + HttpGuest): every host call crosses the wire protocol (~2 min).
 DEN_HOST_TRANSPORT=loopback node --test --test-concurrency=1 --test-reporter=spec \
-  packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests,envd,e2b-seeds}.test.js
+  packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests}.test.js
 if [ "$(host_net)" != "$host_net_before" ]; then
   echo "a test outside the network test namespace changed this host's networking:" >&2
   diff <(echo "$host_net_before") <(host_net) >&2 || true
@@ -39,6 +39,11 @@ if [ "$(host_net)" != "$host_net_before" ]; then
 fi
 # Sandbox networking, inside a namespace with no way off this machine (scripts/netns-test.sh).
 DEN_NETNS_TEST=1 scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/runtime/dist/test/net/*.test.js packages/server/dist/test/net/*.test.js
+# The E2B-compatible API with the real `e2b` client: its sandboxes have open egress by
+# default (as E2B's do), so they run in the same namespace; envd and the seed loops run
+# once more with every host call over the loopback hop.
+DEN_NETNS_TEST=1 scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/server/dist/test/e2b/*.test.js
+DEN_NETNS_TEST=1 DEN_HOST_TRANSPORT=loopback scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/server/dist/test/e2b/{envd,seeds}.test.js
 if [ "${DEN_SKIP_BENCH:-}" != 1 ]; then
   node packages/bench/dist/src/bench.js --quick
   # The agent loop four ways; it fails if a persistent way ever loses its state.

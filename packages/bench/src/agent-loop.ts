@@ -164,7 +164,7 @@ function readProc(path: string): string | undefined {
 async function main(): Promise<void> {
   const rand = mulberry32(Number(flags.seed));
   const gaps = Array.from({ length: TURNS - 1 }, () => GAP_MIN + rand() * (GAP_MAX - GAP_MIN));
-  const config = loadConfig({ port: "0", host: "127.0.0.1" }, { ...process.env, DEN_API_KEY: KEY, DEN_METER_INTERVAL_SECONDS: "5", DEN_LOG_LEVEL: "warn" });
+  const config = loadConfig({ port: "0", host: "127.0.0.1" }, { ...process.env, DEN_API_KEY: KEY, DEN_METER_INTERVAL_SECONDS: "5", DEN_LOG_LEVEL: "warn", DEN_ENVD_PORT: "0" });
   const server = await startServer(config);
   const opts = { apiUrl: server.url, apiKey: KEY };
   const sampler = new Sampler(server.cp.hosts.first.instance);

@@ -48,7 +48,7 @@ export async function benchServer(opts: { dataDir: string; runs: number; log: (s
       const { port } = await s3.run();
       env = { DEN_STORE: "s3", DEN_S3_BUCKET: "den", DEN_S3_ENDPOINT: `http://127.0.0.1:${port}`, AWS_ACCESS_KEY_ID: "S3RVER", AWS_SECRET_ACCESS_KEY: "S3RVER" };
     }
-    const server = await startServer(loadConfig({ port: "0", host: "127.0.0.1", dataDir: opts.dataDir }, { DEN_API_KEY: KEY, ...env }));
+    const server = await startServer(loadConfig({ port: "0", host: "127.0.0.1", dataDir: opts.dataDir }, { DEN_API_KEY: KEY, DEN_ENVD_PORT: "0", ...env }));
     const api = client(server.url);
     const made: string[] = [];
     const create = async (body: Record<string, unknown>) => {

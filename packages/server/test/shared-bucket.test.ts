@@ -36,7 +36,7 @@ describe("two deployments share one S3 bucket", () => {
   });
 
   const start = (dir: string): Promise<RunningServer> =>
-    startServer(loadConfig({ port: "0", dataDir: dir }, { ...process.env, DEN_API_KEY: ADMIN_KEY, DEN_STORE_GC_GRACE_SECONDS: "0", ...env }));
+    startServer(loadConfig({ port: "0", dataDir: dir }, { ...process.env, DEN_API_KEY: ADMIN_KEY, DEN_STORE_GC_GRACE_SECONDS: "0", DEN_ENVD_PORT: "0", ...env }));
 
   test("each restarts three times with cold sandboxes and checkpoints of its own: nothing of either is deleted", async () => {
     const made: Array<{ dir: string; cold: string; checkpoint: string; deployment: string }> = [];

@@ -44,7 +44,7 @@ function downgrade(dir: string): void {
 
 describe("a data dir of the version before durable operations", () => {
   const dir = mkdtempSync(join(tmpdir(), "den-upgrade-"));
-  const start = (): Promise<RunningServer> => startServer(loadConfig({ port: "0", dataDir: dir }, { ...process.env, DEN_API_KEY: ADMIN_KEY, DEN_STORE_GC_GRACE_SECONDS: "0" }));
+  const start = (): Promise<RunningServer> => startServer(loadConfig({ port: "0", dataDir: dir }, { ...process.env, DEN_API_KEY: ADMIN_KEY, DEN_STORE_GC_GRACE_SECONDS: "0", DEN_ENVD_PORT: "0" }));
   before(() => {
     execFileSync(process.execPath, [CLI, "template", "build", "base"], { env: { ...process.env, DEN_DATA_DIR: dir }, stdio: "ignore" });
   });

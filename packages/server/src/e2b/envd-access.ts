@@ -12,12 +12,12 @@ import type { E2bTokens } from "./tokens.js";
 export class DenEnvdSandboxes implements EnvdSandboxes {
   constructor(private readonly cp: ControlPlane, private readonly tokens: E2bTokens) {}
 
-  async open(sandboxId: string, credentials: EnvdCredentials): Promise<EnvdSandbox> {
+  async open(sandboxId: string, credentials: EnvdCredentials, opts: { probe?: boolean } = {}): Promise<EnvdSandbox> {
     const found = api.SandboxId.safeParse(sandboxId).success ? await this.cp.store.getSandbox(sandboxId) : undefined;
     if (!found) throw new EnvdUnavailable(`sandbox ${JSON.stringify(sandboxId.slice(0, 64))} does not exist`);
     await checkCredentials(credentials, this.tokens.envd(found.id), async (key) => (await this.cp.store.findKey(key))?.owner === found.owner);
     let row = found;
-    if (row.state === "hibernated" && row.auto_resume === 1 && !row.op_id) row = await this.cp.wake(row.id, "user", row.run_timeout_seconds ?? DEFAULT_TIMEOUT_SECONDS);
+    if (row.state === "hibernated" && row.auto_resume === 1 && !row.op_id && !opts.probe) row = await this.cp.wake(row.id, "user", row.run_timeout_seconds ?? DEFAULT_TIMEOUT_SECONDS);
     if (row.state !== "running" || (row.op_id && (row.op_kind === "destroy" || row.op_kind === "hibernate"))) throw new EnvdUnavailable(`sandbox ${row.id} is ${row.state === "hibernated" ? "paused" : row.state}`);
     const id = row.id;
     return {

@@ -40,9 +40,10 @@ export interface EnvdSandboxes {
   /**
    * The sandbox an envd request is for, after auth. Throws EnvdDenied (401) without a
    * valid credential, EnvdUnavailable (502) when it is unknown, paused (unless it
-   * auto-resumes), killed or expired. A sandbox id alone never grants access.
+   * auto-resumes), killed or expired. A sandbox id alone never grants access. `probe`: a
+   * health check, which is no traffic (it never wakes a sandbox that auto-resumes).
    */
-  open(sandboxId: string, credentials: EnvdCredentials): Promise<EnvdSandbox>;
+  open(sandboxId: string, credentials: EnvdCredentials, opts?: { probe?: boolean }): Promise<EnvdSandbox>;
 }
 
 export class EnvdDenied extends Error {

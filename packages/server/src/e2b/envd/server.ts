@@ -79,7 +79,7 @@ export async function buildEnvdServer(sandboxes: EnvdSandboxes, opts: EnvdServer
   /** `probe`: a health check, which is not activity (a poller must not keep a sandbox from idling). */
   const open = async (req: IncomingMessage, signature?: Parameters<typeof credentialsOf>[1], probe = false): Promise<{ id: string; sandbox: EnvdSandbox }> => {
     const id = sandboxIdOf(req.headers);
-    const sandbox = await sandboxes.open(id, credentialsOf(req.headers, signature));
+    const sandbox = await sandboxes.open(id, credentialsOf(req.headers, signature), { probe });
     if (!probe) sandbox.touch();
     return { id, sandbox };
   };

@@ -7,8 +7,8 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CommandExitError, Sandbox } from "e2b";
-import type { RunningServer } from "../src/index.js";
-import { ADMIN_KEY, testServer } from "./helpers.js";
+import type { RunningServer } from "../../src/index.js";
+import { ADMIN_KEY, testServer } from "../helpers.js";
 
 describe("the seeds' agent loops through the e2b client", () => {
   let server: RunningServer;
@@ -93,5 +93,26 @@ describe("the seeds' agent loops through the e2b client", () => {
       for (const id of extra) await Sandbox.kill(id);
       await sbx.kill();
     }
+  });
+
+  test("a pause keeps the process (same pid), its env vars and files; health says paused; autoResume wakes on envd traffic; killed is not running", async () => {
+    const sbx = await Sandbox.create("base", { timeoutMs: 600_000, envs: { RUN_ID: "r-42" }, lifecycle: { onTimeout: "pause", autoResume: true } });
+    try {
+      const bg = await sbx.commands.run("sleep 100000", { background: true });
+      await sbx.files.write("kept.txt", "kept");
+      assert.equal(await sbx.pause(), true);
+      // /health answers 502 for a paused sandbox (isRunning reads it); a probe does not wake it.
+      assert.equal(await sbx.isRunning(), false);
+      assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, "paused");
+      // Any other envd call is traffic: the sandbox wakes for it (autoResume), state intact.
+      const r = await sbx.commands.run(`echo $RUN_ID; cat kept.txt; kill -0 ${bg.pid} && echo alive`);
+      assert.equal(r.stdout, "r-42\nkeptalive\n");
+      assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, "running");
+      assert.equal(await sbx.isRunning(), true);
+    } finally {
+      await sbx.kill();
+    }
+    assert.equal(await sbx.isRunning(), false, "killed: health is 502");
+    await assert.rejects(sbx.commands.run("true"), "no command runs on a killed sandbox");
   });
 });

@@ -8,8 +8,8 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
 import { AuthenticationError, Sandbox, SandboxNotFoundError } from "e2b";
-import type { RunningServer } from "../src/index.js";
-import { ADMIN_KEY, client, testServer, waitFor } from "./helpers.js";
+import type { RunningServer } from "../../src/index.js";
+import { ADMIN_KEY, client, testServer, waitFor } from "../helpers.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -9,8 +9,8 @@ import { after, before, describe, it } from "node:test";
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import { CommandExitError, FileNotFoundError, Sandbox, TimeoutError, AuthenticationError, getSignature } from "e2b";
-import { buildEnvdServer, checkCredentials, EnvdDenied, EnvdUnavailable, type EnvdSandboxes, type RunningServer } from "../src/index.js";
-import { ADMIN_KEY, client, testServer, waitFor } from "./helpers.js";
+import { buildEnvdServer, checkCredentials, EnvdDenied, EnvdUnavailable, type EnvdSandboxes, type RunningServer } from "../../src/index.js";
+import { ADMIN_KEY, client, testServer, waitFor } from "../helpers.js";
 
 /** Until the guest runs processes as the asked user (another branch), they run as root. */
 
