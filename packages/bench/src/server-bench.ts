@@ -133,7 +133,8 @@ export async function benchServer(opts: { dataDir: string; runs: number; log: (s
 /**
  * The public cross-provider benchmarks' shape, API call to first command: `Sandbox.create()`
  * then one command, through the `e2b` client (E2B API + envd) beside Den's own SDK, on the
- * same server. The floor is "create from template -> agent ready" (raw QEMU) above.
+ * same server, both with open egress (E2B's default). The floor is "create from template ->
+ * agent ready" (raw QEMU) above; the network's setup comes on top of it.
  */
 async function benchClients(server: Awaited<ReturnType<typeof startServer>>, runs: number, made: string[]): Promise<string[]> {
   const envd = server.envdUrl;
@@ -152,7 +153,8 @@ async function benchClients(server: Awaited<ReturnType<typeof startServer>>, run
     }));
     await E2bSandbox.kill(id, e2bOpts);
     viaDen.den.push(await time(async () => {
-      const s = await DenSandbox.create({ template: "base", apiUrl: server.url, apiKey: KEY });
+      // E2B's default network is open egress: the Den twin gets the same (a network costs its setup).
+      const s = await DenSandbox.create({ template: "base", network: { egress: "open" }, apiUrl: server.url, apiKey: KEY });
       id = s.id;
       made.push(id);
       await s.exec("true");
