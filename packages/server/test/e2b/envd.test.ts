@@ -222,6 +222,28 @@ describe("envd with the e2b client", () => {
     }
   });
 
+  it("the polling watcher (CreateWatcher, GetWatcherEvents, RemoveWatcher), as the Python client uses it", async () => {
+    const rpc = async (method: string, body: unknown) => {
+      const r = await fetch(`${url}/filesystem.Filesystem/${method}`, { method: "POST", headers: { "content-type": "application/json", "e2b-sandbox-id": id, "x-access-token": token }, body: JSON.stringify(body) });
+      const text = await r.text();
+      assert.equal(r.status, 200, `${method}: ${text}`);
+      return JSON.parse(text) as Record<string, any>;
+    };
+    await sbx.files.makeDir("/tmp/envd/pw");
+    const { watcherId } = await rpc("CreateWatcher", { path: "/tmp/envd/pw", recursive: false });
+    assert.ok(typeof watcherId === "string" && watcherId.length > 0);
+    await sbx.files.write("/tmp/envd/pw/p.txt", "p");
+    const seen: Array<{ name: string; type: string }> = [];
+    await waitFor("the polled create", async () => {
+      seen.push(...((await rpc("GetWatcherEvents", { watcherId })).events ?? []));
+      return seen.some((e) => e.name === "p.txt" && e.type === "EVENT_TYPE_CREATE") ? true : undefined;
+    }, 10_000, 250);
+    await rpc("RemoveWatcher", { watcherId });
+    const after = await fetch(`${url}/filesystem.Filesystem/GetWatcherEvents`, { method: "POST", headers: { "content-type": "application/json", "e2b-sandbox-id": id, "x-access-token": token }, body: JSON.stringify({ watcherId }) });
+    assert.equal(after.status, 404, "a removed watcher is gone");
+    assert.equal(((await after.json()) as { code: string }).code, "not_found");
+  });
+
   it("auth: no token is 401, a wrong one too; an unknown sandbox's health is 502", async () => {
     const list = (headers: Record<string, string>) => fetch(`${url}/process.Process/List`, { method: "POST", headers: { "content-type": "application/json", "e2b-sandbox-id": id, ...headers }, body: "{}" });
     assert.equal((await list({})).status, 401);
