@@ -161,8 +161,11 @@ export class Lifecycle {
 
   /** Deletes a warm hibernation's local snapshot, once no record points at it. */
   async dropWarm(row: SandboxRow): Promise<void> {
-    if (row.hibernate_snapshot && modeOf(row) === "warm") {
-      await Promise.resolve().then(() => this.ctx.hosts.of(row).dropLocalSnapshot(row.hibernate_snapshot!)).catch((err: unknown) => this.ctx.log.warn({ err }, `could not delete snapshot ${row.hibernate_snapshot}`));
+    if (!row.hibernate_snapshot || modeOf(row) !== "warm") return;
+    try {
+      await this.ctx.hosts.of(row).dropLocalSnapshot(row.hibernate_snapshot);
+    } catch (err) {
+      this.ctx.log.warn({ err }, `could not delete snapshot ${row.hibernate_snapshot}`);
     }
   }
 
