@@ -1,4 +1,5 @@
 export * from "./errors.js";
+export { parseInput } from "./parse.js";
 export * from "./frames.js";
 export * from "./messages.js";
 export * as api from "./api.js";

@@ -19,6 +19,7 @@ import { PortProxy } from "./ports/proxy.js";
 import { PortTokens } from "./ports/tokens.js";
 import { registerDashboardRoutes } from "./routes/dashboard.js";
 import { registerE2bRoutes, type E2bSurface } from "./e2b/index.js";
+import { validationMessage } from "./validation.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -130,11 +131,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   app.setErrorHandler((err: FastifyError | DenError | Error, req, reply) => {
     // Details say more about the caller's mistake (a setup command's output, a quota); a server fault keeps its own.
     if (err instanceof DenError) return reply.status(err.status).send(errorBody(err.code, err.message, err.status < 500 ? (err.details as Record<string, unknown> | undefined) : undefined));
-    if (hasZodFastifySchemaValidationErrors(err)) {
-      const first = err.validation[0];
-      const where = first?.instancePath ? `${first.instancePath.slice(1).replace(/\//g, ".")}: ` : "";
-      return reply.status(400).send(errorBody("invalid_argument", `${err.validationContext ?? "request"} ${where}${first?.message ?? "is invalid"}`));
-    }
+    if (hasZodFastifySchemaValidationErrors(err)) return reply.status(400).send(errorBody("invalid_argument", validationMessage(err)));
     const fe = err as FastifyError;
     if (fe.code === "FST_ERR_CTP_BODY_TOO_LARGE") return reply.status(413).send(errorBody("payload_too_large", "request body is too large"));
     if (fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 500) {

@@ -11,6 +11,9 @@ import { openE2b } from "./e2b/index.js";
 import { DenEnvdSandboxes } from "./e2b/envd-access.js";
 import { buildEnvdServer } from "./e2b/envd/index.js";
 
+/** http://host:port, an IPv6 address in brackets. */
+const baseUrl = (host: string, port: number) => `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
+
 /** How often the guests of E2B sandboxes are asked for their metrics (E2B samples every 5 s). */
 const E2B_METRICS_INTERVAL_MS = 5000;
 
@@ -76,8 +79,7 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   }
   if (envd) {
     const ea = envd.server.address();
-    const h = config.e2b.envdHost;
-    envdUrl = `http://${h.includes(":") ? `[${h}]` : h}:${typeof ea === "object" && ea ? ea.port : config.e2b.envdPort}`;
+    envdUrl = baseUrl(config.e2b.envdHost, typeof ea === "object" && ea ? ea.port : config.e2b.envdPort!);
   }
   /** Runs `pass` every `ms`, never two at once; a failed pass is logged, the next one runs. */
   const every = (ms: number, what: string, pass: () => Promise<void>) => {
@@ -96,7 +98,7 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
     await cp.gc.collect();
   });
   return {
-    app, cp, url: `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`,
+    app, cp, url: baseUrl(config.host, port),
     ...(envdUrl ? { envdUrl } : {}),
     ...(createdAdminKey ? { createdAdminKey } : {}),
     async close() {

@@ -1,7 +1,6 @@
 import type { WebSocket } from "ws";
-import { DenError, host, type GuestExecProcess, type HostGuest } from "@den/protocol";
+import { DenError, host, type GuestExecProcess, type HostGuest, parseInput } from "@den/protocol";
 import { execOptions } from "./guest-routes.js";
-import { parse } from "./parse.js";
 import { asDenError, errorBody } from "./wire-errors.js";
 
 /** Output waits in the guest while this much is unsent on the socket: the guest runs no further ahead of the reader. */
@@ -54,7 +53,7 @@ export function serveExecSocket(ws: WebSocket, guest: () => HostGuest): void {
     }
     let m: host.ExecClientMessage;
     try {
-      m = parse(host.ExecClientMessage, JSON.parse(data.toString("utf8")), "control message");
+      m = parseInput(host.ExecClientMessage, JSON.parse(data.toString("utf8")), "control message");
     } catch (e) {
       return fail(e);
     }
@@ -76,7 +75,7 @@ export function serveExecSocket(ws: WebSocket, guest: () => HostGuest): void {
     void (async () => {
       try {
         if (isBinary) throw new DenError("invalid_argument", "the first message is the exec request (JSON text)");
-        const req = parse(host.ExecRequest, JSON.parse(data.toString("utf8")), "exec request");
+        const req = parseInput(host.ExecRequest, JSON.parse(data.toString("utf8")), "exec request");
         const p = await guest().execStream(req.command, execOptions(req.options));
         proc = p;
         if (ws.readyState !== ws.OPEN) {

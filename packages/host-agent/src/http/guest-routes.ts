@@ -1,8 +1,7 @@
 import { Readable } from "node:stream";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { DenError, host, type GuestExecOptions, type HostAgent, type HostGuest } from "@den/protocol";
-import { parse } from "./parse.js";
+import { DenError, host, type GuestExecOptions, type HostAgent, type HostGuest, parseInput } from "@den/protocol";
 
 const SandboxParams = z.object({ id: host.HostId });
 const ProcParams = SandboxParams.extend({ proc: z.coerce.number().int().min(1) });
@@ -57,33 +56,33 @@ async function runBuffered(guest: HostGuest, req: FastifyRequest, body: host.Exe
 /** The guest of each sandbox over plain routes: exec (buffered), processes, files, ports. */
 export function registerGuestRoutes(app: FastifyInstance, agent: HostAgent): void {
   const base = "/host/v1/sandboxes/:id";
-  const guestOf = (req: FastifyRequest) => agent.guest(parse(SandboxParams, req.params, "path").id);
-  const proc = (req: FastifyRequest) => parse(ProcParams, req.params, "path").proc;
+  const guestOf = (req: FastifyRequest) => agent.guest(parseInput(SandboxParams, req.params, "path").id);
+  const proc = (req: FastifyRequest) => parseInput(ProcParams, req.params, "path").proc;
 
-  app.post(`${base}/exec`, async (req) => runBuffered(guestOf(req), req, parse(host.ExecRequest, req.body, "body")));
+  app.post(`${base}/exec`, async (req) => runBuffered(guestOf(req), req, parseInput(host.ExecRequest, req.body, "body")));
 
   app.post(`${base}/spawn`, async (req) => {
-    const b = parse(host.ExecRequest, req.body, "body");
+    const b = parseInput(host.ExecRequest, req.body, "body");
     return guestOf(req).spawn(b.command, execOptions(b.options));
   });
 
   app.get(`${base}/processes`, async (req) => ({ processes: await guestOf(req).processes.list() }));
 
   app.get(`${base}/processes/:proc/logs`, async (req) => {
-    const q = parse(LogsQuery, req.query, "query");
+    const q = parseInput(LogsQuery, req.query, "query");
     return guestOf(req).processes.read(proc(req), q.channel, q.offset, q.max);
   });
 
-  app.get(`${base}/processes/:proc/wait`, async (req) => guestOf(req).processes.wait(proc(req), parse(WaitQuery, req.query, "query").timeout_ms));
+  app.get(`${base}/processes/:proc/wait`, async (req) => guestOf(req).processes.wait(proc(req), parseInput(WaitQuery, req.query, "query").timeout_ms));
 
   app.post(`${base}/processes/:proc/input`, async (req) => {
-    const b = parse(host.ProcInput, req.body, "body");
+    const b = parseInput(host.ProcInput, req.body, "body");
     await guestOf(req).processes.write(proc(req), Buffer.from(b.data_b64, "base64"), b.eof);
     return {};
   });
 
   app.post(`${base}/processes/:proc/signal`, async (req) => {
-    await guestOf(req).processes.signal(proc(req), parse(host.ProcSignal, req.body, "body").signal);
+    await guestOf(req).processes.signal(proc(req), parseInput(host.ProcSignal, req.body, "body").signal);
     return {};
   });
 
@@ -93,7 +92,7 @@ export function registerGuestRoutes(app: FastifyInstance, agent: HostAgent): voi
   });
 
   app.get(`${base}/files`, async (req, reply) => {
-    const q = parse(ReadQuery, req.query, "query");
+    const q = parseInput(ReadQuery, req.query, "query");
     const it = guestOf(req).files.readStream(q.path, { ...(q.offset !== undefined ? { offset: q.offset } : {}), ...(q.length !== undefined ? { length: q.length } : {}) });
     // The first chunk before the headers, so a missing file is a clean error response.
     const first = await it.next();
@@ -105,7 +104,7 @@ export function registerGuestRoutes(app: FastifyInstance, agent: HostAgent): voi
   });
 
   app.put(`${base}/files`, async (req) => {
-    const q = parse(WriteQuery, req.query, "query");
+    const q = parseInput(WriteQuery, req.query, "query");
     const source = req.body as AsyncIterable<Buffer> | undefined;
     if (!source || typeof source !== "object" || !(Symbol.asyncIterator in source)) throw new DenError("invalid_argument", "a file's bytes come as an application/octet-stream body");
     const bytes = await guestOf(req).files.write(q.path, source, {
@@ -114,22 +113,22 @@ export function registerGuestRoutes(app: FastifyInstance, agent: HostAgent): voi
     return { bytes };
   });
 
-  app.get(`${base}/files/stat`, async (req) => guestOf(req).files.stat(parse(PathQuery, req.query, "query").path));
+  app.get(`${base}/files/stat`, async (req) => guestOf(req).files.stat(parseInput(PathQuery, req.query, "query").path));
 
-  app.get(`${base}/files/list`, async (req) => guestOf(req).files.list(parse(PathQuery, req.query, "query").path));
+  app.get(`${base}/files/list`, async (req) => guestOf(req).files.list(parseInput(PathQuery, req.query, "query").path));
 
   app.post(`${base}/files/mkdir`, async (req) => {
-    const b = parse(host.Mkdir, req.body, "body");
+    const b = parseInput(host.Mkdir, req.body, "body");
     await guestOf(req).files.mkdir(b.path, {
       ...(b.parents !== undefined ? { parents: b.parents } : {}), ...(b.mode !== undefined ? { mode: b.mode } : {}), ...(b.user !== undefined ? { user: b.user } : {}),
     });
     return {};
   });
 
-  app.get(`${base}/files/xattrs`, async (req) => ({ attrs: await guestOf(req).files.getXattrs(parse(PathQuery, req.query, "query").path) }));
+  app.get(`${base}/files/xattrs`, async (req) => ({ attrs: await guestOf(req).files.getXattrs(parseInput(PathQuery, req.query, "query").path) }));
 
   app.put(`${base}/files/xattrs`, async (req) => {
-    const b = parse(host.SetXattrs, req.body, "body");
+    const b = parseInput(host.SetXattrs, req.body, "body");
     await guestOf(req).files.setXattrs(b.path, b.attrs);
     return {};
   });
@@ -137,13 +136,13 @@ export function registerGuestRoutes(app: FastifyInstance, agent: HostAgent): voi
   app.get(`${base}/metrics`, async (req) => guestOf(req).metrics());
 
   app.delete(`${base}/files`, async (req) => {
-    const q = parse(RemoveQuery, req.query, "query");
+    const q = parseInput(RemoveQuery, req.query, "query");
     await guestOf(req).files.remove(q.path, { recursive: q.recursive === "true" });
     return {};
   });
 
   app.post(`${base}/files/rename`, async (req) => {
-    const b = parse(host.Rename, req.body, "body");
+    const b = parseInput(host.Rename, req.body, "body");
     await guestOf(req).files.rename(b.from, b.to);
     return {};
   });

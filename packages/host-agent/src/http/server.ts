@@ -3,12 +3,11 @@ import type { Duplex } from "node:stream";
 import Fastify, { type FastifyError, type FastifyInstance } from "fastify";
 import { WebSocketServer } from "ws";
 import type { z } from "zod";
-import { DenError, host, type HostAgent } from "@den/protocol";
+import { DenError, host, type HostAgent, parseInput } from "@den/protocol";
 import { checkSecret, hasSecret } from "./auth.js";
 import { EventHub } from "./events.js";
 import { serveExecSocket } from "./exec-socket.js";
 import { registerGuestRoutes } from "./guest-routes.js";
-import { parse } from "./parse.js";
 import { refuseUpgrade, serveTunnel } from "./tunnel.js";
 import { asDenError, errorBody } from "./wire-errors.js";
 import { processCpuSeconds, WORK_HEADER } from "../work.js";
@@ -21,7 +20,7 @@ const ok = {};
 
 /** Each control route of the protocol, onto the host agent's method of the same name. */
 function handlers(agent: HostAgent): Handlers {
-  const id = (p: Record<string, string>, name = "id") => parse(host.HostId, p[name], `path ${name}`);
+  const id = (p: Record<string, string>, name = "id") => parseInput(host.HostId, p[name], `path ${name}`);
   return {
     info: async () => ({ protocol: host.PROTOCOL_VERSION, instance: agent.instance }),
     create: (_p, b) => agent.create(b.op, b.spec),
@@ -109,7 +108,7 @@ export async function buildHostServer(agent: HostAgent, opts: HostServerOptions)
     const handle = table[name] as (p: Record<string, string>, b: unknown) => Promise<unknown>;
     app.route({
       method: r.method, url: r.path,
-      handler: async (req) => handle(req.params as Record<string, string>, "body" in r ? parse(r.body, req.body, "body") : undefined),
+      handler: async (req) => handle(req.params as Record<string, string>, "body" in r ? parseInput(r.body, req.body, "body") : undefined),
     });
   }
 
@@ -128,10 +127,10 @@ export async function buildHostServer(agent: HostAgent, opts: HostServerOptions)
       const tunnel = TUNNEL.exec(url);
       const upgrade = (req.headers.upgrade ?? "").toLowerCase();
       if (exec && upgrade === "websocket") {
-        const id = parse(host.HostId, decodeURIComponent(exec[1]!), "sandbox id");
+        const id = parseInput(host.HostId, decodeURIComponent(exec[1]!), "sandbox id");
         wss.handleUpgrade(req, socket, head, (ws) => serveExecSocket(ws, () => agent.guest(id)));
       } else if (tunnel && upgrade === "den-tcp") {
-        const id = parse(host.HostId, decodeURIComponent(tunnel[1]!), "sandbox id");
+        const id = parseInput(host.HostId, decodeURIComponent(tunnel[1]!), "sandbox id");
         const port = Number(tunnel[2]);
         if (port < 1 || port > 65535) throw new DenError("invalid_argument", `port ${port} is out of range`);
         void serveTunnel(socket, head, () => agent.guest(id), port);

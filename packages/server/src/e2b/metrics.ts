@@ -1,5 +1,6 @@
 import type { GuestMetrics, e2bApi } from "@den/protocol";
 import type { ControlPlane } from "../control-plane.js";
+import type { SandboxRow } from "../store.js";
 
 /** Samples kept per sandbox: an hour at the default interval. */
 const KEPT = 720;
@@ -29,13 +30,18 @@ export class MetricsSeries {
     const live = (await this.cp.store.liveSandboxes()).filter((r) => r.surface === "e2b");
     const ids = new Set(live.map((r) => r.id));
     for (const id of this.series.keys()) if (!ids.has(id)) this.series.delete(id);
-    for (const row of live.filter((r) => r.state === "running" && !r.op_id).slice(0, PER_PASS)) await this.sample(row.id).catch(() => undefined);
+    for (const row of live.filter((r) => r.state === "running" && !r.op_id).slice(0, PER_PASS)) await this.sampleRow(row).catch(() => undefined);
   }
 
   /** Reads the guest now (without waking it or counting as activity) and keeps the reading. */
   async sample(id: string): Promise<e2bApi.SandboxMetric> {
     const row = await this.cp.store.getSandbox(id);
     if (!row || row.state !== "running") throw new Error(`sandbox ${id} is not running`);
+    return this.sampleRow(row);
+  }
+
+  private async sampleRow(row: SandboxRow): Promise<e2bApi.SandboxMetric> {
+    const id = row.id;
     const guest = this.cp.hosts.of(row).guest(id);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("the guest did not report its metrics in time")), SAMPLE_MS)));

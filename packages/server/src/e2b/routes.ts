@@ -4,6 +4,7 @@ import { z } from "zod";
 import { DenError, api, e2bApi } from "@den/protocol";
 import type { ControlPlane } from "../control-plane.js";
 import { bearerKey, type Principal } from "../store.js";
+import { validationMessage } from "../validation.js";
 import type { E2bMapper } from "./mapping.js";
 import type { MetricsSeries } from "./metrics.js";
 import type { E2bService } from "./service.js";
@@ -50,11 +51,7 @@ export async function registerE2bRoutes(root: FastifyInstance, deps: { cp: Contr
     const app = plain.withTypeProvider<ZodTypeProvider>();
     app.setErrorHandler((err: FastifyError | Error, req, reply) => {
       if (err instanceof DenError) return sendError(reply, err.status, err.message);
-      if (hasZodFastifySchemaValidationErrors(err)) {
-        const first = err.validation[0];
-        const where = first?.instancePath ? `${first.instancePath.slice(1).replace(/\//g, ".")}: ` : "";
-        return sendError(reply, 400, `${err.validationContext ?? "request"} ${where}${first?.message ?? "is invalid"}`);
-      }
+      if (hasZodFastifySchemaValidationErrors(err)) return sendError(reply, 400, validationMessage(err));
       const fe = err as FastifyError;
       if (fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 500) return sendError(reply, fe.statusCode, fe.message);
       req.log.error({ err }, "unhandled error in the E2B API");

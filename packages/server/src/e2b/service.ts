@@ -1,5 +1,4 @@
-import type { z } from "zod";
-import { DenError, api, e2bApi } from "@den/protocol";
+import { DenError, api, e2bApi, parseInput } from "@den/protocol";
 import type { ControlPlane } from "../control-plane.js";
 import type { Terms } from "../control/lifecycle.js";
 import type { CheckpointRow, Principal, SandboxRow } from "../store.js";
@@ -8,14 +7,6 @@ import { denPolicy, denPolicyUpdate } from "./network.js";
 
 /** E2B's default sandbox timeout, in seconds. */
 export const DEFAULT_TIMEOUT_SECONDS = 300;
-
-/** Every zod failure of a mapped request is the caller's: a 400 naming the field. */
-function parse<T>(schema: z.ZodType<T>, value: unknown): T {
-  const r = schema.safeParse(value);
-  if (r.success) return r.data;
-  const i = r.error.issues[0];
-  throw new DenError("invalid_argument", `${i?.path.map(String).join(".") || "request"}: ${i?.message ?? "invalid"}`);
-}
 
 /** A page token: the last row of a page (its created_at and id), opaque to the client. */
 const encodeToken = (r: SandboxRow) => Buffer.from(JSON.stringify([r.created_at, r.id])).toString("base64url");
@@ -59,10 +50,10 @@ export class E2bService {
     const checkpoint = await this.snapshotNamed(p, b.templateID);
     if (checkpoint) {
       if (b.envVars && Object.keys(b.envVars).length) throw new DenError("invalid_argument", "envVars: a sandbox made from a snapshot keeps the environment of the one it was taken from");
-      const req = parse(api.RestoreCheckpointRequest, common);
+      const req = parseInput(api.RestoreCheckpointRequest, common, "request");
       return { row: await this.cp.restoreCheckpoint(p, checkpoint.id, req, terms), templateId: b.templateID };
     }
-    const req = parse(api.CreateSandboxRequest, { ...common, template: b.templateID, ...(b.envVars ? { env: b.envVars } : {}) });
+    const req = parseInput(api.CreateSandboxRequest, { ...common, template: b.templateID, ...(b.envVars ? { env: b.envVars } : {}) }, "request");
     return { row: await this.cp.create(p, req, terms), templateId: b.templateID };
   }
 

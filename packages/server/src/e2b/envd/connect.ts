@@ -6,7 +6,7 @@
 import { once } from "node:events";
 import type { ServerResponse } from "node:http";
 import type { z } from "zod";
-import { DenError, e2b } from "@den/protocol";
+import { DenError, e2b, parseInput } from "@den/protocol";
 import { EnvdDenied, EnvdUnavailable } from "./seam.js";
 
 const FLAG_COMPRESSED = 0x01;
@@ -44,14 +44,9 @@ export function toConnectError(e: unknown): ConnectError {
   return new ConnectError("internal", "internal error");
 }
 
-/** Validates a decoded message against its schema; a mismatch is the caller's `invalid_argument`. */
+/** Validates a decoded message against its schema; a mismatch is the caller's `invalid_argument` (a DenError, which toConnectError maps). */
 export function parseMessage<S extends z.ZodType>(schema: S, value: unknown): z.infer<S> {
-  const r = schema.safeParse(value);
-  if (!r.success) {
-    const i = r.error.issues[0];
-    throw new ConnectError("invalid_argument", `${i?.path.join(".") || "request"}: ${i?.message ?? "invalid"}`);
-  }
-  return r.data;
+  return parseInput(schema, value, "message");
 }
 
 /** The single envelope of a server-streaming request. */
