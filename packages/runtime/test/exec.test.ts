@@ -113,9 +113,19 @@ describe("exec", () => {
     await p.write("stty size\n");
     await waitFor(/40 123/);
     await p.write("sleep 1000; echo after-sleep $?\n");
-    await new Promise((r) => setTimeout(r, 1500));
+    // Ctrl-C must reach the sleep, not the shell's line editor: wait until it runs.
+    // (Under TCG on a loaded machine a fixed pause was not always long enough.)
+    const sleeping = async () => (await f.sbx.exec("pgrep -x sleep")).exitCode === 0;
+    for (const t0 = Date.now(); !(await sleeping()); ) {
+      if (Date.now() - t0 > 20_000) throw new Error("the sleep never started");
+      await new Promise((r) => setTimeout(r, 100));
+    }
     await p.write("\x03");
     await waitFor(/after-sleep 130|\^C/);
+    for (const t0 = Date.now(); await sleeping(); ) {
+      if (Date.now() - t0 > 10_000) throw new Error("Ctrl-C did not end the sleep");
+      await new Promise((r) => setTimeout(r, 100));
+    }
     await p.write("echo alive-$((6*7))\n");
     await waitFor(/alive-42/);
     await p.write("exit 3\n");
