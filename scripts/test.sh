@@ -5,6 +5,13 @@ cd "$(dirname "$0")/.."
 # Tests get their own data dir, so they never touch the sandboxes of a running Den.
 export DEN_DATA_DIR=${DEN_TEST_DATA_DIR:-/var/lib/den-test}
 bash scripts/setup.sh
+# Postgres for the suite's Postgres pass (scripts/with-postgres.sh runs a throwaway server;
+# Den itself needs it only with DEN_DATABASE_URL, so `npm start` does not install it).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "installing: postgresql" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null \
+    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null; }
+fi
 # Sandboxes left by an interrupted earlier run would skew the leak checks.
 node --input-type=module -e '
   import { Runtime } from "@den/runtime";
@@ -28,10 +35,18 @@ node --test --test-concurrency=1 --test-reporter=spec \
   packages/host-agent/dist/test/*.test.js \
   packages/sdk/dist/test/*.test.js \
   packages/server/dist/test/*.test.js
-# The same API tests with the host agent behind a real HTTP hop (its /host/v1 server on
-# 127.0.0.1, HttpHostAgent + HttpGuest): every host call crosses the wire protocol (~2 min).
-DEN_HOST_TRANSPORT=loopback node --test --test-concurrency=1 --test-reporter=spec \
-  packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests}.test.js
+# The same API tests once more, on Postgres (a throwaway server, scripts/with-postgres.sh)
+# and with the host agent behind a real HTTP hop (its /host/v1 server on 127.0.0.1,
+# HttpHostAgent + HttpGuest): every query is Postgres' and every host call crosses the wire
+# protocol (~3 min). Then the fleet: host agents that register and hold leases (test/fleet),
+# as a deployment of many machines runs them: on Postgres.
+# A data dir of its own with only the base template: templates the tests above built belong
+# to the SQLite database's owners, and a new database must not find them on its host.
+pg_data="$agent_tmp/pg-data"
+mkdir -p "$pg_data/templates"
+cp -a "$DEN_DATA_DIR/templates/base" "$pg_data/templates/"
+DEN_DATA_DIR="$pg_data" scripts/with-postgres.sh env DEN_HOST_TRANSPORT=loopback node --test --test-concurrency=1 --test-reporter=spec \
+  packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests,templates}.test.js packages/server/dist/test/fleet/*.test.js
 if [ "$(host_net)" != "$host_net_before" ]; then
   echo "a test outside the network test namespace changed this host's networking:" >&2
   diff <(echo "$host_net_before") <(host_net) >&2 || true

@@ -167,7 +167,7 @@ async function main(): Promise<void> {
   const config = loadConfig({ port: "0", host: "127.0.0.1" }, { ...process.env, DEN_API_KEY: KEY, DEN_METER_INTERVAL_SECONDS: "5", DEN_LOG_LEVEL: "warn", DEN_ENVD_PORT: "0" });
   const server = await startServer(config);
   const opts = { apiUrl: server.url, apiKey: KEY };
-  const sampler = new Sampler(server.cp.hosts.first.instance);
+  const sampler = new Sampler(server.cp.hosts.first!.instance);
   const log = (s: string) => process.stderr.write(`${s}\n`);
   log(`bench:agent: ${TURNS} turns, think gaps ${GAP_MIN}-${GAP_MAX} s (seed ${flags.seed}), ${WAYS.length} ways at once`);
   const started = new Date();

@@ -26,6 +26,9 @@ import { registerEvents } from "./commands/events.js";
 import { registerKeysCreate } from "./commands/keys-create.js";
 import { registerKeysLs } from "./commands/keys-ls.js";
 import { registerKeysRevoke } from "./commands/keys-revoke.js";
+import { registerHostsLs } from "./commands/hosts-ls.js";
+import { registerHostsDrain } from "./commands/hosts-drain.js";
+import { registerHostsRm } from "./commands/hosts-rm.js";
 import { UsageError } from "./output.js";
 
 // `den usage --json | head` closes the pipe early: that is the reader's choice, not an error.
@@ -54,6 +57,10 @@ const keys = program.command("keys").description("manage API keys (needs an admi
 registerKeysCreate(keys);
 registerKeysLs(keys);
 registerKeysRevoke(keys);
+const hosts = program.command("hosts").description("the host agents sandboxes run on (needs an admin key)");
+registerHostsLs(hosts);
+registerHostsDrain(hosts);
+registerHostsRm(hosts);
 const template = program.command("template").description("build, create and list sandbox templates");
 registerTemplateBuild(template);
 registerTemplateLs(template);

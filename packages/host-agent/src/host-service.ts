@@ -3,7 +3,7 @@ import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { downloadSnapshot, faultPoint, manifestBytes, readStoredManifest, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
 import { DenError, type api, type host } from "@den/protocol";
-import { Runtime, bakeFromSandbox, bakeVariant, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
+import { Runtime, bakeFromSandbox, bakeVariant, hostProfile, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
 import { Admission, type Capacity, type Shape } from "./admission.js";
 
 type HostAgent = host.HostAgent;
@@ -336,6 +336,26 @@ export class LocalHostAgent implements HostAgent {
       snapshots: (await this.rt.listSnapshots()).map((s) => s.id),
       capacity: await this.capacity(),
     };
+  }
+
+  /** What a snapshot made here needs of the host it is restored on. */
+  async kind(): Promise<host.HostKind> {
+    const p = await hostProfile();
+    return { qemuVersion: p.qemuVersion, accelerator: p.accelerator, cpuModel: p.cpuModel, arch: process.arch };
+  }
+
+  /**
+   * Its lease ran out: every running VM is paused, so a sandbox the control plane may have
+   * declared lost (and recovered elsewhere) never runs twice. The control plane resumes
+   * those it still holds to be here when it hears from this host again.
+   */
+  async fence(): Promise<string[]> {
+    const paused: string[] = [];
+    for (const s of this.rt.list()) {
+      if (s.state !== "running") continue;
+      await s.pause().then(() => paused.push(s.id), () => undefined);
+    }
+    return paused;
   }
 
   async resume(id: string): Promise<void> {

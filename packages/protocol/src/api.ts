@@ -356,7 +356,17 @@ export type HostCapacity = z.infer<typeof HostCapacity>;
  * not answer), and how many live sandboxes the database places on it.
  */
 export const HostEntry = z.object({
-  id: z.string(), url: z.string(), status: z.enum(["up", "unreachable"]), error: z.string().nullable(),
+  id: z.string(), url: z.string(),
+  /** Whether it answers now (a registered host: and holds its lease). */
+  status: z.enum(["up", "unreachable"]), error: z.string().nullable(),
+  /** What the operator said: `draining` takes no new sandbox; `removed` is gone from the list. */
+  state: z.enum(["up", "draining", "removed"]),
+  /** `config`: given by the server's configuration; `lease`: registered itself and renews a lease. */
+  managed: z.enum(["config", "lease"]),
+  lease_until: z.string().nullable(),
+  /** When its running and warm sandboxes were declared lost (its lease and the grace period ran out). */
+  lost_at: z.string().nullable(),
+  kind: z.object({ qemuVersion: z.string(), accelerator: z.string(), cpuModel: z.string(), arch: z.string() }).nullable(),
   capacity: HostCapacity.shape.capacity.nullable(), used: HostCapacity.shape.used.nullable(), sandboxes: z.number().int(),
 });
 export type HostEntry = z.infer<typeof HostEntry>;

@@ -169,6 +169,47 @@ export const control = {
 } as const;
 export type ControlRoutes = typeof control;
 
+// ---- registration: the host agent calls the control plane ----
+
+/** What a snapshot taken on a host needs of the host it is restored on (the placement filter). */
+export const HostKind = z.object({
+  qemuVersion: z.string().max(64),
+  accelerator: z.enum(["kvm", "tcg"]),
+  cpuModel: z.string().max(64),
+  arch: z.string().max(32),
+});
+export type HostKind = z.infer<typeof HostKind>;
+
+/**
+ * `den host run --control-plane URL`: every few seconds the host says who and where it is,
+ * what kind of machine, and what it may hold and holds; the answer is its lease. A host
+ * that cannot renew before the lease runs out pauses its VMs (it may have been declared
+ * lost and its sandboxes recovered elsewhere), and the control plane reconciles it against
+ * the database when it is heard from again.
+ */
+export const Heartbeat = z.object({
+  id: Id,
+  /** Where the control plane reaches its /host/v1 (http(s)://host:port). */
+  address: z.string().min(1).max(512).regex(/^https?:\/\/[^/\s]+$/, "an http(s)://host:port base URL"),
+  protocol: z.number().int(),
+  kind: HostKind,
+  capacity: CapacityReport,
+  /** The first heartbeat of this host agent process: a host drained for its stop takes sandboxes again. */
+  starting: z.boolean().optional(),
+});
+export type Heartbeat = z.infer<typeof Heartbeat>;
+
+/** `removed`: the operator took it out (it must not run sandboxes); `draining`: no new sandboxes, its own go cold. */
+export const HostState = z.enum(["up", "draining", "removed"]);
+export const HeartbeatReply = z.object({ leaseMs: Positive, state: HostState });
+export type HeartbeatReply = z.infer<typeof HeartbeatReply>;
+
+export const registration = {
+  heartbeat: route({ method: "POST", path: "/internal/v1/hosts/heartbeat", body: Heartbeat, response: HeartbeatReply }),
+  /** Its own stop: drain (its sandboxes go cold, to wake on another host); the reply says how many are left. */
+  drain: route({ method: "POST", path: "/internal/v1/hosts/:id/drain", body: z.object({}), response: z.object({ left: Count }) }),
+} as const;
+
 /** `GET /host/v1/events`: NDJSON, one of these a line (a ping every few seconds keeps the stream honest). */
 export const HostEvent = z.discriminatedUnion("type", [
   z.object({ type: z.literal("transfer"), transfer: TransferEvent }),

@@ -28,6 +28,7 @@ export { Process, Processes, type LogsOptions, type ProcessLogs, type WaitOption
 export { Filesystem, type ListFilesResult } from "./filesystem.js";
 export { Templates } from "./templates.js";
 export { Keys, type CreateKeyOptions } from "./keys.js";
+export { Hosts, type HostInfo } from "./hosts.js";
 export { Usage, type UsageGroup, type UsageReport, type UsageOptions } from "./usage.js";
 export { DenClient, DEFAULT_API_URL, type DenClientOptions, type RequestOptions } from "./client.js";
 export { readNdjson, DEFAULT_MAX_LINE_BYTES, type NdjsonOptions } from "./ndjson.js";

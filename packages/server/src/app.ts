@@ -10,6 +10,7 @@ import { registerSandboxRoutes } from "./routes/sandboxes.js";
 import { registerExecRoutes } from "./routes/exec.js";
 import { registerFileRoutes } from "./routes/files.js";
 import { registerAdminRoutes } from "./routes/admin.js";
+import { registerHostRoutes } from "./routes/hosts.js";
 import { registerPtyRoutes } from "./routes/pty.js";
 import { registerCheckpointRoutes } from "./routes/checkpoints.js";
 import { registerUsageRoutes } from "./routes/usage.js";
@@ -86,7 +87,7 @@ export function requireAdmin(req: FastifyRequest): Principal {
 /** Builds the HTTP app: validation from the shared zod schemas, one error format, auth on /v1. */
 export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | object; e2b?: E2bSurface } = {}): Promise<FastifyInstance> {
   // Requests for sandboxes' ports bypass the API's routing: their bodies and upgrades go to the guest as they are.
-  const tokens = PortTokens.open(cp.config.dataDir);
+  const tokens = await PortTokens.open(cp.store, cp.config.dataDir);
   const e2bTokens = opts.e2b?.tokens;
   const proxy = new PortProxy(cp, tokens, cp.config.ports.domain, cp.config.ports.maxConnectionsPerOwner, e2bTokens ? (id, t) => e2bTokens.check("traffic", id, t) : undefined);
   const app = Fastify({
@@ -171,6 +172,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   registerExecRoutes(typed, cp);
   registerFileRoutes(typed, cp);
   registerAdminRoutes(typed, cp);
+  registerHostRoutes(typed, cp);
   registerPtyRoutes(typed, cp);
   registerCheckpointRoutes(typed, cp);
   registerDashboardRoutes(app);

@@ -2,12 +2,15 @@ import { defaultDataDir } from "@den/runtime";
 import { defaultCapacity, type Capacity } from "@den/host-agent";
 import type { Prices } from "./usage.js";
 import type { NetworkLimits } from "./network.js";
+import { databaseConfig, type DatabaseConfig } from "./db.js";
 
 /** Server configuration: flags override environment, environment overrides defaults. */
 export interface ServerConfig {
   port: number;
   host: string;
   dataDir: string;
+  /** The control plane's database (DEN_DATABASE_URL): SQLite in the data dir unless a postgres:// URL is given. */
+  database: DatabaseConfig;
   /** Bootstrap admin key (DEN_API_KEY); with none and an empty database one is created and printed. */
   apiKey?: string;
   defaults: {
@@ -78,6 +81,12 @@ export interface ServerConfig {
    * or the flag repeated, all with the one shared secret; this server runs no VM itself).
    */
   hostAgent: { kind: "local" } | { kind: "loopback" } | { kind: "remote"; urls: string[]; secret: string };
+  /**
+   * Registered host agents (`den host run --control-plane URL`, taken whenever host agents
+   * are remote; `--host-agent registered` for none but those): a heartbeat's lease, and the
+   * grace after it before a silent host's running and warm sandboxes are declared lost.
+   */
+  hostLeases: { leaseMs: number; graceMs: number };
   /** The E2B-compatible API: its envd listener (a port of its own: guest bytes never share the API's origin). */
   e2b: {
     /** null: no envd listener (DEN_ENVD_PORT=off); 0: a free port. */
@@ -89,8 +98,10 @@ export interface ServerConfig {
 }
 
 function hostAgentConfig(list: string | undefined, env: NodeJS.ProcessEnv): ServerConfig["hostAgent"] {
-  const urls = (list ?? "").split(",").map((u) => u.trim().replace(/\/+$/, "")).filter(Boolean);
-  if (urls.length) {
+  const given = (list ?? "").split(",").map((u) => u.trim().replace(/\/+$/, "")).filter(Boolean);
+  // `registered`: no host is given here; they register themselves (and may be given beside it).
+  const urls = given.filter((u) => u !== "registered");
+  if (given.length) {
     for (const url of urls) if (!/^https?:\/\/[^/]/.test(url)) throw new Error(`a host agent URL must be http(s)://..., got ${url}`);
     if (new Set(urls).size !== urls.length) throw new Error(`a host agent is given twice: ${urls.join(", ")}`);
     const secret = env.DEN_HOST_SECRET;
@@ -122,6 +133,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     port: num(flags.port ?? env.DEN_PORT, 8787),
     host: flags.host ?? env.DEN_HOST ?? "127.0.0.1",
     dataDir: flags.dataDir ?? env.DEN_DATA_DIR ?? defaultDataDir(),
+    database: databaseConfig(env.DEN_DATABASE_URL),
     ...(env.DEN_API_KEY ? { apiKey: env.DEN_API_KEY } : {}),
     defaults: {
       ttlSeconds: num(env.DEN_DEFAULT_TTL_SECONDS, 3600),
@@ -182,6 +194,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     logLevel: env.DEN_LOG_LEVEL ?? "info",
     metricsPublic: env.DEN_METRICS_PUBLIC === "1",
     hostAgent: hostAgentConfig(flags.hostAgent ?? env.DEN_HOST_AGENT_URL, env),
+    hostLeases: { leaseMs: num(env.DEN_HOST_LEASE_SECONDS, 15) * 1000, graceMs: num(env.DEN_HOST_LOST_GRACE_SECONDS, 30) * 1000 },
     e2b: {
       envdPort: (flags.envdPort ?? env.DEN_ENVD_PORT) === "off" ? null : num(flags.envdPort ?? env.DEN_ENVD_PORT, 49983),
       envdHost: env.DEN_ENVD_HOST ?? flags.host ?? env.DEN_HOST ?? "127.0.0.1",

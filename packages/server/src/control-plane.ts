@@ -15,6 +15,7 @@ import { NetworkPolicies } from "./control/network-policy.js";
 import { Operations, systemClock, type Clock, type Reason } from "./control/operations.js";
 import { Reaper } from "./control/reaper.js";
 import { Recovery } from "./control/recovery.js";
+import { HostRegistry } from "./control/registry.js";
 import { Serializer } from "./control/serializer.js";
 import { Templates } from "./control/templates.js";
 
@@ -43,6 +44,7 @@ export class ControlPlane {
   readonly reaper: Reaper;
   readonly recovery: Recovery;
   readonly gc: StoreGc;
+  readonly registry: HostRegistry;
   private readonly ctx: Ctx;
   /** The host agents sandboxes run on, and which one each sandbox is on. */
   readonly hosts: HostPool;
@@ -54,13 +56,29 @@ export class ControlPlane {
     objects: ObjectStore,
     deployment: string,
     readonly clock: Clock = systemClock,
+    opts: {
+      /** A client for a host that registered itself (none: registrations are not taken). */
+      connectHost?: (address: string) => Promise<HostAgent>;
+      /** This replica's id (see control/replica.ts). */
+      replica?: string;
+    } = {},
   ) {
-    this.hosts = new HostPool(hosts);
+    const connectHost = opts.connectHost;
+    const replica = opts.replica ?? "rep_local";
+    const adopt = (h: HostAgent) => {
+      h.onTransfer = (t) => {
+        // Every replica follows every host's events: the one running the transfer's operation records it.
+        if (!this.ops.runsHere(t.sandbox)) return;
+        this.log.info(t, `${t.direction} ${t.file}: ${t.bytes}${t.total !== null ? ` of ${t.total}` : ""} bytes`);
+        this.ops.event(t.sandbox, "transfer.progress", null, { ...t }).catch(() => undefined);
+      };
+    };
+    this.hosts = new HostPool(hosts, { store, adopt, now: () => clock.now(), ...(connectHost ? { connect: connectHost } : {}) });
     this.meter = new Meter(async (id) => (await hostOfId(this.ctx, id)).cpuSeconds(id));
     this.metrics = new Metrics(store, () => this.capacity());
-    this.ops = new Operations(store, this.meter, this.metrics, clock, config.limits.eventsPerSandbox);
+    this.ops = new Operations(store, this.meter, this.metrics, clock, config.limits.eventsPerSandbox, replica);
     const log = { info: (o: object, m: string) => this.log.info(o, m), warn: (o: object, m: string) => this.log.warn(o, m) };
-    this.ctx = { store, hosts: this.hosts, objects, deployment, config, clock, ops: this.ops, meter: this.meter, metrics: this.metrics, log };
+    this.ctx = { store, hosts: this.hosts, objects, deployment, replica, config, clock, ops: this.ops, meter: this.meter, metrics: this.metrics, log };
     this.network = new NetworkPolicies(this.ctx, this.queue, (p, id) => this.owned(p, id));
     this.lifecycle = new Lifecycle(this.ctx, this.queue, this.network);
     this.checkpoints = new Checkpoints(this.ctx, this.queue, this.lifecycle);
@@ -68,12 +86,7 @@ export class ControlPlane {
     this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => this.activeExecs.has(id), touch: (id) => this.touch(id) });
     this.recovery = new Recovery(this.ctx, this.lifecycle, this.network, this.templates, (id) => this.reaper.markLost(id));
     this.gc = new StoreGc(this.ctx);
-    for (const h of hosts) {
-      h.onTransfer = (t) => {
-        this.log.info(t, `${t.direction} ${t.file}: ${t.bytes}${t.total !== null ? ` of ${t.total}` : ""} bytes`);
-        this.ops.event(t.sandbox, "transfer.progress", null, { ...t }).catch(() => undefined);
-      };
-    }
+    this.registry = new HostRegistry(this.ctx, this.queue, this.lifecycle, config.hostLeases, (h) => this.recovery.reconcileHost(h));
   }
 
   /** What all reachable hosts may hold and hold now, added up. */
@@ -91,15 +104,27 @@ export class ControlPlane {
     return sum;
   }
 
-  /** Each host agent: where it is, whether it answers, its capacity and use, and how many sandboxes live on it. */
+  /** Each host agent: where it is, whether it answers (or holds its lease), its capacity and use, and how many sandboxes live on it. */
   async hostList(): Promise<api.HostEntry[]> {
+    await this.hosts.refresh();
     const counts = await this.store.countLiveByHost();
-    return (await this.hosts.each((h) => h.capacity())).map((r) => ({
-      id: r.host.instance, url: r.host.address, status: r.ok ? "up" : "unreachable", error: r.ok ? null : (r.error as Error).message,
-      capacity: r.ok ? { memory_mb: r.value.capacity.memoryMb, vcpus: r.value.capacity.vcpus, disk_reserve_mb: r.value.capacity.diskReserveMb } : null,
-      used: r.ok ? { memory_mb: r.value.used.memoryMb, vcpus: r.value.used.vcpus, sandboxes: r.value.used.sandboxes } : null,
-      sandboxes: (counts.get(r.host.instance) ?? 0) + (r.host === this.hosts.first ? counts.get(null) ?? 0 : 0),
-    }));
+    const answers = new Map((await this.hosts.each((h) => h.capacity())).map((r) => [r.host.instance, r]));
+    return this.hosts.known().map((row): api.HostEntry => {
+      const r = answers.get(row.id);
+      const why = this.hosts.unusable(row.id);
+      const report = r?.ok ? r.value : row.capacity ? (JSON.parse(row.capacity) as host.CapacityReport) : null;
+      return {
+        id: row.id, url: row.address, status: r?.ok ? "up" : "unreachable",
+        error: r?.ok ? null : r ? (r.error as Error).message : why === "unreachable" ? `no heartbeat since ${new Date(row.heartbeat_at ?? row.registered_at).toISOString()}` : "no client",
+        state: row.state as api.HostEntry["state"], managed: row.managed as api.HostEntry["managed"],
+        lease_until: row.lease_until === null ? null : new Date(row.lease_until).toISOString(),
+        lost_at: row.lost_at === null ? null : new Date(row.lost_at).toISOString(),
+        kind: row.kind ? (JSON.parse(row.kind) as api.HostEntry["kind"]) : null,
+        capacity: report ? { memory_mb: report.capacity.memoryMb, vcpus: report.capacity.vcpus, disk_reserve_mb: report.capacity.diskReserveMb } : null,
+        used: report ? { memory_mb: report.used.memoryMb, vcpus: report.used.vcpus, sandboxes: report.used.sandboxes } : null,
+        sandboxes: (counts.get(row.id) ?? 0) + (row.id === this.hosts.first?.instance ? counts.get(null) ?? 0 : 0),
+      };
+    });
   }
 
   get deployment(): string {
@@ -261,6 +286,14 @@ export class ControlPlane {
     if (now - (this.lastTouch.get(id) ?? 0) < 1000) return;
     this.lastTouch.set(id, now);
     await this.store.updateSandbox(id, { last_activity_at: now });
+  }
+
+  /**
+   * Records activity for every sandbox with an exec in flight through this replica: the
+   * replica that reaps may be another one, and it judges idleness by the database.
+   */
+  async touchActive(): Promise<void> {
+    for (const id of this.activeExecs.keys()) await this.touch(id).catch(() => undefined);
   }
 
   /** Brackets a running exec: a sandbox with an exec in flight is never idle. */

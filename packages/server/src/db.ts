@@ -1,5 +1,6 @@
 import SQLite from "better-sqlite3";
-import { Kysely, Migrator, SqliteDialect, type Generated, type Migration, type MigrationProvider } from "kysely";
+import pg from "pg";
+import { Kysely, Migrator, PostgresDialect, SqliteDialect, type Generated, type Migration, type MigrationProvider } from "kysely";
 import { join } from "node:path";
 import { migrations } from "./migrations.js";
 
@@ -81,6 +82,8 @@ export interface OperationsTable {
   host: string | null;
   created_at: number;
   finished_at: number | null;
+  /** The control-plane replica running it (null: recorded before replicas had ids). */
+  owner: string | null;
 }
 
 /**
@@ -164,7 +167,39 @@ export interface TemplatesTable {
   deleted_at: number | null;
 }
 
+/** A host agent of the deployment (see migration 012). */
+export interface HostsTable {
+  id: string;
+  address: string;
+  managed: string;
+  state: string;
+  /** JSON of host.HostKind. */
+  kind: string | null;
+  /** JSON of host.CapacityReport, as of its last heartbeat. */
+  capacity: string | null;
+  registered_at: number;
+  heartbeat_at: number | null;
+  lease_until: number | null;
+  lost_at: number | null;
+}
+
+export interface ReplicasTable {
+  id: string;
+  started_at: number;
+  heartbeat_at: number;
+  lease_until: number;
+}
+
+export interface LeasesTable {
+  name: string;
+  holder: string;
+  until: number;
+}
+
 export interface Database {
+  replicas: ReplicasTable;
+  leases: LeasesTable;
+  hosts: HostsTable;
   operations: OperationsTable;
   stored_snapshots: StoredSnapshotsTable;
   settings: SettingsTable;
@@ -177,23 +212,50 @@ export interface Database {
   events: EventsTable;
 }
 
+/** Where the control plane's database is: SQLite in the data dir (embedded, the default) or a Postgres server (DEN_DATABASE_URL). */
+export type DatabaseConfig = { kind: "sqlite" } | { kind: "postgres"; url: string };
+export type Dialect = DatabaseConfig["kind"];
+
+/** DEN_DATABASE_URL: unset is SQLite in the data dir; postgres:// (or postgresql://) is Postgres; anything else is refused. */
+export function databaseConfig(url: string | undefined): DatabaseConfig {
+  if (url === undefined || url === "") return { kind: "sqlite" };
+  if (/^postgres(ql)?:\/\//.test(url)) return { kind: "postgres", url };
+  throw new Error(`DEN_DATABASE_URL must be a postgres:// URL (unset it for the embedded SQLite database in the data dir); got ${url.replace(/\/\/[^@/]*@/, "//***@")}`);
+}
+
 class StaticProvider implements MigrationProvider {
+  constructor(private readonly dialect: Dialect) {}
   async getMigrations(): Promise<Record<string, Migration>> {
-    return migrations;
+    return migrations(this.dialect);
   }
 }
 
-/** Opens (and migrates) the SQLite database in the data dir. */
-export async function openDatabase(dataDir: string): Promise<Kysely<Database>> {
-  const sqlite = new SQLite(join(dataDir, "den.db"));
-  sqlite.pragma("journal_mode = WAL");
-  sqlite.pragma("synchronous = FULL");
-  sqlite.pragma("foreign_keys = ON");
-  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
-  const { error } = await new Migrator({ db, provider: new StaticProvider() }).migrateToLatest();
-  if (error) {
+/** Postgres' int8 (counts, epoch ms, bytes) and numeric (sums) as JS numbers, as SQLite gives them: every such value here is far below 2^53. */
+const PG_TYPES = { getTypeParser: ((oid: number, format?: string) => (oid === 20 || oid === 1700 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format as "text"))) as typeof pg.types.getTypeParser };
+
+/** Opens (and migrates) the control plane's database: SQLite in the data dir, or Postgres. */
+export async function openDatabase(dataDir: string, config: DatabaseConfig = { kind: "sqlite" }): Promise<Kysely<Database>> {
+  let dialect;
+  if (config.kind === "postgres") {
+    const pool = new pg.Pool({ connectionString: config.url, max: 10, types: PG_TYPES, connectionTimeoutMillis: 10_000 });
+    // An idle client's error (the server restarted) must not crash the process; the pool drops it.
+    pool.on("error", () => {});
+    dialect = new PostgresDialect({ pool });
+  } else {
+    const sqlite = new SQLite(join(dataDir, "den.db"));
+    sqlite.pragma("journal_mode = WAL");
+    sqlite.pragma("synchronous = FULL");
+    sqlite.pragma("foreign_keys = ON");
+    dialect = new SqliteDialect({ database: sqlite });
+  }
+  const db = new Kysely<Database>({ dialect });
+  try {
+    // Replicas starting at once: the migrator holds a lock (an advisory lock on Postgres).
+    const { error } = await new Migrator({ db, provider: new StaticProvider(config.kind) }).migrateToLatest();
+    if (error) throw error;
+  } catch (e) {
     await db.destroy();
-    throw error;
+    throw e;
   }
   return db;
 }

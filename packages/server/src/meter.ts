@@ -31,7 +31,8 @@ export class Meter {
 
   /** Reads the VM's CPU counter now: call before an operation that may end the VM. */
   async sample(id: string): Promise<number | undefined> {
-    const c = await this.cpuSeconds(id);
+    // A host that does not answer (it may be lost) has no reading to give; the segment closes without one.
+    const c = await this.cpuSeconds(id).catch(() => undefined);
     if (c !== undefined) this.lastCpu.set(id, c);
     return c;
   }

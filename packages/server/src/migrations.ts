@@ -1,7 +1,11 @@
 import type { Kysely, Migration } from "kysely";
+import type { Dialect } from "./db.js";
 
-/** Portable DDL only (no SQLite-specific types), so the same migrations can run on Postgres. */
-export const migrations: Record<string, Migration> = {
+/**
+ * One migration set for both dialects: portable DDL, and where the two differ (an
+ * auto-increment key) a branch on `dialect`. Never edit a migration that has shipped.
+ */
+export const migrations = (dialect: Dialect): Record<string, Migration> => ({
   "001_init": {
     async up(db: Kysely<unknown>): Promise<void> {
       await db.schema
@@ -47,7 +51,7 @@ export const migrations: Record<string, Migration> = {
       await db.schema.createIndex("sandbox_metadata_kv").on("sandbox_metadata").columns(["key", "value"]).execute();
       await db.schema
         .createTable("events")
-        .addColumn("seq", "integer", (c) => c.primaryKey().autoIncrement())
+        .addColumn("seq", dialect === "postgres" ? "serial" : "integer", (c) => (dialect === "postgres" ? c.primaryKey() : c.primaryKey().autoIncrement()))
         .addColumn("sandbox_id", "varchar(64)", (c) => c.notNull())
         .addColumn("at", "bigint", (c) => c.notNull())
         .addColumn("type", "varchar(32)", (c) => c.notNull())
@@ -202,4 +206,47 @@ export const migrations: Record<string, Migration> = {
       await db.schema.createIndex("sandboxes_owner_created").on("sandboxes").columns(["owner", "created_at"]).execute();
     },
   },
-};
+  "012_hosts": {
+    async up(db: Kysely<any>): Promise<void> {
+      // The host agents of the deployment: those given by configuration (no lease) and those
+      // that registered themselves (a lease their heartbeats renew).
+      await db.schema
+        .createTable("hosts")
+        .addColumn("id", "varchar(128)", (c) => c.primaryKey())
+        .addColumn("address", "varchar(512)", (c) => c.notNull())
+        /** config | lease */
+        .addColumn("managed", "varchar(16)", (c) => c.notNull())
+        /** up | draining | removed (what the operator said; reachability is the lease's) */
+        .addColumn("state", "varchar(16)", (c) => c.notNull())
+        .addColumn("kind", "text")
+        .addColumn("capacity", "text")
+        .addColumn("registered_at", "bigint", (c) => c.notNull())
+        .addColumn("heartbeat_at", "bigint")
+        .addColumn("lease_until", "bigint")
+        /** When its sandboxes were declared lost (its lease and the grace period ran out); null again once it is heard from. */
+        .addColumn("lost_at", "bigint")
+        .execute();
+    },
+  },
+  "013_replicas": {
+    async up(db: Kysely<any>): Promise<void> {
+      // Control-plane processes of one deployment, each alive while its lease is renewed.
+      await db.schema
+        .createTable("replicas")
+        .addColumn("id", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("started_at", "bigint", (c) => c.notNull())
+        .addColumn("heartbeat_at", "bigint", (c) => c.notNull())
+        .addColumn("lease_until", "bigint", (c) => c.notNull())
+        .execute();
+      // Work that must happen in one place at a time (the reaper, the garbage collector, ...): its holder and until when.
+      await db.schema
+        .createTable("leases")
+        .addColumn("name", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("holder", "varchar(64)", (c) => c.notNull())
+        .addColumn("until", "bigint", (c) => c.notNull())
+        .execute();
+      // The replica that runs an operation; another settles it once that replica is gone.
+      await db.schema.alterTable("operations").addColumn("owner", "varchar(64)").execute();
+    },
+  },
+});

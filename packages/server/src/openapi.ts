@@ -5,7 +5,9 @@ import { loadConfig } from "./config.js";
 import type { ControlPlane } from "./control-plane.js";
 
 // Route handlers never run here: generating the document needs only the routes' schemas.
-const app = await buildApp({ config: loadConfig({}, {}) } as ControlPlane);
+// (The port-URL secret is the one setting building the app reads: a throwaway one.)
+const store = { setting: async (_key: string, make: () => string) => make() };
+const app = await buildApp({ config: loadConfig({}, {}), store } as unknown as ControlPlane);
 await app.ready();
 writeFileSync(new URL("../../openapi.json", import.meta.url), JSON.stringify(app.swagger(), null, 2) + "\n");
 await app.close();

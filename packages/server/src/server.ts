@@ -5,6 +5,8 @@ import type { ServerConfig } from "./config.js";
 import { ControlPlane, newDeploymentId, systemClock, type Clock } from "./control-plane.js";
 import { openDatabase } from "./db.js";
 import { connectHost } from "./host-connection.js";
+import { HttpHostAgent } from "@den/host-agent";
+import { REPLICA_LEASE_MS, Replica } from "./control/replica.js";
 import { openStore } from "./object-store.js";
 import { Store } from "./store.js";
 import { openE2b } from "./e2b/index.js";
@@ -35,21 +37,27 @@ export interface RunningServer {
  */
 export async function startServer(config: ServerConfig, opts: { clock?: Clock; logger?: boolean | object } = {}): Promise<RunningServer> {
   await mkdir(config.dataDir, { recursive: true });
-  const db = await openDatabase(config.dataDir);
+  const db = await openDatabase(config.dataDir, config.database);
   const store = new Store(db);
   const objects = openStore(config);
   const { hosts, close: closeHost } = await connectHost(config, objects);
   const deployment = await store.setting("deployment_id", newDeploymentId);
-  const cp = new ControlPlane(store, hosts, config, objects, deployment, opts.clock ?? systemClock);
+  const remote = config.hostAgent.kind === "remote" ? config.hostAgent : undefined;
+  const clock = opts.clock ?? systemClock;
+  const replica = await Replica.open(store, clock, config.dataDir);
+  const cp = new ControlPlane(store, hosts, config, objects, deployment, clock, {
+    replica: replica.id, ...(remote ? { connectHost: (address: string) => HttpHostAgent.connect(address, remote.secret) } : {}),
+  });
   let createdAdminKey: string | undefined;
   try {
     if (config.apiKey) {
       if (!(await store.hasKeyHash(config.apiKey))) await store.createKey("admin", true, config.apiKey);
-    } else if ((await store.countKeys()) === 0) {
-      createdAdminKey = (await store.createKey("admin", true)).secret;
+    } else {
+      createdAdminKey = await store.firstAdminKey();
     }
     await cp.reconcile();
   } catch (e) {
+    cp.hosts.close();
     await closeHost();
     await db.destroy();
     throw e;
@@ -73,6 +81,7 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   } catch (e) {
     await envd?.close();
     await app.close();
+    cp.hosts.close();
     await closeHost();
     await db.destroy();
     throw e;
@@ -90,19 +99,35 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
       pass().catch((err: unknown) => app.log.error({ err }, `${what} failed`)).finally(() => (busy = false));
     }, ms);
   };
-  const reaper = every(config.reaper.intervalMs, "reaper pass", () => cp.reap());
-  const refusals = every(config.network.eventsIntervalMs, "network refusal pass", () => cp.pollRefusals());
+  // Work done once for the deployment, by the replica that holds its lease (see control/replica.ts).
+  const once = (work: string, pass: () => Promise<void>) => async () => {
+    if (await replica.holds(work)) await pass();
+  };
+  const alive = every(2000, "replica lease renewal", () => replica.renew());
+  // An exec streaming through this replica keeps its sandbox active for whichever replica reaps.
+  const active = every(config.reaper.intervalMs, "activity of execs in flight", () => cp.touchActive());
+  const reaper = every(config.reaper.intervalMs, "reaper pass", once("reaper", () => cp.reap()));
+  // Registered hosts: who holds a lease, and the loss of those that stopped renewing theirs.
+  const leases = every(Math.min(config.reaper.intervalMs, 1000), "host lease pass", once("hosts", () => cp.registry.sweep()));
+  const refusals = every(config.network.eventsIntervalMs, "network refusal pass", once("refusals", () => cp.pollRefusals()));
   const sampler = every(E2B_METRICS_INTERVAL_MS, "guest metrics sampling", () => e2b.metrics.pass());
+  // Any replica settles operations of replicas that are gone (each one is claimed first); one collects garbage.
   const gc = every(config.storeGc.intervalMs, "store garbage collection", async () => {
     await cp.recovery.retry();
-    await cp.gc.collect();
+    if (await replica.holds("gc")) await cp.gc.collect();
   });
+  // A replica that dies mid-operation: the others settle what it left within a few seconds of its lease running out.
+  const orphans = every(REPLICA_LEASE_MS / 2, "operations of replicas that are gone", () => cp.recovery.retry({ othersOnly: true }));
   return {
     app, cp, url: baseUrl(config.host, port),
     ...(envdUrl ? { envdUrl } : {}),
     ...(createdAdminKey ? { createdAdminKey } : {}),
     async close() {
       clearInterval(reaper);
+      clearInterval(leases);
+      clearInterval(alive);
+      clearInterval(active);
+      clearInterval(orphans);
       clearInterval(refusals);
       clearInterval(gc);
       clearInterval(sampler);
@@ -114,7 +139,9 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
         const r = await cp.hibernateAllCold(Date.now() + config.defaults.shutdownTimeoutSeconds * 1000);
         if (r.done || r.left) app.log.info(r, "clean stop: sandboxes cold-hibernated (the rest are adopted at the next start)");
       }
+      cp.hosts.close();
       await closeHost();
+      await replica.retire().catch(() => undefined);
       await db.destroy();
     },
   };

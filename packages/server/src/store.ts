@@ -2,13 +2,14 @@ import { NO_NETWORK } from "./network.js";
 import { createHash, randomBytes } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
 import type { api } from "@den/protocol";
-import type { CheckpointsTable, Database, OperationsTable, SandboxesTable, StoredSnapshotsTable, TemplatesTable, UsageSegmentsTable } from "./db.js";
+import type { CheckpointsTable, Database, HostsTable, OperationsTable, SandboxesTable, StoredSnapshotsTable, TemplatesTable, UsageSegmentsTable } from "./db.js";
 
 export type SandboxRow = Selectable<SandboxesTable>;
 export type OperationRow = Selectable<OperationsTable>;
 export type StoredSnapshotRow = Selectable<StoredSnapshotsTable>;
 export type CheckpointRow = Selectable<CheckpointsTable>;
 export type TemplateRow = Selectable<TemplatesTable>;
+export type HostRow = Selectable<HostsTable>;
 
 export function toApiCheckpoint(r: CheckpointRow): api.Checkpoint {
   return {
@@ -96,6 +97,17 @@ export class Store {
       .where("id", "=", id).where("status", "=", "pending").execute();
   }
 
+  /** Takes a pending operation over from `from` (a replica that is gone, or null): true for exactly one caller. */
+  async claimOperation(id: string, from: string | null, to: string): Promise<boolean> {
+    let q = this.db.updateTable("operations").set({ owner: to }).where("id", "=", id).where("status", "=", "pending");
+    q = from === null ? q.where("owner", "is", null) : q.where("owner", "=", from);
+    return Number((await q.executeTakeFirst()).numUpdatedRows) === 1;
+  }
+
+  async getOperation(id: string): Promise<OperationRow | undefined> {
+    return this.db.selectFrom("operations").selectAll().where("id", "=", id).executeTakeFirst();
+  }
+
   async pendingOperations(): Promise<OperationRow[]> {
     return this.db.selectFrom("operations").selectAll().where("status", "=", "pending").orderBy("created_at").execute();
   }
@@ -142,12 +154,113 @@ export class Store {
     return new Set((await this.db.selectFrom("stored_snapshots").select("id").where("state", "!=", "released").execute()).map((r) => r.id));
   }
 
+  // ---- replicas and leases ----
+
+  async renewReplica(id: string, at: number, until: number): Promise<void> {
+    await this.db.insertInto("replicas").values({ id, started_at: at, heartbeat_at: at, lease_until: until })
+      .onConflict((oc) => oc.column("id").doUpdateSet({ heartbeat_at: at, lease_until: until })).execute();
+  }
+
+  /** Ids of replicas whose lease runs at `now`. */
+  async liveReplicas(now: number): Promise<Set<string>> {
+    return new Set((await this.db.selectFrom("replicas").select("id").where("lease_until", ">", now).execute()).map((r) => r.id));
+  }
+
+  /** A clean stop: its lease and its work leases end now, so another replica takes over at once. */
+  async retireReplica(id: string): Promise<void> {
+    await this.db.updateTable("replicas").set({ lease_until: 0 }).where("id", "=", id).execute();
+    await this.db.updateTable("leases").set({ until: 0 }).where("holder", "=", id).execute();
+  }
+
+  /** Takes (or keeps) the lease on a kind of work: true if `holder` holds it until `until`. */
+  async claimLease(name: string, holder: string, now: number, until: number): Promise<boolean> {
+    await this.db.insertInto("leases").values({ name, holder, until: 0 }).onConflict((oc) => oc.column("name").doNothing()).execute();
+    const r = await this.db.updateTable("leases").set({ holder, until }).where("name", "=", name)
+      .where((eb) => eb.or([eb("holder", "=", holder), eb("until", "<=", now)])).executeTakeFirst();
+    return Number(r.numUpdatedRows) === 1;
+  }
+
+  // ---- hosts ----
+
+  async hostRows(): Promise<HostRow[]> {
+    return this.db.selectFrom("hosts").selectAll().where("state", "!=", "removed").orderBy("registered_at").orderBy("id").execute();
+  }
+
+  async getHost(id: string): Promise<HostRow | undefined> {
+    return this.db.selectFrom("hosts").selectAll().where("id", "=", id).executeTakeFirst();
+  }
+
+  /** A host given by configuration: recorded (no lease), its address kept current. */
+  async upsertConfigHost(id: string, address: string, at: number): Promise<void> {
+    await this.db.insertInto("hosts").values({ id, address, managed: "config", state: "up", kind: null, capacity: null, registered_at: at, heartbeat_at: null, lease_until: null, lost_at: null })
+      .onConflict((oc) => oc.column("id").doUpdateSet({ address, managed: "config", state: "up", lease_until: null, lost_at: null })).execute();
+  }
+
+  /**
+   * A heartbeat: the host's row created or renewed (a removed host stays removed). Returns
+   * the row as it was before, so the caller can tell a host coming back from one that never left.
+   */
+  async heartbeat(hb: { id: string; address: string; kind: string; capacity: string; starting: boolean }, at: number, leaseUntil: number): Promise<{ before: HostRow | undefined; after: HostRow }> {
+    return this.transaction(async (s) => {
+      const before = await s.getHost(hb.id);
+      if (!before) {
+        await s.db.insertInto("hosts").values({ id: hb.id, address: hb.address, managed: "lease", state: "up", kind: hb.kind, capacity: hb.capacity, registered_at: at, heartbeat_at: at, lease_until: leaseUntil, lost_at: null })
+          .onConflict((oc) => oc.column("id").doNothing()).execute();
+      } else if (before.state !== "removed") {
+        await s.db.updateTable("hosts").set({
+          address: hb.address, managed: "lease", kind: hb.kind, capacity: hb.capacity, heartbeat_at: at, lease_until: leaseUntil,
+          ...(hb.starting && before.state === "draining" ? { state: "up" } : {}),
+        }).where("id", "=", hb.id).execute();
+      }
+      return { before, after: (await s.getHost(hb.id))! };
+    });
+  }
+
+  /** Claims the declaration of a host's loss: true for exactly one caller, once its lease ended before `deadline`. */
+  async claimHostLost(id: string, deadline: number, at: number): Promise<boolean> {
+    const r = await this.db.updateTable("hosts").set({ lost_at: at }).where("id", "=", id).where("managed", "=", "lease")
+      .where("lost_at", "is", null).where("lease_until", "<", deadline).executeTakeFirst();
+    return Number(r.numUpdatedRows) === 1;
+  }
+
+  /** Heard from again: its next loss is a new one. True for the one caller that cleared it. */
+  async clearHostLost(id: string): Promise<boolean> {
+    const r = await this.db.updateTable("hosts").set({ lost_at: null }).where("id", "=", id).where("lost_at", "is not", null).executeTakeFirst();
+    return Number(r.numUpdatedRows) === 1;
+  }
+
+  async setHostState(id: string, state: "up" | "draining" | "removed"): Promise<void> {
+    await this.db.updateTable("hosts").set({ state }).where("id", "=", id).execute();
+  }
+
+  /** Sandboxes on a host that hold something there (a VM, a warm snapshot or a disk): not destroyed, lost, errored or cold. */
+  async sandboxesHeldOn(hostId: string): Promise<SandboxRow[]> {
+    return this.db.selectFrom("sandboxes").selectAll().where("host_id", "=", hostId).where("state", "not in", ["destroyed", "lost", "error"])
+      .where((eb) => eb.or([eb("state", "!=", "hibernated"), eb("hibernate_mode", "is", null), eb("hibernate_mode", "!=", "cold")])).execute();
+  }
+
   // ---- keys ----
 
   async createKey(owner: string, admin: boolean, secret = `den_${randomBytes(24).toString("base64url")}`): Promise<{ id: string; secret: string }> {
     const id = `key_${randomBytes(8).toString("hex")}`;
     await this.db.insertInto("api_keys").values({ id, owner, hash: hashKey(secret), admin: admin ? 1 : 0, created_at: Date.now(), revoked_at: null }).execute();
     return { id, secret };
+  }
+
+  /**
+   * Creates the first admin key if the deployment has no key and none was ever made this
+   * way; returns its secret to the one process that made it (replicas may start at once:
+   * the claim is a settings row, so only one of them wins).
+   */
+  async firstAdminKey(): Promise<string | undefined> {
+    if ((await this.countKeys()) > 0) return undefined;
+    const secret = `den_${randomBytes(24).toString("base64url")}`;
+    return this.transaction(async (s) => {
+      const claim = await s.db.insertInto("settings").values({ key: "first_admin_key", value: hashKey(secret) }).onConflict((oc) => oc.column("key").doNothing()).executeTakeFirst();
+      if (Number(claim.numInsertedOrUpdatedRows ?? 0) !== 1) return undefined;
+      await s.createKey("admin", true, secret);
+      return secret;
+    });
   }
 
   async findKey(secret: string): Promise<Principal | undefined> {

@@ -42,7 +42,7 @@ describe("the /v1 API against real microVMs", () => {
     assert.equal(r.status, 200, r.text);
     assert.equal(r.body.hosts.length, 1);
     const [h] = r.body.hosts;
-    assert.equal(h.id, server.cp.hosts.first.instance);
+    assert.equal(h.id, server.cp.hosts.first!.instance);
     if (process.env.DEN_HOST_TRANSPORT === "loopback") assert.match(h.url, /^http:\/\/127\.0\.0\.1:\d+$/);
     else assert.equal(h.url, "local");
     assert.deepEqual({ capacity: h.capacity, used: h.used }, (await admin("GET", "/v1/host")).body);

@@ -113,6 +113,8 @@ function rawPost(base: string, path: string, host: string, body: string): Promis
       try { parsed = JSON.parse(text); } catch { parsed = undefined; }
       resolve({ status, body: parsed, text: raw.slice(0, 2000) });
     });
-    s.end(`POST ${path} HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${ADMIN_KEY}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    // write, not end: a client that half-closes before the answer may find the socket closed
+    // under it (the server's answer waits on the database, which on Postgres is a round trip).
+    s.write(`POST ${path} HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${ADMIN_KEY}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
   });
 }

@@ -67,7 +67,7 @@ describe("checkpoints and forks over the API", () => {
       const r = await api("POST", `/v1/sandboxes/${k.id}/exec`, { cmd: "rm /tmp/held; until [ -s /tmp/held ]; do sleep 0.2; done; cat /tmp/held", timeout_seconds: 60 });
       assert.equal(r.body.stdout, held.body.stdout, "the child's process holds the parent's data");
     }
-    const qemus = findInstanceProcesses(fx.server.cp.hosts.first.instance);
+    const qemus = findInstanceProcesses(fx.server.cp.hosts.first!.instance);
     const mem = kids.map((k) => memoryKb(qemus.get(k.id)!));
     const summedPss = mem.reduce((a, m) => a + m.pss, 0);
     t.diagnostic(`children's PSS ${mem.map((m) => m.pss >> 10).join(" + ")} MiB; one child's RSS ${mem[0]!.rss >> 10} MiB`);

@@ -63,7 +63,7 @@ for (const kind of ["local", "s3"] as const) {
       assert.equal(ready.body.exit_code, 0, ready.text);
       const sum = ready.body.stdout;
       const tree = (await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "find /work -exec stat -c '%n %s %Y' {} + | sort" })).body.stdout;
-      const instance = server.cp.hosts.first.instance;
+      const instance = server.cp.hosts.first!.instance;
       for (let round = 1; round <= 5; round++) {
         const diskDelta = statSync(join(dataDir(), "sandboxes", id, "disk.qcow2")).size;
         const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
@@ -174,7 +174,7 @@ describe("warm hibernate", () => {
     try {
       const id = (await api("POST", "/v1/sandboxes", {})).body.id;
       await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "nohup sh -c 'while true; do :; done' >/dev/null 2>&1 &" });
-      const cpu = async () => (await server.cp.hosts.first.cpuSeconds(id))!;
+      const cpu = async () => (await server.cp.hosts.first!.cpuSeconds(id))!;
       const b0 = await cpu();
       await new Promise((r) => setTimeout(r, 1000));
       assert.ok((await cpu()) - b0 > 0.5, "the loop burns CPU while running");

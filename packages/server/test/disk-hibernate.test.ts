@@ -51,8 +51,8 @@ describe("disk hibernation through /v1", () => {
     for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
     await server?.close();
   });
-  const hasQemu = (id: string) => findInstanceProcesses(server.cp.hosts.first.instance).has(id);
-  const usedMb = async () => (await server.cp.hosts.first.capacity()).used.memoryMb;
+  const hasQemu = (id: string) => findInstanceProcesses(server.cp.hosts.first!.instance).has(id);
+  const usedMb = async () => (await server.cp.hosts.first!.capacity()).used.memoryMb;
 
   test("hibernate {mode: disk}: no VM and no memory held; an exec wakes it by a boot: files kept, processes gone, a new boot_id; billed as cold", async () => {
     const { id, boot } = await prepare(api, { network: { egress: "open" } });
@@ -66,7 +66,7 @@ describe("disk hibernation through /v1", () => {
     assert.equal(h.body.stored_bytes, null);
     assert.equal(hasQemu(id), false, "its QEMU is gone");
     assert.equal(await usedMb(), before - memoryMb, "admission no longer counts its memory");
-    const inv = await server.cp.hosts.first.inventory();
+    const inv = await server.cp.hosts.first!.inventory();
     assert.equal(inv.vms.find((v) => v.id === id)?.state, "off");
     // Asleep already: warm and disk answer it as it is; the store is not for a disk-only one (yet).
     assert.equal((await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "disk" })).body.hibernate_mode, "disk");
@@ -110,12 +110,12 @@ describe("disk hibernation through /v1", () => {
     const w = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "warm" });
     assert.equal(w.body.hibernate_mode, "warm");
     const snapshot = (await server.cp.store.getSandbox(id))!.hibernate_snapshot!;
-    assert.ok((await server.cp.hosts.first.inventory()).snapshots.includes(snapshot));
+    assert.ok((await server.cp.hosts.first!.inventory()).snapshots.includes(snapshot));
     const d = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "disk" });
     assert.equal(d.status, 200, d.text);
     assert.equal(d.body.hibernate_mode, "disk");
     assert.equal(hasQemu(id), false);
-    assert.equal((await server.cp.hosts.first.inventory()).snapshots.includes(snapshot), false, "the warm snapshot is gone");
+    assert.equal((await server.cp.hosts.first!.inventory()).snapshots.includes(snapshot), false, "the warm snapshot is gone");
     const hib = (await events(api, id)).filter((e) => e.type === "hibernated").map((e) => e.data.mode);
     assert.deepEqual(hib, ["warm", "disk"]);
     const woke = await api("POST", `/v1/sandboxes/${id}/wake`);

@@ -17,7 +17,9 @@ export function dataDir(): string {
 /** An in-process server on a free port, with fast reapers. */
 export async function testServer(env: Record<string, string> = {}): Promise<RunningServer> {
   // DEN_HOST_TRANSPORT=loopback runs the same tests with every host call over HTTP.
+  // DEN_DATABASE_URL (scripts/with-postgres.sh) runs them on Postgres.
   const transport = process.env.DEN_HOST_TRANSPORT ? { DEN_HOST_TRANSPORT: process.env.DEN_HOST_TRANSPORT } : {};
+  if (process.env.DEN_DATABASE_URL) Object.assign(transport, { DEN_DATABASE_URL: process.env.DEN_DATABASE_URL });
   const config = loadConfig({ port: "0", dataDir: dataDir() }, { DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", DEN_STORE_GC_GRACE_SECONDS: "0", DEN_ENVD_PORT: "0", ...transport, ...env });
   return startServer(config);
 }
@@ -112,7 +114,7 @@ export function serverFixture(): { server: RunningServer; api: ReturnType<typeof
 
 /** The pid of a sandbox's QEMU, found by its instance tag (the host agent may be another process). */
 export function vmPid(server: RunningServer, id: string): number {
-  const pid = findInstanceProcesses(server.cp.hosts.first.instance).get(id);
+  const pid = findInstanceProcesses(server.cp.hosts.first!.instance).get(id);
   if (pid === undefined) throw new Error(`sandbox ${id} has no QEMU`);
   return pid;
 }

@@ -39,13 +39,13 @@ describe("custom templates", () => {
   });
 
   test("a failing setup command is a 422 with its output; nothing is left behind", async () => {
-    const before = findInstanceProcesses(fx.server.cp.hosts.first.instance).size;
+    const before = findInstanceProcesses(fx.server.cp.hosts.first!.instance).size;
     const r = await api("POST", "/v1/templates", { name: "broken", setup: ["echo ok", "echo oops >&2; exit 3"] });
     assert.equal(r.status, 422, r.text);
     assert.equal(r.body.error.code, "setup_failed");
     assert.match(r.body.error.message, /setup command 2 exited with 3/);
     assert.equal(r.body.error.details.stderr, "oops\n");
-    assert.equal(findInstanceProcesses(fx.server.cp.hosts.first.instance).size, before, "the building VM is gone");
+    assert.equal(findInstanceProcesses(fx.server.cp.hosts.first!.instance).size, before, "the building VM is gone");
     assert.ok(!((await api("GET", "/v1/templates")).body.templates as Array<{ name: string }>).some((x) => x.name === "broken"));
     assert.equal((await api("POST", "/v1/sandboxes", { template: "broken" })).status, 404);
     assert.equal((await api("POST", "/v1/templates", { name: "Bad.Name" })).status, 400);

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { LocalHostAgent, startHostServer } from "@den/host-agent";
+import { LocalHostAgent, Registrar, startHostServer } from "@den/host-agent";
 import { loadConfig, openStore } from "@den/server";
 import { globalOptions, logLine } from "./options.js";
 
@@ -7,7 +7,9 @@ import { globalOptions, logLine } from "./options.js";
  * `den host run`: this machine's host agent alone (its VMs, warm snapshots, templates and
  * networks in the data dir), serving /host/v1 to a control plane (`den serve --host-agent`).
  * The snapshot store is configured as for `den serve` (DEN_STORE, DEN_STORE_DIR, DEN_S3_*)
- * and must be the one the control plane opens.
+ * and must be the one the control plane opens. With `--control-plane URL` (one or more
+ * replicas) it registers itself and keeps a lease by heartbeat; a stop then drains it (its
+ * sandboxes cold-hibernate, to wake on other hosts) before it exits.
  */
 export function registerHostRun(host: Command): void {
   host
@@ -15,7 +17,9 @@ export function registerHostRun(host: Command): void {
     .description("run this machine's host agent alone, serving the host protocol to a control plane (needs DEN_HOST_SECRET)")
     .option("-p, --port <port>", "port (default 8788)", "8788")
     .option("--host <host>", "address to listen on (default 127.0.0.1)", "127.0.0.1")
-    .action(async (opts: { port: string; host: string }, cmd: Command) => {
+    .option("--control-plane <url...>", "register with these control-plane replicas and keep a lease (DEN_CONTROL_PLANE_URL, comma-separated)")
+    .option("--advertise <url>", "where the control plane reaches this host (default http://<host>:<port>)")
+    .action(async (opts: { port: string; host: string; controlPlane?: string[]; advertise?: string }, cmd: Command) => {
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
       const config = loadConfig({ ...(root.dataDir ? { dataDir: globalOptions(cmd).dataDir } : {}) });
       const secret = process.env.DEN_HOST_SECRET;
@@ -29,15 +33,39 @@ export function registerHostRun(host: Command): void {
         throw e;
       }
       logLine(`den: host agent ${agent.instance} listening on ${server.url} (data dir ${config.dataDir})`);
+      const planes = (opts.controlPlane?.length ? opts.controlPlane : (process.env.DEN_CONTROL_PLANE_URL ?? "").split(",")).map((u) => u.trim().replace(/\/+$/, "")).filter(Boolean);
+      let registrar: Registrar | undefined;
+      if (planes.length) {
+        const address = (opts.advertise ?? process.env.DEN_HOST_ADVERTISE_URL ?? server.url).replace(/\/+$/, "");
+        if (/^https?:\/\/(0\.0\.0\.0|\[::\])(:|$)/.test(address)) throw new Error(`listening on ${opts.host}: say where the control plane reaches this host with --advertise URL`);
+        registrar = new Registrar(agent, { controlPlanes: planes, secret, address, intervalMs: Number(process.env.DEN_HOST_HEARTBEAT_MS ?? 2000), log: logLine });
+        try {
+          await registrar.start();
+        } catch (e) {
+          await server.close();
+          agent.close();
+          throw new Error(`could not register with the control plane (${planes.join(", ")}): ${(e as Error).message}`);
+        }
+        logLine(`den: registered with ${planes.join(", ")} as ${address}`);
+      }
       let stopping = false;
-      // A stop leaves the VMs running: the next start adopts them (draining them is the control plane's call).
+      // Registered: a stop drains the host first (its sandboxes go cold and can wake elsewhere).
+      // Otherwise it leaves the VMs running: the next start adopts them.
       const stop = (signal: string) => {
         if (stopping) return;
         stopping = true;
-        logLine(`den: ${signal}: host agent stopping; its VMs keep running and are adopted at the next start`);
-        server.close().finally(() => {
-          agent.close();
-          process.exit(0);
+        const drained = registrar
+          ? (logLine(`den: ${signal}: draining (its sandboxes cold-hibernate to wake on other hosts)`), registrar.drain(config.defaults.shutdownTimeoutSeconds * 1000)
+            .then((left) => logLine(left === 0 ? "den: drained" : `den: ${left} sandbox(es) still here after the shutdown timeout; they are adopted at the next start`)))
+          : (logLine(`den: ${signal}: host agent stopping; its VMs keep running and are adopted at the next start`), Promise.resolve());
+        drained.finally(() => {
+          registrar?.stop();
+          // A connection that does not let go (a stream to a guest) does not hold the stop up for long.
+          setTimeout(() => process.exit(0), 10_000).unref();
+          server.close().finally(() => {
+            agent.close();
+            process.exit(0);
+          });
         });
       };
       process.on("SIGTERM", () => stop("SIGTERM"));

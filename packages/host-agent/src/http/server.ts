@@ -73,7 +73,8 @@ export async function buildHostServer(agent: HostAgent, opts: HostServerOptions)
   const app = Fastify({ logger: opts.logger ?? false, bodyLimit: opts.bodyLimit ?? 64 * 1024 * 1024, routerOptions: { maxParamLength: 200 } });
   const events = new EventHub();
   agent.onTransfer = (transfer) => events.publish({ type: "transfer", transfer });
-  app.addHook("onClose", async () => events.close());
+  // Before the server waits for its connections: a control plane's event stream never ends by itself.
+  app.addHook("preClose", async () => events.close());
 
   // File bytes are streamed to the guest, never buffered here.
   app.addContentTypeParser("application/octet-stream", (_req, payload, done) => done(null, payload));

@@ -16,6 +16,8 @@ export interface Ctx {
   objects: ObjectStore;
   /** This deployment's id (kept in the database): its objects live under it in the store. */
   deployment: string;
+  /** This control-plane replica's id: it owns the operations it begins. */
+  replica: string;
   config: ServerConfig;
   clock: Clock;
   ops: Operations;

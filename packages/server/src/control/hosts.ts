@@ -1,39 +1,127 @@
 import { DenError, type HostAgent, type HostCreateSpec, type HostInventory } from "@den/protocol";
-import type { SandboxRow } from "../store.js";
+import type { HostRow, SandboxRow, Store } from "../store.js";
 
 /** What a fan-out call got from one host: its answer, or why it had none. */
 export type FromHost<T> = { host: HostAgent; ok: true; value: T } | { host: HostAgent; ok: false; error: unknown };
 
+/** Why a host cannot be used now, or null if it can. */
+export type Unusable = null | "unreachable" | "removed";
+
 /**
- * The host agents this control plane is given (one in single-node mode; a static list
- * with `--host-agent URL,URL`), by instance id. A sandbox lives on the host its row names
- * (`host_id`); what derives from it (a fork, a warm or cold wake, a restore of one of its
- * checkpoints) goes to the same host, because that host holds its warm snapshot, its
- * copy-on-write parent and the template version its stored snapshots were made from.
- * Only a new sandbox is placed: on the host with the most free memory that can hold it.
+ * The deployment's host agents, by instance id, as the database records them (the `hosts`
+ * table): those given by configuration (the in-process host of single-node mode, or a
+ * `--host-agent URL` list), and those that registered themselves (`den host run
+ * --control-plane URL`) and hold a lease their heartbeats renew. A registered host whose
+ * lease ran out is unreachable: it takes no new sandbox, its own are not judged, and calls
+ * for them are `agent_unavailable`.
+ *
+ * A sandbox lives on the host its row names (`host_id`); what derives from it (a fork, a
+ * warm wake, a restore of one of its checkpoints) goes to the same host while it is up.
+ * A new sandbox is placed on the host with the most free memory that can hold it.
  */
 export class HostPool {
-  private readonly byId: Map<string, HostAgent>;
+  private readonly clients = new Map<string, HostAgent>();
+  private readonly connecting = new Map<string, Promise<void>>();
+  private rows = new Map<string, HostRow>();
+  private readonly configured: HostAgent[];
 
-  constructor(readonly all: readonly HostAgent[]) {
-    if (!all.length) throw new Error("a control plane needs at least one host agent");
-    this.byId = new Map();
-    for (const h of all) {
-      if (this.byId.has(h.instance)) throw new Error(`host agent ${h.instance} is given twice (${h.address})`);
-      this.byId.set(h.instance, h);
+  constructor(
+    configured: readonly HostAgent[],
+    private readonly opts: {
+      store?: Store;
+      /** A client for a registered host (HttpHostAgent.connect with the deployment's host secret). */
+      connect?: (address: string) => Promise<HostAgent>;
+      /** Called once for every client this pool makes or is given (the control plane follows its events). */
+      adopt?: (h: HostAgent) => void;
+      now?: () => number;
+    } = {},
+  ) {
+    this.configured = [...configured];
+    for (const h of configured) {
+      if (this.clients.has(h.instance)) throw new Error(`host agent ${h.instance} is given twice (${h.address})`);
+      this.clients.set(h.instance, h);
+      opts.adopt?.(h);
     }
   }
 
-  /** The first host given: rows from before hosts were recorded live there. */
-  get first(): HostAgent {
-    return this.all[0]!;
+  private now(): number {
+    return this.opts.now?.() ?? Date.now();
   }
 
-  /** A host by instance id (null: the first one). */
+  /** Records the configured hosts and loads the registered ones (at start). */
+  async open(): Promise<void> {
+    const store = this.opts.store;
+    if (store) for (const h of this.configured) await store.upsertConfigHost(h.instance, h.address, this.now());
+    await this.refresh();
+  }
+
+  /** Reloads the hosts table and connects to registered hosts it has no client for yet. */
+  async refresh(): Promise<void> {
+    if (!this.opts.store) return;
+    this.rows = new Map((await this.opts.store.hostRows()).map((r) => [r.id, r]));
+    const pending: Promise<void>[] = [];
+    for (const r of this.rows.values()) {
+      if (r.managed !== "lease" || this.unusable(r.id) !== null) continue;
+      const c = this.clients.get(r.id);
+      if (c && c.address === r.address) continue;
+      pending.push(this.connectTo(r));
+    }
+    await Promise.all(pending);
+  }
+
+  private connectTo(r: HostRow): Promise<void> {
+    const key = `${r.id} ${r.address}`;
+    let p = this.connecting.get(key);
+    if (!p && this.opts.connect) {
+      p = this.opts.connect(r.address).then((agent) => {
+        if (agent.instance !== r.id) {
+          agent.close();
+          throw new Error(`the host agent at ${r.address} is ${agent.instance}, not ${r.id}`);
+        }
+        this.clients.get(r.id)?.close();
+        this.clients.set(r.id, agent);
+        this.opts.adopt?.(agent);
+      }).catch(() => undefined).finally(() => this.connecting.delete(key));
+      this.connecting.set(key, p);
+    }
+    return p ?? Promise.resolve();
+  }
+
+  /** Why a host cannot take calls now (null: it can). A configured host is always tried. */
+  unusable(id: string): Unusable {
+    const r = this.rows.get(id);
+    if (!r) return this.configured.some((h) => h.instance === id) ? null : "removed";
+    if (r.state === "removed") return "removed";
+    if (r.managed === "lease" && (r.lease_until ?? 0) <= this.now()) return "unreachable";
+    return null;
+  }
+
+  /** Hosts that take calls now (with a client). */
+  get all(): HostAgent[] {
+    return [...this.clients.values()].filter((h) => this.unusable(h.instance) === null);
+  }
+
+  /** The first configured host: rows from before hosts were recorded live there. */
+  get first(): HostAgent | undefined {
+    return this.configured[0];
+  }
+
+  /** Every host the database knows (for the host list), usable or not; a configured host of an earlier configuration is not one. */
+  known(): HostRow[] {
+    return [...this.rows.values()].filter((r) => r.managed === "lease" || this.configured.some((h) => h.instance === r.id));
+  }
+
+  /** A host by instance id (null: the first configured one). */
   get(instance: string | null): HostAgent {
-    if (instance === null) return this.first;
-    const h = this.byId.get(instance);
-    if (!h) throw new DenError("agent_unavailable", `host ${instance} is not among this control plane's host agents (${[...this.byId.keys()].join(", ")})`);
+    const id = instance ?? this.first?.instance;
+    if (id === undefined) throw new DenError("agent_unavailable", "this sandbox's host is not recorded and no host agent is configured");
+    const why = this.unusable(id);
+    const h = this.clients.get(id);
+    if (why === "unreachable") {
+      const r = this.rows.get(id)!;
+      throw new DenError("agent_unavailable", `host ${id} (${r.address}) has not renewed its lease for ${Math.round((this.now() - (r.heartbeat_at ?? r.registered_at)) / 1000)} s`);
+    }
+    if (why === "removed" || !h) throw new DenError("agent_unavailable", `host ${id} is not among this deployment's reachable host agents (${this.all.map((x) => x.instance).join(", ") || "none"})`);
     return h;
   }
 
@@ -42,20 +130,39 @@ export class HostPool {
     return this.get(row.host_id);
   }
 
+  /** Whether a sandbox's host takes calls now. */
   has(instance: string | null): boolean {
-    return instance === null || this.byId.has(instance);
+    const id = instance ?? this.first?.instance;
+    return id !== undefined && this.clients.has(id) && this.unusable(id) === null;
+  }
+
+  /** Whether a host takes new sandboxes (up, not draining). */
+  private open_(h: HostAgent): boolean {
+    return this.rows.get(h.instance)?.state !== "draining";
   }
 
   /**
-   * Where a new sandbox of this spec goes: the host with the most free memory among those
-   * that can hold it now; the first host's refusal if none can (the reason a user should see).
+   * Where a new sandbox of this spec goes: `prefer` if it can hold it, else the host with
+   * the most free memory among those that can hold it now (draining hosts and `exclude`
+   * left out); the most telling refusal if none can.
    */
-  async place(spec: Omit<HostCreateSpec, "id">): Promise<HostAgent> {
-    if (this.all.length === 1) {
-      await this.first.checkCreate(spec);
-      return this.first;
+  async place(spec: Omit<HostCreateSpec, "id">, opts: { prefer?: string | null; exclude?: string } = {}): Promise<HostAgent> {
+    const candidates = this.all.filter((h) => this.open_(h) && h.instance !== opts.exclude);
+    if (!candidates.length) throw new DenError("capacity_exhausted", "no host agent can take a sandbox now (none is up and open)");
+    const preferred = candidates.find((h) => h.instance === opts.prefer);
+    if (preferred) {
+      try {
+        await preferred.checkCreate(spec);
+        return preferred;
+      } catch {
+        /* any other */
+      }
     }
-    const fits = await this.each(async (h) => {
+    if (candidates.length === 1) {
+      await candidates[0]!.checkCreate(spec);
+      return candidates[0]!;
+    }
+    const fits = await this.over(candidates, async (h) => {
       await h.checkCreate(spec);
       const { capacity, used } = await h.capacity();
       return capacity.memoryMb - used.memoryMb;
@@ -66,9 +173,13 @@ export class HostPool {
     throw (refusal as { error: unknown } | undefined)?.error ?? (fits[0] as { error: unknown }).error;
   }
 
-  /** Calls every host at once; one that fails does not stop the others. */
+  /** Calls every usable host at once; one that fails does not stop the others. */
   each<T>(fn: (h: HostAgent) => Promise<T>): Promise<Array<FromHost<T>>> {
-    return Promise.all(this.all.map(async (host): Promise<FromHost<T>> => {
+    return this.over(this.all, fn);
+  }
+
+  private over<T>(hosts: HostAgent[], fn: (h: HostAgent) => Promise<T>): Promise<Array<FromHost<T>>> {
+    return Promise.all(hosts.map(async (host): Promise<FromHost<T>> => {
       try {
         return { host, ok: true, value: await fn(host) };
       } catch (error) {
@@ -87,5 +198,12 @@ export class HostPool {
     const out = new Map<string, number | undefined>();
     for (const { inventory } of await this.inventories()) for (const v of inventory.vms) out.set(v.id, v.cpuSeconds ?? undefined);
     return out;
+  }
+
+  close(): void {
+    for (const [id, h] of this.clients) if (!this.configured.includes(h)) {
+      h.close();
+      this.clients.delete(id);
+    }
   }
 }

@@ -1,7 +1,7 @@
 import { DenError, api } from "@den/protocol";
 import { newId } from "@den/runtime";
 import { faultPoint } from "@den/store";
-import type { HostSandboxInfo } from "@den/protocol";
+import type { HostAgent, HostSandboxInfo } from "@den/protocol";
 import { NO_NETWORK, effectivePolicy, serializePolicy } from "../network.js";
 import { networkOf, type CheckpointRow, type OperationRow, type Principal, type SandboxRow, type Store } from "../store.js";
 import { hostOfId, modeOf, pendingStored, refOf, storedRef, type Ctx, type HibernateMode } from "./context.js";
@@ -83,6 +83,7 @@ export class Lifecycle {
       await tx.insertOperation(op);
       await ops.event(row.id, "creating", "user", data, tx);
     });
+    ops.holdLocal(row.id);
     return this.queue.run(row.id, async () => {
       let info: HostSandboxInfo;
       try {
@@ -119,15 +120,24 @@ export class Lifecycle {
   async restore(p: Principal, cp: CheckpointRow, req: api.RestoreCheckpointRequest, deadline: Terms = V1_TERMS): Promise<SandboxRow> {
     const { config, ops, metrics, meter } = this.ctx;
     await this.quota(p);
-    // On the host of the sandbox it was taken from: that host has the template version it needs.
-    const host = await hostOfId(this.ctx, cp.sandbox_id);
-    await host.checkCapacity({ vcpus: cp.vcpus, memoryMb: cp.memory_mb });
+    // Preferably on the host of the sandbox it was taken from (it surely has the template version); else any that has it and room.
+    const host = await this.placeStored(cp, (await this.ctx.store.getSandbox(cp.sandbox_id))?.host_id ?? null);
     const network = effectivePolicy(req.network ?? networkOf(cp), config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("restore", id, "user", { checkpoint: cp.id }), host: host.instance };
     const row = this.newRow(p, id, { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template, network, op, host.instance, deadline);
     const from = await storedRef(this.ctx, cp.id);
     return this.materialize(row, op, () => metrics.time("restore", "", () => meter.work(id, () => host.restore(op.id, id, from, network))), { checkpoint: cp.id });
+  }
+
+  /**
+   * Where a stored snapshot (a checkpoint, a cold sandbox) comes back to life: `prefer` (its
+   * last host, whose caches may still hold its files) if it is up, open and has room; else
+   * any host that has its template version and room (the template version is the
+   * compatibility filter: its files are what the snapshot was made against).
+   */
+  async placeStored(s: Pick<SandboxRow, "template" | "template_version" | "vcpus" | "memory_mb">, prefer: string | null): Promise<HostAgent> {
+    return this.ctx.hosts.place({ template: `${s.template}@${s.template_version}`, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer });
   }
 
   async destroy(id: string, reason: Reason): Promise<SandboxRow> {
@@ -320,14 +330,16 @@ export class Lifecycle {
     const { store, ops, metrics, meter, clock } = this.ctx;
     const row = (await store.getSandbox(id))!;
     if (row.state === "running") return row;
-    // Back on the host it was on (its warm snapshot, and the template version its stored copy needs, are there).
-    const host = this.ctx.hosts.of(row);
     if (row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; it cannot be woken`);
     const mode = modeOf(row);
     const snapshot = row.hibernate_snapshot;
     if (mode === "cold" && !snapshot) throw new DenError("sandbox_not_running", `sandbox ${id} has no snapshot to wake from`);
-    const op = ops.newOp("wake", id, reason, { mode, snapshot });
-    await ops.begin(row, op);
+    // Warm and disk: on its host (its memory snapshot or its disk is there). Cold: everything
+    // is in the store, so any compatible host with room will do, its last one first.
+    const host = mode === "cold" ? await this.placeStored(row, row.host_id) : this.ctx.hosts.of(row);
+    const op = { ...ops.newOp("wake", id, reason, { mode, snapshot, host: host.instance }), host: host.instance };
+    // The row names the host before the host is asked: a crash leaves nothing it cannot find.
+    await ops.begin(row, op, host.instance !== row.host_id ? (tx) => tx.updateSandbox(id, { host_id: host.instance }).then(() => undefined) : undefined);
     if (mode === "cold") faultPoint("wake-cold-after-intent");
     const t0 = performance.now();
     try {
@@ -380,10 +392,11 @@ export class Lifecycle {
     return this.queue.run(id, async () => {
       const { store, ops, clock } = this.ctx;
       const row = (await store.getSandbox(id))!;
-      const host = this.ctx.hosts.of(row);
       if (row.state !== "lost") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a lost sandbox is recovered`);
-      const op = ops.newOp("recover", id, "user", { checkpoint: cp.id });
-      await ops.begin(row, op);
+      // Its host may be the one that was lost: any host with the checkpoint's template version and room.
+      const host = await this.placeStored(cp, this.ctx.hosts.has(row.host_id) ? row.host_id : null);
+      const op = { ...ops.newOp("recover", id, "user", { checkpoint: cp.id, host: host.instance }), host: host.instance };
+      await ops.begin(row, op, host.instance !== row.host_id ? (tx) => tx.updateSandbox(id, { host_id: host.instance }).then(() => undefined) : undefined);
       let info: HostSandboxInfo;
       try {
         info = await host.restore(op.id, id, await storedRef(this.ctx, cp.id));

@@ -39,7 +39,27 @@ export class Operations {
     private readonly metrics: Metrics,
     private readonly clock: Clock,
     private readonly eventsCap: number,
+    /** The replica this process is: the owner of the operations it begins. */
+    private readonly replica: string,
   ) {}
+
+  /** Sandboxes with an operation begun by this process and not yet settled. */
+  private readonly local = new Map<string, number>();
+
+  runsHere(id: string): boolean {
+    return this.local.has(id);
+  }
+
+  /** A sandbox whose operation this process begun outside `begin` (a create's row is written with its operation). */
+  holdLocal(id: string): void {
+    this.held(id, 1);
+  }
+
+  private held(id: string, d: 1 | -1): void {
+    const n = (this.local.get(id) ?? 0) + d;
+    if (n > 0) this.local.set(id, n);
+    else this.local.delete(id);
+  }
 
   /**
    * `cb` runs once when sandbox `id` stops being usable: an operation that takes its VM
@@ -67,7 +87,7 @@ export class Operations {
   newOp(kind: api.OperationKind, sandboxId: string | null, reason: Reason, args: Record<string, unknown>): OperationRow {
     return {
       id: newId("op"), sandbox_id: sandboxId, kind, args: JSON.stringify(args), status: "pending", result: null, error: null,
-      reason, host: null, created_at: this.clock.now(), finished_at: null,
+      reason, host: null, created_at: this.clock.now(), finished_at: null, owner: this.replica,
     };
   }
 
@@ -90,6 +110,7 @@ export class Operations {
       await also?.(tx);
       return taken;
     });
+    this.held(row.id, 1);
     if (op.kind === "destroy" || op.kind === "hibernate") this.gone(row.id);
     return taken;
   }
@@ -128,6 +149,7 @@ export class Operations {
       await also?.(tx);
       return settled;
     });
+    this.held(id, -1);
     if (out.state) this.metrics.transition(out.state, out.reason ?? "user");
     if (out.state && out.state !== "running") this.gone(id);
     return row;
@@ -147,6 +169,7 @@ export class Operations {
       await also?.(tx);
       return settled;
     });
+    if (id) this.held(id, -1);
     if (out.state) this.metrics.transition(out.state, out.reason ?? "error");
     if (id && out.state && out.state !== "running") this.gone(id);
     return row;

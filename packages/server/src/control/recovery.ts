@@ -33,15 +33,30 @@ export class Recovery {
 
   async run(): Promise<void> {
     // Rows from before hosts were recorded are the first host's: said so once, so a reordered list cannot move them.
-    await this.ctx.store.assignUnplacedSandboxes(this.ctx.hosts.first.instance);
+    await this.ctx.hosts.open();
+    const first = this.ctx.hosts.first;
+    if (first) await this.ctx.store.assignUnplacedSandboxes(first.instance);
     await this.retry();
     await this.reconcile();
   }
 
-  /** Settles every operation an earlier process left pending (one that fails now is tried again next time). */
-  async retry(): Promise<void> {
-    for (const op of await this.ctx.store.pendingOperations()) {
-      if (op.created_at >= this.startedAt) continue;
+  /**
+   * Settles every operation left pending by an earlier process of this replica, or by a
+   * replica that is gone (its lease ran out): each is claimed first (compare-and-set on its
+   * owner), so exactly one replica settles it. One that fails now is tried again next time.
+   */
+  async retry(opts: { othersOnly?: boolean } = {}): Promise<void> {
+    const { store, replica } = this.ctx;
+    let alive: Set<string> | undefined;
+    for (const op of await store.pendingOperations()) {
+      const mine = op.owner === replica || op.owner === null;
+      if (mine && (opts.othersOnly || op.created_at >= this.startedAt)) continue;
+      if (!mine) {
+        alive ??= await store.liveReplicas(this.ctx.clock.now());
+        if (alive.has(op.owner!)) continue;
+        if (!(await store.claimOperation(op.id, op.owner, replica))) continue;
+        this.ctx.log.warn({ op: op.id, kind: op.kind, from: op.owner }, `replica ${op.owner} is gone: settling its operation ${op.id} (${op.kind})`);
+      }
       try {
         await this.settle(op);
       } catch (err) {
@@ -53,6 +68,11 @@ export class Recovery {
   private async settle(op: OperationRow): Promise<void> {
     const { store, ops, hosts, clock, objects } = this.ctx;
     const row = op.sandbox_id ? await store.getSandbox(op.sandbox_id) : undefined;
+    if (row && row.op_id === op.id && op.kind === "destroy" && argsOf<{ lost?: boolean }>(op).lost && !hosts.has(row.host_id)) {
+      // Declared lost with its host: nothing was to be asked of it.
+      await ops.finish(op, row.id, { state: "lost", reason: "host_lost" });
+      return;
+    }
     // A sandbox's operations ran on its host; a template's, on any of them.
     const host = row ? hosts.of(row) : hosts.get(op.host);
     // A host that outlived the control plane may still be at it: the facts count once it is done
@@ -196,7 +216,8 @@ export class Recovery {
     }
   }
 
-  private async reconcileHost(host: HostAgent): Promise<void> {
+  /** Makes one host agree with the database (at start, and when a registered host is heard from again). */
+  async reconcileHost(host: HostAgent): Promise<void> {
     const { store, hosts } = this.ctx;
     const inv = await host.inventory();
     const vms = new Map(inv.vms.map((v) => [v.id, v]));
@@ -206,7 +227,10 @@ export class Recovery {
     for (const row of live) {
       if (row.op_id) continue;
       const vm = vms.get(row.id);
-      if (row.state === "running" && !hasVm(vm)) {
+      if ((row.state === "lost" || row.state === "error") && vm) {
+        // Declared lost while its host was away (it may run elsewhere now): the database wins.
+        await host.destroy(row.id);
+      } else if (row.state === "running" && !hasVm(vm)) {
         await this.markLost(row.id);
       } else if (row.state === "running" && vm?.state === "paused") {
         // Frozen by an operation of an earlier version that never finished: running wins.
@@ -225,8 +249,13 @@ export class Recovery {
     await host.collectLocal([...(await this.keep(await store.liveSandboxes()))], [...(await store.liveStoredSnapshotIds())]);
   }
 
-  /** Local snapshots something still needs: warm hibernations'. */
+  /** Local snapshots something still needs: warm hibernations', and those a warm hibernate in flight (on any replica) is taking. */
   private async keep(live: SandboxRow[]): Promise<Set<string>> {
-    return new Set(live.filter((r) => r.state === "hibernated" && modeOf(r) === "warm" && r.hibernate_snapshot).map((r) => r.hibernate_snapshot!));
+    const keep = new Set(live.filter((r) => r.state === "hibernated" && modeOf(r) === "warm" && r.hibernate_snapshot).map((r) => r.hibernate_snapshot!));
+    for (const op of await this.ctx.store.pendingOperations()) {
+      const snapshot = op.kind === "hibernate" ? argsOf<{ snapshot?: string }>(op).snapshot : undefined;
+      if (snapshot) keep.add(snapshot);
+    }
+    return keep;
   }
 }

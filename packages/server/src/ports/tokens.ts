@@ -1,20 +1,23 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import type { Store } from "../store.js";
 
 /**
  * Signed port URLs: a token names one sandbox, one port and an expiry, and carries an
- * HMAC of them under a secret that never leaves this server (kept in its data dir, so
- * URLs stay valid across restarts).
+ * HMAC of them under a secret that never leaves the control plane. It is a deployment
+ * setting in the database, so a URL signed by one replica opens through any other and
+ * stays valid across restarts.
  */
 export class PortTokens {
   private constructor(private readonly secret: Buffer) {}
 
-  static open(dataDir: string): PortTokens {
+  static async open(store: Store, dataDir: string): Promise<PortTokens> {
+    // A data dir from before the secret moved to the database keeps its URLs valid.
     const file = join(dataDir, "url-secret");
-    if (!existsSync(file)) writeFileSync(file, randomBytes(32).toString("hex") + "\n", { mode: 0o600, flag: "wx" });
-    const hex = readFileSync(file, "utf8").trim();
-    if (!/^[0-9a-f]{64}$/.test(hex)) throw new Error(`${file} is not a 32-byte hex secret`);
+    const legacy = existsSync(file) ? readFileSync(file, "utf8").trim() : undefined;
+    const hex = await store.setting("port_url_secret", () => (legacy && /^[0-9a-f]{64}$/.test(legacy) ? legacy : randomBytes(32).toString("hex")));
+    if (!/^[0-9a-f]{64}$/.test(hex)) throw new Error("the port_url_secret setting is not a 32-byte hex secret");
     return new PortTokens(Buffer.from(hex, "hex"));
   }
 

@@ -29,13 +29,6 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     return hostCapacity(cp);
   });
 
-  app.get("/v1/hosts", {
-    schema: { summary: "The host agents sandboxes run on, with their capacity and use (admin)", response: { 200: api.HostList } },
-  }, async (req) => {
-    requireAdmin(req);
-    return { hosts: await cp.hostList() };
-  });
-
   app.post("/v1/keys", {
     schema: { summary: "Create an API key (admin); the secret is returned once", body: api.CreateKeyRequest, response: { 201: api.ApiKey } },
   }, async (req, reply) => {

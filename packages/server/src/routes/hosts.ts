@@ -1,0 +1,53 @@
+import { z } from "zod";
+import { DenError, api, host } from "@den/protocol";
+import { hasSecret } from "@den/host-agent";
+import { requireAdmin, type TypedApp } from "../app.js";
+import type { ControlPlane } from "../control-plane.js";
+
+const HostParams = z.object({ id: z.string().min(1).max(128) });
+
+/**
+ * The deployment's host agents: the admin's view (`/v1/hosts`: list, drain, remove) and the
+ * hosts' own calls (`/internal/v1/hosts`: heartbeats and a stopping host's drain), which
+ * carry the deployment's host secret instead of an API key and are left out of the
+ * OpenAPI document (they are the host protocol's, HOST-PROTOCOL.md).
+ */
+export function registerHostRoutes(app: TypedApp, cp: ControlPlane): void {
+  app.get("/v1/hosts", {
+    schema: { summary: "The host agents sandboxes run on: state, lease, kind, capacity and use (admin)", response: { 200: api.HostList } },
+  }, async (req) => {
+    requireAdmin(req);
+    return { hosts: await cp.hostList() };
+  });
+
+  app.post("/v1/hosts/:id/drain", {
+    schema: { summary: "Drain a host: no new sandboxes; its own cold-hibernate so they wake on another host (admin)", params: HostParams, response: { 202: z.object({ left: z.number().int() }) } },
+  }, async (req, reply) => {
+    requireAdmin(req);
+    return reply.status(202).send({ left: await cp.registry.drain(req.params.id) });
+  });
+
+  app.delete("/v1/hosts/:id", {
+    schema: { summary: "Remove a host that holds no sandbox (drain it first) (admin)", params: HostParams },
+  }, async (req, reply) => {
+    requireAdmin(req);
+    await cp.registry.remove(req.params.id);
+    return reply.status(204).send();
+  });
+
+  const secret = cp.config.hostAgent.kind === "remote" ? cp.config.hostAgent.secret : undefined;
+  const hostOnly = async (req: { headers: { authorization?: string } }) => {
+    if (!secret) throw new DenError("route_not_found", "this control plane takes no host registrations (it runs its host agent in process)");
+    if (!hasSecret(req.headers.authorization, secret)) throw new DenError("unauthorized", "a host agent's call needs the deployment's host secret (DEN_HOST_SECRET)");
+  };
+
+  app.post(host.registration.heartbeat.path, {
+    schema: { hide: true, body: host.Heartbeat, response: { 200: host.HeartbeatReply } },
+    onRequest: hostOnly,
+  }, async (req) => cp.registry.heartbeat(req.body));
+
+  app.post(host.registration.drain.path, {
+    schema: { hide: true, params: HostParams, response: { 200: host.registration.drain.response } },
+    onRequest: hostOnly,
+  }, async (req) => ({ left: await cp.registry.drain(req.params.id) }));
+}

@@ -1,0 +1,183 @@
+/**
+ * Host agents that register themselves (`den host run --control-plane URL`) with a control
+ * plane that is given none (`--host-agent registered`): each holds a lease its heartbeats
+ * renew. Cold sandboxes wake on whichever host is up; a host stopped cleanly drains first;
+ * a host killed is declared lost after its lease and the grace period (its running
+ * sandboxes `lost`, recoverable from a checkpoint on another host) and, when it comes back,
+ * destroys what the database no longer gives it. A host that cannot renew its lease pauses
+ * its VMs, and runs them again once the control plane answers.
+ */
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import type { ChildProcess } from "node:child_process";
+import { cp as copy, mkdtemp, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { findInstanceProcesses } from "@den/runtime";
+import { ADMIN_KEY, client, dataDir, runCli, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "../helpers.js";
+
+const PORT_A = 19391;
+const PORT_B = 19392;
+const CP_PORT = 19393;
+const SECRET = "registered-hosts-secret-0123456789";
+const CP_URL = `http://127.0.0.1:${CP_PORT}`;
+
+interface Host { id: string; url: string; status: string; state: string; managed: string; lost_at: string | null; kind: { accelerator: string } | null; sandboxes: number }
+
+describe("host agents that register themselves and hold leases", () => {
+  let cpDir: string;
+  let dirB: string;
+  let env: Record<string, string>;
+  let hostA: ChildProcess | undefined;
+  let hostB: ChildProcess | undefined;
+  let cpProc: ChildProcess | undefined;
+  const api = client(CP_URL);
+
+  const hostEnv = { DEN_CONTROL_PLANE_URL: CP_URL, DEN_HOST_HEARTBEAT_MS: "300" };
+  const startA = () => spawnHostAgent(PORT_A, SECRET, { ...env, ...hostEnv });
+  const startB = () => spawnHostAgent(PORT_B, SECRET, { ...env, ...hostEnv, DEN_DATA_DIR: dirB, DEN_NET_POOL: "100.97.0.0/16" });
+  const startCp = () => spawnServer(CP_PORT, { ...env, DEN_DATA_DIR: cpDir, DEN_HOST_SECRET: SECRET, DEN_HOST_AGENT_URL: "registered", DEN_HOST_LEASE_SECONDS: "2", DEN_HOST_LOST_GRACE_SECONDS: "2" });
+  const hosts = async () => (await api("GET", "/v1/hosts")).body.hosts as Host[];
+  const onHost = (instance: string) => [...findInstanceProcesses(instance).keys()].sort();
+  const exec = async (id: string, cmd: string) => {
+    const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
+    assert.equal(r.status, 200, r.text);
+    return r.body.stdout as string;
+  };
+  const create = async () => {
+    const r = await api("POST", "/v1/sandboxes", { persistent: true });
+    assert.equal(r.status, 201, r.text);
+    return r.body.id as string;
+  };
+  const state = async (id: string) => (await api("GET", `/v1/sandboxes/${id}`)).body as { state: string; state_reason: string; hibernate_mode: string | null };
+  /** A host agent's own view (its inventory), asked directly. */
+  const inventory = async (port: number) => (await (await fetch(`http://127.0.0.1:${port}/host/v1/inventory`, { headers: { authorization: `Bearer ${SECRET}` } })).json()) as { vms: Array<{ id: string; state: string }> };
+
+  let a = "";
+  let b = "";
+
+  before(async () => {
+    cpDir = await mkdtemp("/tmp/den-reg-cp-");
+    dirB = await mkdtemp("/tmp/den-reg-b-");
+    await copy(join(dataDir(), "templates"), join(dirB, "templates"), { recursive: true });
+    env = { DEN_STORE_DIR: join(cpDir, "store") };
+    cpProc = await startCp();
+    [hostA, hostB] = await Promise.all([startA(), startB()]);
+    const listed = await waitFor("both hosts registered", async () => {
+      const l = await hosts();
+      return l.length === 2 && l.every((h) => h.status === "up") ? l : undefined;
+    }, 20_000);
+    a = listed.find((h) => h.url === `http://127.0.0.1:${PORT_A}`)!.id;
+    b = listed.find((h) => h.url === `http://127.0.0.1:${PORT_B}`)!.id;
+  });
+
+  after(async () => {
+    if (cpProc) {
+      for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
+      for (const c of (await api("GET", "/v1/checkpoints")).body?.checkpoints ?? []) await api("DELETE", `/v1/checkpoints/${c.id}`);
+    }
+    // The suite's database outlives this file: its hosts leave the list.
+    for (const h of [a, b]) if (cpProc && h) await api("DELETE", `/v1/hosts/${h}`);
+    await stop(cpProc, "SIGTERM");
+    await Promise.all([stop(hostA, "SIGKILL"), stop(hostB, "SIGKILL")]);
+    for (const h of [a, b]) for (const pid of findInstanceProcesses(h).values()) process.kill(pid, "SIGKILL");
+    await rm(cpDir, { recursive: true, force: true });
+    await rm(dirB, { recursive: true, force: true });
+  });
+
+  test("they are listed with their lease and kind; cold sandboxes of a host stopped for good wake on the other one", async () => {
+    const listed = await hosts();
+    for (const h of listed) {
+      assert.equal(h.managed, "lease");
+      assert.equal(h.state, "up");
+      assert.ok(h.kind && ["tcg", "kvm"].includes(h.kind.accelerator), JSON.stringify(h));
+    }
+    const ids = [await create(), await create(), await create(), await create()];
+    const atA = ids.filter((id) => onHost(a).includes(id));
+    assert.equal(atA.length, 2, `two of four on A: ${JSON.stringify({ a: onHost(a), b: onHost(b) })}`);
+    for (const id of ids) await exec(id, `echo canary-${id} > /root/canary && (setsid sleep 100000 > /dev/null 2>&1 &) && echo ok`);
+    for (const id of ids) assert.equal((await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" })).status, 200);
+    assert.deepEqual(onHost(a), []);
+
+    // A clean stop drains (nothing left to drain: all are cold) and exits.
+    await stop(hostA, "SIGTERM");
+    hostA = undefined;
+    await waitFor("A's lease runs out", async () => ((await hosts()).find((h) => h.id === a)?.status === "unreachable" ? true : undefined), 10_000);
+    // Past A's lease and grace too: cold sandboxes of a host that is gone are not lost (nothing of them was there).
+    await waitFor("A's loss is recorded", async () => ((await hosts()).find((h) => h.id === a)?.lost_at ? true : undefined), 15_000);
+    for (const id of ids) assert.deepEqual([(await state(id)).state, (await state(id)).hibernate_mode], ["hibernated", "cold"], id);
+    for (const id of ids) {
+      assert.equal(await exec(id, `cat /root/canary; pgrep -x sleep > /dev/null && echo sleeping`), `canary-${id}\nsleeping\n`);
+      assert.ok(onHost(b).includes(id), `${id} woke on B`);
+      assert.equal((await state(id)).state, "running");
+    }
+  });
+
+  test("a killed host's running sandboxes are lost after lease + grace, recovered on another host; back, it destroys their old VMs", async () => {
+    hostA = await startA();
+    await waitFor("A is up again", async () => ((await hosts()).find((h) => h.id === a)?.status === "up" ? true : undefined), 20_000);
+    const onB = (await api("GET", "/v1/sandboxes?limit=200")).body.sandboxes.map((s: { id: string }) => s.id).filter((id: string) => onHost(b).includes(id)) as string[];
+    assert.ok(onB.length >= 4, `B holds the four: ${onB.length}`);
+    const victim = onB[0]!;
+    await exec(victim, "echo checkpointed > /root/state");
+    const cp = await api("POST", `/v1/sandboxes/${victim}/checkpoints`, {});
+    assert.equal(cp.status, 201, cp.text);
+    const bVms = onHost(b);
+
+    hostB!.kill("SIGKILL");
+    await new Promise((r) => hostB!.once("exit", r));
+    hostB = undefined;
+    const lost = await waitFor("B's sandboxes are lost", async () => {
+      const s = await state(victim);
+      return s.state === "lost" ? s : undefined;
+    }, 20_000);
+    assert.equal(lost.state_reason, "host_lost");
+    assert.ok((await hosts()).find((h) => h.id === b)?.lost_at, "B's loss is recorded");
+    for (const id of onB) assert.equal((await state(id)).state, "lost", id);
+
+    const rec = await api("POST", `/v1/sandboxes/${victim}/recover`, {});
+    assert.equal(rec.status, 200, rec.text);
+    assert.ok(onHost(a).includes(victim), "recovered onto A");
+    assert.equal(await exec(victim, "cat /root/state"), "checkpointed\n");
+
+    // B's QEMUs outlived its agent (killed alone); once B is back they are the database's to judge.
+    assert.ok(bVms.every((id) => onHost(b).includes(id)), "B's VMs still run while B is away");
+    hostB = await startB();
+    await waitFor("B destroyed what is no longer its own", async () => (onHost(b).length === 0 ? true : undefined), 30_000);
+    assert.equal(await exec(victim, "cat /root/state"), "checkpointed\n", "the recovered copy on A is untouched");
+    assert.equal((await hosts()).find((h) => h.id === b)?.lost_at, null);
+  });
+
+  test("a host that cannot renew its lease pauses its VMs; they run again when the control plane answers", async () => {
+    const id = await create();
+    const port = onHost(a).includes(id) ? PORT_A : PORT_B;
+    await exec(id, "echo before > /root/f");
+    cpProc!.kill("SIGKILL");
+    await new Promise((r) => cpProc!.once("exit", r));
+    cpProc = undefined;
+    await waitFor("the VM is paused by its host", async () => ((await inventory(port)).vms.find((v) => v.id === id)?.state === "paused" ? true : undefined), 15_000);
+    cpProc = await startCp();
+    await waitFor("the VM runs again", async () => ((await inventory(port)).vms.find((v) => v.id === id)?.state === "running" ? true : undefined), 30_000);
+    assert.equal(await exec(id, "cat /root/f"), "before\n");
+    assert.equal((await state(id)).state, "running");
+  });
+
+  test("den hosts: ls, drain (its sandboxes go cold and wake on the other host), rm only once it holds nothing", async () => {
+    const cli = (args: string[]) => runCli(args, { DEN_API_URL: CP_URL, DEN_API_KEY: ADMIN_KEY });
+    const ls = await cli(["hosts", "ls", "--json"]);
+    assert.equal(ls.code, 0, ls.err);
+    assert.deepEqual((JSON.parse(ls.out) as Array<{ id: string; status: string }>).map((h) => [h.id, h.status]).sort(), [[a, "up"], [b, "up"]].sort());
+    const id = await create();
+    const from = onHost(a).includes(id) ? a : b;
+    const other = from === a ? b : a;
+    await exec(id, "echo drained > /root/d");
+    const refused = await cli(["hosts", "rm", from]);
+    assert.notEqual(refused.code, 0);
+    assert.match(refused.err, /drain it first/);
+    const drained = await cli(["hosts", "drain", from, "--wait"]);
+    assert.equal(drained.code, 0, drained.err);
+    assert.deepEqual([(await state(id)).state, (await state(id)).hibernate_mode], ["hibernated", "cold"]);
+    assert.equal(await exec(id, "cat /root/d"), "drained\n");
+    assert.ok(onHost(other).includes(id), "it woke on the other host: a draining host takes no sandbox");
+    assert.equal((await hosts()).find((h) => h.id === from)?.state, "draining");
+  });
+});
