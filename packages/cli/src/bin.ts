@@ -29,6 +29,7 @@ import { registerKeysRevoke } from "./commands/keys-revoke.js";
 import { registerHostsLs } from "./commands/hosts-ls.js";
 import { registerHostsDrain } from "./commands/hosts-drain.js";
 import { registerHostsRm } from "./commands/hosts-rm.js";
+import { registerHostsUndrain } from "./commands/hosts-undrain.js";
 import { UsageError } from "./output.js";
 
 // `den usage --json | head` closes the pipe early: that is the reader's choice, not an error.
@@ -60,6 +61,7 @@ registerKeysRevoke(keys);
 const hosts = program.command("hosts").description("the host agents sandboxes run on (needs an admin key)");
 registerHostsLs(hosts);
 registerHostsDrain(hosts);
+registerHostsUndrain(hosts);
 registerHostsRm(hosts);
 const template = program.command("template").description("build, create and list sandbox templates");
 registerTemplateBuild(template);

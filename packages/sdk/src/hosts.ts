@@ -55,6 +55,12 @@ export const Hosts = {
     return client.json({ method: "POST", path: `/v1/hosts/${seg(id)}/drain`, json: {}, signal: opts.signal }, (v) => ({ left: Number((v as { left: number }).left) }));
   },
 
+  /** Ends a drain: the host takes new sandboxes again. */
+  async undrain(id: string, opts: DenClientOptions & RequestOptions = {}): Promise<void> {
+    const client = new DenClient(opts);
+    await client.request({ method: "POST", path: `/v1/hosts/${seg(id)}/undrain`, json: {}, signal: opts.signal });
+  },
+
   /** Removes a host that holds no sandbox (drain it first). */
   async remove(id: string, opts: DenClientOptions & RequestOptions = {}): Promise<void> {
     const client = new DenClient(opts);

@@ -11,6 +11,7 @@ import { hostOfId, modeOf, type Ctx, type HibernateMode } from "./control/contex
 import { HostPool } from "./control/hosts.js";
 import { StoreGc } from "./control/gc.js";
 import { Lifecycle, type Terms } from "./control/lifecycle.js";
+import { Forks } from "./control/forks.js";
 import { NetworkPolicies } from "./control/network-policy.js";
 import { Operations, systemClock, type Clock, type Reason } from "./control/operations.js";
 import { Reaper } from "./control/reaper.js";
@@ -38,6 +39,7 @@ export class ControlPlane {
   readonly metrics: Metrics;
   readonly ops: Operations;
   readonly lifecycle: Lifecycle;
+  readonly forks: Forks;
   readonly checkpoints: Checkpoints;
   readonly templates: Templates;
   readonly network: NetworkPolicies;
@@ -81,10 +83,11 @@ export class ControlPlane {
     this.ctx = { store, hosts: this.hosts, objects, deployment, replica, config, clock, ops: this.ops, meter: this.meter, metrics: this.metrics, log };
     this.network = new NetworkPolicies(this.ctx, this.queue, (p, id) => this.owned(p, id));
     this.lifecycle = new Lifecycle(this.ctx, this.queue, this.network);
+    this.forks = new Forks(this.ctx, this.queue, this.lifecycle);
     this.checkpoints = new Checkpoints(this.ctx, this.queue, this.lifecycle);
     this.templates = new Templates(this.ctx, this.checkpoints);
     this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => this.activeExecs.has(id), touch: (id) => this.touch(id) });
-    this.recovery = new Recovery(this.ctx, this.lifecycle, this.network, this.templates, (id) => this.reaper.markLost(id));
+    this.recovery = new Recovery(this.ctx, this.lifecycle, this.forks, this.network, this.templates, (id) => this.reaper.markLost(id));
     this.gc = new StoreGc(this.ctx);
     this.registry = new HostRegistry(this.ctx, this.queue, this.lifecycle, config.hostLeases, (h) => this.recovery.reconcileHost(h));
   }
@@ -205,7 +208,7 @@ export class ControlPlane {
   /** Forks a running sandbox (woken first if hibernated) into `count` children. */
   async fork(p: Principal, id: string, count: number, ttlSeconds?: number): Promise<SandboxRow[]> {
     await this.guest(id);
-    return this.lifecycle.fork(p, id, count, ttlSeconds);
+    return this.forks.fork(p, id, count, ttlSeconds);
   }
 
   async recover(p: Principal, id: string, checkpointId?: string): Promise<SandboxRow> {

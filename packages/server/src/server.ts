@@ -104,6 +104,8 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
     if (await replica.holds(work)) await pass();
   };
   const alive = every(2000, "replica lease renewal", () => replica.renew());
+  // Every replica keeps its view of the hosts current (a heartbeat reaches only one of them).
+  const view = every(1000, "host list refresh", () => cp.hosts.refresh());
   // An exec streaming through this replica keeps its sandbox active for whichever replica reaps.
   const active = every(config.reaper.intervalMs, "activity of execs in flight", () => cp.touchActive());
   const reaper = every(config.reaper.intervalMs, "reaper pass", once("reaper", () => cp.reap()));
@@ -126,6 +128,7 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
       clearInterval(reaper);
       clearInterval(leases);
       clearInterval(alive);
+      clearInterval(view);
       clearInterval(active);
       clearInterval(orphans);
       clearInterval(refusals);

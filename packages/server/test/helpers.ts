@@ -135,7 +135,11 @@ export async function spawnHostAgent(port: number, secret: string, env: Record<s
     env: { ...process.env, DEN_DATA_DIR: dataDir(), DEN_HOST_SECRET: secret, DEN_LOG_LEVEL: "warn", ...env }, stdio: ["ignore", "ignore", "pipe"],
   });
   let err = "";
-  child.stderr!.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
+  child.stderr!.on("data", (d: Buffer) => {
+    err = (err + d.toString()).slice(-4000);
+    // DEN_TEST_HOST_LOGS=1: the host agents' logs on the test's stderr (for a failure no answer explains).
+    if (process.env.DEN_TEST_HOST_LOGS) process.stderr.write(`[host :${port}] ${d}`);
+  });
   await waitFor("den host run", async () => {
     if (exited(child)) throw new Error(`den host run exited: ${err}`);
     const r = await fetch(`http://127.0.0.1:${port}/host/v1/info`, { headers: { authorization: `Bearer ${secret}` } }).catch(() => undefined);

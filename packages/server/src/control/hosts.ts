@@ -106,9 +106,14 @@ export class HostPool {
     return this.configured[0];
   }
 
-  /** Every host the database knows (for the host list), usable or not; a configured host of an earlier configuration is not one. */
+  /**
+   * Every host the database knows (for the host list), usable or not: the configured ones in
+   * the order given, then registered ones oldest first. A configured host of an earlier
+   * configuration is not one.
+   */
   known(): HostRow[] {
-    return [...this.rows.values()].filter((r) => r.managed === "lease" || this.configured.some((h) => h.instance === r.id));
+    const given = this.configured.flatMap((h) => this.rows.get(h.instance) ?? []);
+    return [...given, ...[...this.rows.values()].filter((r) => r.managed === "lease")];
   }
 
   /** A host by instance id (null: the first configured one). */
@@ -146,10 +151,15 @@ export class HostPool {
    * the most free memory among those that can hold it now (draining hosts and `exclude`
    * left out); the most telling refusal if none can.
    */
-  async place(spec: Omit<HostCreateSpec, "id">, opts: { prefer?: string | null; exclude?: string } = {}): Promise<HostAgent> {
-    const candidates = this.all.filter((h) => this.open_(h) && h.instance !== opts.exclude);
+  async place(spec: Omit<HostCreateSpec, "id">, opts: { prefer?: string | null; exclude?: string; reserved?: Map<string, number> } = {}): Promise<HostAgent> {
+    let candidates = this.all.filter((h) => this.open_(h) && h.instance !== opts.exclude);
+    if (!candidates.length) {
+      // A host may have registered through another replica a moment ago.
+      await this.refresh();
+      candidates = this.all.filter((h) => this.open_(h) && h.instance !== opts.exclude);
+    }
     if (!candidates.length) throw new DenError("capacity_exhausted", "no host agent can take a sandbox now (none is up and open)");
-    const preferred = candidates.find((h) => h.instance === opts.prefer);
+    const preferred = opts.reserved?.size ? undefined : candidates.find((h) => h.instance === opts.prefer);
     if (preferred) {
       try {
         await preferred.checkCreate(spec);
@@ -158,14 +168,17 @@ export class HostPool {
         /* any other */
       }
     }
-    if (candidates.length === 1) {
+    if (candidates.length === 1 && !opts.reserved?.size) {
       await candidates[0]!.checkCreate(spec);
       return candidates[0]!;
     }
+    // `reserved`: memory already promised on a host by this placement's earlier picks (a fork's other children).
     const fits = await this.over(candidates, async (h) => {
       await h.checkCreate(spec);
       const { capacity, used } = await h.capacity();
-      return capacity.memoryMb - used.memoryMb;
+      const free = capacity.memoryMb - used.memoryMb - (opts.reserved?.get(h.instance) ?? 0);
+      if (free < (spec.memoryMb ?? 0)) throw new DenError("capacity_exhausted", `host ${h.instance} has room now, but not beside the other sandboxes placed there with it`);
+      return free;
     });
     const ok = fits.filter((f): f is Extract<FromHost<number>, { ok: true }> => f.ok).sort((a, b) => b.value - a.value);
     if (ok.length) return ok[0]!.host;

@@ -9,7 +9,7 @@ import type { NetworkPolicies } from "./network-policy.js";
 import type { Reason } from "./operations.js";
 import type { Serializer } from "./serializer.js";
 
-type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">;
+export type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">;
 
 /** What the API that made a sandbox settled about it: how its deadline behaves, wake on traffic, public ports (see SandboxesTable); /v1 keeps the defaults. */
 export type Terms = Pick<SandboxRow, "deadline_mode" | "on_deadline" | "run_timeout_seconds" | "auto_resume" | "surface" | "public_ports">;
@@ -26,9 +26,9 @@ export function deadlineAfter(row: SandboxRow, to: "hibernated" | "running", now
   return t === null ? {} : { expires_at: now + t * 1000 };
 }
 
-const termsOf = (r: Terms): Terms => ({ deadline_mode: r.deadline_mode, on_deadline: r.on_deadline, run_timeout_seconds: r.run_timeout_seconds, auto_resume: r.auto_resume, surface: r.surface, public_ports: r.public_ports });
+export const termsOf = (r: Terms): Terms => ({ deadline_mode: r.deadline_mode, on_deadline: r.on_deadline, run_timeout_seconds: r.run_timeout_seconds, auto_resume: r.auto_resume, surface: r.surface, public_ports: r.public_ports });
 
-const vmFields = (i: HostSandboxInfo) => ({ template: i.template, template_version: i.templateVersion, vcpus: i.vcpus, memory_mb: i.memoryMb, disk_mb: i.diskMb });
+export const vmFields = (i: HostSandboxInfo) => ({ template: i.template, template_version: i.templateVersion, vcpus: i.vcpus, memory_mb: i.memoryMb, disk_mb: i.diskMb });
 
 /**
  * The sandbox state machine: create, restore, destroy, hibernate, wake, recover, fork,
@@ -39,7 +39,8 @@ const vmFields = (i: HostSandboxInfo) => ({ template: i.template, template_versi
 export class Lifecycle {
   constructor(private readonly ctx: Ctx, private readonly queue: Serializer, private readonly network: NetworkPolicies) {}
 
-  private async quota(p: Principal, adding = 1): Promise<void> {
+  /** Refuses a sandbox (or `adding` of them) over the owner's limit. */
+  async quota(p: Principal, adding = 1): Promise<void> {
     const max = this.ctx.config.limits.sandboxesPerOwner;
     if ((await this.ctx.store.countLive(p.owner)) + adding > max) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${max} sandboxes; destroy some first`);
@@ -56,7 +57,8 @@ export class Lifecycle {
   }
 
   /** A new sandbox's record, before its VM exists (state `creating`), held by `op`. */
-  private newRow(p: Principal, id: string, req: Settings, template: string, network: api.NetworkPolicy, op: OperationRow, hostId: string, deadline: Terms = V1_TERMS): SandboxRow {
+  /** @internal A new sandbox row (used by forks too). */
+  newRow(p: Principal, id: string, req: Settings, template: string, network: api.NetworkPolicy, op: OperationRow, hostId: string, deadline: Terms = V1_TERMS): SandboxRow {
     const persistent = req.persistent ?? false;
     if (req.ttl_seconds === null && !persistent) throw new DenError("invalid_argument", "ttl_seconds: null (no deadline) needs persistent: true");
     const d = this.ctx.config.defaults;
@@ -136,8 +138,8 @@ export class Lifecycle {
    * any host that has its template version and room (the template version is the
    * compatibility filter: its files are what the snapshot was made against).
    */
-  async placeStored(s: Pick<SandboxRow, "template" | "template_version" | "vcpus" | "memory_mb">, prefer: string | null): Promise<HostAgent> {
-    return this.ctx.hosts.place({ template: `${s.template}@${s.template_version}`, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer });
+  async placeStored(s: Pick<SandboxRow, "template" | "template_version" | "vcpus" | "memory_mb">, prefer: string | null, reserved?: Map<string, number>): Promise<HostAgent> {
+    return this.ctx.hosts.place({ template: `${s.template}@${s.template_version}`, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer, ...(reserved ? { reserved } : {}) });
   }
 
   async destroy(id: string, reason: Reason): Promise<SandboxRow> {
@@ -411,62 +413,5 @@ export class Lifecycle {
       await this.network.restore(done);
       return done;
     });
-  }
-
-  /**
-   * Forks a running sandbox into `count` children with its exact state. The children's
-   * rows (ids chosen here) are written with the intent; each child has the parent's TTL
-   * counted from its own creation (or `ttlSeconds`), and the parent's metadata plus `forked_from`.
-   */
-  async fork(p: Principal, id: string, count: number, ttlSeconds?: number): Promise<SandboxRow[]> {
-    await this.quota(p, count);
-    return this.queue.run(id, async () => {
-      const { store, ops, metrics, meter, clock } = this.ctx;
-      const parent = (await store.getSandbox(id))!;
-      // Children share the parent's memory and disk copy-on-write: they live on its host.
-      const host = this.ctx.hosts.of(parent);
-      if (parent.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${parent.state}`);
-      const ids = Array.from({ length: count }, () => newId("sbx"));
-      const network = networkOf(parent);
-      const op = ops.newOp("fork", id, "user", { children: ids });
-      const settings: Settings = {
-        persistent: parent.persistent === 1, ttl_seconds: ttlSeconds ?? parent.ttl_seconds, idle_timeout_seconds: parent.idle_timeout_seconds,
-        on_idle: parent.on_idle as "hibernate" | "destroy",
-        metadata: { ...(JSON.parse(parent.metadata) as Record<string, string>), forked_from: id },
-        env: JSON.parse(parent.env) as Record<string, string>,
-      };
-      await ops.begin(parent, op, async (tx) => {
-        for (const c of ids) {
-          await tx.insertSandbox(this.newRow(p, c, settings, parent.template, network, op, host.instance, { ...termsOf(parent), ...(ttlSeconds !== undefined && parent.deadline_mode === "running" ? { run_timeout_seconds: ttlSeconds } : {}) }));
-          await ops.event(c, "creating", "user", { forked_from: id }, tx);
-        }
-      });
-      faultPoint("fork-after-intent");
-      let kids: HostSandboxInfo[];
-      try {
-        kids = await metrics.time("fork", "", () => meter.work(id, () => host.fork(op.id, id, ids, network.egress === "none" ? NO_NETWORK : network)));
-      } catch (e) {
-        await ops.fail(op, id, e, {}, (tx) => this.dropChildren(tx, op, ids, "error", (e as Error).message));
-        throw e;
-      }
-      faultPoint("fork-after-children");
-      const out: SandboxRow[] = [];
-      await ops.finish(op, id, { result: { children: ids } }, async (tx) => {
-        for (const [i, c] of ids.entries()) {
-          out.push(await ops.settle(tx, op, c, { state: "running", reason: "user", patch: { ...vmFields(kids[i]!), last_activity_at: clock.now() }, data: { forked_from: id } }));
-        }
-        await ops.event(id, "forked", "user", { children: ids }, tx);
-      });
-      faultPoint("fork-after-commit");
-      return out;
-    });
-  }
-
-  /** Fork children that never came to be: destroyed, with why. */
-  async dropChildren(tx: Store, op: OperationRow, ids: string[], reason: Reason, message: string): Promise<void> {
-    for (const c of ids) {
-      const row = await tx.getSandbox(c);
-      if (row?.op_id === op.id) await this.ctx.ops.settle(tx, op, c, { state: "destroyed", reason, patch: { destroyed_at: this.ctx.clock.now() }, data: { message } });
-    }
   }
 }

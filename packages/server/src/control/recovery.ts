@@ -4,6 +4,7 @@ import type { HostAgent } from "@den/protocol";
 import { newId } from "@den/runtime";
 import { hasVm, modeOf, type Ctx } from "./context.js";
 import { deadlineAfter, type Lifecycle } from "./lifecycle.js";
+import type { Forks } from "./forks.js";
 import type { NetworkPolicies } from "./network-policy.js";
 import { argsOf, type Reason } from "./operations.js";
 import type { Templates } from "./templates.js";
@@ -23,6 +24,7 @@ export class Recovery {
   constructor(
     private readonly ctx: Ctx,
     private readonly lifecycle: Lifecycle,
+    private readonly forks: Forks,
     private readonly network: NetworkPolicies,
     private readonly templates: Templates,
     /** The reaper's one way of marking a running sandbox whose VM is gone `lost`. */
@@ -165,10 +167,14 @@ export class Recovery {
         return;
       }
       case "fork": {
-        const a = argsOf<{ children: string[] }>(op);
-        for (const c of a.children) await host.destroy(c);
+        // Children live on the host their rows name (the parent's, or others for a fork across hosts).
+        const a = argsOf<{ children: string[]; via?: string }>(op);
+        for (const c of a.children) await hosts.of((await store.getSandbox(c)) ?? row).destroy(c);
         await host.resume(id);
-        await rollBack({}, (tx) => this.lifecycle.dropChildren(tx, op, a.children, "restart", STOPPED));
+        await rollBack({}, async (tx) => {
+          await this.forks.dropChildren(tx, op, a.children, "restart", STOPPED);
+          if (a.via) await tx.releaseStoredSnapshot(a.via, clock.now());
+        });
         return;
       }
       case "set_network":

@@ -115,6 +115,14 @@ export class HostRegistry {
     }
   }
 
+  /** Ends a drain: the host takes new sandboxes again. */
+  async undrain(id: string): Promise<void> {
+    const row = await this.ctx.store.getHost(id);
+    if (!row || row.state === "removed") throw new DenError("not_found", `host ${id} is not registered`);
+    await this.ctx.store.setHostState(id, "up");
+    await this.ctx.hosts.refresh();
+  }
+
   /** Takes a host out for good: only once nothing lives on it (drain it first; a lost host's sandboxes hold nothing). */
   async remove(id: string): Promise<void> {
     const row = await this.ctx.store.getHost(id);

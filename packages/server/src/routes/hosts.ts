@@ -27,6 +27,14 @@ export function registerHostRoutes(app: TypedApp, cp: ControlPlane): void {
     return reply.status(202).send({ left: await cp.registry.drain(req.params.id) });
   });
 
+  app.post("/v1/hosts/:id/undrain", {
+    schema: { summary: "End a drain: the host takes new sandboxes again (admin)", params: HostParams },
+  }, async (req, reply) => {
+    requireAdmin(req);
+    await cp.registry.undrain(req.params.id);
+    return reply.status(204).send();
+  });
+
   app.delete("/v1/hosts/:id", {
     schema: { summary: "Remove a host that holds no sandbox (drain it first) (admin)", params: HostParams },
   }, async (req, reply) => {
