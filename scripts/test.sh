@@ -63,4 +63,6 @@ if [ "${DEN_SKIP_BENCH:-}" != 1 ]; then
   node packages/bench/dist/src/bench.js --quick
   # The agent loop four ways; it fails if a persistent way ever loses its state.
   node packages/bench/dist/src/agent-loop.js --quick
+  # The fleet's rows: create through a replica with three hosts vs single node, cold wake on its own vs another host.
+  scripts/with-postgres.sh node packages/bench/dist/src/fleet-bench.js --quick
 fi

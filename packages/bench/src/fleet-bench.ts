@@ -51,6 +51,18 @@ async function waitUntil(what: string, fn: () => Promise<boolean>, ms = 60_000):
   }
 }
 
+/** RUNS creates, each timed to its first exec, then destroyed. */
+async function createRuns(api: Api, into: { ms: number[] }): Promise<void> {
+  for (let i = 0; i < RUNS; i++) {
+    let id = "";
+    into.ms.push(await time(async () => {
+      id = (await api("POST", "/v1/sandboxes", {})).id;
+      await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "true" });
+    }));
+    await api("DELETE", `/v1/sandboxes/${id}`);
+  }
+}
+
 async function main(): Promise<void> {
   const dbUrl = process.env.DEN_DATABASE_URL;
   if (!dbUrl?.startsWith("postgres")) throw new Error("the fleet benchmark needs DEN_DATABASE_URL=postgres://... (scripts/with-postgres.sh)");
@@ -73,16 +85,7 @@ async function main(): Promise<void> {
     // Single node first: SQLite, the host agent in this process.
     cpSync(join(suiteDir, "templates", "base"), join(root, "single", "templates", "base"), { recursive: true });
     single = await startServer(loadConfig({ port: "0", dataDir: join(root, "single") }, { DEN_API_KEY: KEY, DEN_ENVD_PORT: "off", ...storeEnv }));
-    const one = client(single.url);
-    const createSingle = row("create -> first exec (single node, SQLite)");
-    for (let i = 0; i < RUNS; i++) {
-      let id = "";
-      createSingle.ms.push(await time(async () => {
-        id = (await one("POST", "/v1/sandboxes", {})).id;
-        await one("POST", `/v1/sandboxes/${id}/exec`, { cmd: "true" });
-      }));
-      await one("DELETE", `/v1/sandboxes/${id}`);
-    }
+    await createRuns(client(single.url), row("create -> first exec (single node, SQLite)"));
     await single.close();
     single = undefined;
 
@@ -105,15 +108,7 @@ async function main(): Promise<void> {
     hostIds = ids;
     const hostOf = (id: string) => ids.find((h) => findInstanceProcesses(h).has(id));
 
-    const createFleet = row("create -> first exec (a replica on Postgres, 3 registered hosts)");
-    for (let i = 0; i < RUNS; i++) {
-      let id = "";
-      createFleet.ms.push(await time(async () => {
-        id = (await api("POST", "/v1/sandboxes", {})).id;
-        await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "true" });
-      }));
-      await api("DELETE", `/v1/sandboxes/${id}`);
-    }
+    await createRuns(api, row("create -> first exec (a replica on Postgres, 3 registered hosts)"));
 
     const same = row("cold wake -> first exec, on its own host");
     const other = row("cold wake -> first exec, on another host");

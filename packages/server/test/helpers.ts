@@ -24,6 +24,22 @@ export async function testServer(env: Record<string, string> = {}): Promise<Runn
   return startServer(config);
 }
 
+/** Create (persistent) and exec through a client, failing the test on anything but success. */
+export function sandboxCalls(api: ReturnType<typeof client>) {
+  return {
+    async exec(id: string, cmd: string): Promise<string> {
+      const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
+      if (r.status !== 200) throw new Error(`exec ${cmd}: ${r.status} ${r.text}`);
+      return r.body.stdout as string;
+    },
+    async create(body: Record<string, unknown> = {}): Promise<string> {
+      const r = await api("POST", "/v1/sandboxes", { persistent: true, ...body });
+      if (r.status !== 201) throw new Error(`create: ${r.status} ${r.text}`);
+      return r.body.id as string;
+    },
+  };
+}
+
 /** A small JSON client for the API (the SDK has its own tests). */
 export function client(base: string, key = ADMIN_KEY) {
   return async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; text: string }> {

@@ -12,7 +12,7 @@ import type { ChildProcess } from "node:child_process";
 import { cp as copy, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { findInstanceProcesses } from "@den/runtime";
-import { client, dataDir, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "./helpers.js";
+import { client, dataDir, sandboxCalls, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "./helpers.js";
 
 const PORT_A = 19381;
 const PORT_B = 19382;
@@ -32,16 +32,7 @@ describe("a control plane with two host agents", () => {
   const startA = () => spawnHostAgent(PORT_A, SECRET, env);
   const startB = () => spawnHostAgent(PORT_B, SECRET, { ...env, DEN_DATA_DIR: dirB, DEN_NET_POOL: "100.97.0.0/16" });
 
-  const exec = async (id: string, cmd: string) => {
-    const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
-    assert.equal(r.status, 200, r.text);
-    return r.body.stdout as string;
-  };
-  const create = async () => {
-    const r = await api("POST", "/v1/sandboxes", { persistent: true });
-    assert.equal(r.status, 201, r.text);
-    return r.body.id as string;
-  };
+  const { exec, create } = sandboxCalls(api);
 
   before(async () => {
     cpDir = await mkdtemp("/tmp/den-hosts-cp-");

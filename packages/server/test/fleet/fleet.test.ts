@@ -97,10 +97,14 @@ describe("a fleet: two control planes, three hosts, one Postgres, one bucket", (
   });
 
   after(async () => {
-    if (cps[1] || cps[0]) {
-      await destroyAll().catch(() => undefined);
-      for (const c of (await api("GET", "/v1/checkpoints").catch(() => undefined))?.body?.checkpoints ?? []) await api("DELETE", `/v1/checkpoints/${c.id}`);
-      for (const n of ["a", "b", "c"] as const) if (ids[n]) await api("DELETE", `/v1/hosts/${ids[n]}`).catch(() => undefined);
+    try {
+      if (cps[1] || cps[0]) {
+        await destroyAll();
+        for (const c of (await api("GET", "/v1/checkpoints")).body?.checkpoints ?? []) await api("DELETE", `/v1/checkpoints/${c.id}`);
+        for (const n of ["a", "b", "c"] as const) if (ids[n]) await api("DELETE", `/v1/hosts/${ids[n]}`);
+      }
+    } catch {
+      /* the processes below go either way */
     }
     await Promise.all(cps.map((c) => stop(c, "SIGTERM")));
     await Promise.all((["a", "b", "c"] as const).map((n) => stop(procs[n], "SIGKILL")));
@@ -241,10 +245,15 @@ describe("a fleet: two control planes, three hosts, one Postgres, one bucket", (
     cps[victim]!.kill("SIGKILL");
     await new Promise((r) => cps[victim]!.once("exit", r));
     cps[victim] = undefined;
+    // What the dead replica left half done: its pending operations, as of its death.
+    const orphans = (await db.query("SELECT id FROM operations WHERE status = 'pending' AND owner = $1", [replicaIds[victim]])).rows.map((r) => r.id as string);
+    assert.ok(orphans.length >= 1, "the kill left operations of the dead replica pending");
     await Promise.all(inFlight);
 
     // Within its lease (10 s) plus a pass, the survivor has settled every operation of the dead one.
     await waitFor("no operation is left pending", async () => ((await db.query("SELECT count(*)::int AS n FROM operations WHERE status = 'pending'")).rows[0].n === 0 ? true : undefined), 60_000, 250);
+    const settled = await db.query("SELECT id, owner, status FROM operations WHERE id = ANY($1)", [orphans]);
+    for (const r of settled.rows) assert.equal(r.owner, replicaIds[1 - victim], `${r.id} (${r.status}) was taken over by the survivor`);
     // The three with an 8 s TTL are reaped once each, by whichever replica held the reaper then.
     await waitFor("the TTL reaper ran", async () => ((await Promise.all(made.slice(0, 3).map(state))).every((s) => s.state === "destroyed") ? true : undefined), 60_000);
     const reaps = await db.query("SELECT sandbox_id, count(*)::int AS n FROM operations WHERE kind = 'destroy' AND reason = 'ttl' AND status = 'done' GROUP BY sandbox_id");

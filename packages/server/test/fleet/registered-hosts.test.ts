@@ -13,7 +13,7 @@ import type { ChildProcess } from "node:child_process";
 import { cp as copy, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { findInstanceProcesses } from "@den/runtime";
-import { ADMIN_KEY, client, dataDir, runCli, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "../helpers.js";
+import { ADMIN_KEY, client, dataDir, sandboxCalls, runCli, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "../helpers.js";
 
 const PORT_A = 19391;
 const PORT_B = 19392;
@@ -38,16 +38,7 @@ describe("host agents that register themselves and hold leases", () => {
   const startCp = () => spawnServer(CP_PORT, { ...env, DEN_DATA_DIR: cpDir, DEN_HOST_SECRET: SECRET, DEN_HOST_AGENT_URL: "registered", DEN_HOST_LEASE_SECONDS: "2", DEN_HOST_LOST_GRACE_SECONDS: "2" });
   const hosts = async () => (await api("GET", "/v1/hosts")).body.hosts as Host[];
   const onHost = (instance: string) => [...findInstanceProcesses(instance).keys()].sort();
-  const exec = async (id: string, cmd: string) => {
-    const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
-    assert.equal(r.status, 200, r.text);
-    return r.body.stdout as string;
-  };
-  const create = async () => {
-    const r = await api("POST", "/v1/sandboxes", { persistent: true });
-    assert.equal(r.status, 201, r.text);
-    return r.body.id as string;
-  };
+  const { exec, create } = sandboxCalls(api);
   const state = async (id: string) => (await api("GET", `/v1/sandboxes/${id}`)).body as { state: string; state_reason: string; hibernate_mode: string | null };
   /** A host agent's own view (its inventory), asked directly. */
   const inventory = async (port: number) => (await (await fetch(`http://127.0.0.1:${port}/host/v1/inventory`, { headers: { authorization: `Bearer ${SECRET}` } })).json()) as { vms: Array<{ id: string; state: string }> };
