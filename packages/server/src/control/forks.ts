@@ -76,7 +76,7 @@ export class Forks {
     const out = new Map<string, HostAgent>();
     const reserved = new Map<string, number>([[host.instance, Number.MAX_SAFE_INTEGER]]);
     for (const c of ids) {
-      const h = await this.lifecycle.placeStored(parent, null, reserved);
+      const h = await this.lifecycle.placeStored(parent, parent.host_id, reserved);
       out.set(c, h);
       reserved.set(h.instance, (reserved.get(h.instance) ?? 0) + parent.memory_mb);
     }

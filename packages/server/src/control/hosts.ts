@@ -151,14 +151,18 @@ export class HostPool {
    * the most free memory among those that can hold it now (draining hosts and `exclude`
    * left out); the most telling refusal if none can.
    */
-  async place(spec: Omit<HostCreateSpec, "id">, opts: { prefer?: string | null; exclude?: string; reserved?: Map<string, number> } = {}): Promise<HostAgent> {
-    let candidates = this.all.filter((h) => this.open_(h) && h.instance !== opts.exclude);
+  async place(spec: Omit<HostCreateSpec, "id">, opts: { prefer?: string | null; exclude?: string; reserved?: Map<string, number>; kind?: string } = {}): Promise<HostAgent> {
+    // `kind` (a HostKind's JSON): only hosts of that kind (a host of unknown kind, configured, is tried).
+    const fit = (h: HostAgent) => this.open_(h) && h.instance !== opts.exclude && (opts.kind === undefined || (this.rows.get(h.instance)?.kind ?? opts.kind) === opts.kind);
+    let candidates = this.all.filter(fit);
     if (!candidates.length) {
       // A host may have registered through another replica a moment ago.
       await this.refresh();
-      candidates = this.all.filter((h) => this.open_(h) && h.instance !== opts.exclude);
+      candidates = this.all.filter(fit);
     }
-    if (!candidates.length) throw new DenError("capacity_exhausted", "no host agent can take a sandbox now (none is up and open)");
+    if (!candidates.length) {
+      throw new DenError("capacity_exhausted", opts.kind ? `no host agent of the kind this snapshot was made on (${opts.kind}) can take it now` : "no host agent can take a sandbox now (none is up and open)");
+    }
     const preferred = opts.reserved?.size ? undefined : candidates.find((h) => h.instance === opts.prefer);
     if (preferred) {
       try {

@@ -133,13 +133,14 @@ export class Lifecycle {
   }
 
   /**
-   * Where a stored snapshot (a checkpoint, a cold sandbox) comes back to life: `prefer` (its
-   * last host, whose caches may still hold its files) if it is up, open and has room; else
-   * any host that has its template version and room (the template version is the
-   * compatibility filter: its files are what the snapshot was made against).
+   * Where a stored snapshot (a checkpoint, a cold sandbox) comes back to life: `origin` (the
+   * host it was made on, whose caches may still hold its files) if it is up, open and has
+   * room; else any host of the same kind (QEMU version, accelerator, CPU model, arch: what a
+   * snapshot needs of the host it is restored on) that has its template version and room.
    */
-  async placeStored(s: Pick<SandboxRow, "template" | "template_version" | "vcpus" | "memory_mb">, prefer: string | null, reserved?: Map<string, number>): Promise<HostAgent> {
-    return this.ctx.hosts.place({ template: `${s.template}@${s.template_version}`, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer, ...(reserved ? { reserved } : {}) });
+  async placeStored(s: Pick<SandboxRow, "template" | "template_version" | "vcpus" | "memory_mb">, origin: string | null, reserved?: Map<string, number>): Promise<HostAgent> {
+    const kind = origin ? (await this.ctx.store.getHost(origin))?.kind ?? undefined : undefined;
+    return this.ctx.hosts.place({ template: `${s.template}@${s.template_version}`, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer: origin, ...(kind ? { kind } : {}), ...(reserved ? { reserved } : {}) });
   }
 
   async destroy(id: string, reason: Reason): Promise<SandboxRow> {
@@ -396,7 +397,7 @@ export class Lifecycle {
       const row = (await store.getSandbox(id))!;
       if (row.state !== "lost") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a lost sandbox is recovered`);
       // Its host may be the one that was lost: any host with the checkpoint's template version and room.
-      const host = await this.placeStored(cp, this.ctx.hosts.has(row.host_id) ? row.host_id : null);
+      const host = await this.placeStored(cp, row.host_id);
       const op = { ...ops.newOp("recover", id, "user", { checkpoint: cp.id, host: host.instance }), host: host.instance };
       await ops.begin(row, op, host.instance !== row.host_id ? (tx) => tx.updateSandbox(id, { host_id: host.instance }).then(() => undefined) : undefined);
       let info: HostSandboxInfo;
