@@ -197,7 +197,7 @@ export class Store {
   }
 
   /**
-   * A heartbeat: the host's row created or renewed (a removed host stays removed). Returns
+   * A heartbeat: the host's row created or renewed (a removed host stays removed unless it starts anew). Returns
    * the row as it was before, so the caller can tell a host coming back from one that never left.
    */
   async heartbeat(hb: { id: string; address: string; kind: string; capacity: string; starting: boolean }, at: number, leaseUntil: number): Promise<{ before: HostRow | undefined; after: HostRow }> {
@@ -206,10 +206,12 @@ export class Store {
       if (!before) {
         await s.db.insertInto("hosts").values({ id: hb.id, address: hb.address, managed: "lease", state: "up", kind: hb.kind, capacity: hb.capacity, registered_at: at, heartbeat_at: at, lease_until: leaseUntil, lost_at: null })
           .onConflict((oc) => oc.column("id").doNothing()).execute();
-      } else if (before.state !== "removed") {
+      } else if (before.state !== "removed" || hb.starting) {
+        // A host agent that starts anew takes sandboxes again: after a drain for its stop, or
+        // after it was removed (a removed one that merely keeps beating stays out).
         await s.db.updateTable("hosts").set({
           address: hb.address, managed: "lease", kind: hb.kind, capacity: hb.capacity, heartbeat_at: at, lease_until: leaseUntil,
-          ...(hb.starting && before.state === "draining" ? { state: "up" } : {}),
+          ...(hb.starting && before.state !== "up" ? { state: "up", lost_at: null } : {}),
         }).where("id", "=", hb.id).execute();
       }
       return { before, after: (await s.getHost(hb.id))! };
