@@ -1,9 +1,10 @@
 import { createHash } from "node:crypto";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { chmod, mkdtemp, readFile, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { downloadSnapshot, faultPoint, manifestBytes, readStoredManifest, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
+import { downloadSnapshot, faultPoint, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
 import { DenError, type api, type host } from "@den/protocol";
-import { Runtime, bakeFromSandbox, bakeVariant, hostProfile, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
+import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, hostProfile, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
 import { Admission, type Capacity, type Shape } from "./admission.js";
 
 type HostAgent = host.HostAgent;
@@ -379,6 +380,36 @@ export class LocalHostAgent implements HostAgent {
     const names = new Set((await this.rt.templates.list()).map((t) => t.name).filter((n) => n === name || n.startsWith(`${name}.`)));
     for (const n of names) await this.rt.templates.retire(n);
     await this.rt.gc();
+  }
+
+  publishTemplate(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }> {
+    return this.once(op, async () => {
+      if (await storedSnapshotComplete(this.store, key)) return { storedBytes: manifestBytes(await readStoredManifest(this.store, key)) };
+      const tpl = await this.rt.templates.resolve(`${name}@${version}`);
+      const files = Object.values(TEMPLATE_FILES).filter((f) => existsSync(join(tpl.dir, f)));
+      const raw = JSON.parse(await readFile(join(tpl.dir, "manifest.json"), "utf8")) as unknown;
+      return { storedBytes: manifestBytes(await uploadSnapshot(this.store, key, tpl.dir, files, raw)) };
+    });
+  }
+
+  fetchTemplate(op: string, name: string, version: string, key: string, current: boolean): Promise<void> {
+    return this.once(op, async () => {
+      const ref = { name, version };
+      if (this.rt.templates.has(ref)) {
+        if (current && this.rt.templates.current(name) !== version) await this.rt.templates.setCurrent(ref);
+        return;
+      }
+      const dir = await this.rt.templates.buildDir(ref);
+      try {
+        await downloadSnapshot(this.store, key, dir);
+        // The files are read-only from here on, as a built template's are.
+        for (const f of await readdir(dir)) if (f !== "manifest.json") await chmod(join(dir, f), 0o444);
+        if (current || !this.rt.templates.current(name)) await this.rt.templates.install(ref, dir);
+        else await rename(dir, this.rt.templates.dir(ref));
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
   }
 
   buildTemplate(op: string, spec: TemplateBuildSpec): Promise<host.BuiltTemplate> {

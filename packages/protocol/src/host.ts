@@ -166,6 +166,8 @@ export const control = {
   templates: route({ method: "GET", path: "/host/v1/templates", response: z.object({ templates: z.array(Template) }) }),
   deleteTemplate: route({ method: "DELETE", path: "/host/v1/templates/:name", response: Ok }),
   buildTemplate: route({ method: "POST", path: "/host/v1/templates/builds", body: z.object({ ...OpBody, spec: TemplateBuildSpec }), response: BuiltTemplate }),
+  publishTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/publish", body: z.object({ ...OpBody, key: StoredRef.shape.key }), response: z.object({ storedBytes: Count }) }),
+  fetchTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/fetch", body: z.object({ ...OpBody, key: StoredRef.shape.key, current: z.boolean() }), response: Ok }),
 } as const;
 export type ControlRoutes = typeof control;
 
@@ -299,6 +301,13 @@ export interface HostAgent {
   deleteTemplate(name: string): Promise<void>;
   /** Builds (or finds, if the same recipe was built before) a template version and makes it current. */
   buildTemplate(op: string, spec: TemplateBuildSpec): Promise<BuiltTemplate>;
+  /** Uploads a local template version to the store under `key` (a complete copy already there is kept). */
+  publishTemplate(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }>;
+  /**
+   * Makes a template version from the store local: downloaded, verified file by file, then
+   * installed (the current version of its name too, if `current`). Nothing if it is here already.
+   */
+  fetchTemplate(op: string, name: string, version: string, key: string, current: boolean): Promise<void>;
   /** Called as snapshots move to and from the store (over HTTP: fed from `GET /host/v1/events`). */
   onTransfer: ((t: TransferEvent) => void) | undefined;
   close(): void;

@@ -4,7 +4,7 @@ export { ExecProcess, type Command, type ExecChunk, type ExecOptions, type ExecR
 export { GuestFiles, type FileSource } from "./files.js";
 export { listPorts, openTunnel, type TunnelOptions } from "./tunnel.js";
 export { AgentClient } from "./agent-client.js";
-export { TemplateStore, type TemplateInfo } from "./templates.js";
+export { TEMPLATE_FILES, TemplateStore, type TemplateInfo } from "./templates.js";
 export { bakeFromSandbox, bakeTemplate, bakeVariant, reuseTemplate, templateVersion } from "./bake.js";
 export { hostProfile, cacheDir, type HostProfile } from "./host.js";
 export { type SnapshotManifest, readManifest, verifySnapshot } from "./snapshot.js";

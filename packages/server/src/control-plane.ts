@@ -17,6 +17,7 @@ import { Operations, systemClock, type Clock, type Reason } from "./control/oper
 import { Reaper } from "./control/reaper.js";
 import { Recovery } from "./control/recovery.js";
 import { HostRegistry } from "./control/registry.js";
+import { SharedTemplates } from "./control/shared-templates.js";
 import { Serializer } from "./control/serializer.js";
 import { Templates } from "./control/templates.js";
 
@@ -80,7 +81,9 @@ export class ControlPlane {
     this.metrics = new Metrics(store, () => this.capacity());
     this.ops = new Operations(store, this.meter, this.metrics, clock, config.limits.eventsPerSandbox, replica);
     const log = { info: (o: object, m: string) => this.log.info(o, m), warn: (o: object, m: string) => this.log.warn(o, m) };
-    this.ctx = { store, hosts: this.hosts, objects, deployment, replica, config, clock, ops: this.ops, meter: this.meter, metrics: this.metrics, log };
+    const ctx = { store, hosts: this.hosts, objects, deployment, replica, config, clock, ops: this.ops, meter: this.meter, metrics: this.metrics, log } as Omit<Ctx, "shared"> as Ctx;
+    ctx.shared = new SharedTemplates(ctx);
+    this.ctx = ctx;
     this.network = new NetworkPolicies(this.ctx, this.queue, (p, id) => this.owned(p, id));
     this.lifecycle = new Lifecycle(this.ctx, this.queue, this.network);
     this.forks = new Forks(this.ctx, this.queue, this.lifecycle);

@@ -196,7 +196,19 @@ export interface LeasesTable {
   until: number;
 }
 
+/** A template version in the shared store (migration 014). */
+export interface TemplateVersionsTable {
+  name: string;
+  version: string;
+  key: string;
+  state: string;
+  bytes: number | null;
+  host_id: string;
+  created_at: number;
+}
+
 export interface Database {
+  template_versions: TemplateVersionsTable;
   replicas: ReplicasTable;
   leases: LeasesTable;
   hosts: HostsTable;

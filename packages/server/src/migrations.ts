@@ -249,4 +249,22 @@ export const migrations = (dialect: Dialect): Record<string, Migration> => ({
       await db.schema.alterTable("operations").addColumn("owner", "varchar(64)").execute();
     },
   },
+  "014_template_versions": {
+    async up(db: Kysely<any>): Promise<void> {
+      // Template versions in the shared store, for hosts that do not have them yet.
+      await db.schema
+        .createTable("template_versions")
+        .addColumn("name", "varchar(64)", (c) => c.notNull())
+        .addColumn("version", "varchar(16)", (c) => c.notNull())
+        .addColumn("key", "varchar(256)", (c) => c.notNull())
+        /** pending | complete */
+        .addColumn("state", "varchar(16)", (c) => c.notNull())
+        .addColumn("bytes", "bigint")
+        /** The host it was uploaded from (its kind is the version's). */
+        .addColumn("host_id", "varchar(128)", (c) => c.notNull())
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .addPrimaryKeyConstraint("template_versions_pk", ["name", "version"])
+        .execute();
+    },
+  },
 });

@@ -2,7 +2,7 @@ import { NO_NETWORK } from "./network.js";
 import { createHash, randomBytes } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
 import type { api } from "@den/protocol";
-import type { CheckpointsTable, Database, HostsTable, OperationsTable, SandboxesTable, StoredSnapshotsTable, TemplatesTable, UsageSegmentsTable } from "./db.js";
+import type { CheckpointsTable, Database, HostsTable, TemplateVersionsTable, OperationsTable, SandboxesTable, StoredSnapshotsTable, TemplatesTable, UsageSegmentsTable } from "./db.js";
 
 export type SandboxRow = Selectable<SandboxesTable>;
 export type OperationRow = Selectable<OperationsTable>;
@@ -10,6 +10,7 @@ export type StoredSnapshotRow = Selectable<StoredSnapshotsTable>;
 export type CheckpointRow = Selectable<CheckpointsTable>;
 export type TemplateRow = Selectable<TemplatesTable>;
 export type HostRow = Selectable<HostsTable>;
+export type TemplateVersionRow = Selectable<TemplateVersionsTable>;
 
 export function toApiCheckpoint(r: CheckpointRow): api.Checkpoint {
   return {
@@ -178,6 +179,27 @@ export class Store {
     const r = await this.db.updateTable("leases").set({ holder, until }).where("name", "=", name)
       .where((eb) => eb.or([eb("holder", "=", holder), eb("until", "<=", now)])).executeTakeFirst();
     return Number(r.numUpdatedRows) === 1;
+  }
+
+  // ---- template versions in the shared store ----
+
+  /** Claims the upload of a template version: true for the one caller that gets to do it. */
+  async claimTemplateVersion(row: TemplateVersionRow): Promise<boolean> {
+    const r = await this.db.insertInto("template_versions").values(row).onConflict((oc) => oc.columns(["name", "version"]).doNothing()).executeTakeFirst();
+    return Number(r.numInsertedOrUpdatedRows ?? 0) === 1;
+  }
+
+  async completeTemplateVersion(name: string, version: string, bytes: number): Promise<void> {
+    await this.db.updateTable("template_versions").set({ state: "complete", bytes }).where("name", "=", name).where("version", "=", version).execute();
+  }
+
+  /** Gives up a claim whose upload failed, so it is tried again. */
+  async dropTemplateVersion(name: string, version: string): Promise<void> {
+    await this.db.deleteFrom("template_versions").where("name", "=", name).where("version", "=", version).where("state", "=", "pending").execute();
+  }
+
+  async templateVersions(): Promise<TemplateVersionRow[]> {
+    return this.db.selectFrom("template_versions").selectAll().orderBy("created_at").execute();
   }
 
   // ---- hosts ----

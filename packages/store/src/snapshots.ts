@@ -50,6 +50,11 @@ export function snapshotKey(id: string, deployment?: string): string {
   return deployment ? `${deployment}/snapshots/${id}` : `snapshots/${id}`;
 }
 
+/** Where a template version is kept for every host of a deployment: `<deployment>/templates/<name>/<version>/`. */
+export function templateKey(name: string, version: string, deployment: string): string {
+  return `${deployment}/templates/${name}/${version}`;
+}
+
 const idOf = (key: string) => key.slice(key.lastIndexOf("/") + 1);
 
 /**

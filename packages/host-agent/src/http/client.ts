@@ -20,6 +20,7 @@ const TIMEOUTS: Record<keyof Routes, number> = {
   destroy: 2 * MINUTE, dropLocalSnapshot: MINUTE, unpin: MINUTE, collectLocal: 5 * MINUTE, deleteTemplate: 5 * MINUTE,
   create: 15 * MINUTE, hibernateWarm: 10 * MINUTE, wakeWarm: 10 * MINUTE, hibernateDisk: 10 * MINUTE, wakeDisk: 10 * MINUTE,
   upload: 60 * MINUTE, restore: 60 * MINUTE, checkpoint: 60 * MINUTE, fork: 60 * MINUTE, buildTemplate: 3 * 60 * MINUTE,
+  publishTemplate: 60 * MINUTE, fetchTemplate: 60 * MINUTE,
   // What the host is still doing for an operation: as long as the longest of them.
   settled: 3 * 60 * MINUTE,
 };
@@ -165,6 +166,14 @@ export class HttpHostAgent implements HostAgent {
 
   async deleteTemplate(name: string): Promise<void> {
     await this.call("deleteTemplate", { name });
+  }
+
+  publishTemplate(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }> {
+    return this.call("publishTemplate", { name, version }, { op, key });
+  }
+
+  async fetchTemplate(op: string, name: string, version: string, key: string, current: boolean): Promise<void> {
+    await this.call("fetchTemplate", { name, version }, { op, key, current });
   }
 
   buildTemplate(op: string, spec: TemplateBuildSpec): Promise<host.BuiltTemplate> {

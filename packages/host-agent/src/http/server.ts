@@ -48,6 +48,8 @@ function handlers(agent: HostAgent): Handlers {
     templates: async () => ({ templates: await agent.templates() }),
     deleteTemplate: async (p) => (await agent.deleteTemplate(id(p, "name")), ok),
     buildTemplate: (_p, b) => agent.buildTemplate(b.op, b.spec),
+    publishTemplate: (p, b) => agent.publishTemplate(b.op, id(p, "name"), id(p, "version"), b.key),
+    fetchTemplate: async (p, b) => (await agent.fetchTemplate(b.op, id(p, "name"), id(p, "version"), b.key, b.current), ok),
   };
 }
 

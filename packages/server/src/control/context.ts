@@ -6,6 +6,7 @@ import type { Meter } from "../meter.js";
 import type { Metrics } from "../metrics.js";
 import type { SandboxRow, Store, StoredSnapshotRow } from "../store.js";
 import type { Clock, Operations } from "./operations.js";
+import type { SharedTemplates } from "./shared-templates.js";
 
 /** What every control-plane service works with. */
 export interface Ctx {
@@ -18,6 +19,8 @@ export interface Ctx {
   deployment: string;
   /** This control-plane replica's id: it owns the operations it begins. */
   replica: string;
+  /** Template versions in the shared store (hosts that lack one pull it). */
+  shared: SharedTemplates;
   config: ServerConfig;
   clock: Clock;
   ops: Operations;

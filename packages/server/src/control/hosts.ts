@@ -151,7 +151,24 @@ export class HostPool {
    * the most free memory among those that can hold it now (draining hosts and `exclude`
    * left out); the most telling refusal if none can.
    */
-  async place(spec: Omit<HostCreateSpec, "id">, opts: { prefer?: string | null; exclude?: string; reserved?: Map<string, number>; kind?: string } = {}): Promise<HostAgent> {
+  async place(spec: Omit<HostCreateSpec, "id">, opts: {
+    prefer?: string | null; exclude?: string; reserved?: Map<string, number>; kind?: string;
+    /** The template is in the shared store: a host that lacks it may be chosen, and pulls it first. */
+    pull?: (h: HostAgent) => Promise<void>;
+  } = {}): Promise<HostAgent> {
+    const pulls = new Set<string>();
+    const check = async (h: HostAgent) => {
+      try {
+        await h.checkCreate(spec);
+      } catch (e) {
+        if (!(opts.pull && e instanceof DenError && e.code === "template_not_found")) throw e;
+        pulls.add(h.instance);
+      }
+    };
+    const chosen = async (h: HostAgent) => {
+      if (pulls.has(h.instance)) await opts.pull!(h);
+      return h;
+    };
     // `kind` (a HostKind's JSON): only hosts of that kind (a host of unknown kind, configured, is tried).
     const fit = (h: HostAgent) => this.open_(h) && h.instance !== opts.exclude && (opts.kind === undefined || (this.rows.get(h.instance)?.kind ?? opts.kind) === opts.kind);
     let candidates = this.all.filter(fit);
@@ -166,26 +183,26 @@ export class HostPool {
     const preferred = opts.reserved?.size ? undefined : candidates.find((h) => h.instance === opts.prefer);
     if (preferred) {
       try {
-        await preferred.checkCreate(spec);
-        return preferred;
+        await check(preferred);
+        return await chosen(preferred);
       } catch {
         /* any other */
       }
     }
     if (candidates.length === 1 && !opts.reserved?.size) {
-      await candidates[0]!.checkCreate(spec);
-      return candidates[0]!;
+      await check(candidates[0]!);
+      return chosen(candidates[0]!);
     }
     // `reserved`: memory already promised on a host by this placement's earlier picks (a fork's other children).
     const fits = await this.over(candidates, async (h) => {
-      await h.checkCreate(spec);
+      await check(h);
       const { capacity, used } = await h.capacity();
       const free = capacity.memoryMb - used.memoryMb - (opts.reserved?.get(h.instance) ?? 0);
       if (free < (spec.memoryMb ?? 0)) throw new DenError("capacity_exhausted", `host ${h.instance} has room now, but not beside the other sandboxes placed there with it`);
       return free;
     });
     const ok = fits.filter((f): f is Extract<FromHost<number>, { ok: true }> => f.ok).sort((a, b) => b.value - a.value);
-    if (ok.length) return ok[0]!.host;
+    if (ok.length) return chosen(ok[0]!.host);
     const refusal = fits.find((f) => !f.ok && f.error instanceof DenError && f.error.code !== "agent_unavailable");
     throw (refusal as { error: unknown } | undefined)?.error ?? (fits[0] as { error: unknown }).error;
   }

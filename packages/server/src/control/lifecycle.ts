@@ -108,7 +108,8 @@ export class Lifecycle {
     const template = req.template ?? config.defaults.template;
     const shape = { ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}) };
     // A create no host can hold is refused before it leaves a record behind.
-    const host = await hosts.place({ template, ...shape });
+    const pull = await this.ctx.shared.pullFor(template);
+    const host = await hosts.place({ template, ...shape }, pull ? { pull } : {});
     const network = effectivePolicy(req.network, config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("create", id, "user", { template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}) }), host: host.instance };
@@ -140,7 +141,9 @@ export class Lifecycle {
    */
   async placeStored(s: Pick<SandboxRow, "template" | "template_version" | "vcpus" | "memory_mb">, origin: string | null, reserved?: Map<string, number>): Promise<HostAgent> {
     const kind = origin ? (await this.ctx.store.getHost(origin))?.kind ?? undefined : undefined;
-    return this.ctx.hosts.place({ template: `${s.template}@${s.template_version}`, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer: origin, ...(kind ? { kind } : {}), ...(reserved ? { reserved } : {}) });
+    const template = `${s.template}@${s.template_version}`;
+    const pull = await this.ctx.shared.pullFor(template);
+    return this.ctx.hosts.place({ template, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer: origin, ...(kind ? { kind } : {}), ...(reserved ? { reserved } : {}), ...(pull ? { pull } : {}) });
   }
 
   async destroy(id: string, reason: Reason): Promise<SandboxRow> {

@@ -253,6 +253,8 @@ export class Recovery {
     for (const row of (await store.liveSandboxes()).filter(mine)) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
     // Every host keeps what any record needs: a superset costs nothing and cannot drop another's pin.
     await host.collectLocal([...(await this.keep(await store.liveSandboxes()))], [...(await store.liveStoredSnapshotIds())]);
+    // Its template versions go to the shared store (in the background), for hosts that lack them.
+    this.ctx.shared.publishFrom(host);
   }
 
   /** Local snapshots something still needs: warm hibernations', and those a warm hibernate in flight (on any replica) is taking. */

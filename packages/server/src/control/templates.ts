@@ -97,6 +97,7 @@ export class Templates {
     }));
     const first = built.find((b) => b.ok);
     if (!first) throw (built[0] as { error: unknown }).error;
+    for (const [i, b] of built.entries()) if (b.ok) this.ctx.shared.publishFrom(on[i]!);
     for (const [i, b] of built.entries()) if (!b.ok) this.ctx.log.warn({ err: b.error, host: on[i]!.instance }, `template ${spec.name} was not built on host ${on[i]!.instance}`);
     return first.t;
   }

@@ -5,12 +5,14 @@
  * a host killed is declared lost after its lease and the grace period (its running
  * sandboxes `lost`, recoverable from a checkpoint on another host) and, when it comes back,
  * destroys what the database no longer gives it. A host that cannot renew its lease pauses
- * its VMs, and runs them again once the control plane answers.
+ * its VMs, and runs them again once the control plane answers. Host B starts with no
+ * template: it pulls A's base from the shared store on its first sandbox.
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { ChildProcess } from "node:child_process";
-import { cp as copy, mkdtemp, rm } from "node:fs/promises";
+import { existsSync, readdirSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { findInstanceProcesses } from "@den/runtime";
 import { ADMIN_KEY, client, dataDir, sandboxCalls, runCli, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "../helpers.js";
@@ -37,6 +39,15 @@ describe("host agents that register themselves and hold leases", () => {
   const startB = () => spawnHostAgent(PORT_B, SECRET, { ...env, ...hostEnv, DEN_DATA_DIR: dirB, DEN_NET_POOL: "100.97.0.0/16" });
   const startCp = () => spawnServer(CP_PORT, { ...env, DEN_DATA_DIR: cpDir, DEN_HOST_SECRET: SECRET, DEN_HOST_AGENT_URL: "registered", DEN_HOST_LEASE_SECONDS: "2", DEN_HOST_LOST_GRACE_SECONDS: "2" });
   const hosts = async () => (await api("GET", "/v1/hosts")).body.hosts as Host[];
+  /** Whether a complete copy of a version of template `name` is in the store (its manifest is written last). */
+  const published = (name: string) => {
+    const root = join(cpDir, "store");
+    for (const dep of existsSync(root) ? readdirSync(root) : []) {
+      const dir = join(root, dep, "templates", name);
+      if (existsSync(dir) && readdirSync(dir).some((v) => existsSync(join(dir, v, "store-manifest.json")))) return true;
+    }
+    return false;
+  };
   const onHost = (instance: string) => [...findInstanceProcesses(instance).keys()].sort();
   const { exec, create } = sandboxCalls(api);
   const state = async (id: string) => (await api("GET", `/v1/sandboxes/${id}`)).body as { state: string; state_reason: string; hibernate_mode: string | null };
@@ -48,8 +59,8 @@ describe("host agents that register themselves and hold leases", () => {
 
   before(async () => {
     cpDir = await mkdtemp("/tmp/den-reg-cp-");
+    // B has no template at all: it pulls what it needs from the store, where A's are published.
     dirB = await mkdtemp("/tmp/den-reg-b-");
-    await copy(join(dataDir(), "templates"), join(dirB, "templates"), { recursive: true });
     env = { DEN_STORE_DIR: join(cpDir, "store") };
     cpProc = await startCp();
     [hostA, hostB] = await Promise.all([startA(), startB()]);
@@ -59,6 +70,7 @@ describe("host agents that register themselves and hold leases", () => {
     }, 20_000);
     a = listed.find((h) => h.url === `http://127.0.0.1:${PORT_A}`)!.id;
     b = listed.find((h) => h.url === `http://127.0.0.1:${PORT_B}`)!.id;
+    await waitFor("A's base template is in the store", async () => (published("base") ? true : undefined), 120_000, 500);
   });
 
   after(async () => {
@@ -85,6 +97,8 @@ describe("host agents that register themselves and hold leases", () => {
     const ids = [await create(), await create(), await create(), await create()];
     const atA = ids.filter((id) => onHost(a).includes(id));
     assert.equal(atA.length, 2, `two of four on A: ${JSON.stringify({ a: onHost(a), b: onHost(b) })}`);
+    // B built nothing: the version it runs was pulled from the store, whole.
+    assert.ok(existsSync(join(dirB, "templates", "base", "current")), "B pulled base and made it current");
     for (const id of ids) await exec(id, `echo canary-${id} > /root/canary && (setsid sleep 100000 > /dev/null 2>&1 &) && echo ok`);
     for (const id of ids) assert.equal((await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" })).status, 200);
     assert.deepEqual(onHost(a), []);
