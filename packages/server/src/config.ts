@@ -80,7 +80,11 @@ export interface ServerConfig {
    * + DEN_HOST_SECRET, or `den serve --host-agent URL`: one or more host agents, comma-separated
    * or the flag repeated, all with the one shared secret; this server runs no VM itself).
    */
-  hostAgent: { kind: "local" } | { kind: "loopback" } | { kind: "remote"; urls: string[]; secret: string };
+  hostAgent: { kind: "local" } | { kind: "loopback" } | {
+    kind: "remote"; urls: string[]; secret: string;
+    /** `registered` was given: hosts register themselves, and share template versions through the store. */
+    registered?: boolean;
+  };
   /**
    * Registered host agents (`den host run --control-plane URL`, taken whenever host agents
    * are remote; `--host-agent registered` for none but those): a heartbeat's lease, and the
@@ -106,7 +110,7 @@ function hostAgentConfig(list: string | undefined, env: NodeJS.ProcessEnv): Serv
     if (new Set(urls).size !== urls.length) throw new Error(`a host agent is given twice: ${urls.join(", ")}`);
     const secret = env.DEN_HOST_SECRET;
     if (!secret) throw new Error("remote host agents (DEN_HOST_AGENT_URL, --host-agent) need their shared secret in DEN_HOST_SECRET");
-    return { kind: "remote", urls, secret };
+    return { kind: "remote", urls, secret, registered: given.includes("registered") };
   }
   const transport = env.DEN_HOST_TRANSPORT ?? "local";
   if (transport !== "local" && transport !== "loopback") throw new Error(`DEN_HOST_TRANSPORT must be local or loopback, got ${transport}`);

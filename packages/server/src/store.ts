@@ -193,9 +193,9 @@ export class Store {
     await this.db.updateTable("template_versions").set({ state: "complete", bytes }).where("name", "=", name).where("version", "=", version).execute();
   }
 
-  /** Gives up a claim whose upload failed, so it is tried again. */
-  async dropTemplateVersion(name: string, version: string): Promise<void> {
-    await this.db.deleteFrom("template_versions").where("name", "=", name).where("version", "=", version).where("state", "=", "pending").execute();
+  /** Gives up a claim whose upload failed (or a copy that is gone), so it is made again. */
+  async dropTemplateVersion(name: string, version: string, state = "pending"): Promise<void> {
+    await this.db.deleteFrom("template_versions").where("name", "=", name).where("version", "=", version).where("state", "=", state).execute();
   }
 
   async templateVersions(): Promise<TemplateVersionRow[]> {

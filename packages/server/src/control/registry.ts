@@ -47,14 +47,17 @@ export class HostRegistry {
       if (before) log.info({ host: hb.id, address: hb.address }, `host ${hb.id} is back: reconciling it against the database`);
       // Only the replica that clears the loss reconciles; a host that merely came back within its grace needs it too (its VMs may be fenced).
       if (before?.lost_at !== null && before?.lost_at !== undefined) await store.clearHostLost(hb.id);
-      if (before) void this.reconcileSoon(hb.id);
+      void this.reconcileSoon(hb.id);
     }
     return { leaseMs: this.config.leaseMs, state: after.state as host.HeartbeatReply["state"] };
   }
 
   private async reconcileSoon(id: string): Promise<void> {
     try {
-      await this.reconcile(this.ctx.hosts.get(id));
+      const h = this.ctx.hosts.get(id);
+      // Its templates go to the shared store whatever the reconcile finds.
+      this.ctx.shared.publishFrom(h);
+      await this.reconcile(h);
     } catch (err) {
       this.ctx.log.warn({ err, host: id }, `host ${id} could not be reconciled; the next heartbeat after its lease tries again`);
     }

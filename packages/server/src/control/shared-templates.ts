@@ -1,6 +1,6 @@
 import { DenError, type HostAgent } from "@den/protocol";
 import { newId } from "@den/runtime";
-import { templateKey } from "@den/store";
+import { storedSnapshotComplete, templateKey } from "@den/store";
 import type { TemplateVersionRow } from "../store.js";
 import type { Ctx } from "./context.js";
 
@@ -12,7 +12,8 @@ const STALE_CLAIM_MS = 60 * 60 * 1000;
  * sandbox wakes on any host; a new host needs no build of its own). A host's versions are
  * uploaded once for the deployment (whoever claims the row uploads; the row is `complete`
  * when the copy is whole); a host chosen for a version it lacks downloads and verifies it
- * first. Only deployments with remote hosts publish: a single node has no one to share with.
+ * first. Only a deployment of registered hosts (`--host-agent registered`) shares them: a
+ * single node has no one to share with, and a static list builds its templates on each host.
  */
 export class SharedTemplates {
   private publishing = new Map<string, Promise<void>>();
@@ -20,7 +21,7 @@ export class SharedTemplates {
   constructor(private readonly ctx: Ctx) {}
 
   get enabled(): boolean {
-    return this.ctx.config.hostAgent.kind === "remote";
+    return this.ctx.config.hostAgent.kind === "remote" && this.ctx.config.hostAgent.registered === true;
   }
 
   /** Uploads, in the background, every version `host` has that the store does not. */
@@ -42,9 +43,10 @@ export class SharedTemplates {
     const known = new Map((await store.templateVersions()).map((r) => [`${r.name}@${r.version}`, r]));
     for (const t of await host.templates()) {
       const have = known.get(`${t.name}@${t.version}`);
-      if (have?.state === "complete") continue;
-      if (have && clock.now() - have.created_at < STALE_CLAIM_MS) continue;
-      if (have) await store.dropTemplateVersion(t.name, t.version);
+      // Complete, and still there (a store emptied by hand, or another store, is filled again).
+      if (have?.state === "complete" && (await storedSnapshotComplete(this.ctx.objects, have.key))) continue;
+      if (have?.state === "pending" && clock.now() - have.created_at < STALE_CLAIM_MS) continue;
+      if (have) await store.dropTemplateVersion(t.name, t.version, have.state);
       const row: TemplateVersionRow = { name: t.name, version: t.version, key: templateKey(t.name, t.version, deployment), state: "pending", bytes: null, host_id: host.instance, created_at: clock.now() };
       if (!(await store.claimTemplateVersion(row))) continue;
       try {
