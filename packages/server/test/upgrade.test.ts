@@ -29,7 +29,7 @@ function downgrade(dir: string): void {
     }
     db.exec(`
       DROP TABLE operations; DROP TABLE stored_snapshots; DROP TABLE settings;
-      DROP TABLE hosts; DROP TABLE replicas; DROP TABLE leases;
+      DROP TABLE hosts; DROP TABLE replicas; DROP TABLE leases; DROP TABLE template_versions;
       ALTER TABLE sandboxes DROP COLUMN generation; ALTER TABLE sandboxes DROP COLUMN op_id;
       ALTER TABLE sandboxes DROP COLUMN op_kind; ALTER TABLE sandboxes DROP COLUMN op_since;
       ALTER TABLE sandboxes DROP COLUMN host_id;
@@ -37,7 +37,7 @@ function downgrade(dir: string): void {
       ALTER TABLE sandboxes DROP COLUMN deadline_mode; ALTER TABLE sandboxes DROP COLUMN on_deadline;
       ALTER TABLE sandboxes DROP COLUMN run_timeout_seconds; ALTER TABLE sandboxes DROP COLUMN auto_resume;
       ALTER TABLE sandboxes DROP COLUMN surface; ALTER TABLE sandboxes DROP COLUMN public_ports;
-      DELETE FROM kysely_migration WHERE name IN ('009_operations', '010_sandbox_hosts', '011_deadlines', '012_hosts', '013_replicas');`);
+      DELETE FROM kysely_migration WHERE name IN ('009_operations', '010_sandbox_hosts', '011_deadlines', '012_hosts', '013_replicas', '014_template_versions');`);
   } finally {
     db.close();
   }
