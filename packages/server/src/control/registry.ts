@@ -45,7 +45,8 @@ export class HostRegistry {
     if (back) {
       await hosts.refresh();
       if (before) log.info({ host: hb.id, address: hb.address }, `host ${hb.id} is back: reconciling it against the database`);
-      // Only the replica that clears the loss reconciles; a host that merely came back within its grace needs it too (its VMs may be fenced).
+      // Reconciling is idempotent, so whichever replica hears the host first does it; a host back
+      // within its grace needs it too (its VMs may be fenced), and a new one has its templates published.
       if (before?.lost_at !== null && before?.lost_at !== undefined) await store.clearHostLost(hb.id);
       void this.reconcileSoon(hb.id);
     }
