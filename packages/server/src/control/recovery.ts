@@ -225,6 +225,8 @@ export class Recovery {
   /** Makes one host agree with the database (at start, and when a registered host is heard from again). */
   async reconcileHost(host: HostAgent): Promise<void> {
     const { store, hosts } = this.ctx;
+    // Its template versions go to the shared store (in the background) whatever the rest finds.
+    this.ctx.shared.publishFrom(host);
     const inv = await host.inventory();
     const vms = new Map(inv.vms.map((v) => [v.id, v]));
     const mine = (r: SandboxRow) => hosts.has(r.host_id) && hosts.of(r) === host;
@@ -253,8 +255,6 @@ export class Recovery {
     for (const row of (await store.liveSandboxes()).filter(mine)) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
     // Every host keeps what any record needs: a superset costs nothing and cannot drop another's pin.
     await host.collectLocal([...(await this.keep(await store.liveSandboxes()))], [...(await store.liveStoredSnapshotIds())]);
-    // Its template versions go to the shared store (in the background), for hosts that lack them.
-    this.ctx.shared.publishFrom(host);
   }
 
   /** Local snapshots something still needs: warm hibernations', and those a warm hibernate in flight (on any replica) is taking. */

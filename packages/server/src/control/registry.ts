@@ -55,10 +55,7 @@ export class HostRegistry {
 
   private async reconcileSoon(id: string): Promise<void> {
     try {
-      const h = this.ctx.hosts.get(id);
-      // Its templates go to the shared store whatever the reconcile finds.
-      this.ctx.shared.publishFrom(h);
-      await this.reconcile(h);
+      await this.reconcile(this.ctx.hosts.get(id));
     } catch (err) {
       this.ctx.log.warn({ err, host: id }, `host ${id} could not be reconciled; the next heartbeat after its lease tries again`);
     }
@@ -70,8 +67,8 @@ export class HostRegistry {
    * fails against the unreachable host, and a later pass takes them).
    */
   async sweep(): Promise<void> {
+    // The host view is refreshed every second by every replica (server.ts): no reload here.
     const { store, clock, hosts, log } = this.ctx;
-    await hosts.refresh();
     const now = clock.now();
     if (now - this.startedAt < this.config.leaseMs + this.config.graceMs) return;
     for (const r of hosts.known()) {
