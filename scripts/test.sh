@@ -39,14 +39,15 @@ node --test --test-concurrency=1 --test-reporter=spec \
 # and with the host agent behind a real HTTP hop (its /host/v1 server on 127.0.0.1,
 # HttpHostAgent + HttpGuest): every query is Postgres' and every host call crosses the wire
 # protocol (~3 min). Then the fleet: host agents that register and hold leases (test/fleet),
-# as a deployment of many machines runs them: on Postgres.
+# as a deployment of many machines runs them: on Postgres; and the crash test once more as a
+# fleet (control plane alone, two registered host agents, an s3rver bucket; ~2 min).
 # A data dir of its own with only the base template: templates the tests above built belong
 # to the SQLite database's owners, and a new database must not find them on its host.
 pg_data="$agent_tmp/pg-data"
 mkdir -p "$pg_data/templates"
 cp -a "$DEN_DATA_DIR/templates/base" "$pg_data/templates/"
 DEN_DATA_DIR="$pg_data" scripts/with-postgres.sh env DEN_HOST_TRANSPORT=loopback node --test --test-concurrency=1 --test-reporter=spec \
-  packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests,templates}.test.js packages/server/dist/test/fleet/*.test.js
+  packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests,templates,crash}.test.js packages/server/dist/test/fleet/*.test.js
 if [ "$(host_net)" != "$host_net_before" ]; then
   echo "a test outside the network test namespace changed this host's networking:" >&2
   diff <(echo "$host_net_before") <(host_net) >&2 || true

@@ -1,6 +1,13 @@
 /**
  * Crash-proofness of the control plane, against `den serve` as its own process.
  *
+ * On SQLite (the main pass) `den serve` runs its host agent in-process with a local store.
+ * On Postgres (DEN_DATABASE_URL, the suite's Postgres pass) it runs as a fleet does: the
+ * control plane alone, two `den host run` agents registered with it (own data dirs and
+ * address pools), an s3rver bucket as the store. Every kill -9 then hits the control plane
+ * while its hosts keep running; the fault points inside a host (snapshot, download, upload)
+ * kill that host agent instead, and it is started again.
+ *
  * Part 1: seeded random rounds. Each round starts one operation on a small pool of
  * acknowledged sandboxes, kills the server with SIGKILL after a random delay, restarts it
  * and checks that nothing was lost: every acknowledged sandbox is there with its files
@@ -15,16 +22,20 @@
  * A point that is never reached is a failure.
  *
  * Runs on its own: npm run build && DEN_DATA_DIR=... node --test --test-concurrency=1 packages/server/dist/test/crash.test.js
+ * (as a fleet: the same under scripts/with-postgres.sh, with a data dir of its own)
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
+import pg from "pg";
+import S3rver from "s3rver";
 import { findInstanceProcesses, mulberry32 } from "@den/runtime";
-import { client, dataDir, spawnServer } from "./helpers.js";
+import { S3Store } from "@den/store";
+import { client, dataDir, spawnHostAgent, spawnServer, stopProcess, waitFor } from "./helpers.js";
 
 /** The control plane's crash points, in the order each operation reaches them. */
 export const FAULT_POINTS = [
@@ -46,8 +57,15 @@ export const FAULT_POINTS = [
   "snapshot-upload-mid",
 ] as const;
 type FaultPoint = (typeof FAULT_POINTS)[number];
+/** Points inside the host agent's code: in a fleet they kill the host agent, not the control plane. */
+const HOST_POINTS: ReadonlySet<FaultPoint> = new Set(["hibernate-cold-after-snapshot", "wake-cold-after-download", "snapshot-upload-mid"]);
 
 const PORT = 19231;
+const FLEET_HOST_PORTS = [19232, 19233] as const;
+const FLEET_SECRET = "crash-fleet-secret-0123456789abcdef";
+const DB_URL = process.env.DEN_DATABASE_URL;
+/** A fleet on Postgres (see the top), else single-node on SQLite. */
+const FLEET = !!DB_URL?.startsWith("postgres");
 const api = client(`http://127.0.0.1:${PORT}`);
 const SEED = Number(process.env.DEN_CRASH_SEED ?? 1337) >>> 0;
 const ROUNDS = Number(process.env.DEN_CRASH_ROUNDS ?? 6);
@@ -83,7 +101,7 @@ let serverLog = "";
 async function start(env: Record<string, string> = {}): Promise<ChildProcess> {
   if (server) await stopClean(); // one at a time (a failed test may have left one up)
   serverLog = "";
-  const child = await spawnServer(PORT, { ...BASE_ENV, ...env });
+  const child = await spawnServer(PORT, { ...BASE_ENV, ...(FLEET ? fleet.cpEnv() : {}), ...env });
   child.stderr!.on("data", (d: Buffer) => (serverLog = (serverLog + d.toString()).slice(-4000)));
   child.once("exit", () => {
     if (server === child) server = undefined;
@@ -119,8 +137,68 @@ async function stopClean(child: ChildProcess | undefined = server, timeoutMs = 9
   return child.exitCode;
 }
 
-function instanceId(): string {
-  return readFileSync(join(dataDir(), "instance-id"), "utf8").trim();
+// ---------------------------------------------------------------------------------------
+// The fleet (Postgres only): an s3rver bucket and two registered host agents, which outlive
+// every control-plane restart.
+
+const fleet = {
+  root: "",
+  s3: undefined as S3rver | undefined,
+  storeEnv: {} as Record<string, string>,
+  hosts: [] as Array<{ port: number; dir: string; proc?: ChildProcess; log: string }>,
+  db: undefined as pg.Pool | undefined,
+  cpEnv(): Record<string, string> {
+    return { ...this.storeEnv, DEN_DATA_DIR: join(this.root, "cp"), DEN_HOST_AGENT_URL: "registered", DEN_HOST_SECRET: FLEET_SECRET };
+  },
+  hostEnv(i: number, env: Record<string, string> = {}): Record<string, string> {
+    return {
+      ...this.storeEnv, DEN_DATA_DIR: this.hosts[i]!.dir, DEN_NET_POOL: `100.${104 + i}.0.0/16`,
+      DEN_CONTROL_PLANE_URL: `http://127.0.0.1:${PORT}`, DEN_HOST_HEARTBEAT_MS: "500", ...env,
+    };
+  },
+  async startHost(i: number, env: Record<string, string> = {}): Promise<ChildProcess> {
+    const h = this.hosts[i]!;
+    if (h.proc && !exited(h.proc)) await stopProcess(h.proc, "SIGKILL");
+    const child = await spawnHostAgent(h.port, FLEET_SECRET, this.hostEnv(i, env));
+    h.log = "";
+    child.stderr!.on("data", (d: Buffer) => (h.log = (h.log + d.toString()).slice(-2000)));
+    h.proc = child;
+    return child;
+  },
+  async setUp(): Promise<void> {
+    this.root = mkdtempSync(join(tmpdir(), "den-crash-fleet-"));
+    const s3dir = join(this.root, "s3");
+    mkdirSync(s3dir);
+    this.s3 = new S3rver({ port: 0, address: "127.0.0.1", silent: true, directory: s3dir, configureBuckets: [{ name: "crash" }] });
+    const { port } = await this.s3.run();
+    this.storeEnv = { DEN_STORE: "s3", DEN_S3_BUCKET: "crash", DEN_S3_ENDPOINT: `http://127.0.0.1:${port}`, AWS_ACCESS_KEY_ID: "S3RVER", AWS_SECRET_ACCESS_KEY: "S3RVER" };
+    for (const [i, p] of FLEET_HOST_PORTS.entries()) {
+      const dir = join(this.root, `host${i}`);
+      cpSync(join(dataDir(), "templates", "base"), join(dir, "templates", "base"), { recursive: true });
+      this.hosts.push({ port: p, dir, log: "" });
+    }
+    this.db = new pg.Pool({ connectionString: DB_URL, max: 2 });
+  },
+  async tearDown(): Promise<void> {
+    for (const h of this.hosts) await stopProcess(h.proc, "SIGKILL");
+    for (const id of instances()) for (const pid of findInstanceProcesses(id).values()) process.kill(pid, "SIGKILL");
+    await this.db?.end();
+    await this.s3?.close();
+    if (this.root) rmSync(this.root, { recursive: true, force: true });
+  },
+};
+
+/** The instance ids whose QEMUs belong to this run: the data dir's, or each fleet host's. */
+function instances(): string[] {
+  const dirs = FLEET ? fleet.hosts.map((h) => h.dir) : [dataDir()];
+  return dirs.filter((d) => existsSync(join(d, "instance-id"))).map((d) => readFileSync(join(d, "instance-id"), "utf8").trim());
+}
+
+/** Sandbox id -> pid of every QEMU of this run's instances. */
+function runningVms(): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const id of instances()) for (const [sandbox, pid] of findInstanceProcesses(id)) out.set(sandbox, pid);
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -258,11 +336,10 @@ async function noBrokenSandboxes(): Promise<string[]> {
 
 /** The QEMUs of this instance are exactly the sandboxes that hold a VM (running, or hibernated warm). */
 async function vmsMatch(): Promise<string[]> {
-  const instance = instanceId();
   const deadline = Date.now() + VM_SETTLE_MS;
   for (;;) {
     const want = new Set((await listSandboxes()).filter((s) => s.state === "running" || (s.state === "hibernated" && s.hibernate_mode === "warm")).map((s) => s.id));
-    const have = new Set(findInstanceProcesses(instance).keys());
+    const have = new Set(runningVms().keys());
     const missing = [...want].filter((id) => !have.has(id));
     const extra = [...have].filter((id) => !want.has(id));
     if (missing.length === 0 && extra.length === 0) return [];
@@ -280,9 +357,23 @@ function storeRoot(): string {
   return process.env.DEN_STORE_DIR ?? join(dataDir(), "store");
 }
 
-/** Stored snapshots under the store: children of every directory named `snapshots` (any layout), by id. */
-function storedSnapshots(): Map<string, { dir: string; complete: boolean; files: number }> {
-  const out = new Map<string, { dir: string; complete: boolean; files: number }>();
+/** Stored snapshots: of every key (or directory) path `.../snapshots/<id>/...` (any layout), by id. */
+async function storedSnapshots(): Promise<Map<string, { complete: boolean; files: number }>> {
+  const out = new Map<string, { complete: boolean; files: number }>();
+  if (FLEET) {
+    const e = fleet.storeEnv;
+    const bucket = new S3Store({ bucket: e.DEN_S3_BUCKET!, prefix: "den/", endpoint: e.DEN_S3_ENDPOINT!, forcePathStyle: true, accessKeyId: "S3RVER", secretAccessKey: "S3RVER" });
+    for (const o of await bucket.list("")) {
+      const parts = o.key.split("/");
+      const i = parts.indexOf("snapshots");
+      if (i < 0 || i + 2 >= parts.length) continue;
+      const s = out.get(parts[i + 1]!) ?? { complete: false, files: 0 };
+      s.files++;
+      if (parts.at(-1) === "store-manifest.json") s.complete = true;
+      out.set(parts[i + 1]!, s);
+    }
+    return out;
+  }
   const countFiles = (dir: string): number => {
     let n = 0;
     for (const e of readdirSync(dir, { withFileTypes: true })) n += e.isDirectory() ? countFiles(join(dir, e.name)) : 1;
@@ -297,7 +388,7 @@ function storedSnapshots(): Map<string, { dir: string; complete: boolean; files:
         for (const s of readdirSync(p, { withFileTypes: true })) {
           if (!s.isDirectory()) continue;
           const sd = join(p, s.name);
-          out.set(s.name, { dir: sd, complete: existsSync(join(sd, "store-manifest.json")), files: countFiles(sd) });
+          out.set(s.name, { complete: existsSync(join(sd, "store-manifest.json")), files: countFiles(sd) });
         }
       } else walk(p, depth + 1);
     }
@@ -307,39 +398,45 @@ function storedSnapshots(): Map<string, { dir: string; complete: boolean; files:
 }
 
 /** What the database references: snapshots that must be in the store (cold sandboxes, checkpoints), and all it points at. */
-function dbReferences(): { required: Map<string, string>; referenced: Set<string> } {
-  const db = new Database(join(dataDir(), "den.db"), { readonly: true, fileMustExist: true });
-  try {
-    const required = new Map<string, string>();
-    const referenced = new Set<string>();
-    for (const r of db.prepare("SELECT id, state, hibernate_mode, hibernate_snapshot FROM sandboxes WHERE state != 'destroyed' AND hibernate_snapshot IS NOT NULL").all() as any[]) {
-      referenced.add(r.hibernate_snapshot);
-      if (r.state === "hibernated" && r.hibernate_mode === "cold") required.set(r.hibernate_snapshot, `cold sandbox ${r.id}`);
+async function dbReferences(): Promise<{ required: Map<string, string>; referenced: Set<string> }> {
+  const SANDBOXES = "SELECT id, state, hibernate_mode, hibernate_snapshot FROM sandboxes WHERE state != 'destroyed' AND hibernate_snapshot IS NOT NULL";
+  const CHECKPOINTS = "SELECT id, sandbox_id FROM checkpoints";
+  let rows: { sandboxes: any[]; checkpoints: any[] };
+  if (FLEET) {
+    rows = { sandboxes: (await fleet.db!.query(SANDBOXES)).rows, checkpoints: (await fleet.db!.query(CHECKPOINTS)).rows };
+  } else {
+    const db = new Database(join(dataDir(), "den.db"), { readonly: true, fileMustExist: true });
+    try {
+      rows = { sandboxes: db.prepare(SANDBOXES).all(), checkpoints: db.prepare(CHECKPOINTS).all() };
+    } finally {
+      db.close();
     }
-    const cols = (db.prepare("PRAGMA table_info(checkpoints)").all() as any[]).map((c) => c.name as string);
-    const live = cols.includes("deleted_at") ? " WHERE deleted_at IS NULL" : "";
-    for (const r of db.prepare(`SELECT id, sandbox_id FROM checkpoints${live}`).all() as any[]) {
-      referenced.add(r.id);
-      required.set(r.id, `checkpoint of ${r.sandbox_id}`);
-    }
-    return { required, referenced };
-  } finally {
-    db.close();
   }
+  const required = new Map<string, string>();
+  const referenced = new Set<string>();
+  for (const r of rows.sandboxes) {
+    referenced.add(r.hibernate_snapshot);
+    if (r.state === "hibernated" && r.hibernate_mode === "cold") required.set(r.hibernate_snapshot, `cold sandbox ${r.id}`);
+  }
+  for (const r of rows.checkpoints) {
+    referenced.add(r.id);
+    required.set(r.id, `checkpoint of ${r.sandbox_id}`);
+  }
+  return { required, referenced };
 }
 
 /** The store holds a complete copy of every referenced snapshot, and (after GC, bounded) nothing else. */
 async function storeMatches(): Promise<string[]> {
   const problems: string[] = [];
-  const { required } = dbReferences();
-  const stored = storedSnapshots();
+  const { required } = await dbReferences();
+  const stored = await storedSnapshots();
   for (const [id, what] of required) {
     if (!stored.get(id)?.complete) problems.push(`snapshot ${id} (${what}) is referenced but has no complete stored copy (store-manifest.json)`);
   }
   const deadline = Date.now() + GC_WAIT_MS;
   for (;;) {
-    const { referenced } = dbReferences();
-    const strays = [...storedSnapshots()].filter(([id, s]) => s.files > 0 && !referenced.has(id));
+    const { referenced } = await dbReferences();
+    const strays = [...(await storedSnapshots())].filter(([id, s]) => s.files > 0 && !referenced.has(id));
     if (strays.length === 0) return problems;
     if (Date.now() > deadline) {
       return [...problems, ...strays.map(([id, s]) => `snapshot ${id} is in the store (${s.files} files${s.complete ? ", complete" : ", partial"}) but nothing references it, ${GC_WAIT_MS / 1000} s after the restart`)];
@@ -381,7 +478,13 @@ async function deleteCheckpointsQuietly(ids: Iterable<string>): Promise<void> {
 before(async () => {
   log(`seed ${SEED}, ${ROUNDS} rounds, run tag ${RUN} (replay: DEN_CRASH_SEED=${SEED} DEN_CRASH_ROUNDS=${ROUNDS})`);
   // The data dir is the tests' own: whatever an interrupted earlier run left would skew the VM and store checks.
+  if (FLEET) await fleet.setUp();
   await start();
+  if (FLEET) {
+    await Promise.all(fleet.hosts.map((_, i) => fleet.startHost(i)));
+    await hostsUp();
+    log(`fleet: control plane on Postgres, hosts on ${FLEET_HOST_PORTS.join(", ")}, store ${fleet.storeEnv.DEN_S3_ENDPOINT}`);
+  }
   const left = await listSandboxes();
   for (const s of left) await call("DELETE", `/v1/sandboxes/${s.id}`);
   await deleteCheckpointsQuietly((await listCheckpoints()).map((c) => c.id));
@@ -398,10 +501,27 @@ after(async () => {
     await destroyQuietly(mine);
     const cps = (await listCheckpoints().catch(() => [])).filter((c) => mine.includes(c.sandbox_id) || knownIds.has(c.sandbox_id));
     await deleteCheckpointsQuietly(cps.map((c) => c.id));
+    if (FLEET) {
+      // The hosts go for good: their rows go too, so later files on the same database do not see them.
+      const listed = ((await listHosts().catch(() => [])) as Array<{ id: string; url: string }>).filter((h) => FLEET_HOST_PORTS.some((p) => h.url.endsWith(`:${p}`)));
+      for (const h of fleet.hosts) await stopProcess(h.proc, "SIGKILL");
+      for (const h of listed) await call("DELETE", `/v1/hosts/${h.id}`).catch(() => undefined);
+    }
     await stopClean();
   }
+  if (FLEET) await fleet.tearDown();
   log("done");
 });
+
+const listHosts = async () => (await callOk("GET", "/v1/hosts")).hosts;
+
+/** Waits until both fleet host agents are registered and up. */
+async function hostsUp(): Promise<void> {
+  await waitFor("both host agents registered and up", async () => {
+    const mine = ((await listHosts()) as Array<{ url: string; status: string }>).filter((h) => FLEET_HOST_PORTS.some((p) => h.url.endsWith(`:${p}`)));
+    return mine.length === 2 && mine.every((h) => h.status === "up") ? true : undefined;
+  }, 60_000);
+}
 
 /** Every sandbox id this run has seen (a tagged sandbox outside it was made by a call whose result was lost). */
 const knownIds = new Set<string>();
@@ -700,7 +820,7 @@ describe(`random kill -9 rounds (DEN_CRASH_SEED=${SEED}, DEN_CRASH_ROUNDS=${ROUN
     world.cps = [];
     assert.deepEqual((await listCheckpoints()).filter((c) => knownIds.has(c.sandbox_id)), []);
     assert.equal(await stopClean(), 0, "den serve stops cleanly on SIGTERM");
-    const left = [...findInstanceProcesses(instanceId()).keys()];
+    const left = [...runningVms().keys()];
     assert.deepEqual(left, [], "no QEMU of this instance outlives the run");
   });
 });
@@ -728,6 +848,10 @@ describe("fault points: the server dies at each point, and the restart converges
       rmSync(hit, { force: true });
       const created: string[] = [];
       let box: Box | undefined;
+      // In a fleet, a point in the host agent's code is armed in both host agents (the
+      // control plane keeps running and must converge once the dead one is back).
+      const onHost = FLEET && HOST_POINTS.has(point);
+      const armedEnv = { DEN_FAULT_POINT: point, DEN_FAULT_MARKER: hit };
       try {
         if (op === "wake-cold") {
           // Cold-hibernated with the point not armed, then the armed server wakes it.
@@ -737,31 +861,53 @@ describe("fault points: the server dies at each point, and the restart converges
           knownIds.add(box.id);
           const h = await callOk("POST", `/v1/sandboxes/${box.id}/hibernate`, { mode: "cold" });
           assert.equal(h.hibernate_mode, "cold");
-          assert.equal(await stopClean(), 0);
+          if (!onHost) assert.equal(await stopClean(), 0);
         }
-        const armed = await start({ DEN_FAULT_POINT: point, DEN_FAULT_MARKER: hit });
+        const exit = (c: ChildProcess) => new Promise<ChildProcess>((r) => (exited(c) ? r(c) : c.once("exit", () => r(c))));
+        let armed: ChildProcess;
+        let gone: Promise<ChildProcess>;
+        if (onHost) {
+          if (!server) await start();
+          const procs = await Promise.all(fleet.hosts.map((_, i) => fleet.startHost(i, armedEnv)));
+          await hostsUp();
+          gone = Promise.race(procs.map(exit));
+          armed = procs[0]!;
+        } else {
+          armed = await start(armedEnv);
+          gone = exit(armed);
+        }
         if (!box) {
           box = await newBox();
           created.push(box.id);
           knownIds.add(box.id);
         }
         const id = box.id;
-        const gone = new Promise<void>((r) => (exited(armed) ? r() : armed.once("exit", () => r())));
         const path = { "hibernate-cold": `/v1/sandboxes/${id}/hibernate`, "wake-cold": `/v1/sandboxes/${id}/wake`, checkpoint: `/v1/sandboxes/${id}/checkpoints`, fork: `/v1/sandboxes/${id}/fork` }[op];
         const body = { "hibernate-cold": { mode: "cold" }, "wake-cold": undefined, checkpoint: {}, fork: { count: 1 } }[op];
-        const outcome = await attempt("POST", path, body);
-        if (outcome.kind === "ok" && op === "fork") for (const s of outcome.body.sandboxes) created.push(s.id);
-        const died = await within(gone, 5000);
+        const outcome = attempt("POST", path, body).then((o) => {
+          if (o.kind === "ok" && op === "fork") for (const s of o.body.sandboxes) created.push(s.id);
+          return o;
+        });
+        if (!onHost) await outcome;
+        // (a host agent dies mid-call: the control plane may answer only once it is back)
+        const died = await within(gone.then((c) => (armed = c)), onHost ? 30_000 : 5000);
+        const who = onHost ? "host agent" : "server";
         const reached = existsSync(hit) ? readFileSync(hit, "utf8").trim() : "";
-        log(`${point}: ${op} -> ${describeOutcome(outcome)}; server ${died ? `died (${armed.signalCode ?? armed.exitCode})` : "kept running"}; marker ${JSON.stringify(reached)}`);
+        log(`${point}: ${op} -> ${onHost ? "(pending)" : describeOutcome(await outcome)}; ${who} ${died ? `died (${armed.signalCode ?? armed.exitCode})` : "kept running"}; marker ${JSON.stringify(reached)}`);
         if (!died) {
-          await killHard(armed);
-          assert.fail(`fault point ${point} was not reached: ${op} answered ${describeOutcome(outcome)} and the server kept running`);
+          if (onHost) for (const i of fleet.hosts.keys()) await fleet.startHost(i);
+          else await killHard(armed);
+          assert.fail(`fault point ${point} was not reached: ${op} answered ${describeOutcome(await outcome)} and the ${who} kept running`);
         }
-        assert.equal(reached, point, `the server died (${armed.signalCode ?? armed.exitCode}) at the armed fault point; log: ${serverLog.slice(-600)}`);
+        assert.equal(reached, point, `the ${who} died (${armed.signalCode ?? armed.exitCode}) at the armed fault point; log: ${onHost ? fleet.hosts.map((h) => h.log).join("\n").slice(-600) : serverLog.slice(-600)}`);
         assert.equal(armed.signalCode, "SIGKILL");
 
-        await start();
+        if (onHost) {
+          // Both host agents again, unarmed; the control plane was never restarted.
+          for (const i of fleet.hosts.keys()) await fleet.startHost(i);
+          await hostsUp();
+          log(`${point}: host agents back; the ${op} answered ${describeOutcome(await outcome)}`);
+        } else await start();
         const problems: string[] = [];
         problems.push(...(await settle()));
         problems.push(...(await noBrokenSandboxes()));
