@@ -319,11 +319,14 @@ export class LocalHostAgent implements HostAgent {
     await this.rt.unpinTemplate(snapshotId);
   }
 
-  async collectLocal(keepSnapshots: string[], keepPins: string[]): Promise<void> {
+  async collectLocal(keepSnapshots: string[], keepPins: host.TemplatePin[]): Promise<void> {
     const snapshots = new Set(keepSnapshots);
-    const pins = new Set(keepPins);
+    const pins = new Map(keepPins.map((p) => (typeof p === "string" ? [p, undefined] : [p.id, p.template])));
     for (const s of await this.rt.listSnapshots()) if (!snapshots.has(s.id)) await this.rt.deleteSnapshot(s.id);
-    for (const holder of this.rt.pinHolders()) if (!pins.has(holder)) await this.rt.unpinTemplate(holder);
+    // The database is the record: a pin this host lost (or never had) is written again.
+    const held = new Set(this.rt.pinHolders());
+    for (const [holder, template] of pins) if (template && !held.has(holder)) await this.rt.pinTemplate(holder, template);
+    for (const holder of held) if (!pins.has(holder)) await this.rt.unpinTemplate(holder);
   }
 
   async settled(op: string): Promise<void> {

@@ -99,6 +99,14 @@ export const Inventory = z.object({
 });
 export type HostInventory = z.infer<typeof Inventory>;
 
+/**
+ * A stored snapshot's hold on the template version it restores onto, as the control
+ * plane's database records it (a bare id: a snapshot from before the record, kept only
+ * where its host already pins it).
+ */
+export const TemplatePin = z.union([Id, z.object({ id: Id, template: z.object({ name: Id, version: Id }) })]);
+export type TemplatePin = z.infer<typeof TemplatePin>;
+
 /** A template version on a host, without where it lives there. */
 export const Template = z.object({
   name: z.string(),
@@ -157,7 +165,7 @@ export const control = {
   networkRefusals: route({ method: "GET", path: "/host/v1/vms/:id/network/refusals", response: z.object({ refused: Refusals.nullable() }) }),
   dropLocalSnapshot: route({ method: "DELETE", path: "/host/v1/snapshots/:snapshotId", response: Ok }),
   unpin: route({ method: "DELETE", path: "/host/v1/pins/:snapshotId", response: Ok }),
-  collectLocal: route({ method: "POST", path: "/host/v1/collect", body: z.object({ snapshots: z.array(Id).max(1_000_000), pins: z.array(Id).max(1_000_000) }), response: Ok }),
+  collectLocal: route({ method: "POST", path: "/host/v1/collect", body: z.object({ snapshots: z.array(Id).max(1_000_000), pins: z.array(TemplatePin).max(1_000_000) }), response: Ok }),
   settled: route({ method: "GET", path: "/host/v1/ops/:op/settled", response: Ok }),
   inventory: route({ method: "GET", path: "/host/v1/inventory", response: Inventory }),
   checkCreate: route({ method: "POST", path: "/host/v1/admission/create", body: z.object({ spec: CheckCreateSpec }), response: Ok }),
@@ -273,8 +281,11 @@ export interface HostAgent {
   dropLocalSnapshot(snapshotId: string): Promise<void>;
   /** Lets go of the template version a stored snapshot needed (it is gone from the store). */
   unpin(snapshotId: string): Promise<void>;
-  /** Local snapshots not in `snapshots`, and template pins of stored snapshots not in `pins`, are deleted. */
-  collectLocal(snapshots: string[], pins: string[]): Promise<void>;
+  /**
+   * Local snapshots not in `snapshots` are deleted; the host's template pins become `pins`
+   * (the database's records: missing ones are written, others dropped).
+   */
+  collectLocal(snapshots: string[], pins: TemplatePin[]): Promise<void>;
   /**
    * Resolves once operation `op` is no longer running on this host (at once if it never
    * ran here): a restarted control plane waits for what a surviving host is still doing

@@ -103,6 +103,9 @@ export interface StoredSnapshotsTable {
   bytes: number | null;
   created_at: number;
   released_at: number | null;
+  /** The template version it restores onto (null: cataloged before migration 015 and not found). */
+  template: string | null;
+  template_version: string | null;
 }
 
 /** Deployment-wide settings (the deployment id, ...), shared by every process of one deployment. */

@@ -267,4 +267,16 @@ export const migrations = (dialect: Dialect): Record<string, Migration> => ({
         .execute();
     },
   },
+  "015_stored_templates": {
+    async up(db: Kysely<any>): Promise<void> {
+      // The template version a stored snapshot restores onto: the database's pin on it, which
+      // every host follows (hosts no longer hold the only record).
+      await db.schema.alterTable("stored_snapshots").addColumn("template", "varchar(64)").execute();
+      await db.schema.alterTable("stored_snapshots").addColumn("template_version", "varchar(16)").execute();
+      const set = (id: string, r: { template: string; template_version: string }) =>
+        db.updateTable("stored_snapshots").set({ template: r.template, template_version: r.template_version }).where("id", "=", id).execute();
+      for (const r of await db.selectFrom("sandboxes").select(["hibernate_snapshot", "template", "template_version"]).where("hibernate_snapshot", "is not", null).execute()) await set(r.hibernate_snapshot, r);
+      for (const r of await db.selectFrom("checkpoints").select(["id", "template", "template_version"]).execute()) await set(r.id, r);
+    },
+  },
 });

@@ -1,7 +1,7 @@
 import { NO_NETWORK } from "./network.js";
 import { createHash, randomBytes } from "node:crypto";
 import type { Kysely, Selectable } from "kysely";
-import type { api } from "@den/protocol";
+import type { api, host } from "@den/protocol";
 import type { CheckpointsTable, Database, HostsTable, TemplateVersionsTable, OperationsTable, SandboxesTable, StoredSnapshotsTable, TemplatesTable, UsageSegmentsTable } from "./db.js";
 
 export type SandboxRow = Selectable<SandboxesTable>;
@@ -151,6 +151,12 @@ export class Store {
   }
 
   /** Stored snapshots something still needs (pending or complete): their template pins stay. */
+  /** Every live stored snapshot's pin on its template version (hosts follow these). */
+  async templatePins(): Promise<host.TemplatePin[]> {
+    const rows = await this.db.selectFrom("stored_snapshots").select(["id", "template", "template_version"]).where("state", "!=", "released").execute();
+    return rows.map((r) => (r.template && r.template_version ? { id: r.id, template: { name: r.template, version: r.template_version } } : r.id));
+  }
+
   async liveStoredSnapshotIds(): Promise<Set<string>> {
     return new Set((await this.db.selectFrom("stored_snapshots").select("id").where("state", "!=", "released").execute()).map((r) => r.id));
   }

@@ -1,6 +1,6 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import S3rver from "s3rver";
@@ -91,6 +91,24 @@ for (const kind of ["local", "s3"] as const) {
       }
       await api("DELETE", `/v1/sandboxes/${id}`);
     });
+
+    if (kind === "local") {
+      test("template pins are the database's: a host that lost one gets it back at its reconcile, and lets go once the checkpoint is deleted", async () => {
+        const id = (await api("POST", "/v1/sandboxes", { persistent: true })).body.id as string;
+        const cp = await api("POST", `/v1/sandboxes/${id}/checkpoints`, {});
+        assert.equal(cp.status, 201, cp.text);
+        const sandbox = (await api("GET", `/v1/sandboxes/${id}`)).body;
+        const pin = join(dataDir(), "pins", cp.body.id);
+        assert.ok(existsSync(pin), "the checkpoint pins its template version on its host");
+        rmSync(join(dataDir(), "pins"), { recursive: true, force: true });
+        await server.cp.recovery.reconcileHost(server.cp.hosts.first!);
+        assert.equal(readFileSync(pin, "utf8").trim(), `${sandbox.template}@${sandbox.template_version}`, "the pin is written again from the database");
+        assert.equal((await api("DELETE", `/v1/checkpoints/${cp.body.id}`)).status, 204);
+        await server.cp.recovery.reconcileHost(server.cp.hosts.first!);
+        assert.equal(existsSync(pin), false, "a deleted checkpoint's pin goes at the next reconcile");
+        await api("DELETE", `/v1/sandboxes/${id}`);
+      });
+    }
 
     test("destroying a sandbox and deleting its checkpoints gives the store back its bytes; over the stored-bytes quota is a 429", async () => {
       const storeBytes = async () => (await host().store.list("")).reduce((n, o) => n + o.size, 0);

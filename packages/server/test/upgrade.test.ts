@@ -37,7 +37,7 @@ function downgrade(dir: string): void {
       ALTER TABLE sandboxes DROP COLUMN deadline_mode; ALTER TABLE sandboxes DROP COLUMN on_deadline;
       ALTER TABLE sandboxes DROP COLUMN run_timeout_seconds; ALTER TABLE sandboxes DROP COLUMN auto_resume;
       ALTER TABLE sandboxes DROP COLUMN surface; ALTER TABLE sandboxes DROP COLUMN public_ports;
-      DELETE FROM kysely_migration WHERE name IN ('009_operations', '010_sandbox_hosts', '011_deadlines', '012_hosts', '013_replicas', '014_template_versions');`);
+      DELETE FROM kysely_migration WHERE name IN ('009_operations', '010_sandbox_hosts', '011_deadlines', '012_hosts', '013_replicas', '014_template_versions', '015_stored_templates');`);
   } finally {
     db.close();
   }

@@ -128,7 +128,7 @@ export class HttpHostAgent implements HostAgent {
     await this.call("unpin", { snapshotId });
   }
 
-  async collectLocal(snapshots: string[], pins: string[]): Promise<void> {
+  async collectLocal(snapshots: string[], pins: host.TemplatePin[]): Promise<void> {
     await this.call("collectLocal", {}, { snapshots, pins });
   }
 

@@ -18,7 +18,7 @@ export class Checkpoints {
       const host = this.ctx.hosts.of(row);
       if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}`);
       await this.lifecycle.storeQuota(row.owner);
-      const stored = pendingStored(this.ctx, newId("snap"), row.owner, "checkpoint");
+      const stored = pendingStored(this.ctx, newId("snap"), row, "checkpoint");
       const op = ops.newOp("checkpoint", id, "user", { checkpoint: stored.id, key: stored.key, name: name ?? null });
       await ops.begin(row, op, (tx) => tx.insertStoredSnapshot(stored));
       faultPoint("checkpoint-after-intent");

@@ -38,8 +38,11 @@ export const modeOf = (row: Pick<SandboxRow, "hibernate_mode">): HibernateMode =
 export const hasVm = (vm: { state: string } | undefined): boolean => vm?.state === "running" || vm?.state === "paused";
 
 /** A catalog row for a snapshot about to be uploaded (written before the upload starts). */
-export function pendingStored(ctx: Ctx, id: string, owner: string, kind: "cold" | "checkpoint"): StoredSnapshotRow {
-  return { id, owner, key: snapshotKey(id, ctx.deployment), kind, state: "pending", bytes: null, created_at: ctx.clock.now(), released_at: null };
+export function pendingStored(ctx: Ctx, id: string, of: Pick<SandboxRow, "owner" | "template" | "template_version">, kind: "cold" | "checkpoint"): StoredSnapshotRow {
+  return {
+    id, owner: of.owner, key: snapshotKey(id, ctx.deployment), kind, state: "pending", bytes: null, created_at: ctx.clock.now(), released_at: null,
+    template: of.template, template_version: of.template_version,
+  };
 }
 
 export const refOf = (r: Pick<StoredSnapshotRow, "id" | "key">): StoredRef => ({ id: r.id, key: r.key });

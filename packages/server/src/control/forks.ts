@@ -93,7 +93,7 @@ export class Forks {
     const { ops, metrics, meter, clock } = this.ctx;
     const host = this.ctx.hosts.of(parent);
     const network = networkOf(parent);
-    const stored = pendingStored(this.ctx, newId("snap"), parent.owner, "checkpoint");
+    const stored = pendingStored(this.ctx, newId("snap"), parent, "checkpoint");
     const op = ops.newOp("fork", parent.id, "user", { children: ids, via: stored.id });
     await ops.begin(parent, op, async (tx) => {
       await tx.insertStoredSnapshot(stored);

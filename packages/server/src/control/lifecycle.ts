@@ -269,7 +269,7 @@ export class Lifecycle {
     await this.storeQuota(row.owner);
     // From warm, the snapshot taken when it paused is the one to store, under its own id.
     const fromWarm = row.state === "hibernated" ? row.hibernate_snapshot : null;
-    const stored = pendingStored(this.ctx, fromWarm ?? newId("snap"), row.owner, "cold");
+    const stored = pendingStored(this.ctx, fromWarm ?? newId("snap"), row, "cold");
     const op = ops.newOp("hibernate", row.id, reason, { mode: "cold", snapshot: stored.id, key: stored.key, from_warm: fromWarm });
     if (!fromWarm) await this.network.flush(row.id);
     await meter.sample(row.id);

@@ -253,8 +253,9 @@ export class Recovery {
     for (const id of vms.keys()) if (!known.has(id)) await host.destroy(id);
     // Networks follow the database (a policy change may have been cut short by the stop).
     for (const row of (await store.liveSandboxes()).filter(mine)) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
-    // Every host keeps what any record needs: a superset costs nothing and cannot drop another's pin.
-    await host.collectLocal([...(await this.keep(await store.liveSandboxes()))], [...(await store.liveStoredSnapshotIds())]);
+    // Every host keeps what any record needs (a superset costs a small file per stored
+    // snapshot and cannot drop another's pin); the pins are the database's.
+    await host.collectLocal([...(await this.keep(await store.liveSandboxes()))], await store.templatePins());
   }
 
   /** Local snapshots something still needs: warm hibernations', and those a warm hibernate in flight (on any replica) is taking. */
