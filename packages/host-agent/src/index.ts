@@ -6,3 +6,4 @@ export { hasSecret, checkSecret } from "./http/auth.js";
 export { Registrar, type RegistrarOptions } from "./registrar.js";
 export { HttpGuest } from "./http/guest-client.js";
 export { WORK_HEADER, processCpuSeconds, reportHostWork, withHostWork } from "./work.js";
+export { pacedInput, INPUT_HIGH_WATER } from "./http/paced-input.js";

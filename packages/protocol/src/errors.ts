@@ -38,6 +38,8 @@ export const ERROR_STATUS = {
   agent_protocol_error: 502,
   connection_refused: 502,
   timeout: 504,
+  /** The guest agent missed a deadline (a wedged or stopped agent): the sandbox is up, its guest is not answering. */
+  guest_unresponsive: 504,
   aborted: 499,
   io_error: 500,
   qemu_error: 500,

@@ -13,6 +13,33 @@ const FIRST_HELLO_PATIENCE_MS = 4_000;
 /** Bytes a host discards while looking for the SYNC marker before it gives up on the guest. */
 const MAX_SYNC_DISCARD = 16 * 1024 * 1024;
 
+/**
+ * How long the guest agent has to answer a request (its reply; a stream's data then flows
+ * under the watchdog below). A guest that misses it is unresponsive: the request fails
+ * with `guest_unresponsive` and nothing on the host waits on it any longer.
+ */
+export const AGENT_DEADLINE_MS = deadlineFromEnv(process.env.DEN_GUEST_DEADLINE_SECONDS, 30) * 1000;
+/** Ops that may take longer in a healthy guest (a recursive remove, a rename that copies). */
+const SLOW_OP_DEADLINE_MS: Record<string, number> = { "file.remove": 300_000, "file.rename": 300_000 };
+/** While anything waits on the guest and it has sent nothing for this long, it is pinged... */
+const WATCHDOG_IDLE_MS = 15_000;
+/** ...and a ping unanswered this long closes the connection: everything waiting on it fails. */
+const WATCHDOG_PING_MS = 20_000;
+
+function deadlineFromEnv(v: string | undefined, fallback: number): number {
+  const n = Number(v);
+  return v !== undefined && Number.isFinite(n) && n > 0 ? n : fallback;
+}
+
+/** The deadline of a request's reply, by op (none: the reply comes when a command ends, and the watchdog keeps watch). */
+export function replyDeadline(body: Record<string, unknown>): number | undefined {
+  const op = String(body.op);
+  const timeout = typeof body.timeout_ms === "number" && body.timeout_ms > 0 ? body.timeout_ms : undefined;
+  if (op === "proc.wait") return (timeout ?? 0) + AGENT_DEADLINE_MS;
+  if (op === "exec" && body.mode === "buffer") return timeout === undefined ? undefined : timeout + AGENT_DEADLINE_MS;
+  return SLOW_OP_DEADLINE_MS[op] ?? AGENT_DEADLINE_MS;
+}
+
 /** What a stream (an exec or a file transfer) receives from the guest. */
 export interface StreamSink {
   onData?(channel: Channel, data: Buffer): void;
@@ -34,6 +61,7 @@ interface StreamState {
 interface PendingRequest {
   resolve: (v: Record<string, unknown>) => void;
   reject: (e: Error) => void;
+  timer?: NodeJS.Timeout;
 }
 
 /**
@@ -50,6 +78,10 @@ export class AgentClient {
   private held: Buffer[] | undefined;
   private closeError: Error | undefined;
   private closeListeners: Array<(e: Error) => void> = [];
+  /** When the guest last sent anything (the watchdog's clock). */
+  private heardAt = Date.now();
+  private watchdog: NodeJS.Timeout | undefined;
+  private pinging = false;
   hello!: HelloReply;
 
   /**
@@ -129,8 +161,11 @@ export class AgentClient {
     return this.requestRaw({ op, ...args }, sink) as Promise<AgentOps[Op]["res"]>;
   }
 
-  /** Like request, for ops whose reply opens a stream; returns the stream id with the reply. */
-  requestRaw(body: Record<string, unknown>, sink?: StreamSink, onId?: (id: number) => void): Promise<Record<string, unknown>> {
+  /**
+   * Like request, for ops whose reply opens a stream; returns the stream id with the reply.
+   * The reply has a deadline (`replyDeadline`, or `deadlineMs`; `Infinity` for none).
+   */
+  requestRaw(body: Record<string, unknown>, sink?: StreamSink, onId?: (id: number) => void, deadlineMs = replyDeadline(body)): Promise<Record<string, unknown>> {
     if (this.closeError) return Promise.reject(this.closeError);
     const id = this.nextId++;
     if (sink) {
@@ -141,7 +176,12 @@ export class AgentClient {
     }
     onId?.(id);
     return new Promise((resolve, reject) => {
+      const timer = deadlineMs !== undefined && Number.isFinite(deadlineMs)
+        ? setTimeout(() => this.missed(id, String(body.op), deadlineMs), deadlineMs)
+        : undefined;
+      timer?.unref();
       this.pending.set(id, {
+        timer,
         resolve: (res) => {
           const s = this.streams.get(id);
           if (s && typeof res.window === "number") {
@@ -156,7 +196,51 @@ export class AgentClient {
         },
       });
       this.send(encodeJson(FrameType.Req, id, body));
+      this.armWatchdog();
     });
+  }
+
+  /** A reply that did not come in time: that request fails; the connection stays (the watchdog judges it). */
+  private missed(id: number, op: string, ms: number): void {
+    const p = this.pending.get(id);
+    if (!p) return;
+    if (this.held) {
+      // The VM is paused (a hibernation, a snapshot): its time does not count.
+      p.timer = setTimeout(() => this.missed(id, op, ms), ms);
+      p.timer.unref();
+      return;
+    }
+    this.pending.delete(id);
+    this.streams.delete(id);
+    p.reject(new DenError("guest_unresponsive", `the guest agent did not answer ${op} within ${ms} ms`));
+  }
+
+  /**
+   * While a request or stream waits on the guest, a silence of WATCHDOG_IDLE_MS sends a
+   * ping; one unanswered within WATCHDOG_PING_MS closes the connection (a stopped or
+   * wedged agent), so no stream or request waits on it forever.
+   */
+  private armWatchdog(): void {
+    if (this.watchdog || this.closeError) return;
+    this.watchdog = setInterval(() => {
+      if (this.closeError || (this.pending.size === 0 && this.streams.size === 0)) {
+        clearInterval(this.watchdog);
+        this.watchdog = undefined;
+        return;
+      }
+      if (this.pinging || this.held || Date.now() - this.heardAt < WATCHDOG_IDLE_MS) return;
+      this.pinging = true;
+      this.requestRaw({ op: "sys.ping" }, undefined, undefined, WATCHDOG_PING_MS).then(
+        () => (this.pinging = false),
+        (e: unknown) => {
+          this.pinging = false;
+          if (e instanceof DenError && e.code === "guest_unresponsive") {
+            this.fail(new DenError("guest_unresponsive", `the guest agent answered nothing for ${Math.round((Date.now() - this.heardAt) / 1000)} s, not even a ping`));
+          }
+        },
+      );
+    }, WATCHDOG_IDLE_MS / 3);
+    this.watchdog.unref();
   }
 
   /** Grants the guest `bytes` more on a guest->host channel of a stream. */
@@ -202,16 +286,8 @@ export class AgentClient {
    * further frame until `unhold()`: the guest's input has no partial frame while a
    * snapshot is taken.
    */
-  async quiesce(timeoutMs = 30_000): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new DenError("timeout", `agent did not confirm quiesce within ${timeoutMs} ms`)), timeoutMs);
-    });
-    try {
-      await Promise.race([this.request("sys.quiesce", {}), timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
+  async quiesce(timeoutMs = AGENT_DEADLINE_MS): Promise<void> {
+    await this.requestRaw({ op: "sys.quiesce" }, undefined, undefined, timeoutMs);
     // Only a confirmed quiesce holds frames: a late reply after a timeout must not.
     this.held ??= [];
   }
@@ -230,6 +306,7 @@ export class AgentClient {
 
   private onBytes(data: Buffer): void {
     if (this.closeError) return;
+    this.heardAt = Date.now();
     if (this.syncing) {
       const rest = this.scanForSync(data);
       if (rest === undefined) return;
@@ -275,15 +352,19 @@ export class AgentClient {
         const body = parseJson(f.payload);
         if (!body) return this.violation("malformed RES"); // rejects p with the rest
         this.pending.delete(f.id);
+        clearTimeout(p.timer);
         if (body.ok === true) p.resolve(body);
         else p.reject(errorFromWire(body.code, body.message));
         return;
       }
       case FrameType.Event: {
+        // An event of a stream we gave up on (or never had) is dropped unread: parsing a
+        // guest's 1 MiB of JSON costs the event loop, and nobody wants it.
         const s = this.streams.get(f.id);
+        if (!s?.sink.onEvent) return;
         const body = parseJson(f.payload);
         if (!body) return this.violation("malformed EVENT");
-        s?.sink.onEvent?.(body);
+        s.sink.onEvent(body);
         return;
       }
       case FrameType.Data: {
@@ -326,7 +407,11 @@ export class AgentClient {
     if (this.closeError) return;
     this.closeError = e;
     this.socket?.destroy();
-    for (const p of this.pending.values()) p.reject(e);
+    clearInterval(this.watchdog);
+    for (const p of this.pending.values()) {
+      clearTimeout(p.timer);
+      p.reject(e);
+    }
     this.pending.clear();
     const streams = [...this.streams.values()];
     this.streams.clear();

@@ -1,25 +1,35 @@
-import { closeSync, ftruncateSync, openSync, readSync, renameSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, ftruncateSync, openSync, readSync, statSync, writeFileSync } from "node:fs";
+import { open, rename, type FileHandle } from "node:fs/promises";
 import type net from "node:net";
 import { connectUnix } from "./qmp.js";
 
 /** Console output kept per sandbox: the current file plus one rotated file. */
 export const CONSOLE_LOG_CAP = 1024 * 1024;
 
+/** Console bytes waiting to be written past which the console socket is no longer read. */
+const CONSOLE_HIGH_WATER = 256 * 1024;
+
 /**
  * Reads a VM's serial console from its socket into a size-capped log: a guest flooding
- * its console costs at most 2 x CONSOLE_LOG_CAP bytes of disk and no host memory.
+ * its console costs at most 2 x CONSOLE_LOG_CAP bytes of disk and no host memory. Writes
+ * are asynchronous (never on the event loop's time), and while they lag the socket is not
+ * read: QEMU then holds the guest's serial port back, so the flood slows the guest alone.
  */
 export class ConsoleLog {
-  private fd: number;
+  private file: FileHandle | undefined;
   private size = 0;
   private socket: net.Socket | undefined;
+  private queue: Buffer[] = [];
+  private queued = 0;
+  private writing = false;
+  private closed = false;
 
-  private constructor(private readonly path: string) {
-    this.fd = openSync(path, "a");
-  }
+  private constructor(private readonly path: string) {}
 
   static async attach(socketPath: string, logPath: string): Promise<ConsoleLog> {
     const log = new ConsoleLog(logPath);
+    log.file = await open(logPath, "a");
+    log.size = (await log.file.stat()).size;
     try {
       log.socket = await connectUnix(socketPath);
     } catch {
@@ -33,22 +43,48 @@ export class ConsoleLog {
   }
 
   private append(d: Buffer): void {
-    if (this.fd < 0) return;
-    if (this.size + d.length > CONSOLE_LOG_CAP) {
-      closeSync(this.fd);
-      renameSync(this.path, `${this.path}.1`);
-      this.fd = openSync(this.path, "w");
-      this.size = 0;
-      if (d.length > CONSOLE_LOG_CAP) d = d.subarray(d.length - CONSOLE_LOG_CAP);
+    if (this.closed) return;
+    this.queue.push(d);
+    this.queued += d.length;
+    if (this.queued > CONSOLE_HIGH_WATER) this.socket?.pause();
+    if (!this.writing) void this.drain();
+  }
+
+  private async drain(): Promise<void> {
+    this.writing = true;
+    try {
+      while (this.queue.length && !this.closed) {
+        let d = Buffer.concat(this.queue.splice(0));
+        this.queued = 0;
+        this.socket?.resume();
+        if (d.length > CONSOLE_LOG_CAP) d = d.subarray(d.length - CONSOLE_LOG_CAP);
+        if (this.size + d.length > CONSOLE_LOG_CAP) {
+          await this.file?.close();
+          await rename(this.path, `${this.path}.1`);
+          this.file = await open(this.path, "w");
+          this.size = 0;
+        }
+        await this.file?.write(d);
+        this.size += d.length;
+      }
+    } catch {
+      // the sandbox's dir is going away (destroy): nothing to keep
+    } finally {
+      this.writing = false;
     }
-    writeSync(this.fd, d);
-    this.size += d.length;
   }
 
   close(): void {
+    if (this.closed) return;
+    this.closed = true;
     this.socket?.destroy();
-    if (this.fd >= 0) closeSync(this.fd);
-    this.fd = -1;
+    const f = this.file;
+    this.file = undefined;
+    // After a write in flight, if any (it holds the handle until it ends).
+    void (async () => {
+      while (this.writing) await new Promise((r) => setTimeout(r, 10));
+      await f?.close().catch(() => undefined);
+    })();
   }
 }
 

@@ -84,7 +84,9 @@ export function qemuArgs(spec: VmSpec, host: HostProfile): string[] {
     "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
     // QEMU itself may not gain privileges or use obsolete syscalls; it still forks for exec: migration.
     "-sandbox", "on,obsolete=deny,elevateprivileges=deny,resourcecontrol=deny",
-    "-drive", `id=root,if=none,format=qcow2,file=${spec.disk},discard=unmap,detect-zeroes=unmap`,
+    // A full host disk is an I/O error inside this guest (its filesystem reports it), never a
+    // VM paused on ENOSPC with every other VM on the host paused the same way.
+    "-drive", `id=root,if=none,format=qcow2,file=${spec.disk},discard=unmap,detect-zeroes=unmap,werror=report,rerror=report`,
     ...deviceArgs(spec),
     "-qmp", `unix:${join(spec.dir, VM_FILES.qmp)},server=on,wait=off`,
     "-pidfile", join(spec.dir, VM_FILES.pid),

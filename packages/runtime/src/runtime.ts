@@ -10,7 +10,7 @@ import { VM_FILES, bootCommandLine, findInstanceProcesses, isAlive, killAndWait,
 import { Sandbox, writeRecord, type SandboxRecord } from "./sandbox.js";
 import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
-import { ID_PATTERN, newId, runTool } from "./util.js";
+import { ID_PATTERN, newId, privateDir, runTool } from "./util.js";
 import { Vm } from "./vm.js";
 import { NetworkManager, parseHostsMap } from "./network/manager.js";
 import type { EgressPolicy } from "./network/sandbox-network.js";
@@ -128,6 +128,7 @@ export class Runtime {
   /** Opens a data dir: adopts sandboxes whose QEMU still runs, cleans up what's left of others. */
   static async open(opts: RuntimeOptions = {}): Promise<Runtime> {
     const dataDir = resolve(opts.dataDir ?? defaultDataDir());
+    privateDir(dataDir);
     for (const d of ["templates", "sandboxes", "snapshots"]) await mkdir(join(dataDir, d), { recursive: true });
     const idFile = join(dataDir, "instance-id");
     let instance = existsSync(idFile) ? readFileSync(idFile, "utf8").trim() : "";
@@ -226,6 +227,7 @@ export class Runtime {
     }
     // RAM files of forks: running children keep their mappings; the files outlive no snapshot.
     if (existsSync(this.ramDir)) {
+      privateDir(this.ramDir);
       for (const f of readdirSync(this.ramDir)) {
         const id = f.replace(/\.ram$/, "");
         if (!existsSync(join(snaps, id, "manifest.json")) || existsSync(join(snaps, id, DELETED_MARKER))) await rm(join(this.ramDir, f), { force: true });
@@ -560,7 +562,7 @@ export class Runtime {
   private async shareMemory(snap: SnapshotInfo): Promise<void> {
     if (snap.manifest.memory === "file") return;
     // In tmpfs: the load touches every page of the file, and on disk each would be written back.
-    await mkdir(this.ramDir, { recursive: true });
+    privateDir(this.ramDir);
     const ramPath = join(this.ramDir, `${snap.id}.ram`);
     await symlink(ramPath, join(snap.dir, TEMPLATE_FILES.memory));
     const state = join(snap.dir, `.${TEMPLATE_FILES.state}.devices`);

@@ -233,10 +233,19 @@ export class Sandbox {
     return this.lifecycle.run(async () => {
       this.assertUsable();
       if (this.record.state === "running") return;
-      await this.requireVm().cont();
+      const vm = this.requireVm();
+      await vm.cont();
       await this.setState("running");
       (await this.agentConn?.catch(() => undefined))?.unhold();
-      await this.syncGuest(false);
+      try {
+        await this.syncGuest(false);
+      } catch (e) {
+        // A guest that does not take its clock (a wedged agent) stays paused: the wake
+        // failed, and the record must not say otherwise.
+        await vm.stop();
+        await this.setState("paused");
+        throw e;
+      }
     });
   }
 
@@ -367,6 +376,8 @@ export class Sandbox {
 
   /** Stops the VM and removes everything it owned on the host. Idempotent. */
   destroy(): Promise<void> {
+    // A lifecycle step waiting on a wedged guest fails now instead of at its deadline.
+    void this.agentConn?.then((a) => a.close(), () => undefined);
     return this.lifecycle.run(async () => {
       if (this.record.state === "destroyed") return;
       await this.agentConn?.then((a) => a.close(), () => undefined);

@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { promisify } from "node:util";
 import { DenError } from "@den/protocol";
@@ -51,4 +52,19 @@ export function mulberry32(seed: number): () => number {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+}
+
+/**
+ * Creates `dir` (and its parents) readable by its owner alone, and takes that away from
+ * group and others on one that exists: a data dir holds users' secrets (sandbox env vars)
+ * and guests' memory images.
+ */
+export function privateDir(dir: string): void {
+  if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(dir, 0o700);
+}
+
+/** Files the process creates from now on are its owner's alone (a server's or host agent's start). */
+export function privateFiles(): void {
+  process.umask(0o077);
 }

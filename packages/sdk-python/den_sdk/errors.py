@@ -98,6 +98,7 @@ ERROR_STATUS: Dict[str, int] = {
     "agent_protocol_error": 502,
     "connection_refused": 502,
     "timeout": 504,
+    "guest_unresponsive": 504,
     "aborted": 499,
     "io_error": 500,
     "qemu_error": 500,
@@ -370,7 +371,8 @@ class CapacityError(UnavailableError):
 
 
 class DenTimeoutError(DenError, builtins.TimeoutError):
-    """408 ``exec_timeout`` or 504 ``timeout``: the server gave up waiting. Also a builtin
+    """408 ``exec_timeout``, 504 ``timeout`` or ``guest_unresponsive`` (the sandbox's guest agent
+    missed a deadline): the server gave up waiting. Also a builtin
     ``TimeoutError``. (A command that outlives its own ``timeout_seconds`` is *not* an
     error: its result says ``timed_out=True``.)
 
@@ -465,6 +467,7 @@ ERROR_CLASSES: Dict[str, Type[DenError]] = {
     "capacity_exhausted": CapacityError,
     "exec_timeout": DenTimeoutError,
     "timeout": DenTimeoutError,
+    "guest_unresponsive": DenTimeoutError,
     "connection_refused": DenConnectionRefusedError,
     "aborted": AbortedError,
     "internal": InternalError,

@@ -131,6 +131,11 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
 
   app.setErrorHandler((err: FastifyError | DenError | Error, req, reply) => {
     // Details say more about the caller's mistake (a setup command's output, a quota); a server fault keeps its own.
+    if (err instanceof DenError && err.code === "guest_unresponsive") {
+      // A wedged guest is worth a line in its sandbox's events (the owner's route put the id there).
+      const id = (req.params as { id?: unknown } | undefined)?.id;
+      if (typeof id === "string" && req.principal) void cp.guestUnresponsive(id, err.message).catch(() => undefined);
+    }
     if (err instanceof DenError) return reply.status(err.status).send(errorBody(err.code, err.message, err.status < 500 ? (err.details as Record<string, unknown> | undefined) : undefined));
     if (hasZodFastifySchemaValidationErrors(err)) return reply.status(400).send(errorBody("invalid_argument", validationMessage(err)));
     const fe = err as FastifyError;

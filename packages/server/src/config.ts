@@ -34,6 +34,10 @@ export interface ServerConfig {
     uploadBytes: number;
     execOutputBytes: number;
     eventsPerSandbox: number;
+    /** At once per owner (per control-plane process): buffered execs (each holds its output), exec streams and PTYs, event follows. */
+    bufferedExecsPerOwner: number;
+    streamsPerOwner: number;
+    followsPerOwner: number;
     /** Bytes an owner may keep in the snapshot store (checkpoints and cold-hibernated sandboxes). */
     storedBytesPerOwner: number;
     /** Templates an owner may make with `POST /v1/templates`. */
@@ -159,6 +163,9 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       eventsPerSandbox: num(env.DEN_MAX_EVENTS_PER_SANDBOX, 200),
       storedBytesPerOwner: num(env.DEN_MAX_STORED_BYTES_PER_OWNER, 100 * 1024 ** 3),
       templatesPerOwner: num(env.DEN_MAX_TEMPLATES_PER_OWNER, 20),
+      bufferedExecsPerOwner: num(env.DEN_MAX_BUFFERED_EXECS_PER_OWNER, 8),
+      streamsPerOwner: num(env.DEN_MAX_STREAMS_PER_OWNER, 64),
+      followsPerOwner: num(env.DEN_MAX_FOLLOWS_PER_OWNER, 16),
     },
     meter: { intervalMs: num(env.DEN_METER_INTERVAL_SECONDS, 60) * 1000 },
     prices: env.DEN_PRICE_VCPU_SECOND || env.DEN_PRICE_GIB_SECOND || env.DEN_PRICE_GB_MONTH

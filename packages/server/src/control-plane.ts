@@ -15,6 +15,7 @@ import { Forks } from "./control/forks.js";
 import { NetworkPolicies } from "./control/network-policy.js";
 import { Operations, systemClock, type Clock, type Reason } from "./control/operations.js";
 import { Reaper } from "./control/reaper.js";
+import { OwnerSlots } from "./control/owner-slots.js";
 import { Recovery } from "./control/recovery.js";
 import { HostRegistry } from "./control/registry.js";
 import { SharedTemplates } from "./control/shared-templates.js";
@@ -35,6 +36,7 @@ export type { HibernateMode } from "./control/context.js";
 export class ControlPlane {
   private activeExecs = new Map<string, number>();
   private lastTouch = new Map<string, number>();
+  private lastUnresponsive = new Map<string, number>();
   private readonly queue = new Serializer();
   readonly meter: Meter;
   readonly metrics: Metrics;
@@ -45,6 +47,8 @@ export class ControlPlane {
   readonly templates: Templates;
   readonly network: NetworkPolicies;
   readonly reaper: Reaper;
+  /** Per-owner bounds on what requests hold open (see OwnerSlots). */
+  readonly slots: { bufferedExecs: OwnerSlots; streams: OwnerSlots; follows: OwnerSlots };
   readonly recovery: Recovery;
   readonly gc: StoreGc;
   readonly registry: HostRegistry;
@@ -89,6 +93,12 @@ export class ControlPlane {
     this.forks = new Forks(this.ctx, this.queue, this.lifecycle);
     this.checkpoints = new Checkpoints(this.ctx, this.queue, this.lifecycle);
     this.templates = new Templates(this.ctx, this.checkpoints);
+    const l = config.limits;
+    this.slots = {
+      bufferedExecs: new OwnerSlots(l.bufferedExecsPerOwner, "buffered execs", "DEN_MAX_BUFFERED_EXECS_PER_OWNER"),
+      streams: new OwnerSlots(l.streamsPerOwner, "exec streams and PTYs", "DEN_MAX_STREAMS_PER_OWNER"),
+      follows: new OwnerSlots(l.followsPerOwner, "event follows", "DEN_MAX_FOLLOWS_PER_OWNER"),
+    };
     this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => this.activeExecs.has(id), touch: (id) => this.touch(id) });
     this.recovery = new Recovery(this.ctx, this.lifecycle, this.forks, this.network, this.templates, (id) => this.reaper.markLost(id));
     this.gc = new StoreGc(this.ctx);
@@ -284,6 +294,15 @@ export class ControlPlane {
   async ownedGuest(p: Principal, id: string): Promise<{ row: SandboxRow; guest: HostGuest }> {
     const row = await this.owned(p, id);
     return { row, guest: await this.guest(row.id) };
+  }
+
+  /** A call on a sandbox's guest missed its deadline: its events say so (at most one such event a second). */
+  async guestUnresponsive(id: string, message: string): Promise<void> {
+    const now = this.clock.now();
+    if (now - (this.lastUnresponsive.get(id) ?? 0) < 1000 || !(await this.store.getSandbox(id))) return;
+    this.lastUnresponsive.set(id, now);
+    if (this.lastUnresponsive.size > 10_000) this.lastUnresponsive.delete(this.lastUnresponsive.keys().next().value!);
+    await this.ops.event(id, "guest.unresponsive", null, { message });
   }
 
   /** Marks activity (throttled to one write a second per sandbox). */

@@ -1,7 +1,9 @@
 import SQLite from "better-sqlite3";
 import pg from "pg";
 import { Kysely, Migrator, PostgresDialect, SqliteDialect, type Generated, type Migration, type MigrationProvider } from "kysely";
+import { chmodSync, existsSync } from "node:fs";
 import { join } from "node:path";
+import { privateDir } from "@den/runtime";
 import { migrations } from "./migrations.js";
 
 /** Times are epoch milliseconds (bigint columns), so the same SQL runs on SQLite and Postgres. */
@@ -257,10 +259,14 @@ export async function openDatabase(dataDir: string, config: DatabaseConfig = { k
     pool.on("error", () => {});
     dialect = new PostgresDialect({ pool });
   } else {
-    const sqlite = new SQLite(join(dataDir, "den.db"));
+    privateDir(dataDir);
+    const file = join(dataDir, "den.db");
+    const sqlite = new SQLite(file);
     sqlite.pragma("journal_mode = WAL");
     sqlite.pragma("synchronous = FULL");
     sqlite.pragma("foreign_keys = ON");
+    // Sandboxes' env vars (users' secrets) are in it: its owner's alone, whatever the umask was.
+    for (const f of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
     dialect = new SqliteDialect({ database: sqlite });
   }
   const db = new Kysely<Database>({ dialect });

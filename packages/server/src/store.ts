@@ -1,7 +1,7 @@
 import { NO_NETWORK } from "./network.js";
 import { createHash, randomBytes } from "node:crypto";
-import type { Kysely, Selectable } from "kysely";
-import type { api, host } from "@den/protocol";
+import { PostgresAdapter, sql, type Kysely, type Selectable } from "kysely";
+import { DenError, type api, type host } from "@den/protocol";
 import type { CheckpointsTable, Database, HostsTable, TemplateVersionsTable, OperationsTable, SandboxesTable, StoredSnapshotsTable, TemplatesTable, UsageSegmentsTable } from "./db.js";
 
 export type SandboxRow = Selectable<SandboxesTable>;
@@ -319,8 +319,18 @@ export class Store {
 
   // ---- sandboxes ----
 
-  async insertSandbox(row: SandboxRow): Promise<void> {
+  /**
+   * Inserts a sandbox row; with `maxLive`, only while its owner has fewer live sandboxes
+   * (counted under a lock on the owner in the same transaction, so concurrent creates and
+   * forks through any replica cannot overshoot), else `quota_exceeded`.
+   */
+  async insertSandbox(row: SandboxRow, maxLive?: number): Promise<void> {
     await this.transaction(async (s) => {
+      if (maxLive !== undefined) {
+        // SQLite runs one write transaction at a time already; Postgres needs the lock.
+        if (s.db.getExecutor().adapter instanceof PostgresAdapter) await sql`SELECT pg_advisory_xact_lock(hashtext(${`owner:${row.owner}`}))`.execute(s.db);
+        if ((await s.countLive(row.owner)) >= maxLive) throw new DenError("quota_exceeded", `owner ${row.owner} may have at most ${maxLive} sandboxes; destroy some first`);
+      }
       await s.db.insertInto("sandboxes").values(row).execute();
       const meta = Object.entries(JSON.parse(row.metadata) as Record<string, string>);
       if (meta.length) await s.db.insertInto("sandbox_metadata").values(meta.map(([key, value]) => ({ sandbox_id: row.id, key, value }))).execute();
@@ -494,12 +504,22 @@ export class Store {
    */
   async addEvent(sandboxId: string, type: string, reason: string | null, data: Record<string, unknown>, cap: number): Promise<void> {
     await this.db.insertInto("events").values({ sandbox_id: sandboxId, at: Date.now(), type, reason, data: JSON.stringify(data) }).execute();
-    const family = ["exec.", "transfer."].find((f) => type.startsWith(f));
-    if (family) {
-      const old = await this.db.selectFrom("events").select("seq").where("sandbox_id", "=", sandboxId).where("type", "like", `${family}%`)
-        .orderBy("seq", "desc").offset(cap).limit(1).executeTakeFirst();
-      if (old) await this.db.deleteFrom("events").where("sandbox_id", "=", sandboxId).where("type", "like", `${family}%`).where("seq", "<=", old.seq).execute();
-    }
+    // The chatty families keep their newest `cap` each; everything together keeps
+    // four times `cap` (the lifecycle's history outlives a flood of execs).
+    const family = ["exec.", "transfer.", "guest.", "network."].find((f) => type.startsWith(f));
+    if (family) await this.pruneEvents(sandboxId, cap, family);
+    await this.pruneEvents(sandboxId, cap * 4);
+  }
+
+  /** Deletes a sandbox's events (of `family`, or all) older than its newest `keep`. */
+  private async pruneEvents(sandboxId: string, keep: number, family?: string): Promise<void> {
+    let q = this.db.selectFrom("events").select("seq").where("sandbox_id", "=", sandboxId);
+    if (family) q = q.where("type", "like", `${family}%`);
+    const old = await q.orderBy("seq", "desc").offset(keep).limit(1).executeTakeFirst();
+    if (!old) return;
+    let d = this.db.deleteFrom("events").where("sandbox_id", "=", sandboxId).where("seq", "<=", old.seq);
+    if (family) d = d.where("type", "like", `${family}%`);
+    await d.execute();
   }
 
   async events(sandboxId: string, after: number, limit = 500): Promise<api.SandboxEvent[]> {

@@ -111,6 +111,47 @@ describe("the den CLI against a real server", () => {
     }
   });
 
+  test("cp from a hostile guest: its tar's device node, FIFO, hard link, setuid bit, owner and ../ path are left out", async () => {
+    const work = mkdtempSync(join(tmpdir(), "den-cli-"));
+    try {
+      // The guest's own tar is replaced by one that writes a crafted archive, whatever it is asked.
+      const craft = [
+        "import sys, tarfile, io",
+        "out = sys.argv[sys.argv.index('-cf') + 1]",
+        "t = tarfile.open(out, 'w')",
+        "def add(name, data=b'', **kw):",
+        "    i = tarfile.TarInfo(name); i.size = len(data)",
+        "    for k, v in kw.items(): setattr(i, k, v)",
+        "    t.addfile(i, io.BytesIO(data) if data else None)",
+        "add('./ok.txt', b'fine\\n', uid=4242, gid=4242, uname='evil', gname='evil')",
+        "add('./suid', b'#!/bin/sh\\n', mode=0o4755)",
+        "add('./dev0', type=tarfile.CHRTYPE, devmajor=1, devminor=3)",
+        "add('./fifo', type=tarfile.FIFOTYPE)",
+        "add('./hard', type=tarfile.LNKTYPE, linkname='/etc/passwd')",
+        "add('../escape', b'out\\n')",
+        "add('./sub/../../escape2', b'out\\n')",
+        "t.close()",
+      ].join("\n");
+      await ok(["exec", id, "--", "sh", "-c", `mkdir -p /work/hostile && cat > /root/craft.py <<'EOF'\n${craft}\nEOF\nmv /bin/tar /bin/tar.real && printf '#!/bin/sh\\nexec python3 /root/craft.py "$@"\\n' > /bin/tar && chmod +x /bin/tar`]);
+      const dest = join(work, "sub", "out");
+      try {
+        const r = await ok(["cp", `${id}:/work/hostile`, dest]);
+        assert.match(r.err, /left out/);
+      } finally {
+        await ok(["exec", id, "--", "mv", "/bin/tar.real", "/bin/tar"]);
+      }
+      assert.equal(readFileSync(join(dest, "ok.txt"), "utf8"), "fine\n");
+      const st = statSync(join(dest, "ok.txt"));
+      assert.equal(st.uid, process.getuid!(), "no owner from the archive");
+      assert.equal(statSync(join(dest, "suid")).mode & 0o7000, 0, "no setuid bit");
+      assert.deepEqual(readdirSync(dest).sort(), ["ok.txt", "suid"], "no device node, FIFO or hard link");
+      assert.deepEqual(readdirSync(join(work, "sub")), ["out"], "nothing outside the target");
+      assert.deepEqual(readdirSync(work), ["sub"]);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
   test("hibernate warm and cold, wake, snapshot, restore, fork, events, rm", async () => {
     await ok(["exec", id, "--", "sh", "-c", "echo state > /work/state.txt"]);
     assert.equal((await json(["hibernate", id])).state, "hibernated");

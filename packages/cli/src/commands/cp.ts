@@ -7,6 +7,7 @@ import { pipeline } from "node:stream/promises";
 import { randomBytes } from "node:crypto";
 import type { Command } from "commander";
 import { Sandbox } from "@den/sdk";
+import { x as untar } from "tar";
 import { Progress, UsageError } from "../output.js";
 
 const REMOTE = /^(sbx_[a-z2-7]{16}):(\/.*)$/;
@@ -33,6 +34,31 @@ function tar(args: string[], stdio: { stdin?: "pipe"; stdout?: "pipe" }) {
     child.on("close", (code) => (code === 0 ? resolve() : reject(new UsageError(`tar failed: ${err.trim() || `exit ${code}`}`))));
   });
   return { child, done };
+}
+
+/** What a sandbox's archive may put here: plain files, directories and symlinks (never followed on the way in). */
+const SAFE_ENTRIES = new Set(["File", "OldFile", "ContiguousFile", "Directory", "SymbolicLink"]);
+
+/**
+ * Unpacks a tar the sandbox made (its guest is untrusted) into `target`: no owners, no
+ * setuid, setgid or sticky bits, no device nodes, FIFOs or hard links, nothing outside
+ * `target` (absolute and `..` paths are refused, and node-tar never writes through a
+ * symlink). What is left out is named in `skipped`.
+ */
+function safeUntar(target: string, skipped: string[]): Writable {
+  return untar({
+    cwd: target, preserveOwner: false, preservePaths: false, strict: false,
+    filter: (path, entry) => {
+      const type = "type" in entry ? String(entry.type) : "File";
+      if (!SAFE_ENTRIES.has(type)) {
+        skipped.push(`${path} (${type})`);
+        return false;
+      }
+      if ("mode" in entry && typeof entry.mode === "number") (entry as { mode: number }).mode = entry.mode & 0o777;
+      return true;
+    },
+    onwarn: (_code, message) => skipped.push(message),
+  }) as unknown as Writable;
 }
 
 async function remoteRun(sbx: Sandbox, cmd: string): Promise<void> {
@@ -85,9 +111,10 @@ async function download(sbx: Sandbox, remote: string, local: string): Promise<vo
     const size = (await sbx.filesystem.stat(tmp)).size;
     const p = new Progress(`${sbx.id}:${remote}/ -> ${target}/`, size);
     await mkdir(target, { recursive: true });
-    const t = tar(["-C", target, "-xf", "-"], { stdin: "pipe" });
-    await Promise.all([pipeline(Readable.fromWeb((await sbx.filesystem.readStream(tmp)) as import("node:stream/web").ReadableStream<Uint8Array>), counting(p), t.child.stdin! as Writable), t.done]);
+    const skipped: string[] = [];
+    await pipeline(Readable.fromWeb((await sbx.filesystem.readStream(tmp)) as import("node:stream/web").ReadableStream<Uint8Array>), counting(p), safeUntar(target, skipped));
     p.finish();
+    if (skipped.length) process.stderr.write(`den cp: left out ${skipped.length} entr${skipped.length === 1 ? "y" : "ies"} of the sandbox's archive:\n  ${skipped.slice(0, 20).join("\n  ")}\n`);
   } finally {
     await sbx.filesystem.remove(tmp).catch(() => undefined);
   }

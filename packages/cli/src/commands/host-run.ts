@@ -1,3 +1,4 @@
+import { privateFiles } from "@den/runtime";
 import type { Command } from "commander";
 import { LocalHostAgent, Registrar, startHostServer } from "@den/host-agent";
 import { loadConfig, openStore } from "@den/server";
@@ -20,6 +21,8 @@ export function registerHostRun(host: Command): void {
     .option("--control-plane <url...>", "register with these control-plane replicas and keep a lease (DEN_CONTROL_PLANE_URL, comma-separated)")
     .option("--advertise <url>", "where the control plane reaches this host (default http://<host>:<port>)")
     .action(async (opts: { port: string; host: string; controlPlane?: string[]; advertise?: string }, cmd: Command) => {
+      // Everything it writes (database, snapshots, memory images, logs) is for root's eyes only.
+      privateFiles();
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
       const config = loadConfig({ ...(root.dataDir ? { dataDir: globalOptions(cmd).dataDir } : {}) });
       const secret = process.env.DEN_HOST_SECRET;

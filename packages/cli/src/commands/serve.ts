@@ -1,3 +1,4 @@
+import { privateFiles } from "@den/runtime";
 import type { Command } from "commander";
 import { loadConfig, startServer } from "@den/server";
 import { globalOptions, logLine } from "./options.js";
@@ -11,6 +12,8 @@ export function registerServe(program: Command): void {
     .option("--host-agent <url>", "run no VMs here: use the host agent at URL (`den host run`); repeat it, or separate URLs with commas, for several (env DEN_HOST_AGENT_URL, shared secret in DEN_HOST_SECRET)", (v: string, prev: string[] = []) => [...prev, v])
     .option("--envd-port <port>", "port of the E2B-compatible envd listener (env DEN_ENVD_PORT, default 49983; off: none)")
     .action(async (opts: { port?: string; host?: string; hostAgent?: string[]; envdPort?: string }, cmd: Command) => {
+      // Everything it writes (database, snapshots, memory images, logs) is for root's eyes only.
+      privateFiles();
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
       const config = loadConfig({
         ...(opts.port ? { port: opts.port } : {}), ...(opts.host ? { host: opts.host } : {}), ...(opts.hostAgent?.length ? { hostAgent: opts.hostAgent.join(",") } : {}),

@@ -1,12 +1,11 @@
 import type { WebSocket } from "ws";
 import { DenError, host, type GuestExecProcess, type HostGuest, parseInput } from "@den/protocol";
 import { execOptions } from "./guest-routes.js";
+import { pacedInput } from "./paced-input.js";
 import { asDenError, errorBody } from "./wire-errors.js";
 
 /** Output waits in the guest while this much is unsent on the socket: the guest runs no further ahead of the reader. */
 export const SOCKET_HIGH_WATER = 1024 * 1024;
-/** Stdin bytes waiting for the guest past which the socket is no longer read. */
-const STDIN_HIGH_WATER = 1024 * 1024;
 
 const send = (ws: WebSocket, m: host.ExecServerMessage) => {
   if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(m));
@@ -32,8 +31,7 @@ function sendPaced(ws: WebSocket, frame: Buffer): Promise<void> | undefined {
 export function serveExecSocket(ws: WebSocket, guest: () => HostGuest): void {
   let proc: GuestExecProcess | undefined;
   let exited = false;
-  let stdin: Promise<void> = Promise.resolve();
-  let stdinPending = 0;
+  let stdin: ReturnType<typeof pacedInput> | undefined;
   const fail = (e: unknown) => {
     send(ws, { type: "error", error: errorBody(asDenError(e)).error });
     ws.close(1011);
@@ -42,13 +40,7 @@ export function serveExecSocket(ws: WebSocket, guest: () => HostGuest): void {
   const onControl = (p: GuestExecProcess, data: Buffer, isBinary: boolean) => {
     if (isBinary) {
       if (data[0] !== host.ExecChannel.stdin) return fail(new DenError("invalid_argument", "binary messages to the host are stdin: channel 0"));
-      const bytes = data.subarray(1);
-      stdinPending += bytes.length;
-      if (stdinPending > STDIN_HIGH_WATER) ws.pause();
-      stdin = stdin.then(() => p.write(bytes)).catch(() => undefined).finally(() => {
-        stdinPending -= bytes.length;
-        if (stdinPending <= STDIN_HIGH_WATER && ws.isPaused) ws.resume();
-      });
+      (stdin ??= pacedInput(ws, (b) => p.write(b))).push(data.subarray(1));
       return;
     }
     let m: host.ExecClientMessage;
@@ -59,7 +51,7 @@ export function serveExecSocket(ws: WebSocket, guest: () => HostGuest): void {
     }
     if (m.type === "close_stdin") {
       // After what was written before it.
-      stdin = stdin.then(() => p.closeStdin());
+      (stdin ??= pacedInput(ws, (b) => p.write(b))).after(() => p.closeStdin());
       return;
     }
     const done = m.type === "resize" ? p.resize(m.rows, m.cols) : m.type === "signal" ? p.signal(m.signal) : p.kill();

@@ -36,7 +36,7 @@ export class Forks {
       const op = ops.newOp("fork", id, "user", { children: ids });
       await ops.begin(parent, op, async (tx) => {
         for (const c of ids) {
-          await tx.insertSandbox(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, host.instance, this.forkTerms(parent, ttlSeconds)));
+          await tx.insertSandbox(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, host.instance, this.forkTerms(parent, ttlSeconds)), this.ctx.config.limits.sandboxesPerOwner);
           await ops.event(c, "creating", "user", { forked_from: id }, tx);
         }
       });
@@ -98,7 +98,7 @@ export class Forks {
     await ops.begin(parent, op, async (tx) => {
       await tx.insertStoredSnapshot(stored);
       for (const c of ids) {
-        await tx.insertSandbox(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, targets.get(c)!.instance, this.forkTerms(parent, ttlSeconds)));
+        await tx.insertSandbox(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, targets.get(c)!.instance, this.forkTerms(parent, ttlSeconds)), this.ctx.config.limits.sandboxesPerOwner);
         await this.ctx.ops.event(c, "creating", "user", { forked_from: parent.id }, tx);
       }
     });

@@ -81,7 +81,7 @@ export class Lifecycle {
   private async materialize(row: SandboxRow, op: OperationRow, make: () => Promise<HostSandboxInfo>, data: Record<string, unknown>): Promise<SandboxRow> {
     const { store, ops, clock } = this.ctx;
     await store.transaction(async (tx) => {
-      await tx.insertSandbox(row);
+      await tx.insertSandbox(row, this.ctx.config.limits.sandboxesPerOwner);
       await tx.insertOperation(op);
       await ops.event(row.id, "creating", "user", data, tx);
     });

@@ -4,15 +4,26 @@ import { hasVm, modeOf, type Ctx } from "./context.js";
 import type { Lifecycle } from "./lifecycle.js";
 import type { Serializer } from "./serializer.js";
 
+/** Hibernations a reaper runs at once (each may move a snapshot to the store). */
+const MAX_ACTIONS_IN_FLIGHT = 8;
+const MAX_DESTROYS_IN_FLIGHT = 32;
+
 /**
  * The TTL and idle reapers, and the meter's interval rolls. TTL: every sandbox past its
  * deadline is destroyed, whatever its state. Idle: a running, non-persistent sandbox with
  * no activity for its idle timeout gets its `on_idle`. Activity = API calls, an exec in
  * flight, or guest CPU above `cpuActiveShare` of a core since the last pass. Each action
  * is an ordinary operation (with its reason), so it is as crash-proof as a user's.
+ *
+ * A pass starts actions and does not wait for them: a sandbox whose guest is wedged (its
+ * hibernate waits out the guest's deadline) holds up only itself, never the next pass or
+ * another sandbox's TTL. Actions in flight are bounded (destroys apart: they need no guest
+ * and must be on time).
  */
 export class Reaper {
   private cpuSamples = new Map<string, { at: number; cpu: number }>();
+  /** Actions started by passes and not yet ended, by sandbox. */
+  private readonly inFlight = new Map<string, { destroy: boolean; done: Promise<void> }>();
 
   constructor(
     private readonly ctx: Ctx,
@@ -27,7 +38,7 @@ export class Reaper {
     // What each reachable host holds; the sandboxes of a host that does not answer are not judged this pass.
     const seen = new Map((await hosts.inventories()).map(({ host, inventory }) => [host.instance, new Map(inventory.vms.map((v) => [v.id, v]))]));
     for (const row of await store.liveSandboxes()) {
-      if (row.op_id) continue;
+      if (row.op_id || this.inFlight.has(row.id)) continue;
       const vms = hosts.has(row.host_id) ? seen.get(hosts.of(row).instance) : undefined;
       // Its host does not answer: nothing about it is known this pass (its CPU counter included).
       if (!vms) continue;
@@ -40,7 +51,7 @@ export class Reaper {
         // retention limit): warm, or to its disk only (`hibernate_disk`: keepMemory false).
         const pause = (row.on_deadline === "hibernate" || row.on_deadline === "hibernate_disk") && row.state === "running";
         const mode = row.on_deadline === "hibernate_disk" ? "disk" : "warm";
-        await (pause ? this.lifecycle.hibernate(row.id, "ttl", mode) : this.lifecycle.destroy(row.id, "ttl")).catch(() => undefined);
+        this.start(row.id, !pause, () => (pause ? this.lifecycle.hibernate(row.id, "ttl", mode) : this.lifecycle.destroy(row.id, "ttl")));
         continue;
       }
       // A pause through the E2B API is a warm hibernate that goes cold on the same schedule as an idle one.
@@ -50,7 +61,7 @@ export class Reaper {
       if (row.state === "hibernated" && modeOf(row) === "warm" && coldLater) {
         // Warm first (instant wake), then cold after a second, longer quiet period (no cost at all).
         const coldAt = row.last_activity_at + (row.idle_timeout_seconds + config.defaults.coldAfterSeconds) * 1000;
-        if (now >= coldAt) await this.lifecycle.hibernate(row.id, "idle", "cold").catch(() => undefined);
+        if (now >= coldAt) this.start(row.id, false, () => this.lifecycle.hibernate(row.id, "idle", "cold"));
         continue;
       }
       if (row.state !== "running") continue;
@@ -64,10 +75,23 @@ export class Reaper {
       }
       if (row.persistent === 1) continue;
       if (now - row.last_activity_at >= row.idle_timeout_seconds * 1000) {
-        const act = row.on_idle === "destroy" ? this.lifecycle.destroy(row.id, "idle") : this.lifecycle.hibernate(row.id, "idle");
-        await act.catch(() => undefined);
+        const destroy = row.on_idle === "destroy";
+        this.start(row.id, destroy, () => (destroy ? this.lifecycle.destroy(row.id, "idle") : this.lifecycle.hibernate(row.id, "idle")));
       }
     }
+  }
+
+  /** Starts a pass's action on a sandbox, unless too many are in flight (the next pass tries again). */
+  private start(id: string, destroy: boolean, act: () => Promise<unknown>): void {
+    const busy = [...this.inFlight.values()].filter((a) => a.destroy === destroy).length;
+    if (busy >= (destroy ? MAX_DESTROYS_IN_FLIGHT : MAX_ACTIONS_IN_FLIGHT)) return;
+    const done = act().then(() => undefined, () => undefined).finally(() => this.inFlight.delete(id));
+    this.inFlight.set(id, { destroy, done });
+  }
+
+  /** Resolves once every action started so far has ended. */
+  async settled(): Promise<void> {
+    await Promise.all([...this.inFlight.values()].map((a) => a.done));
   }
 
   /** Closes a long open usage segment (compare-and-set, so it never races an operation). */

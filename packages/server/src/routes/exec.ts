@@ -40,7 +40,8 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
     const t0 = performance.now();
     const cmd = command(req.body);
     await cp.recordExec(row.id, "exec.started", { cmd: typeof cmd === "string" ? cmd.slice(0, 200) : cmd.slice(0, 8) });
-    const r = await cp.withExec(row.id, () => guest.exec(cmd, { ...execOptions(row, req.body), maxOutputBytes: cp.config.limits.execOutputBytes }));
+    const r = await cp.slots.bufferedExecs.with(row.owner, () =>
+      cp.withExec(row.id, () => guest.exec(cmd, { ...execOptions(row, req.body), maxOutputBytes: cp.config.limits.execOutputBytes })));
     await cp.recordExec(row.id, "exec.ended", { exit_code: r.exitCode, signal: r.signal, timed_out: r.timedOut });
     const out = textOf(r.stdout);
     const err = textOf(r.stderr);
@@ -56,7 +57,15 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
   }, async (req, reply) => {
     const { row, guest } = await cp.ownedGuest(principal(req), req.params.id);
     const cmd = command(req.body);
-    const p = await guest.execStream(cmd, execOptions(row, req.body));
+    const release = cp.slots.streams.take(row.owner);
+    let p: Awaited<ReturnType<typeof guest.execStream>>;
+    try {
+      p = await guest.execStream(cmd, execOptions(row, req.body));
+    } catch (e) {
+      release();
+      throw e;
+    }
+    req.raw.once("close", release);
     await cp.recordExec(row.id, "exec.started", { cmd: typeof cmd === "string" ? cmd.slice(0, 200) : cmd.slice(0, 8), streamed: true });
     // A client that goes away takes its command with it.
     let finished = false;
@@ -75,6 +84,8 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
         finished = true;
         const err = e instanceof DenError ? e : new DenError("internal", "exec failed");
         yield JSON.stringify({ type: "error", error: { code: err.code, message: err.message } }) + "\n";
+      } finally {
+        release();
       }
     }
     const stream = ndjsonStream(cp.withExecStream(row.id, lines()));

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import type { WebSocket } from "ws";
 import { DenError, type GuestExecProcess } from "@den/protocol";
+import { pacedInput } from "@den/host-agent";
 import { principal, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
 import { IdParams } from "./params.js";
@@ -9,6 +10,9 @@ const ClientMessage = z.discriminatedUnion("type", [
   z.object({ type: z.literal("resize"), rows: z.number().int().min(1).max(1000), cols: z.number().int().min(1).max(1000) }),
   z.object({ type: z.literal("signal"), signal: z.number().int().min(1).max(64) }),
 ]);
+
+/** Input the client may send before its process has started (ws had read it before the pause). */
+const EARLY_INPUT_MAX = 1024 * 1024;
 
 /**
  * Interactive exec on a pseudo-terminal over a WebSocket. Binary messages carry bytes
@@ -35,16 +39,23 @@ export function registerPtyRoutes(app: TypedApp, cp: ControlPlane): void {
       if (socket.readyState === socket.OPEN) socket.send(JSON.stringify({ type: "error", error: { code: err.code, message: err.message } }));
       socket.close(1011);
     };
-    // Input that arrives before the process exists waits here, in order.
-    const early: Array<Buffer | string> = [];
+    // Nothing is read until the process exists (TCP holds the client back meanwhile); then
+    // stdin is paced by the guest's credit (pacedInput), so a flood grows no buffer here.
+    socket.pause();
     let proc: GuestExecProcess | undefined;
+    let stdin: ReturnType<typeof pacedInput> | undefined;
+    // What ws had already read when it was paused waits here, in order (bounded).
+    const early: Array<[Buffer, boolean]> = [];
+    let earlyBytes = 0;
     const handle = (data: Buffer | string, isBinary: boolean) => {
-      if (!proc) {
-        early.push(isBinary ? Buffer.from(data as Buffer) : data.toString());
+      if (!proc || !stdin) {
+        const b = Buffer.from(data as Buffer);
+        if ((earlyBytes += b.length) > EARLY_INPUT_MAX) return fail(new DenError("payload_too_large", `more than ${EARLY_INPUT_MAX} bytes of input before the process started`));
+        early.push([b, isBinary]);
         return;
       }
       if (isBinary) {
-        proc.write(data as Buffer).catch(() => undefined);
+        stdin.push(Buffer.from(data as Buffer));
         return;
       }
       let msg: z.infer<typeof ClientMessage>;
@@ -60,6 +71,7 @@ export function registerPtyRoutes(app: TypedApp, cp: ControlPlane): void {
     socket.on("message", (data: Buffer, isBinary: boolean) => handle(data, isBinary));
     try {
       const { row, guest } = await cp.ownedGuest(principal(req), req.params.id);
+      socket.once("close", cp.slots.streams.take(row.owner));
       const q = req.query;
       const env = { ...(JSON.parse(row.env) as Record<string, string>) };
       proc = await guest.execStream(q.cmd ?? "exec /bin/bash -l", {
@@ -69,7 +81,9 @@ export function registerPtyRoutes(app: TypedApp, cp: ControlPlane): void {
       socket.on("close", () => {
         p.kill().catch(() => undefined);
       });
-      for (const m of early.splice(0)) handle(m, typeof m !== "string");
+      stdin = pacedInput(socket, (b) => p.write(b));
+      for (const [b, isBinary] of early.splice(0)) handle(b, isBinary);
+      socket.resume();
       await cp.withExec(row.id, async () => {
         for await (const c of p) {
           if (socket.readyState !== socket.OPEN) break;

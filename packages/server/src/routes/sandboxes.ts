@@ -87,8 +87,12 @@ export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {
     const row = await cp.owned(principal(req), req.params.id);
     let after = req.query.after ?? 0;
     if (req.query.follow !== "true") return { events: (await cp.events(row, after)).events };
+    const release = cp.slots.follows.take(row.owner);
     let open = true;
-    req.raw.on("close", () => (open = false));
+    req.raw.on("close", () => {
+      open = false;
+      release();
+    });
     async function* follow(): AsyncGenerator<string> {
       while (open) {
         const { events, ended } = await cp.events(row, after);
