@@ -457,10 +457,15 @@ export type CreatePortUrlRequest = z.infer<typeof CreatePortUrlRequest>;
 /** A signed URL that opens one port of one sandbox to whoever holds it, until it expires. */
 export const PortUrl = z.object({
   port: z.number().int(),
-  /** Under the API's path: `/v1/sandboxes/{id}/ports/{port}/?den_token=...`. */
+  /**
+   * At `/` of the port's own host name (`{port}-sbx-{...}.<domain>`, with `?den_token=...`):
+   * the port's own origin, apart from the API's (a guest's page never runs on the API's origin).
+   */
   url: z.string(),
-  /** The same at `/` of the port's own host name (`{port}-sbx-{...}.<domain>`), for apps that must sit at the root. */
+  /** The same as `url` (its name before `url` became the port's own origin). */
   vhost_url: z.string(),
+  /** Under the API's path (`/v1/sandboxes/{id}/ports/{port}/?den_token=...`): a browser is redirected to `url`. */
+  path_url: z.string(),
   /** The token alone: as the `den_token` query parameter or cookie. */
   token: z.string(),
   expires_at: z.string(),

@@ -24,15 +24,17 @@ export type ListeningPort = import("@den/protocol").ListeningPort;
  * @example
  * ```ts
  * const u = await sbx.createPortUrl(8000, { expiresInSeconds: 600 });
- * console.log(u.url, u.vhostUrl);
+ * console.log(u.url); // http://8000-sbx-....localhost:8080/?den_token=...
  * ```
  */
 export interface PortUrl {
   port: number;
-  /** Under the API's path: `.../v1/sandboxes/{id}/ports/{port}/?den_token=...` */
+  /** At `/` of the port's own host name (`{port}-sbx-{...}.<domain>`): the port's own origin, apart from the API's. */
   url: string;
-  /** At `/` of the port's own host name, for apps that must sit at the root. */
+  /** The same as `url` (its name before `url` became the port's own origin). */
   vhostUrl: string;
+  /** Under the API's path (`.../v1/sandboxes/{id}/ports/{port}/?den_token=...`): a browser is redirected to `url`. */
+  pathUrl: string;
   token: string;
   expiresAt: Date;
 }
@@ -52,7 +54,7 @@ export async function createPortUrl(client: DenClient, id: string, port: number,
   const body: Record<string, unknown> = { port };
   if (opts.expiresInSeconds !== undefined) body.expires_in_seconds = opts.expiresInSeconds;
   const w = await client.json({ method: "POST", path: `/v1/sandboxes/${seg(id)}/urls`, json: body, signal: opts.signal }, api.PortUrl.parse);
-  return { port: w.port, url: w.url, vhostUrl: w.vhost_url, token: w.token, expiresAt: new Date(w.expires_at) };
+  return { port: w.port, url: w.url, vhostUrl: w.vhost_url, pathUrl: w.path_url, token: w.token, expiresAt: new Date(w.expires_at) };
 }
 
 /**

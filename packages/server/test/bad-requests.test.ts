@@ -94,7 +94,8 @@ describe("requests that are the caller's doing never get a 5xx", () => {
     }
     const good = await rawPost(f.server.url, `/v1/sandboxes/${id}/urls`, "den.example:8443", body);
     assert.equal(good.status, 201, good.text);
-    assert.ok(good.body.url.startsWith("http://den.example:8443/"), good.body.url);
+    assert.ok(good.body.path_url.startsWith("http://den.example:8443/v1/"), good.body.path_url);
+    assert.ok(good.body.url.startsWith(`http://8000-${id.replace("_", "-")}.localhost:8443/`), good.body.url);
   });
 });
 

@@ -200,12 +200,16 @@ describe("web dashboard", () => {
       const link = page.getByRole("link", { name: "Signed URL for port 8000" });
       await link.waitFor();
       const href = (await link.getAttribute("href"))!;
-      assert.match(href, new RegExp(`/v1/sandboxes/${id}/ports/8000/\\?den_token=`));
+      // It is the port's own origin, not the dashboard's (a guest's page never runs on Den's origin).
       const file = new URL(href);
-      file.pathname += "hello.txt";
-      const viaUrl = await fetch(file);
-      assert.equal(viaUrl.status, 200);
-      assert.equal(await viaUrl.text(), "dashboard-port-ok\n");
+      assert.equal(file.hostname, `8000-${id.replace("_", "-")}.localhost`);
+      assert.ok(file.searchParams.get("den_token"));
+      file.pathname = "/hello.txt";
+      const tab = await browser.newPage();
+      const viaUrl = await tab.goto(file.toString());
+      assert.equal(viaUrl?.status(), 200);
+      assert.equal(await viaUrl?.text(), "dashboard-port-ok\n");
+      await tab.close();
 
       // Fork from the page: the child appears in the fork tree.
       await page.getByRole("toolbar", { name: "Sandbox actions" }).getByRole("button", { name: "Fork" }).click();

@@ -18,7 +18,10 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.headers.get("Upgrade", "").lower() != "websocket":
             msg = ("path=" + self.path + " auth=" + str(self.headers.get("Authorization")) + " cookie=" + str(self.headers.get("Cookie"))).encode()
-            self.send_response(200); self.send_header("Content-Length", str(len(msg))); self.end_headers(); self.wfile.write(msg); return
+            self.send_response(200); self.send_header("Content-Length", str(len(msg)))
+            # What a hostile page would send to take the API's origin: Den drops these there.
+            self.send_header("Set-Cookie", "guest=1; Path=/"); self.send_header("Service-Worker-Allowed", "/")
+            self.end_headers(); self.wfile.write(msg); return
         key = self.headers["Sec-WebSocket-Key"]
         accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
         self.send_response(101); self.send_header("Upgrade", "websocket"); self.send_header("Connection", "Upgrade")
@@ -101,17 +104,32 @@ describe("exposed ports", () => {
     const foreignUrl = await fetch(`${f.server.url}/v1/sandboxes/${id}/urls`, { method: "POST", headers: { authorization: `Bearer ${other.body.key}`, "content-type": "application/json" }, body: JSON.stringify({ port: 8000 }) });
     assert.equal(foreignUrl.status, 404, "no signed URL for another owner's sandbox");
 
-    // A signed URL: works without a key, leaves a cookie for the page's own requests.
-    const signed = theirUrl.body as { url: string; vhost_url: string; token: string; expires_at: string };
+    // A signed URL is the port's own origin; on the API's path it sends the browser there.
+    const signed = theirUrl.body as { url: string; vhost_url: string; path_url: string; token: string; expires_at: string };
+    const vhost = `8000-${id.replace("_", "-")}.localhost`;
+    const hostPort = `${vhost}:${new URL(f.server.url).port}`;
     const u = new URL(signed.url);
-    assert.equal(u.pathname, `${base}/`);
-    const viaUrl = await get(`${base}/hello.txt?den_token=${signed.token}`);
+    assert.equal(u.host, hostPort);
+    assert.equal(u.pathname, "/");
+    assert.equal(u.searchParams.get("den_token"), signed.token);
+    assert.equal(signed.vhost_url, signed.url);
+    assert.equal(new URL(signed.path_url).pathname, `${base}/`);
+    const redirected = await get(`${base}/hello.txt?den_token=${signed.token}`);
+    assert.equal(redirected.status, 307);
+    const to = new URL(String(redirected.headers.location));
+    assert.equal(to.host, hostPort);
+    assert.equal(to.pathname, "/hello.txt");
+    assert.equal(to.searchParams.get("den_token"), signed.token);
+    assert.equal(redirected.headers["set-cookie"], undefined, "no cookie on the API's origin");
+    const viaUrl = await get(`/hello.txt?den_token=${signed.token}`, { host: hostPort });
     assert.equal(viaUrl.status, 200);
     assert.equal(viaUrl.body, "hello from the sandbox\n");
     assert.equal(viaUrl.headers["referrer-policy"], "same-origin", "the token in the URL does not leak through Referer");
     const cookie = String(viaUrl.headers["set-cookie"]);
-    assert.match(cookie, new RegExp(`den_token=${signed.token.replace(".", "\\.")}; Path=${base};`));
-    assert.equal((await get(`${base}/hello.txt`, { cookie: `den_token=${signed.token}` })).status, 200, "the cookie alone");
+    // Host-only by the browser's own rule (__Host-: Secure, Path=/, no Domain), and never sent from another site.
+    assert.match(cookie, new RegExp(`^__Host-den_token=${signed.token.replace(".", "\\.")}; Path=/; Expires=[^;]+; HttpOnly; SameSite=Strict; Secure$`));
+    assert.equal((await get("/hello.txt", { cookie: `__Host-den_token=${signed.token}`, host: hostPort })).status, 200, "the cookie alone");
+    assert.equal((await get(`${base}/hello.txt`, { cookie: `den_token=${signed.token}` })).status, 401, "a cookie opens nothing on the API's path");
     assert.equal((await get(`/v1/sandboxes/${id}/ports/8001/?den_token=${signed.token}`)).status, 401, "a URL for one port opens no other");
     const tampered = signed.token.slice(0, -2) + (signed.token.endsWith("AA") ? "BB" : "AA");
     assert.equal((await get(`${base}/hello.txt?den_token=${tampered}`)).status, 401);
@@ -123,8 +141,6 @@ describe("exposed ports", () => {
     assert.equal((await f.api("POST", `/v1/sandboxes/${id}/urls`, { port: 8000, expires_in_seconds: 999_999_999 })).status, 400);
 
     // The virtual host: the app sits at "/".
-    const vhost = `8000-${id.replace("_", "-")}.localhost`;
-    assert.equal(new URL(signed.vhost_url).hostname, vhost);
     const atRoot = await get("/hello.txt", { ...auth(), host: `${vhost}:${new URL(f.server.url).port}` });
     assert.equal(atRoot.status, 200);
     assert.equal(atRoot.body, "hello from the sandbox\n");
@@ -148,6 +164,29 @@ describe("exposed ports", () => {
     const seen = await (await fetch(`${base}/p?q=1&den_token=zzz`, { headers: { ...auth(), cookie: "app=1; den_token=x" } })).text();
     // (den_token=zzz is not valid, but the key is: the parameter is Den's and is taken out either way)
     assert.equal(seen, "path=/p?q=1 auth=None cookie=app=1");
+    // On the API's origin a guest's response is sandboxed and sets no cookie, widens no worker's scope.
+    const onApi = await fetch(`${base}/h`, { headers: auth() });
+    assert.equal(onApi.headers.get("content-security-policy"), "sandbox");
+    assert.equal(onApi.headers.get("x-content-type-options"), "nosniff");
+    assert.equal(onApi.headers.get("set-cookie"), null);
+    assert.equal(onApi.headers.get("service-worker-allowed"), null);
+    // On the port's own host the guest's headers are its own business.
+    const vhost = `8001-${id.replace("_", "-")}.localhost:${new URL(f.server.url).port}`;
+    const own = await new Promise<http.IncomingMessage>((resolve, reject) => http.get({ host: "127.0.0.1", port: new URL(f.server.url).port, path: "/h", headers: { ...auth(), host: vhost } }, resolve).on("error", reject));
+    own.resume();
+    assert.equal(own.statusCode, 200);
+    assert.deepEqual(own.headers["set-cookie"], ["guest=1; Path=/"]);
+    assert.equal(own.headers["service-worker-allowed"], "/");
+    // A browser's WebSocket to a port host must come from a page of that host.
+    const wsStatus = (origin: string) => new Promise<number>((resolve, reject) => {
+      const w = new WebSocket(`ws://127.0.0.1:${new URL(f.server.url).port}/socket`, { headers: { ...auth(), host: vhost }, origin });
+      w.on("open", () => (w.close(), resolve(101)));
+      w.on("unexpected-response", (_req, res) => resolve(res.statusCode!));
+      w.on("error", reject);
+    });
+    assert.equal(await wsStatus(`http://8001-sbx-aaaaaaaaaaaaaaaa.localhost:${new URL(f.server.url).port}`), 403, "another sandbox's page");
+    assert.equal(await wsStatus(f.server.url), 403, "the API's origin");
+    assert.equal(await wsStatus(`http://${vhost}`), 101, "its own page");
 
     const ws = new WebSocket(`${base.replace("http", "ws")}/socket`, { headers: auth() });
     const replies: string[] = [];
@@ -230,8 +269,18 @@ describe("exposed ports", () => {
     assert.ok((JSON.parse(ls.out) as Array<{ port: number }>).some((p) => p.port === 8000));
     const url = await run(["port", id, "8000", "--json"]);
     assert.equal(url.code, 0, url.err);
-    const signed = JSON.parse(url.out) as { url: string };
-    assert.equal(await (await fetch(signed.url)).text(), "forwarded page\n", "the signed URL the CLI printed");
+    const signed = JSON.parse(url.out) as { url: string; pathUrl: string };
+    // (this machine's resolver knows no *.localhost names, browsers do: the Host header stands in)
+    const page = await new Promise<string>((resolve, reject) => {
+      const at = new URL(signed.url);
+      http.get({ host: "127.0.0.1", port: at.port, path: at.pathname + at.search, headers: { host: at.host } }, (res) => {
+        let b = "";
+        res.on("data", (d: Buffer) => (b += d));
+        res.on("end", () => resolve(b));
+      }).on("error", reject);
+    });
+    assert.equal(page, "forwarded page\n", "the signed URL the CLI printed");
+    assert.equal((await fetch(signed.pathUrl, { redirect: "manual" })).status, 307, "its path form sends a browser to it");
     const missing = await run(["port", "sbx_aaaaaaaaaaaaaaaa"]);
     assert.equal(missing.code, 1);
     assert.match(missing.err, /^den: sandbox_not_found: /);

@@ -21,6 +21,6 @@ export function registerPort(program: Command): void {
       }
       const u = await sbx.createPortUrl(Number(port), { expiresInSeconds: Number(opts.expires) });
       if (opts.json) process.stdout.write(JSON.stringify(u, null, 2) + "\n");
-      else process.stdout.write(`${u.url}\n${u.vhostUrl}\nexpires ${u.expiresAt.toISOString()}\n`);
+      else process.stdout.write(`${u.url}\nexpires ${u.expiresAt.toISOString()}\n`);
     });
 }

@@ -2,11 +2,16 @@ import { REFUSED_V4 } from "./addresses.js";
 
 export type EgressMode = "none" | "allowlist" | "open";
 
+/** Addresses an allowlist sandbox's DNS answers may have let through at once. */
+export const MAX_LEARNED = 4096;
+
 /** The nftables ruleset of one sandbox's network namespace, which its egress passes through. */
 export interface FirewallSpec {
   mode: EgressMode;
-  /** allowlist mode: the only destinations let through (CIDRs, plus addresses its DNS answers added). */
+  /** allowlist mode: the only destinations let through (CIDRs) ... */
   allow: string[];
+  /** ... and the addresses its DNS answers handed out (kept in a set of their own, `dns4`, which expires them). */
+  learned: string[];
   /** open mode: destinations refused anyway. */
   deny: string[];
   /** Den's DNS server for this sandbox (the host end of its link): port 53 only. */
@@ -33,7 +38,7 @@ export function firewallRules(spec: FirewallSpec): string {
   // packet), and so is anything the nat chain let by.
   const verdicts = (proto: string, verdict: string) => {
     const policy =
-      spec.mode === "allowlist" ? [`ip daddr != @allow4 ${proto}counter name refused_policy ${verdict}`]
+      spec.mode === "allowlist" ? [`ip daddr != @allow4 ip daddr != @dns4 ${proto}counter name refused_policy ${verdict}`]
       : spec.mode === "open" ? [`ip daddr @deny4 ${proto}counter name refused_policy ${verdict}`]
       : [`${proto}counter name refused_policy ${verdict}`];
     return [
@@ -48,6 +53,7 @@ export function firewallRules(spec: FirewallSpec): string {
     "delete table inet den",
     "table inet den {",
     set("allow4", spec.allow),
+    `  set dns4 { type ipv4_addr; size ${MAX_LEARNED};${spec.learned.length ? ` elements = { ${spec.learned.join(", ")} }` : ""} }`,
     set("deny4", spec.deny),
     set("refused4", [...REFUSED_V4, ...spec.hostAddresses.map((a) => `${a}/32`)]),
     "  counter refused_private {}",
@@ -55,7 +61,6 @@ export function firewallRules(spec: FirewallSpec): string {
     "  counter refused_limit {}",
     "  chain refuse_tcp {",
     "    type nat hook output priority -100; policy accept;",
-    `    ip daddr ${spec.dns} tcp dport 53 accept`,
     "    meta nfproto ipv6 return",
     ...verdicts("meta l4proto tcp ", `dnat ip to ${r.address}:${r.port}`),
     "  }",
@@ -64,8 +69,8 @@ export function firewallRules(spec: FirewallSpec): string {
     `    ip daddr ${r.address} tcp dport ${r.port} ct status dnat accept`,
     // The errors the rejects below send back to this namespace's own sockets.
     "    icmp type destination-unreachable fib daddr type local accept",
+    // Den's resolver is UDP only: a TCP listener on the host's port 53 is not its to reach.
     `    ip daddr ${spec.dns} udp dport 53 accept`,
-    `    ip daddr ${spec.dns} tcp dport 53 accept`,
     // IPv6 stays closed until it gets the same care (private ranges, the host's addresses).
     "    meta nfproto ipv6 counter name refused_private reject",
     ...verdicts("", "reject"),

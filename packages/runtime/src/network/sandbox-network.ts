@@ -8,7 +8,11 @@ import { runTool } from "../util.js";
 import { isCidr, slotLink } from "./addresses.js";
 import { SandboxDns } from "./dns.js";
 import { Refuser } from "./refuser.js";
-import { firewallRules, parseCounters, type EgressMode, type RefusedCounts } from "./firewall.js";
+import { MAX_LEARNED, firewallRules, parseCounters, type EgressMode, type RefusedCounts } from "./firewall.js";
+
+/** How long an address a DNS answer let through stays past the answer's TTL, and how often expired ones are taken out. */
+const LEARNED_GRACE_SECONDS = 600;
+const LEARNED_SWEEP_MS = 15_000;
 
 export interface EgressPolicy {
   egress: EgressMode;
@@ -56,7 +60,9 @@ export class SandboxNetwork {
   private router: ChildProcess | undefined;
   private dns: SandboxDns | undefined;
   private refuser: Refuser | undefined;
-  private extraAllow: string[] = [];
+  /** Addresses its DNS answers let through (allowlist mode), and until when (epoch ms). */
+  private learned = new Map<string, number>();
+  private sweeper: NodeJS.Timeout | undefined;
   dnsRefused = 0;
 
   private constructor(
@@ -137,12 +143,17 @@ export class SandboxNetwork {
     const names = p.egress === "allowlist" ? (p.allow ?? []).filter((e) => !isCidr(e)) : p.egress === "open" ? null : [];
     return {
       names, hosts: this.env.hosts,
-      onResolved: async (_name: string, addresses: string[]) => {
-        if (p.egress !== "allowlist") return;
-        const fresh = addresses.filter((a) => !this.extraAllow.includes(a));
-        if (!fresh.length) return;
-        this.extraAllow.push(...fresh);
-        await runTool("ip", ["netns", "exec", this.netns, "nft", "add", "element", "inet", "den", "allow4", `{ ${fresh.join(", ")} }`]);
+      onResolved: async (_name: string, addresses: string[], ttlSeconds: number) => {
+        if (p.egress !== "allowlist") return true;
+        // Let through for as long as the guest may use the answer, and a while after (a
+        // connection made near the end); the sweep takes them out again.
+        const until = Date.now() + (ttlSeconds + LEARNED_GRACE_SECONDS) * 1000;
+        const fresh = addresses.filter((a) => !this.learned.has(a));
+        if (this.learned.size + fresh.length > MAX_LEARNED) return false;
+        for (const a of addresses) this.learned.set(a, Math.max(until, this.learned.get(a) ?? 0));
+        if (fresh.length) await this.nftElements("add", fresh);
+        this.sweepLater();
+        return true;
       },
       onRefused: () => {
         this.dnsRefused++;
@@ -150,10 +161,30 @@ export class SandboxNetwork {
     };
   }
 
+  private async nftElements(verb: "add" | "delete", addresses: string[]): Promise<void> {
+    await runTool("ip", ["netns", "exec", this.netns, "nft", verb, "element", "inet", "den", "dns4", `{ ${addresses.join(", ")} }`]);
+  }
+
+  /** Every LEARNED_SWEEP_MS while it has learned addresses: the expired ones leave the firewall. */
+  private sweepLater(): void {
+    if (this.sweeper) return;
+    this.sweeper = setInterval(() => {
+      const now = Date.now();
+      const expired = [...this.learned].filter(([, until]) => until <= now).map(([a]) => a);
+      for (const a of expired) this.learned.delete(a);
+      if (this.learned.size === 0) {
+        clearInterval(this.sweeper);
+        this.sweeper = undefined;
+      }
+      if (expired.length) void this.nftElements("delete", expired).catch(() => undefined);
+    }, LEARNED_SWEEP_MS);
+    this.sweeper.unref();
+  }
+
   private async applyFirewall(): Promise<void> {
     const p = this.policy;
     const rules = firewallRules({
-      mode: p.egress, allow: [...(p.allow ?? []).filter(isCidr), ...this.extraAllow], deny: p.deny ?? [],
+      mode: p.egress, allow: (p.allow ?? []).filter(isCidr), learned: [...this.learned.keys()], deny: p.deny ?? [],
       dns: this.link.host, hostAddresses: this.env.hostAddresses, maxConnections: p.maxConnections ?? null,
       refuser: { address: this.refuser!.address, port: this.refuser!.port },
     });
@@ -206,7 +237,7 @@ export class SandboxNetwork {
   async setPolicy(policy: EgressPolicy): Promise<void> {
     SandboxNetwork.validate(policy);
     this.policy = policy;
-    this.extraAllow = [];
+    this.learned.clear();
     await this.applyFirewall();
     await this.applyShaping();
   }
@@ -240,6 +271,8 @@ export class SandboxNetwork {
 
   /** Closes what lives in this process (the DNS server), leaving the namespace and router. */
   detach(): void {
+    clearInterval(this.sweeper);
+    this.sweeper = undefined;
     this.dns?.close();
     this.dns = undefined;
     this.refuser?.close();

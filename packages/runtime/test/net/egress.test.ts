@@ -1,8 +1,10 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { once } from "node:events";
+import net_ from "node:net";
 import { DenError } from "@den/protocol";
-import { SandboxNetwork, type NetworkEnv } from "../../src/network/sandbox-network.js";
+import { GUEST_NET, SandboxNetwork, type NetworkEnv } from "../../src/network/sandbox-network.js";
 import type { Runtime, Sandbox } from "../../src/index.js";
 import { testRuntime } from "../helpers.js";
 
@@ -70,6 +72,41 @@ describe("sandbox egress", { skip: !insideTestNetns && "run through scripts/netn
     await net.setPolicy({ egress: "open" });
     assert.equal(await get("http://198.51.100.10/"), "ok net1");
     assert.ok((await net.refused()).dns >= 1);
+  });
+
+  test("DNS: learned addresses go to a bounded set of their own; TCP to the resolver is refused; a query flood is rate-limited", async () => {
+    await net.setPolicy({ egress: "allowlist", allow: ["other.test"] });
+    assert.equal(await get("http://other.test/"), "ok net2");
+    const set = execFileSync("ip", ["netns", "exec", net.netns, "nft", "list", "set", "inet", "den", "dns4"], { encoding: "utf8" });
+    assert.match(set, /size 4096/);
+    assert.match(set, /203\.0\.113\.10/);
+    // A TCP resolver on the host (any port 53 listener) is not the sandbox's to reach.
+    const tcp53 = net_.createServer((c) => c.end("tcp-dns\n")).listen(53, "0.0.0.0");
+    await once(tcp53, "listening");
+    try {
+      await net.setPolicy({ egress: "open" });
+      for (const to of [GUEST_NET.dns, net.link.host]) {
+        const r = await sbx.exec(`python3 -c "import socket; s = socket.create_connection(('${to}', 53), timeout=3); print(s.recv(16))" 2>&1; echo rc=$?`, { timeoutMs: 20_000 });
+        assert.match(r.stdout.toString(), /rc=1/, `TCP to ${to}:53: ${r.stdout}`);
+      }
+    } finally {
+      tcp53.close();
+    }
+    // 600 queries at once: the resolver answers about its burst, drops the rest, and counts them.
+    const before = (await net.refused()).dns;
+    const flood = await sbx.exec(`python3 -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(0.5)
+q = lambda i: i.to_bytes(2, 'big') + bytes.fromhex('01000001000000000000') + b'\\x07allowed\\x04test\\x00\\x00\\x01\\x00\\x01'
+for i in range(600): s.sendto(q(i), ('${GUEST_NET.dns}', 53))
+n = 0
+try:
+    while True: s.recv(512); n += 1
+except socket.timeout: pass
+print(n)"`, { timeoutMs: 60_000 });
+    const answered = Number(flood.stdout.toString().trim());
+    assert.ok(answered >= 50 && answered < 300, `answered ${answered} of 600 (${flood.stderr})`);
+    assert.ok((await net.refused()).dns - before >= 300, "the dropped ones are counted");
   });
 
   test("a policy that names neither a CIDR nor a domain is refused", () => {

@@ -4,10 +4,21 @@ import { DenError } from "@den/protocol";
 import type { ControlPlane } from "../control-plane.js";
 import type { PortTokens } from "./tokens.js";
 import { bearerKey } from "../store.js";
+import { portOrigin } from "./origins.js";
+import { OwnerSlots } from "../control/owner-slots.js";
 
 /** The query parameter and cookie a signed port URL's token travels in. */
 export const TOKEN_PARAM = "den_token";
 const TOKEN_COOKIE = "den_token";
+/** The same, host-only by the browser's rule (Secure, Path=/, no Domain), where the page is a secure context. */
+const HOST_TOKEN_COOKIE = "__Host-den_token";
+/**
+ * What a guest's response may not do on the API's origin (the path route, reached with a
+ * key): run script or share the origin (`sandbox`), widen a service worker's scope, set
+ * cookies there, or be sniffed into something else.
+ */
+const API_ORIGIN_HEADERS = ["Content-Security-Policy", "sandbox", "X-Content-Type-Options", "nosniff", "Cross-Origin-Resource-Policy", "same-origin"];
+const DROPPED_ON_API_ORIGIN = new Set(["set-cookie", "service-worker-allowed", "content-security-policy", "x-content-type-options", "cross-origin-resource-policy", "access-control-allow-origin", "access-control-allow-credentials"]);
 
 const PATH_ROUTE = /^\/v1\/sandboxes\/(sbx_[a-z2-7]{16})\/ports\/(\d{1,5})(\/[^?]*)?(?:\?(.*))?$/;
 const VHOST = /^(\d{1,5})-sbx[-_]([a-z2-7]{16})\.(.+)$/;
@@ -24,14 +35,6 @@ export interface PortTarget {
   /** The path route without even a "/" after the port. */
   bare: boolean;
   token: string | undefined;
-}
-
-/**
- * `P-sbx-ID.<domain>` of a port: the virtual host under which an app sits at `/`
- * (sandbox ids hold an underscore, which host names should not; a dash stands for it).
- */
-export function vhostName(sandbox: string, port: number, domain: string): string {
-  return `${port}-${sandbox.replace("_", "-")}.${domain}`;
 }
 
 /** Finds the sandbox and port a request is for: the path route or a virtual host. */
@@ -72,9 +75,15 @@ export function matchPortRequest(req: http.IncomingMessage, domain: string): Por
 function cookieToken(req: http.IncomingMessage): string | undefined {
   for (const part of (req.headers.cookie ?? "").split(";")) {
     const [k, ...v] = part.trim().split("=");
-    if (k === TOKEN_COOKIE) return v.join("=");
+    if (k === TOKEN_COOKIE || k === HOST_TOKEN_COOKIE) return v.join("=");
   }
   return undefined;
+}
+
+/** A secure context, where a `__Host-` cookie is kept: HTTPS, or a `localhost` name (browsers trust loopback). */
+function secureContext(req: http.IncomingMessage, host: string): boolean {
+  const proto = String(req.headers["x-forwarded-proto"] ?? "").split(",")[0]!.trim();
+  return proto === "https" || "encrypted" in req.socket || /(^|\.)localhost$/.test(host.replace(/:\d+$/, ""));
 }
 
 /** How a request proved it may use the port. */
@@ -91,30 +100,22 @@ const TRAFFIC_HEADER = "e2b-traffic-access-token";
  */
 export class PortProxy {
   /** Connections to guests' ports open now, per owner: each holds buffers on this host. */
-  private open = new Map<string, number>();
+  private readonly open: OwnerSlots;
 
   constructor(
     private readonly cp: ControlPlane,
     private readonly tokens: PortTokens,
     readonly domain: string,
-    private readonly maxPerOwner = 256,
+    maxPerOwner = 256,
     /** Checks an E2B traffic token of a sandbox (none: no E2B API). */
     private readonly trafficToken?: (sandbox: string, token: string | undefined) => boolean,
-  ) {}
+  ) {
+    this.open = new OwnerSlots(maxPerOwner, "connections to sandbox ports", "DEN_MAX_PORT_CONNECTIONS_PER_OWNER");
+  }
 
   /** Counts a connection against its owner's limit; the returned function gives it back (once). */
   private claim(owner: string): () => void {
-    const n = this.open.get(owner) ?? 0;
-    if (n >= this.maxPerOwner) throw new DenError("limit_exceeded", `owner ${owner} has ${n} connections to sandbox ports open, the limit is ${this.maxPerOwner}`);
-    this.open.set(owner, n + 1);
-    let done = false;
-    return () => {
-      if (done) return;
-      done = true;
-      const left = (this.open.get(owner) ?? 1) - 1;
-      if (left > 0) this.open.set(owner, left);
-      else this.open.delete(owner);
-    };
+    return this.open.take(owner);
   }
 
   match(req: http.IncomingMessage): PortTarget | undefined {
@@ -132,7 +133,9 @@ export class PortProxy {
       return { owner: row.owner, via: "key" };
     }
     const now = Date.now();
-    for (const [token, fromQuery] of [[t.token, true], [cookieToken(req), false]] as const) {
+    // The path route takes a token only from its URL (it then sends the browser to the port's own host).
+    const tokens = t.prefix === "" ? ([[t.token, true], [cookieToken(req), false]] as const) : ([[t.token, true]] as const);
+    for (const [token, fromQuery] of tokens) {
       if (token && this.tokens.verify(token, t.sandbox, t.port, now)) {
         if (!row) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(t.sandbox)} does not exist`);
         return { owner: row.owner, via: "token", token, fromQuery };
@@ -161,7 +164,7 @@ export class PortProxy {
       if (!keepUpgrade && HOP_BY_HOP.has(lower)) continue;
       if (lower.startsWith("x-forwarded-")) continue;
       if (lower === "cookie") {
-        value = value.split(";").map((c) => c.trim()).filter((c) => c && !c.startsWith(`${TOKEN_COOKIE}=`)).join("; ");
+        value = value.split(";").map((c) => c.trim()).filter((c) => c && !c.startsWith(`${TOKEN_COOKIE}=`) && !c.startsWith(`${HOST_TOKEN_COOKIE}=`)).join("; ");
         if (!value) continue;
       }
       out.push([name, value]);
@@ -173,10 +176,21 @@ export class PortProxy {
   }
 
   /** A signed URL's token is kept as a cookie, so the page's own requests (assets, XHR) pass too. */
-  private tokenCookie(t: PortTarget, grant: Grant): string | undefined {
-    if (grant.via !== "token" || !grant.fromQuery) return undefined;
+  private tokenCookie(req: http.IncomingMessage, t: PortTarget, grant: Grant): string | undefined {
+    if (grant.via !== "token" || !grant.fromQuery || t.prefix !== "") return undefined;
     const exp = Number(grant.token.split(".")[0]);
-    return `${TOKEN_COOKIE}=${grant.token}; Path=${t.prefix || "/"}; Expires=${new Date(exp * 1000).toUTCString()}; HttpOnly; SameSite=Lax`;
+    // Host-only either way (no Domain): another sandbox's port host never gets it.
+    const attrs = `Path=/; Expires=${new Date(exp * 1000).toUTCString()}; HttpOnly; SameSite=Strict`;
+    return secureContext(req, req.headers.host ?? "") ? `${HOST_TOKEN_COOKIE}=${grant.token}; ${attrs}; Secure` : `${TOKEN_COOKIE}=${grant.token}; ${attrs}`;
+  }
+
+  /** A signed URL opened on the path route: the browser goes to the same path on the port's own host. */
+  private redirectToOrigin(req: http.IncomingMessage, res: http.ServerResponse, t: PortTarget, grant: Grant): boolean {
+    if (t.prefix === "" || grant.via !== "token") return false;
+    const to = new URL(t.guestPath, portOrigin(this.cp.config, req.headers.host, t.sandbox, t.port));
+    to.searchParams.set(TOKEN_PARAM, grant.token);
+    res.writeHead(307, { location: to.toString(), "cache-control": "no-store", "referrer-policy": "no-referrer" }).end();
+    return true;
   }
 
   private async tunnel(t: PortTarget): Promise<Duplex> {
@@ -195,6 +209,7 @@ export class PortProxy {
   async handle(req: http.IncomingMessage, res: http.ServerResponse, t: PortTarget): Promise<void> {
     try {
       const grant = await this.authorize(req, t);
+      if (this.redirectToOrigin(req, res, t, grant)) return;
       if (t.bare) {
         // Relative links of the app resolve under the port's path only with a trailing slash.
         const q = t.guestPath.indexOf("?");
@@ -219,10 +234,14 @@ export class PortProxy {
           preq.on("error", fail);
           preq.on("response", (pres) => {
             const headers: string[] = [];
+            const onApiOrigin = t.prefix !== "";
             for (let i = 0; i + 1 < pres.rawHeaders.length; i += 2) {
-              if (!HOP_BY_HOP.has(pres.rawHeaders[i]!.toLowerCase())) headers.push(pres.rawHeaders[i]!, pres.rawHeaders[i + 1]!);
+              const name = pres.rawHeaders[i]!.toLowerCase();
+              if (HOP_BY_HOP.has(name) || (onApiOrigin && DROPPED_ON_API_ORIGIN.has(name))) continue;
+              headers.push(pres.rawHeaders[i]!, pres.rawHeaders[i + 1]!);
             }
-            const cookie = this.tokenCookie(t, grant);
+            if (onApiOrigin) headers.push(...API_ORIGIN_HEADERS);
+            const cookie = this.tokenCookie(req, t, grant);
             // The token is in this page's URL: its links must not hand it to other sites.
             if (cookie) headers.push("Set-Cookie", cookie, "Referrer-Policy", "same-origin");
             res.writeHead(pres.statusCode ?? 502, pres.statusMessage, headers);
@@ -250,6 +269,8 @@ export class PortProxy {
     socket.on("error", () => undefined);
     try {
       const grant = await this.authorize(req, t);
+      if (t.prefix !== "" && grant.via === "token") throw new DenError("forbidden", "a signed URL opens a port's WebSockets on the port's own host, not under /v1");
+      checkOrigin(req);
       const rawTcp = t.bare && (req.headers.upgrade ?? "").toLowerCase() === "den-tcp";
       if (t.bare && !rawTcp) throw new DenError("invalid_argument", `upgrade to ${JSON.stringify(req.headers.upgrade)} needs a path after the port (${t.prefix}/...)`);
       const release = this.claim(grant.owner);
@@ -278,6 +299,25 @@ export class PortProxy {
       const body = JSON.stringify({ error: { code: err.code, message: err.message } });
       socket.end(`HTTP/1.1 ${err.status} ${http.STATUS_CODES[err.status] ?? "Error"}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
     }
+  }
+}
+
+/**
+ * A browser's WebSocket to a port must come from a page of that same port host: a page on
+ * another sandbox's port (the same site, for cookies) must not drive this one's socket.
+ * Clients that send no Origin (not browsers) pass.
+ */
+function checkOrigin(req: http.IncomingMessage): void {
+  const origin = req.headers.origin;
+  if (origin === undefined) return;
+  let host: string | undefined;
+  try {
+    host = new URL(origin).host;
+  } catch {
+    host = undefined;
+  }
+  if (host === undefined || host.toLowerCase() !== (req.headers.host ?? "").toLowerCase()) {
+    throw new DenError("forbidden", `a WebSocket to this port must come from a page of ${req.headers.host ?? "its own host"}, not ${origin.slice(0, 200)}`);
   }
 }
 

@@ -37,7 +37,10 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
       if (!first.done) yield first.value;
       yield* it;
     }
-    return reply.type("application/octet-stream").send(Readable.from(body()));
+    // Guest bytes on the API's origin: never rendered, sniffed or run here.
+    return reply.type("application/octet-stream").headers({
+      "x-content-type-options": "nosniff", "content-security-policy": "sandbox", "content-disposition": "attachment", "cache-control": "no-store",
+    }).send(Readable.from(body()));
   });
 
   app.put("/v1/sandboxes/:id/files", {
