@@ -4,6 +4,7 @@ import { closeSync, existsSync, openSync, readFileSync, readdirSync, readlinkSyn
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
 import type { HostProfile } from "./host.js";
+import { JAIL_DIR, jailArgs, prepareJail, vmIdentity } from "./jail/identity.js";
 
 /** Socket and file names inside a sandbox directory. */
 export const VM_FILES = {
@@ -16,6 +17,9 @@ export const VM_FILES = {
   log: "qemu.log",
   consoleLog: "console.log",
 } as const;
+
+/** The descriptor a VM's disk image is handed to QEMU on. */
+const DISK_FD = 3;
 
 /** Unix socket paths are limited to 107 bytes. */
 const MAX_SOCKET_PATH = 107;
@@ -67,7 +71,7 @@ export function deviceSetId(): string {
 }
 
 export function qemuArgs(spec: VmSpec, host: HostProfile): string[] {
-  for (const name of [VM_FILES.qmp, VM_FILES.agent, VM_FILES.console, VM_FILES.net]) {
+  for (const name of [VM_FILES.qmp, VM_FILES.agent, VM_FILES.console, VM_FILES.net, join(JAIL_DIR, "migrate-out.sock")]) {
     if (Buffer.byteLength(join(spec.dir, name)) > MAX_SOCKET_PATH) {
       throw new DenError("path_too_long", `sandbox directory ${spec.dir} is too deep for unix sockets; use a shorter data dir`);
     }
@@ -82,11 +86,16 @@ export function qemuArgs(spec: VmSpec, host: HostProfile): string[] {
     "-m", `${spec.memoryMb}M`,
     "-object", `memory-backend-file,id=ram,size=${spec.memoryMb}M,mem-path=${spec.memoryFile},share=${spec.shareMemory ? "on" : "off"}`,
     "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-    // QEMU itself may not gain privileges or use obsolete syscalls; it still forks for exec: migration.
-    "-sandbox", "on,obsolete=deny,elevateprivileges=deny,resourcecontrol=deny",
+    // Its own uid, a chroot holding only its migration sockets, and no fork or exec (jail/).
+    ...jailArgs(join(spec.dir, JAIL_DIR), vmIdentity(spec.tag.instance, spec.tag.sandbox)),
     // A full host disk is an I/O error inside this guest (its filesystem reports it), never a
     // VM paused on ENOSPC with every other VM on the host paused the same way.
-    "-drive", `id=root,if=none,format=qcow2,file=${spec.disk},discard=unmap,detect-zeroes=unmap,werror=report,rerror=report`,
+    // The disk comes in as inherited descriptors (fds 3 and 4): chrooted, QEMU could not open its
+    // path again when it takes the image over after a restore.
+    // (one descriptor per access mode: QEMU picks the one that matches how it opens; no image
+    // locking, since the two would lock each other out, and the overlay is this VM's alone)
+    "-add-fd", `fd=${DISK_FD},set=1`, "-add-fd", `fd=${DISK_FD + 1},set=1`,
+    "-drive", `id=root,if=none,format=qcow2,file.driver=file,file.filename=/dev/fdset/1,file.locking=off,discard=unmap,detect-zeroes=unmap,werror=report,rerror=report,${diskThrottle()}`,
     ...deviceArgs(spec),
     "-qmp", `unix:${join(spec.dir, VM_FILES.qmp)},server=on,wait=off`,
     "-pidfile", join(spec.dir, VM_FILES.pid),
@@ -106,15 +115,28 @@ export function bootCommandLine(host: HostProfile): string {
   ].join(" ");
 }
 
+/**
+ * A VM's disk I/O ceiling, QEMU's own throttling (cgroup v1's blkio does not hold back
+ * buffered writes): `DEN_DISK_MBPS_MAX` MB/s and `DEN_DISK_IOPS_MAX` operations a second.
+ */
+function diskThrottle(): string {
+  const mbps = Number(process.env.DEN_DISK_MBPS_MAX ?? 400);
+  const iops = Number(process.env.DEN_DISK_IOPS_MAX ?? 10_000);
+  return `throttling.bps-total=${Math.round(mbps * 1_000_000)},throttling.iops-total=${Math.round(iops)}`;
+}
+
 /** Starts QEMU detached (it outlives a crash of this process and is adopted on restart). */
 export function spawnQemu(spec: VmSpec, host: HostProfile): number {
+  prepareJail(spec.dir, vmIdentity(spec.tag.instance, spec.tag.sandbox));
   const args = qemuArgs(spec, host);
   const log = openSync(join(spec.dir, VM_FILES.log), "a");
+  const disk = openSync(spec.disk, "r+");
+  const diskRo = openSync(spec.disk, "r");
   try {
     const child = spawn(host.qemuBinary, args, {
       cwd: spec.dir,
       detached: true,
-      stdio: ["ignore", log, log],
+      stdio: ["ignore", log, log, disk, diskRo],
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin", DEN_INSTANCE: spec.tag.instance, DEN_SANDBOX: spec.tag.sandbox },
     });
     child.on("error", () => undefined);
@@ -123,6 +145,8 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
     return child.pid;
   } finally {
     closeSync(log);
+    closeSync(disk);
+    closeSync(diskRo);
   }
 }
 

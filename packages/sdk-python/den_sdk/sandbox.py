@@ -480,7 +480,7 @@ class Sandbox:
         Example::
 
             u = sbx.create_port_url(3000, expires_in_seconds=900)
-            print("open", u.vhost_url)
+            print("open", u.url)
         """
         body: Dict[str, Any] = {"port": port}
         if expires_in_seconds is not None:
@@ -489,7 +489,8 @@ class Sandbox:
 
     def get_url(self, port: int, expires_in_seconds: Optional[int] = None) -> str:
         """The URL of a server listening on ``port`` in the sandbox: a signed one (see
-        :meth:`create_port_url`), under the API's path.
+        :meth:`create_port_url`), under the API's path, so it works for any client; a
+        browser opening it is sent on to the port's own origin (``PortUrl.url``).
 
         Example::
 
@@ -497,7 +498,7 @@ class Sandbox:
             url = sbx.get_url(8000)
             page = urllib.request.urlopen(url).read()
         """
-        return self.create_port_url(port, expires_in_seconds).url
+        return self.create_port_url(port, expires_in_seconds).path_url
 
     # ----------------------------------------------------------------- teardown
 

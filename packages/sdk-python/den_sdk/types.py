@@ -332,18 +332,22 @@ class ListeningPort:
 @dataclass
 class PortUrl:
     """A signed URL to one port of one sandbox: anyone holding it reaches the port until
-    ``expires_at``. ``url`` is under the API's path; ``vhost_url`` at ``/`` of the port's own
-    host name; ``token`` the ``den_token`` alone.
+    ``expires_at``. ``url`` is at ``/`` of the port's own host name (its own origin, for
+    browsers); ``vhost_url`` the same; ``path_url`` under the API's path (for clients that
+    cannot resolve the port's host name; a browser is redirected to ``url``); ``token`` the
+    ``den_token`` alone.
 
     Example::
 
         u = sbx.create_port_url(8000, expires_in_seconds=600)
-        print(u.url, u.vhost_url)
+        print(u.url)
+        page = urllib.request.urlopen(u.path_url).read()
     """
 
     port: int
     url: str
     vhost_url: str
+    path_url: str
     token: str
     expires_at: datetime
 
@@ -355,4 +359,4 @@ class PortUrl:
 
             PortUrl.from_wire(client.json("POST", f"/v1/sandboxes/{id}/urls", json_body={"port": 8000}))
         """
-        return cls(port=w["port"], url=w["url"], vhost_url=w["vhost_url"], token=w["token"], expires_at=parse_time(w["expires_at"]))  # type: ignore[arg-type]
+        return cls(port=w["port"], url=w["url"], vhost_url=w["vhost_url"], path_url=w.get("path_url", w["url"]), token=w["token"], expires_at=parse_time(w["expires_at"]))  # type: ignore[arg-type]

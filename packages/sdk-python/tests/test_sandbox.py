@@ -350,7 +350,7 @@ class SandboxTest(unittest.TestCase):
             with urllib.request.urlopen(url, timeout=60) as res:  # a signed URL: no key needed
                 self.assertEqual(res.read(), b"<h1>den</h1>")
             u = sbx.create_port_url(8000, expires_in_seconds=60)
-            self.assertTrue(u.token and u.vhost_url)
+            self.assertTrue(u.token and u.vhost_url == u.url and u.url.startswith("http://8000-") and "/v1/sandboxes/" in u.path_url)
         finally:
             server.kill()
         with self.assertRaises(DenConnectionRefusedError) as cm:  # nothing listens there

@@ -496,7 +496,8 @@ export class Sandbox {
 
   /**
    * The URL of a server listening on `port` in the sandbox: a signed one (see
-   * {@link Sandbox.createPortUrl}), under the API's path.
+   * {@link Sandbox.createPortUrl}), under the API's path, so it works for any client; a
+   * browser opening it is sent on to the port's own origin (`PortUrl.url`).
    *
    * @example
    * ```ts
@@ -505,7 +506,7 @@ export class Sandbox {
    * ```
    */
   async getUrl(port: number, opts: PortUrlOptions = {}): Promise<string> {
-    return (await this.createPortUrl(port, opts)).url;
+    return (await this.createPortUrl(port, opts)).pathUrl;
   }
 
   /**

@@ -327,8 +327,7 @@ export class Store {
   async insertSandbox(row: SandboxRow, maxLive?: number): Promise<void> {
     await this.transaction(async (s) => {
       if (maxLive !== undefined) {
-        // SQLite runs one write transaction at a time already; Postgres needs the lock.
-        if (s.db.getExecutor().adapter instanceof PostgresAdapter) await sql`SELECT pg_advisory_xact_lock(hashtext(${`owner:${row.owner}`}))`.execute(s.db);
+        await s.lockOwner(row.owner);
         if ((await s.countLive(row.owner)) >= maxLive) throw new DenError("quota_exceeded", `owner ${row.owner} may have at most ${maxLive} sandboxes; destroy some first`);
       }
       await s.db.insertInto("sandboxes").values(row).execute();
@@ -409,6 +408,23 @@ export class Store {
   }
 
   /** Bytes in the snapshot store that something still needs (cold sandboxes', checkpoints'), of one owner or of all. */
+  /**
+   * Serializes quota checks of one owner until the transaction ends (SQLite runs one write
+   * transaction at a time already; Postgres takes an advisory lock on the owner).
+   */
+  async lockOwner(owner: string): Promise<void> {
+    if (this.db.getExecutor().adapter instanceof PostgresAdapter) await sql`SELECT pg_advisory_xact_lock(hashtext(${`owner:${owner}`}))`.execute(this.db);
+  }
+
+  /** In a transaction: refuses `adding` more stored bytes past the owner's quota (what an upload actually wrote). */
+  async checkStoredQuota(owner: string, adding: number, max: number): Promise<void> {
+    await this.lockOwner(owner);
+    const used = await this.storedBytes(owner);
+    if (used + adding > max) {
+      throw new DenError("quota_exceeded", `owner ${owner} keeps ${used} bytes in the snapshot store; ${adding} more would pass the quota of ${max}: delete checkpoints or destroy hibernated sandboxes first`, { stored_bytes: used, adding_bytes: adding, quota_bytes: max });
+    }
+  }
+
   async storedBytes(owner?: string): Promise<number> {
     let q = this.db.selectFrom("stored_snapshots").select((eb) => eb.fn.sum<number>("bytes").as("n")).where("state", "!=", "released");
     if (owner !== undefined) q = q.where("owner", "=", owner);

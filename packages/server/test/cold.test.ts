@@ -132,6 +132,12 @@ for (const kind of ["local", "s3"] as const) {
         assert.equal(cold.status, 429, cold.text);
         // Refused, and nothing lost: it still runs with its data.
         assert.equal((await user("POST", `/v1/sandboxes/${id}/exec`, { cmd: "stat -c %s /tmp/blob" })).body.stdout, "5000000\n");
+        // Under the quota before, past it with what the upload wrote: refused at the commit, its copy released.
+        limits.storedBytesPerOwner = cp1.body.stored_bytes + 1000;
+        const late = await user("POST", `/v1/sandboxes/${id}/checkpoints`, { name: "three" });
+        assert.equal(late.status, 429, late.text);
+        assert.match(late.body.error.message, /more would pass the quota/);
+        assert.deepEqual((await user("GET", "/v1/checkpoints")).body.checkpoints.map((c: { id: string }) => c.id), [cp1.body.id]);
       } finally {
         limits.storedBytesPerOwner = quota;
       }

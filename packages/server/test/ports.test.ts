@@ -114,7 +114,13 @@ describe("exposed ports", () => {
     assert.equal(u.searchParams.get("den_token"), signed.token);
     assert.equal(signed.vhost_url, signed.url);
     assert.equal(new URL(signed.path_url).pathname, `${base}/`);
-    const redirected = await get(`${base}/hello.txt?den_token=${signed.token}`);
+    // (a browser says it navigates; anything else is answered on the path, sandboxed)
+    const plain = await get(`${base}/hello.txt?den_token=${signed.token}`);
+    assert.equal(plain.status, 200);
+    assert.equal(plain.body, "hello from the sandbox\n");
+    assert.equal(plain.headers["content-security-policy"], "sandbox");
+    assert.equal(plain.headers["set-cookie"], undefined, "no cookie on the API's origin");
+    const redirected = await get(`${base}/hello.txt?den_token=${signed.token}`, { "sec-fetch-mode": "navigate" });
     assert.equal(redirected.status, 307);
     const to = new URL(String(redirected.headers.location));
     assert.equal(to.host, hostPort);
@@ -280,7 +286,12 @@ describe("exposed ports", () => {
       }).on("error", reject);
     });
     assert.equal(page, "forwarded page\n", "the signed URL the CLI printed");
-    assert.equal((await fetch(signed.pathUrl, { redirect: "manual" })).status, 307, "its path form sends a browser to it");
+    assert.equal(await (await fetch(signed.pathUrl)).text(), "forwarded page\n", "its path form, for clients that are not browsers");
+    // (fetch sets Sec-Fetch-Mode itself; a browser's navigation says "navigate")
+    const nav = new URL(signed.pathUrl);
+    const navigated = await get(nav.pathname + nav.search, { "sec-fetch-mode": "navigate" });
+    assert.equal(navigated.status, 307, "a browser is sent to the port's own host");
+    assert.equal(new URL(String(navigated.headers.location)).host, new URL(signed.url).host);
     const missing = await run(["port", "sbx_aaaaaaaaaaaaaaaa"]);
     assert.equal(missing.code, 1);
     assert.match(missing.err, /^den: sandbox_not_found: /);

@@ -1,14 +1,18 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
 import { closeSync, openSync } from "node:fs";
-import { mkdir, writeFile, rm } from "node:fs/promises";
+import { chmod, mkdir, writeFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
 import { runTool } from "../util.js";
 import { isCidr, slotLink } from "./addresses.js";
 import { SandboxDns } from "./dns.js";
+import { jailArgs, prepareJail, vmIdentity } from "../jail/identity.js";
 import { Refuser } from "./refuser.js";
 import { MAX_LEARNED, firewallRules, parseCounters, type EgressMode, type RefusedCounts } from "./firewall.js";
+
+/** The router's chroot, beside the VM's (it holds the resolver's address, nothing else). */
+const ROUTER_JAIL = "router-jail";
 
 /** How long an address a DNS answer let through stays past the answer's TTL, and how often expired ones are taken out. */
 const LEARNED_GRACE_SECONDS = 600;
@@ -202,9 +206,17 @@ export class SandboxNetwork {
   private async startRouter(): Promise<void> {
     await mkdir(this.etcDir, { recursive: true });
     await writeFile(join(this.etcDir, "resolv.conf"), `nameserver ${this.link.host}\n`);
+    // Jailed like the VM (its uid): in its chroot, libslirp still finds the resolver it reads at run time.
+    const id = vmIdentity(this.instance, this.sandboxId);
+    const jail = prepareJail(this.dir, id, ROUTER_JAIL);
+    await mkdir(join(jail, "etc"), { recursive: true });
+    await writeFile(join(jail, "etc", "resolv.conf"), `nameserver ${this.link.host}\n`);
+    // (readable by the router's uid whatever Den's umask)
+    await chmod(join(jail, "etc"), 0o755);
+    await chmod(join(jail, "etc", "resolv.conf"), 0o644);
     const args = [
       "netns", "exec", this.netns, "qemu-system-x86_64", "-M", "none", "-nodefaults", "-no-user-config", "-display", "none",
-      "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+      ...jailArgs(jail, id),
       "-netdev", `user,id=u,net=${GUEST_NET.cidr},host=${GUEST_NET.gateway},dns=${GUEST_NET.dns},ipv6=off`,
       "-netdev", `stream,id=s,server=off,addr.type=unix,addr.path=${join(this.dir, "net.sock")}`,
       "-netdev", "hubport,id=hu,hubid=0,netdev=u", "-netdev", "hubport,id=hs,hubid=0,netdev=s",

@@ -35,10 +35,17 @@ export class Checkpoints {
         vcpus: row.vcpus, memory_mb: row.memory_mb, disk_mb: row.disk_mb, pause_ms: Math.round(c.pauseMs), stored_bytes: c.storedBytes,
         created_at: clock.now(), network: row.network,
       };
+      const max = this.ctx.config.limits.storedBytesPerOwner;
       await ops.finish(op, id, { result: { checkpoint: cp.id } }, async (tx) => {
+        // The quota holds what was actually uploaded, checked with the commit.
+        await tx.checkStoredQuota(row.owner, c.storedBytes, max);
         await tx.insertCheckpoint(cp);
         await tx.completeStoredSnapshot(cp.id, c.storedBytes);
         await ops.event(id, "checkpoint", "user", { checkpoint: cp.id, name: cp.name, pause_ms: cp.pause_ms, stored_bytes: cp.stored_bytes }, tx);
+      }).catch(async (e: unknown) => {
+        if (!(e instanceof DenError && e.code === "quota_exceeded")) throw e;
+        await ops.fail(op, id, e, {}, (tx) => tx.releaseStoredSnapshot(stored.id, clock.now()));
+        throw e;
       });
       faultPoint("checkpoint-after-commit");
       return cp;

@@ -184,9 +184,13 @@ export class PortProxy {
     return secureContext(req, req.headers.host ?? "") ? `${HOST_TOKEN_COOKIE}=${grant.token}; ${attrs}; Secure` : `${TOKEN_COOKIE}=${grant.token}; ${attrs}`;
   }
 
-  /** A signed URL opened on the path route: the browser goes to the same path on the port's own host. */
+  /**
+   * A signed URL a browser navigates to on the path route: it goes to the same path on the
+   * port's own host, where the app may run. Other clients (curl, scripts) are answered
+   * here, sandboxed like every guest answer on this origin.
+   */
   private redirectToOrigin(req: http.IncomingMessage, res: http.ServerResponse, t: PortTarget, grant: Grant): boolean {
-    if (t.prefix === "" || grant.via !== "token") return false;
+    if (t.prefix === "" || grant.via !== "token" || req.headers["sec-fetch-mode"] !== "navigate") return false;
     const to = new URL(t.guestPath, portOrigin(this.cp.config, req.headers.host, t.sandbox, t.port));
     to.searchParams.set(TOKEN_PARAM, grant.token);
     res.writeHead(307, { location: to.toString(), "cache-control": "no-store", "referrer-policy": "no-referrer" }).end();
