@@ -4,14 +4,15 @@ import { closeSync, existsSync, openSync, readFileSync, readdirSync, readlinkSyn
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
 import type { HostProfile } from "./host.js";
-import { JAIL_DIR, jailArgs, prepareJail, vmIdentity } from "./jail/identity.js";
+import { JAIL_DIR, ROUTER_JAIL, jailArgs, prepareJail, vmIdentity } from "./jail/identity.js";
 
 /** Socket and file names inside a sandbox directory. */
 export const VM_FILES = {
   qmp: "qmp.sock",
   agent: "agent.sock",
   console: "console.sock",
-  net: "net.sock",
+  /** In the router's jail: the router connects to it once chrooted there. */
+  net: "router-jail/net.sock",
   disk: "disk.qcow2",
   pid: "qemu.pid",
   log: "qemu.log",
@@ -127,7 +128,9 @@ function diskThrottle(): string {
 
 /** Starts QEMU detached (it outlives a crash of this process and is adopted on restart). */
 export function spawnQemu(spec: VmSpec, host: HostProfile): number {
-  prepareJail(spec.dir, vmIdentity(spec.tag.instance, spec.tag.sandbox));
+  const id = vmIdentity(spec.tag.instance, spec.tag.sandbox);
+  prepareJail(spec.dir, id);
+  prepareJail(spec.dir, id, ROUTER_JAIL);
   const args = qemuArgs(spec, host);
   const log = openSync(join(spec.dir, VM_FILES.log), "a");
   const disk = openSync(spec.disk, "r+");

@@ -1,18 +1,16 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, openSync } from "node:fs";
-import { chmod, mkdir, writeFile, rm } from "node:fs/promises";
+import { closeSync, existsSync, openSync } from "node:fs";
+import { mkdir, writeFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
+import { VM_FILES, isAlive } from "../qemu.js";
 import { runTool } from "../util.js";
 import { isCidr, slotLink } from "./addresses.js";
 import { SandboxDns } from "./dns.js";
-import { jailArgs, prepareJail, vmIdentity } from "../jail/identity.js";
+import { hostCgroups } from "../jail/host.js";
 import { Refuser } from "./refuser.js";
 import { MAX_LEARNED, firewallRules, parseCounters, type EgressMode, type RefusedCounts } from "./firewall.js";
-
-/** The router's chroot, beside the VM's (it holds the resolver's address, nothing else). */
-const ROUTER_JAIL = "router-jail";
 
 /** How long an address a DNS answer let through stays past the answer's TTL, and how often expired ones are taken out. */
 const LEARNED_GRACE_SECONDS = 600;
@@ -206,19 +204,14 @@ export class SandboxNetwork {
   private async startRouter(): Promise<void> {
     await mkdir(this.etcDir, { recursive: true });
     await writeFile(join(this.etcDir, "resolv.conf"), `nameserver ${this.link.host}\n`);
-    // Jailed like the VM (its uid): in its chroot, libslirp still finds the resolver it reads at run time.
-    const id = vmIdentity(this.instance, this.sandboxId);
-    const jail = prepareJail(this.dir, id, ROUTER_JAIL);
-    await mkdir(join(jail, "etc"), { recursive: true });
-    await writeFile(join(jail, "etc", "resolv.conf"), `nameserver ${this.link.host}\n`);
-    // (readable by the router's uid whatever Den's umask)
-    await chmod(join(jail, "etc"), 0o755);
-    await chmod(join(jail, "etc", "resolv.conf"), 0o644);
+    // The VM's NIC socket (a VM of an older Den has it one level up). The router itself is
+    // not jailed yet (in its chroot, libslirp lost its resolver): see the README.
+    const nic = existsSync(join(this.dir, VM_FILES.net)) ? join(this.dir, VM_FILES.net) : join(this.dir, "net.sock");
     const args = [
       "netns", "exec", this.netns, "qemu-system-x86_64", "-M", "none", "-nodefaults", "-no-user-config", "-display", "none",
-      ...jailArgs(jail, id),
+      "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
       "-netdev", `user,id=u,net=${GUEST_NET.cidr},host=${GUEST_NET.gateway},dns=${GUEST_NET.dns},ipv6=off`,
-      "-netdev", `stream,id=s,server=off,addr.type=unix,addr.path=${join(this.dir, "net.sock")}`,
+      "-netdev", `stream,id=s,server=off,addr.type=unix,addr.path=${nic}`,
       "-netdev", "hubport,id=hu,hubid=0,netdev=u", "-netdev", "hubport,id=hs,hubid=0,netdev=s",
       "-pidfile", join(this.dir, "router.pid"),
     ];
@@ -231,6 +224,8 @@ export class SandboxNetwork {
       child.on("error", () => undefined);
       child.unref();
       this.router = child;
+      // `ip netns exec` becomes the router (same pid): its own cgroup, a core and a little memory.
+      if (child.pid) hostCgroups()?.place(this.instance, this.routerCgroup, child.pid, { vcpus: 1, memoryMb: 128 });
     } finally {
       closeSync(log);
     }
@@ -281,6 +276,11 @@ export class SandboxNetwork {
     }
   }
 
+  /** The router's cgroup, beside its VM's. */
+  private get routerCgroup(): string {
+    return `net-${this.sandboxId}`;
+  }
+
   /** Closes what lives in this process (the DNS server), leaving the namespace and router. */
   detach(): void {
     clearInterval(this.sweeper);
@@ -302,6 +302,9 @@ export class SandboxNetwork {
     }
     await rm(join(this.dir, "router.pid"), { force: true });
     await rm(this.etcDir, { recursive: true, force: true });
+    // Once the router has gone (it was SIGKILLed above), its cgroup goes too.
+    for (let i = 0; i < 40 && this.router?.pid && isAlive(this.router.pid); i++) await new Promise((r) => setTimeout(r, 50));
+    hostCgroups()?.remove(this.instance, this.routerCgroup);
     await SandboxNetwork.remove(this.instance, this.sandboxId, this.slot);
   }
 

@@ -45,7 +45,8 @@ export class SharedTemplates {
       const have = known.get(`${t.name}@${t.version}`);
       // Complete, and still there (a store emptied by hand, or another store, is filled again).
       if (have?.state === "complete" && (await storedSnapshotComplete(this.ctx.objects, have.key))) continue;
-      if (have?.state === "pending" && clock.now() - have.created_at < STALE_CLAIM_MS) continue;
+      // Another's upload under way, unless its host is gone (a host killed mid-upload leaves its claim behind).
+      if (have?.state === "pending" && clock.now() - have.created_at < STALE_CLAIM_MS && (await this.hostLive(have.host_id))) continue;
       if (have) await store.dropTemplateVersion(t.name, t.version, have.state);
       const row: TemplateVersionRow = { name: t.name, version: t.version, key: templateKey(t.name, t.version, deployment), state: "pending", bytes: null, host_id: host.instance, created_at: clock.now() };
       if (!(await store.claimTemplateVersion(row))) continue;
@@ -58,6 +59,12 @@ export class SharedTemplates {
         throw e;
       }
     }
+  }
+
+  /** Whether a host is registered (or configured) and its lease runs. */
+  private async hostLive(id: string): Promise<boolean> {
+    const h = await this.ctx.store.getHost(id);
+    return !!h && h.state !== "removed" && (h.managed === "config" || (h.lease_until ?? 0) > this.ctx.clock.now());
   }
 
   /**

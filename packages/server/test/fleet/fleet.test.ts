@@ -214,7 +214,7 @@ describe("a fleet: two control planes, three hosts, one Postgres, one bucket", (
     await waitFor("the server listens", async () => ((await apis[0]!("GET", `/v1/sandboxes/${id}/ports`)).body.ports?.some((p: { port: number }) => p.port === 8000) ? true : undefined), 20_000);
     const signed = await apis[0]!("POST", `/v1/sandboxes/${id}/urls`, { port: 8000 });
     assert.equal(signed.status, 201, signed.text);
-    const u = new URL(signed.body.url as string);
+    const u = new URL(signed.body.path_url as string);
     const got = await fetch(`${CP_URLS[1]}${u.pathname}x.txt${u.search}`);
     assert.equal(got.status, 200);
     assert.equal(await got.text(), "served\n");
