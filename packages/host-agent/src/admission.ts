@@ -1,4 +1,5 @@
-import { statfsSync } from "node:fs";
+import { statSync, statfsSync } from "node:fs";
+import { join } from "node:path";
 import { cpus, totalmem } from "node:os";
 import { DenError, type host } from "@den/protocol";
 
@@ -15,6 +16,31 @@ export function defaultCapacity(): Capacity {
 }
 
 /**
+ * What the disks of these sandboxes may still grow by, in MiB: each overlay up to its
+ * guest's disk size, less what it already holds (a destroyed or cold one has no disk here).
+ */
+export function diskPromisedMb(sandboxes: Array<{ dir: string; state: string; info: { diskMb: number } }>): number {
+  let mb = 0;
+  for (const s of sandboxes) {
+    if (s.state === "destroyed") continue;
+    let heldMb = 0;
+    try {
+      heldMb = (statSync(join(s.dir, "disk.qcow2")).blocks * 512) / 1024 / 1024;
+    } catch {
+      // not made yet, or gone
+    }
+    mb += Math.max(0, s.info.diskMb - heldMb);
+  }
+  return mb;
+}
+
+/** `DEN_DISK_OVERCOMMIT`: how many times over the free disk may be promised to guests' disks. */
+export function diskOvercommit(env: NodeJS.ProcessEnv = process.env): number {
+  const v = Number(env.DEN_DISK_OVERCOMMIT ?? 1);
+  return Number.isFinite(v) && v >= 1 ? v : 1;
+}
+
+/**
  * Admission control for one host: a VM is admitted only if what exists (`inUse`) plus
  * what is being made (reservations) plus it fits. Reservations are taken synchronously,
  * so two concurrent requests can never both take the last room.
@@ -28,6 +54,10 @@ export class Admission {
     private readonly dataDir: string,
     /** The VMs that exist now, by sandbox id. */
     private readonly inUse: () => Map<string, Shape>,
+    /** MiB the disks on this host may still grow by (each up to its size), written or not yet. */
+    private readonly diskPromisedMb: () => number = () => 0,
+    /** How many times over the free disk may be promised (`DEN_DISK_OVERCOMMIT`; 1: never). */
+    private readonly diskOvercommit = 1,
   ) {}
 
   used(): Shape & { sandboxes: number } {
@@ -68,6 +98,19 @@ export class Admission {
       throw new DenError("capacity_exhausted", `this host's disk is full: ${freeMb} MiB free, ${cap.diskReserveMb} MiB are kept in reserve; ${hint}`,
         { resource: "disk", free_mb: freeMb, reserve_mb: cap.diskReserveMb });
     }
+    // Every disk may fill to its size: what the existing ones may still write, what is being
+    // made and this one must fit above the reserve, so no guest's fill takes the host's disk.
+    const promisedMb = Math.ceil((this.diskPromisedMb() + this.reservedDiskMb() + (shape.diskMb ?? 0) * count) / this.diskOvercommit);
+    if (freeMb - promisedMb < cap.diskReserveMb) {
+      throw new DenError("capacity_exhausted", `this host cannot promise ${what} its disk: ${freeMb} MiB free, ${promisedMb} MiB promised to sandboxes' disks, ${cap.diskReserveMb} MiB kept in reserve; ${hint}`,
+        { resource: "disk", free_mb: freeMb, promised_mb: promisedMb, reserve_mb: cap.diskReserveMb });
+    }
+  }
+
+  private reservedDiskMb(): number {
+    let mb = 0;
+    for (const r of this.reservations.values()) mb += (r.shape.diskMb ?? 0) * r.count;
+    return mb;
   }
 
   /**

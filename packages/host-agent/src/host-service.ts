@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { downloadSnapshot, faultPoint, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
 import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, hostProfile, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
-import { Admission, type Capacity, type Shape } from "./admission.js";
+import { Admission, diskOvercommit, diskPromisedMb, type Capacity, type Shape } from "./admission.js";
 
 type HostAgent = host.HostAgent;
 type HostCreateSpec = host.HostCreateSpec;
@@ -68,7 +68,8 @@ export class LocalHostAgent implements HostAgent {
 
   private constructor(private readonly rt: Runtime, readonly store: ObjectStore, capacity: Capacity) {
     // A shut-down sandbox (a disk hibernation) holds only its disk: its shape counts again when it boots.
-    this.admission = new Admission(capacity, rt.dataDir, () => new Map(rt.list().filter((s) => s.state !== "destroyed" && s.state !== "stopped").map((s) => [s.id, { vcpus: s.info.vcpus, memoryMb: s.info.memoryMb }])));
+    this.admission = new Admission(capacity, rt.dataDir, () => new Map(rt.list().filter((s) => s.state !== "destroyed" && s.state !== "stopped").map((s) => [s.id, { vcpus: s.info.vcpus, memoryMb: s.info.memoryMb }])),
+      () => diskPromisedMb(rt.list()), diskOvercommit());
   }
 
   static async open(dataDir: string, store: ObjectStore, capacity: Capacity): Promise<LocalHostAgent> {
@@ -96,7 +97,7 @@ export class LocalHostAgent implements HostAgent {
 
   private async shapeOf(spec: Omit<HostCreateSpec, "id">): Promise<{ tpl: TemplateInfo; shape: Shape }> {
     const tpl = await this.rt.templates.resolve(spec.template);
-    return { tpl, shape: { vcpus: spec.vcpus ?? tpl.manifest.vm.vcpus, memoryMb: spec.memoryMb ?? tpl.manifest.vm.memoryMb } };
+    return { tpl, shape: { vcpus: spec.vcpus ?? tpl.manifest.vm.vcpus, memoryMb: spec.memoryMb ?? tpl.manifest.vm.memoryMb, diskMb: spec.diskMb ?? tpl.manifest.vm.diskMb } };
   }
 
   async checkCapacity(shape: Shape): Promise<void> {
@@ -446,11 +447,16 @@ export class LocalHostAgent implements HostAgent {
     if (spec.fromCheckpoint) await this.restoreStored(id, spec.fromCheckpoint);
     else await this.create(newId("op"), { id, template: source.template! });
     const sbx = this.rt.get(id);
+    // The build's TTL bounds all its commands together, as a sandbox's bounds its life.
+    const deadline = spec.ttlSeconds ? Date.now() + spec.ttlSeconds * 1000 : Infinity;
     try {
       for (const [i, cmd] of spec.setup.entries()) {
-        const r = await sbx.exec(cmd, { timeoutMs: spec.setupTimeoutSeconds * 1000 });
+        const leftMs = deadline - Date.now();
+        if (leftMs <= 0) throw new DenError("setup_failed", `the template build passed its TTL (${spec.ttlSeconds} s) before setup command ${i + 1}`, { command_index: i });
+        const timeoutMs = Math.min(spec.setupTimeoutSeconds * 1000, leftMs);
+        const r = await sbx.exec(cmd, { timeoutMs });
         if (r.exitCode !== 0 || r.timedOut) {
-          const why = r.timedOut ? `timed out after ${spec.setupTimeoutSeconds} s` : r.exitCode === null ? `died of signal ${r.signal}` : `exited with ${r.exitCode}`;
+          const why = r.timedOut ? (timeoutMs < spec.setupTimeoutSeconds * 1000 ? `passed the build's TTL (${spec.ttlSeconds} s)` : `timed out after ${spec.setupTimeoutSeconds} s`) : r.exitCode === null ? `died of signal ${r.signal}` : `exited with ${r.exitCode}`;
           throw new DenError("setup_failed", `setup command ${i + 1} ${why}: ${cmd.slice(0, 200)}`, {
             command_index: i, exit_code: r.exitCode, stdout: r.stdout.subarray(-4096).toString("utf8"), stderr: r.stderr.subarray(-4096).toString("utf8"),
           });

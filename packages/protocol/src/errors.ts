@@ -20,6 +20,8 @@ export const ERROR_STATUS = {
   unreadable: 400,
   already_exists: 409,
   not_empty: 409,
+  /** The sandbox's own disk is full (its guest said ENOSPC): the caller's to free, not a server fault. */
+  disk_full: 409,
   permission_denied: 403,
   sandbox_not_running: 409,
   exec_timeout: 408,

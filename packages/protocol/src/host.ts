@@ -29,7 +29,8 @@ export const StoredRef = z.object({ id: Id, key: z.string().min(1).max(1024) });
 export type StoredRef = z.infer<typeof StoredRef>;
 
 /** What one VM holds while it exists (running or warm-hibernated); a cold or disk-hibernated one holds nothing. */
-export const Shape = z.object({ vcpus: Positive, memoryMb: Positive });
+/** What a VM takes of its host; `diskMb`, the most its disk may grow to, where the caller knows it. */
+export const Shape = z.object({ vcpus: Positive, memoryMb: Positive, diskMb: Positive.optional() });
 export type Shape = z.infer<typeof Shape>;
 
 /** How much a host may hand out. */
@@ -66,6 +67,8 @@ export const TemplateBuildSpec = z.object({
   fromCheckpoint: StoredRef.optional(),
   setup: z.array(z.string().max(64 * 1024)).max(256),
   setupTimeoutSeconds: Positive,
+  /** The whole build's deadline (its TTL): its sandbox is destroyed past it, whatever it is doing. */
+  ttlSeconds: Positive.optional(),
 });
 export type TemplateBuildSpec = z.infer<typeof TemplateBuildSpec>;
 

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type net from "node:net";
 import {
-  Channel, DenError, FrameDecoder, FrameType, MAX_DATA_CHUNK, PROTOCOL_VERSION, SYNC_MAGIC, SYNC_NONCE_BYTES,
+  Channel, DenError, FrameDecoder, FrameType, HEADER_BYTES, MAX_DATA_CHUNK, PROTOCOL_VERSION, SYNC_MAGIC, SYNC_NONCE_BYTES,
   encodeCredit, encodeData, encodeEof, encodeJson, errorFromWire,
   type AgentFeature, type AgentOp, type AgentOps, type Frame, type HelloReply,
 } from "@den/protocol";
@@ -12,6 +12,13 @@ const FIRST_HELLO_PATIENCE_MS = 4_000;
 
 /** Bytes a host discards while looking for the SYNC marker before it gives up on the guest. */
 const MAX_SYNC_DISCARD = 16 * 1024 * 1024;
+/**
+ * Bytes of frames the host did not ask for (events, which carry no credit, and replies to
+ * nothing) a guest may send: a burst, refilled per second. Real events are a few hundred
+ * bytes; a guest that floods them only costs Den's event loop, so its connection goes.
+ */
+const UNSOLICITED_BURST = 8 * 1024 * 1024;
+const UNSOLICITED_PER_SECOND = 2 * 1024 * 1024;
 
 /**
  * How long the guest agent has to answer a request (its reply; a stream's data then flows
@@ -77,6 +84,7 @@ export class AgentClient {
   private syncing: { nonce: Buffer; tail: Buffer; discarded: number } | undefined;
   private held: Buffer[] | undefined;
   private closeError: Error | undefined;
+  private unsolicited = { left: UNSOLICITED_BURST, at: Date.now() };
   private closeListeners: Array<(e: Error) => void> = [];
   /** When the guest last sent anything (the watchdog's clock). */
   private heardAt = Date.now();
@@ -344,7 +352,20 @@ export class AgentClient {
     return undefined;
   }
 
+  /** Takes `bytes` from the guest's allowance of unsolicited frames; false (and the connection gone) once it is spent. */
+  private allowUnsolicited(bytes: number): boolean {
+    const now = Date.now();
+    const u = this.unsolicited;
+    u.left = Math.min(UNSOLICITED_BURST, u.left + ((now - u.at) / 1000) * UNSOLICITED_PER_SECOND);
+    u.at = now;
+    u.left -= bytes;
+    if (u.left >= 0) return true;
+    this.violation("a flood of frames the host never asked for");
+    return false;
+  }
+
   private dispatch(f: Frame): void {
+    if ((f.type === FrameType.Event || (f.type === FrameType.Res && !this.pending.has(f.id))) && !this.allowUnsolicited(f.payload.length + HEADER_BYTES)) return;
     switch (f.type) {
       case FrameType.Res: {
         const p = this.pending.get(f.id);
@@ -354,7 +375,7 @@ export class AgentClient {
         this.pending.delete(f.id);
         clearTimeout(p.timer);
         if (body.ok === true) p.resolve(body);
-        else p.reject(errorFromWire(body.code, body.message));
+        else p.reject(guestError(body.code, body.message));
         return;
       }
       case FrameType.Event: {
@@ -421,6 +442,12 @@ export class AgentClient {
     }
     for (const l of this.closeListeners.splice(0)) l(e);
   }
+}
+
+/** A guest's error reply; a full guest disk is the caller's state (`disk_full`, 409), whichever agent version says it. */
+export function guestError(code: unknown, message: unknown): DenError {
+  if (code === "io_error" && typeof message === "string" && /No space left on device|ENOSPC/.test(message)) return new DenError("disk_full", `the sandbox's disk is full: ${message.slice(0, 1024)}`);
+  return errorFromWire(code, message);
 }
 
 function parseJson(b: Buffer): Record<string, unknown> | undefined {

@@ -1,5 +1,5 @@
-import { Channel, DenError, errorFromWire, type DirEntry, type FileStat, type GuestFileOwner } from "@den/protocol";
-import type { AgentClient } from "./agent-client.js";
+import { Channel, DenError, type DirEntry, type FileStat, type GuestFileOwner } from "@den/protocol";
+import { guestError, type AgentClient } from "./agent-client.js";
 
 /** Credit granted for a file download: the most a reader buffers before it reads on. */
 const FILE_WINDOW = 1024 * 1024;
@@ -61,7 +61,7 @@ export class GuestFiles {
         onEvent: (ev) => {
           if (ev.event === "error") {
             // The agent's code says whose fault it is (`unreadable`: the file's bytes cannot be read).
-            error = errorFromWire(ev.code, `${path}: ${String(ev.message ?? "read failed")}`);
+            error = guestError(ev.code, `${path}: ${String(ev.message ?? "read failed")}`);
             agent.release(id);
             notify();
           }
@@ -111,7 +111,7 @@ export class GuestFiles {
         onEvent: (ev) => {
           agent.release(id);
           if (ev.event === "done") settle!.resolve(Number(ev.bytes));
-          else settle!.reject(new DenError(ev.code === "permission_denied" ? "permission_denied" : "io_error", String(ev.message ?? "write failed")));
+          else settle!.reject(ev.code === "permission_denied" ? new DenError("permission_denied", String(ev.message ?? "write failed")) : guestError("io_error", String(ev.message ?? "write failed")));
         },
         onClose: (e) => settle!.reject(e),
       },

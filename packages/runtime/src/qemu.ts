@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, openSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
 import type { HostProfile } from "./host.js";
@@ -130,7 +130,8 @@ function diskThrottle(): string {
 export function spawnQemu(spec: VmSpec, host: HostProfile): number {
   const id = vmIdentity(spec.tag.instance, spec.tag.sandbox);
   prepareJail(spec.dir, id);
-  prepareJail(spec.dir, id, ROUTER_JAIL);
+  // The router's jail (it owns it, see network/): the VM, still root, puts its NIC socket there.
+  if (!existsSync(join(spec.dir, ROUTER_JAIL))) mkdirSync(join(spec.dir, ROUTER_JAIL), { mode: 0o700 });
   const args = qemuArgs(spec, host);
   const log = openSync(join(spec.dir, VM_FILES.log), "a");
   const disk = openSync(spec.disk, "r+");

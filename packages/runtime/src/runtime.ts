@@ -532,10 +532,23 @@ export class Runtime {
     if (!Number.isInteger(count) || count < 1 || count > 16) throw new DenError("invalid_argument", "fork count must be an integer in 1..16");
     if (opts.ids && opts.ids.length !== count) throw new DenError("invalid_argument", "fork: one id per child");
     const parent = this.get(sandboxId);
-    // The stream is loaded by a helper whose RAM is shared: it must say it carries all RAM.
     // Children of one fork share its RAM; a single child has nothing to share it with and
     // restores straight from the stream, which is several times faster under TCG.
-    const shared = count > 1;
+    if (count > 1) {
+      try {
+        return await this.forkFrom(parent, count, true, opts);
+      } catch (e) {
+        if (e instanceof DenError && e.status < 500) throw e;
+        // Sharing is an optimisation: the children can each load the whole stream instead
+        // (the parent kept running; what the failed attempt made is gone).
+        process.emitWarning(`fork of ${sandboxId}: sharing the children's RAM failed (${(e as Error).message}); each child loads its own copy`, "DenForkWarning");
+      }
+    }
+    return this.forkFrom(parent, count, false, opts);
+  }
+
+  private async forkFrom(parent: Sandbox, count: number, shared: boolean, opts: { ids?: string[] }): Promise<Sandbox[]> {
+    // The stream is loaded by a helper whose RAM is shared: it must say it carries all RAM.
     const snap = await this.snapshot(parent.id, shared ? { ignoreShared: false } : {});
     try {
       if (shared) await this.shareMemory(snap);

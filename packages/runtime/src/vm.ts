@@ -10,6 +10,7 @@ import { QmpClient } from "./qmp.js";
 import { VM_FILES, isAlive, killAndWait, processTags, spawnQemu, type VmSpec } from "./qemu.js";
 import { vmIdentity } from "./jail/identity.js";
 import { hostCgroups } from "./jail/host.js";
+import { cpuCeiling } from "./jail/cgroups.js";
 import { connectUnixRetry } from "./qmp.js";
 import { sleep } from "./util.js";
 
@@ -28,7 +29,7 @@ export class Vm {
   static async launch(spec: VmSpec, host: HostProfile): Promise<Vm> {
     const pid = spawnQemu(spec, host);
     try {
-      hostCgroups()?.place(spec.tag.instance, spec.tag.sandbox, pid, { vcpus: spec.vcpus, memoryMb: spec.memoryMb });
+      hostCgroups()?.place(spec.tag.instance, spec.tag.sandbox, pid, { vcpus: spec.vcpus, memoryMb: spec.memoryMb, cpuMax: cpuCeiling(spec.vcpus) });
       return await Vm.attach(spec.dir, pid);
     } catch (e) {
       await killAndWait(pid);

@@ -95,6 +95,34 @@ test("replies that are not JSON objects, and frames for unknown ids, cannot hurt
   }
 });
 
+test("a guest flooding events nobody asked for is disconnected once past its allowance; a few stray events are fine", async () => {
+  const g = await fakeGuest((sock, _type, id, body) => {
+    if (body.op === "sys.ping" && body.n === 1) {
+      // Stray events (a stream given up on): dropped unread, and within the allowance.
+      for (let i = 0; i < 50; i++) sock.write(encodeJson(FrameType.Event, 70000 + i, { event: "exit", code: 0 }));
+      sock.write(encodeJson(FrameType.Res, id, { ok: true }));
+      return;
+    }
+    if (body.op !== "sys.ping") return;
+    const big = encodeJson(FrameType.Event, 80000, { pad: "x".repeat(1 << 19) });
+    let sent = 0;
+    const pump = () => {
+      while (sent < 64 && sock.write(big)) sent++;
+      if (sent < 64) sock.once("drain", pump);
+    };
+    pump();
+  });
+  try {
+    const agent = await AgentClient.connect(g.path);
+    await agent.request("sys.ping", { n: 1 } as never);
+    assert.equal(agent.closed, false);
+    await assert.rejects(agent.request("sys.ping", { n: 2 } as never), (e: unknown) => isCode("agent_protocol_error")(e) && /never asked for/.test(String(e)));
+    assert.equal(agent.closed, true);
+  } finally {
+    g.close();
+  }
+});
+
 test("an append-only log is capped in place, keeping its tail", () => {
   const dir = mkdtempSync(join(tmpdir(), "den-log-"));
   try {

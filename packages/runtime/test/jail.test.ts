@@ -4,7 +4,7 @@ import { mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Runtime, Sandbox } from "../src/index.js";
-import { QEMU_OVERHEAD_MB, QEMU_PIDS_MAX, VmCgroups } from "../src/jail/cgroups.js";
+import { QEMU_OVERHEAD_MB, QEMU_PIDS_MAX, VmCgroups, cpuCeiling } from "../src/jail/cgroups.js";
 import { hostCgroups } from "../src/jail/host.js";
 import { vmIdentity } from "../src/jail/identity.js";
 import { isAlive } from "../src/qemu.js";
@@ -28,6 +28,19 @@ describe("cgroup writers (against a temporary dir)", () => {
     assert.equal(read(join(d.memory!, "memory.limit_in_bytes")), String((1024 + QEMU_OVERHEAD_MB) * 1024 * 1024));
     assert.equal(read(join(d.pids!, "pids.max")), String(QEMU_PIDS_MAX));
     for (const dir of Object.values(d)) assert.equal(read(join(dir, "cgroup.procs")), "4242");
+  });
+
+  test("a VM's CPU ceiling is its vCPUs, but never its whole host", () => {
+    assert.equal(cpuCeiling(1, 8), 1);
+    assert.equal(cpuCeiling(4, 8), 4);
+    assert.equal(cpuCeiling(2, 2), 1.5, "half a core stays for Den and the neighbours");
+    assert.equal(cpuCeiling(8, 1), 0.5);
+    const root = join(tmp, "ceiling");
+    for (const c of ["cpu", "memory", "pids"]) mkdirSync(join(root, c), { recursive: true });
+    const cg = VmCgroups.at(root, 1);
+    cg.place("den_i", "sbx_b", 4243, { vcpus: 2, memoryMb: 512, cpuMax: 1.5 });
+    assert.equal(read(join(cg.dirs("den_i", "sbx_b").cpu!, "cpu.cfs_quota_us")), "150000");
+    assert.equal(read(join(cg.dirs("den_i", "sbx_b").cpu!, "cpu.shares")), "2048", "its weight is still by its vCPUs");
   });
 
   // Written against the kernel's cgroup-v2 documentation; no v2 host runs it (README says so).
@@ -76,7 +89,7 @@ describe("the jailed QEMU (a real VM)", () => {
     for (const c of ["cpu", "memory", "pids"]) assert.match(cgroup, new RegExp(`:${c}:/den/${rt.instance}/${sbx.id}$`, "m"));
     const d = cg!.dirs(rt.instance, sbx.id);
     assert.equal(read(join(d.memory!, "memory.limit_in_bytes")), String((sbx.info.memoryMb + QEMU_OVERHEAD_MB) * 1024 * 1024));
-    assert.equal(read(join(d.cpu!, "cpu.cfs_quota_us")), String(sbx.info.vcpus * 100_000));
+    assert.equal(read(join(d.cpu!, "cpu.cfs_quota_us")), String(Math.round(cpuCeiling(sbx.info.vcpus) * 100_000)));
     assert.equal(read(join(d.pids!, "pids.max")), String(QEMU_PIDS_MAX));
     // The state moves over a socket in the jail now: a snapshot and a restore of it work.
     const snap = await rt.snapshot(sbx.id);

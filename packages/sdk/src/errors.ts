@@ -165,7 +165,7 @@ export class InvalidArgumentError extends DenApiError {}
 export class InvalidStateError extends DenApiError {}
 
 /**
- * 409 `already_exists` or `not_empty` (file operations).
+ * 409 `already_exists` or `not_empty` (file operations), or `disk_full` (the sandbox's own disk).
  *
  * @example
  * ```ts
@@ -274,6 +274,7 @@ const BY_CODE: Readonly<Record<string, ApiErrorClass>> = {
   sandbox_destroyed: InvalidStateError,
   already_exists: ConflictError,
   not_empty: ConflictError,
+  disk_full: ConflictError,
   quota_exceeded: QuotaExceededError,
   payload_too_large: PayloadTooLargeError,
   exec_timeout: TimeoutError,

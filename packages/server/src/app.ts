@@ -144,7 +144,9 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
       return reply.status(fe.statusCode).send(errorBody(fe.statusCode === 413 ? "payload_too_large" : "invalid_argument", fe.message));
     }
     req.log.error({ err }, "unhandled error");
-    return reply.status(500).send(errorBody("internal", "internal error"));
+    // A system error's code (ENOSPC, EACCES) tells an operator where to look; its message (paths) stays in the log.
+    const sys = typeof (err as NodeJS.ErrnoException).code === "string" && /^E[A-Z0-9]{2,15}$/.test((err as NodeJS.ErrnoException).code!) ? ` (${(err as NodeJS.ErrnoException).code})` : "";
+    return reply.status(500).send(errorBody("internal", `internal error${sys}`));
   });
   app.setNotFoundHandler((req, reply) => reply.status(404).send(errorBody("route_not_found", `no route ${req.method} ${req.url.split("?")[0]}`)));
 

@@ -42,6 +42,8 @@ export interface ServerConfig {
     storedBytesPerOwner: number;
     /** Templates an owner may make with `POST /v1/templates`. */
     templatesPerOwner: number;
+    /** A template build's TTL: all its setup commands together (its sandbox counts as one of the owner's meanwhile). */
+    templateBuildSeconds: number;
   };
   /** What this host may hold (admission control). */
   capacity: Capacity;
@@ -163,6 +165,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       eventsPerSandbox: num(env.DEN_MAX_EVENTS_PER_SANDBOX, 200),
       storedBytesPerOwner: num(env.DEN_MAX_STORED_BYTES_PER_OWNER, 100 * 1024 ** 3),
       templatesPerOwner: num(env.DEN_MAX_TEMPLATES_PER_OWNER, 20),
+      templateBuildSeconds: num(env.DEN_TEMPLATE_BUILD_TTL_SECONDS, 3600),
       bufferedExecsPerOwner: num(env.DEN_MAX_BUFFERED_EXECS_PER_OWNER, 8),
       streamsPerOwner: num(env.DEN_MAX_STREAMS_PER_OWNER, 64),
       followsPerOwner: num(env.DEN_MAX_FOLLOWS_PER_OWNER, 16),

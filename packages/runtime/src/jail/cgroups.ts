@@ -1,10 +1,22 @@
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
 /** What one VM may take of its host. */
 export interface VmLimits {
   vcpus: number;
   memoryMb: number;
+  /** Cores it may use at most (default: its vCPUs); see `cpuCeiling`. */
+  cpuMax?: number;
+}
+
+/**
+ * The most cores one VM may take on this host: its vCPUs, but never the whole machine (half
+ * a core stays for Den and the other VMs), so a guest spinning on every vCPU of a VM as big
+ * as its host still leaves Den's API and its neighbours a core's share.
+ */
+export function cpuCeiling(vcpus: number, hostCores = availableParallelism()): number {
+  return Math.max(0.5, Math.min(vcpus, hostCores - 0.5));
 }
 
 /** QEMU's own memory beside the guest's (TCG's translation cache, device and I/O buffers). */
@@ -45,11 +57,12 @@ export class VmCgroups {
   place(instance: string, vm: string, pid: number, limits: VmLimits): void {
     const d = this.dirs(instance, vm);
     const memory = (limits.memoryMb + QEMU_OVERHEAD_MB) * 1024 * 1024;
+    const quota = Math.round((limits.cpuMax ?? limits.vcpus) * PERIOD_US);
     if (this.version === 2) {
       this.enableControllers(join("den", instance, vm));
       mkdirSync(d.unified!, { recursive: true });
       write(d.unified!, "cpu.weight", String(Math.min(10_000, 100 * limits.vcpus)));
-      write(d.unified!, "cpu.max", `${limits.vcpus * PERIOD_US} ${PERIOD_US}`);
+      write(d.unified!, "cpu.max", `${quota} ${PERIOD_US}`);
       write(d.unified!, "memory.max", String(memory));
       write(d.unified!, "pids.max", String(QEMU_PIDS_MAX));
       write(d.unified!, "cgroup.procs", String(pid));
@@ -58,7 +71,7 @@ export class VmCgroups {
     for (const dir of Object.values(d)) mkdirSync(dir, { recursive: true });
     write(d.cpu!, "cpu.shares", String(1024 * limits.vcpus));
     write(d.cpu!, "cpu.cfs_period_us", String(PERIOD_US));
-    write(d.cpu!, "cpu.cfs_quota_us", String(limits.vcpus * PERIOD_US));
+    write(d.cpu!, "cpu.cfs_quota_us", String(quota));
     write(d.memory!, "memory.limit_in_bytes", String(memory));
     write(d.pids!, "pids.max", String(QEMU_PIDS_MAX));
     for (const dir of Object.values(d)) write(dir, "cgroup.procs", String(pid));

@@ -4,7 +4,7 @@ import { join } from "node:path";
 
 /** The dir inside a sandbox's dir that its QEMU is chrooted to: only the migration sockets live there. */
 export const JAIL_DIR = "jail";
-/** Where the VM puts its NIC socket, kept apart for the day the router is chrooted there too (it is not yet: see the README). */
+/** The router's chroot: the VM's NIC socket and the router's resolv.conf. */
 export const ROUTER_JAIL = "router-jail";
 
 /** VMs' uids start here (no passwd entry needed); each VM gets one of 2^24 by its id. */

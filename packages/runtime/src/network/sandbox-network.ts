@@ -1,14 +1,15 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, openSync } from "node:fs";
+import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, openSync, writeFileSync } from "node:fs";
 import { mkdir, writeFile, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { DenError } from "@den/protocol";
 import { VM_FILES, isAlive } from "../qemu.js";
 import { runTool } from "../util.js";
 import { isCidr, slotLink } from "./addresses.js";
 import { SandboxDns } from "./dns.js";
 import { hostCgroups } from "../jail/host.js";
+import { ROUTER_JAIL, jailArgs, prepareJail, vmIdentity } from "../jail/identity.js";
 import { Refuser } from "./refuser.js";
 import { MAX_LEARNED, firewallRules, parseCounters, type EgressMode, type RefusedCounts } from "./firewall.js";
 
@@ -199,17 +200,22 @@ export class SandboxNetwork {
    * The router: a QEMU with no machine, only its user-mode network (libslirp) joined by a
    * hub to a stream connection into the sandbox VM's NIC socket. It runs inside the
    * namespace, so every connection it makes for the guest passes the firewall. Its DNS
-   * forwards to the resolver in the namespace's resolv.conf: Den's server.
+   * forwards to the resolver in the namespace's resolv.conf: Den's server. Jailed as a VM
+   * is: a uid of its own, chrooted to router-jail/ (the NIC socket, and the resolv.conf
+   * libslirp reads again at each lookup), no fork or exec.
    */
   private async startRouter(): Promise<void> {
     await mkdir(this.etcDir, { recursive: true });
     await writeFile(join(this.etcDir, "resolv.conf"), `nameserver ${this.link.host}\n`);
-    // The VM's NIC socket (a VM of an older Den has it one level up). The router itself is
-    // not jailed yet (in its chroot, libslirp lost its resolver): see the README.
-    const nic = existsSync(join(this.dir, VM_FILES.net)) ? join(this.dir, VM_FILES.net) : join(this.dir, "net.sock");
+    // A VM of an older Den has its NIC socket one level up: that router stays unjailed.
+    const jailed = existsSync(join(this.dir, VM_FILES.net));
+    // QEMU connects a stream netdev asynchronously, maybe after it has chrooted: the path is
+    // relative to its working dir, the jail, which is "/" once inside it.
+    const nic = jailed ? basename(VM_FILES.net) : join(this.dir, "net.sock");
+    const confinement = jailed ? this.prepareRouterJail() : ["-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"];
     const args = [
       "netns", "exec", this.netns, "qemu-system-x86_64", "-M", "none", "-nodefaults", "-no-user-config", "-display", "none",
-      "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+      ...confinement,
       "-netdev", `user,id=u,net=${GUEST_NET.cidr},host=${GUEST_NET.gateway},dns=${GUEST_NET.dns},ipv6=off`,
       "-netdev", `stream,id=s,server=off,addr.type=unix,addr.path=${nic}`,
       "-netdev", "hubport,id=hu,hubid=0,netdev=u", "-netdev", "hubport,id=hs,hubid=0,netdev=s",
@@ -218,7 +224,7 @@ export class SandboxNetwork {
     const log = openSync(join(this.dir, "router.log"), "a");
     try {
       const child = spawn("ip", args, {
-        stdio: ["ignore", log, log], detached: true,
+        stdio: ["ignore", log, log], detached: true, cwd: jailed ? join(this.dir, ROUTER_JAIL) : this.dir,
         env: { PATH: process.env.PATH ?? "/usr/bin:/bin", DEN_INSTANCE: this.instance, DEN_SANDBOX: `net-${this.sandboxId}` },
       });
       child.on("error", () => undefined);
@@ -229,6 +235,18 @@ export class SandboxNetwork {
     } finally {
       closeSync(log);
     }
+  }
+
+  /** The router's chroot (its uid's alone) with the one file it reads there; its jail arguments. */
+  private prepareRouterJail(): string[] {
+    const id = vmIdentity(this.instance, this.routerCgroup);
+    const jail = prepareJail(this.dir, id, ROUTER_JAIL);
+    mkdirSync(join(jail, "etc"), { recursive: true, mode: 0o755 });
+    writeFileSync(join(jail, "etc", "resolv.conf"), `nameserver ${this.link.host}\n`, { mode: 0o644 });
+    chmodSync(join(jail, "etc", "resolv.conf"), 0o644);
+    // (the VM made its NIC socket as root; the router may connect after dropping to its uid)
+    chownSync(join(jail, basename(VM_FILES.net)), id.uid, id.gid);
+    return jailArgs(jail, id);
   }
 
   /** The guest side: address, route and resolver for its NIC (run through the agent). */

@@ -2,10 +2,14 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { once } from "node:events";
+import { readFileSync, readlinkSync } from "node:fs";
 import net_ from "node:net";
+import { join } from "node:path";
 import { DenError } from "@den/protocol";
 import { GUEST_NET, SandboxNetwork, type NetworkEnv } from "../../src/network/sandbox-network.js";
 import type { Runtime, Sandbox } from "../../src/index.js";
+import { hostCgroups } from "../../src/jail/host.js";
+import { vmIdentity } from "../../src/jail/identity.js";
 import { testRuntime } from "../helpers.js";
 
 /**
@@ -60,6 +64,18 @@ describe("sandbox egress", { skip: !insideTestNetns && "run through scripts/netn
     assert.ok(refused.private >= 2, JSON.stringify(refused));
   });
 
+  test("the router runs as a uid of its own, chrooted to router-jail/, in its cgroup (and names still resolve)", () => {
+    const pid = Number(readFileSync(join(sbx.dir, "router.pid"), "utf8").trim());
+    const id = vmIdentity(rt.instance, `net-${sbx.id}`);
+    assert.ok(id.uid > 0 && id.uid !== vmIdentity(rt.instance, sbx.id).uid, "not root, and not its VM's uid");
+    assert.match(readFileSync(`/proc/${pid}/status`, "utf8"), new RegExp(`^Uid:\\s+${id.uid}\\s+${id.uid}\\s+${id.uid}\\s+${id.uid}$`, "m"));
+    assert.equal(readlinkSync(`/proc/${pid}/root`), join(sbx.dir, "router-jail"));
+    // (`ip netns exec` gives this suite a sysfs of its own, without the cgroup fs: Den in the
+    // host's namespaces places routers like VMs, which test/jail.test.ts checks.)
+    if (hostCgroups()) assert.match(readFileSync(`/proc/${pid}/cgroup`, "utf8"), new RegExp(`:memory:/den/${rt.instance}/net-${sbx.id}$`, "m"));
+    assert.match(readFileSync(`/proc/${pid}/status`, "utf8"), /^Seccomp:\s+2$/m, "under its seccomp filter");
+  });
+
   test("allowlist: one address and one name pass, others are refused; back to none at once", async () => {
     await net.setPolicy({ egress: "allowlist", allow: ["198.51.100.10", "other.test"] });
     assert.equal(await get("http://198.51.100.10/"), "ok net1");
@@ -106,7 +122,9 @@ except socket.timeout: pass
 print(n)"`, { timeoutMs: 60_000 });
     const answered = Number(flood.stdout.toString().trim());
     assert.ok(answered >= 50 && answered < 300, `answered ${answered} of 600 (${flood.stderr})`);
-    assert.ok((await net.refused()).dns - before >= 300, "the dropped ones are counted");
+    // (the router may lose a few of the 600 on the way, so not every unanswered one reaches Den to be counted)
+    const dropped = (await net.refused()).dns - before;
+    assert.ok(dropped >= 200 && dropped + answered <= 600, `the dropped ones are counted (${dropped})`);
   });
 
   test("a policy that names neither a CIDR nor a domain is refused", () => {
@@ -123,7 +141,7 @@ describe("a sandbox's network through the runtime", { skip: !insideTestNetns && 
     const traces = (id: string) => ({
       netns: execFileSync("ip", ["netns", "list"], { encoding: "utf8" }).includes(`den-${id}`),
       // The router is the QEMU with no machine whose stream leads to this sandbox's NIC socket.
-      router: execFileSync("ps", ["-eo", "args"], { encoding: "utf8" }).split("\n").some((l) => l.includes("-M none") && l.includes(`${id}/net.sock`)),
+      router: execFileSync("ps", ["-eo", "args"], { encoding: "utf8" }).split("\n").some((l) => l.includes("-M none") && l.includes(`${id}/router-jail/net.sock`)),
     });
     try {
       assert.equal(await get(sbx, "http://198.51.100.10/"), false);

@@ -12,6 +12,9 @@ export function toApiTemplate(t: HostTemplate, owner: string | null): api.Templa
 
 /** Templates: the host's own (everyone's) and those owners build through the API (theirs alone). */
 export class Templates {
+  /** Builds running now, per owner: each runs in a sandbox that counts as one of the owner's. */
+  private readonly building = new Map<string, number>();
+
   constructor(private readonly ctx: Ctx, private readonly checkpoints: Checkpoints) {}
 
   /** A template made through the API is its owner's alone; the host's own are everyone's; a deleted one, nobody's. */
@@ -65,21 +68,58 @@ export class Templates {
     }
     if (req.from_template) await this.checkAccess(p, req.from_template);
     const fromCheckpoint = req.from_checkpoint ? await this.checkpoints.owned(p, req.from_checkpoint) : undefined;
-    const op = ops.newOp("template_build", null, "user", { name: req.name, previous: row ? { deleted_at: row.deleted_at } : null });
-    await ops.beginDetached(op, (tx) => tx.claimTemplate(req.name, p.owner, clock.now()));
-    try {
-      const spec = {
-        name: req.name, setup: req.setup ?? [], setupTimeoutSeconds: req.setup_timeout_seconds ?? 600,
-        ...(req.from_template ? { fromTemplate: req.from_template } : {}),
-        ...(fromCheckpoint ? { fromCheckpoint: await storedRef(this.ctx, fromCheckpoint.id) } : {}),
-      };
-      const t = await this.buildOnHosts(op.id, spec, fromCheckpoint ? [await hostOfId(this.ctx, fromCheckpoint.sandbox_id)] : this.ctx.hosts.all);
-      await ops.settleDetached(op, undefined);
-      return toApiTemplate(t, p.owner);
-    } catch (e) {
-      await this.giveBack(op.args, e, op);
-      throw e;
+    // The building sandbox is one of the owner's while it runs (quota), bounded by the
+    // build's TTL, and metered as running time under the build's operation id.
+    const building = this.building.get(p.owner) ?? 0;
+    if ((await store.countLive(p.owner)) + building >= config.limits.sandboxesPerOwner) {
+      throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${config.limits.sandboxesPerOwner} sandboxes, and a template build runs in one of its own; destroy some first`);
     }
+    this.building.set(p.owner, building + 1);
+    const op = ops.newOp("template_build", null, "user", { name: req.name, previous: row ? { deleted_at: row.deleted_at } : null });
+    const started = clock.now();
+    let shape: { vcpus: number; memory_mb: number } | undefined;
+    try {
+      await ops.beginDetached(op, (tx) => tx.claimTemplate(req.name, p.owner, clock.now()));
+      try {
+        const spec = {
+          name: req.name, setup: req.setup ?? [], setupTimeoutSeconds: req.setup_timeout_seconds ?? 600, ttlSeconds: config.limits.templateBuildSeconds,
+          ...(req.from_template ? { fromTemplate: req.from_template } : {}),
+          ...(fromCheckpoint ? { fromCheckpoint: await storedRef(this.ctx, fromCheckpoint.id) } : {}),
+        };
+        const t = await this.buildOnHosts(op.id, spec, fromCheckpoint ? [await hostOfId(this.ctx, fromCheckpoint.sandbox_id)] : this.ctx.hosts.all);
+        shape = t.reused ? undefined : t;
+        await ops.settleDetached(op, undefined);
+        return toApiTemplate(t, p.owner);
+      } catch (e) {
+        shape = await this.sourceShape(req, fromCheckpoint?.id);
+        await this.giveBack(op.args, e, op);
+        throw e;
+      }
+    } finally {
+      this.building.set(p.owner, (this.building.get(p.owner) ?? 1) - 1);
+      if (!this.building.get(p.owner)) this.building.delete(p.owner);
+      if (shape) await this.meterBuild(op.id, p.owner, started, shape).catch((e: unknown) => this.ctx.log.warn({ err: e }, `template build ${op.id} was not metered`));
+    }
+  }
+
+  /** The building sandbox's running time, as a usage segment of the owner's (a reused version built nothing). */
+  private async meterBuild(id: string, owner: string, start: number, shape: { vcpus: number; memory_mb: number }): Promise<void> {
+    const end = this.ctx.clock.now();
+    await this.ctx.store.insertSegment({
+      sandbox_id: id, owner, state: "running", start_ms: start, end_ms: Math.max(end, start + 1),
+      vcpus: shape.vcpus, memory_mb: shape.memory_mb, host_cpu_ms: 0, den_cpu_ms: 0, stored_bytes: 0,
+    });
+  }
+
+  /** The shape a failed build's sandbox had: its source template's (or the checkpoint's sandbox's). */
+  private async sourceShape(req: api.CreateTemplateRequest, checkpoint?: string): Promise<{ vcpus: number; memory_mb: number } | undefined> {
+    if (checkpoint) {
+      const c = await this.ctx.store.getCheckpoint(checkpoint);
+      const s = c ? await this.ctx.store.getSandbox(c.sandbox_id) : undefined;
+      return s ? { vcpus: s.vcpus, memory_mb: s.memory_mb } : undefined;
+    }
+    const name = req.from_template ?? "base";
+    return (await this.hostTemplates()).find((t) => `${t.name}@${t.version}` === name || (t.name === name && t.current));
   }
 
   /**
