@@ -34,7 +34,8 @@ node --test --test-concurrency=1 --test-reporter=spec \
   packages/runtime/dist/test/*.test.js \
   packages/host-agent/dist/test/*.test.js \
   packages/sdk/dist/test/*.test.js \
-  packages/server/dist/test/*.test.js
+  packages/server/dist/test/*.test.js \
+  packages/bench/dist/test/*.test.js
 # The same API tests once more, on Postgres (a throwaway server, scripts/with-postgres.sh)
 # and with the host agent behind a real HTTP hop (its /host/v1 server on 127.0.0.1,
 # HttpHostAgent + HttpGuest): every query is Postgres' and every host call crosses the wire

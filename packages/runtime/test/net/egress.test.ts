@@ -127,6 +127,51 @@ print(n)"`, { timeoutMs: 60_000 });
     assert.ok(dropped >= 200 && dropped + answered <= 600, `the dropped ones are counted (${dropped})`);
   });
 
+  test("a port scan of this machine's addresses reaches none of its services, and a neighbour's execs go on meanwhile", async () => {
+    // Services of "this machine" (the test namespace), on every address: none may answer the guest.
+    const services = [1022, 2222, 8080].map((port) => net_.createServer((c) => c.end("den-host-secret\n")).listen(port, "0.0.0.0"));
+    await Promise.all(services.map((srv) => once(srv, "listening")));
+    // The scanner's network as the runtime builds it, knowing this machine's addresses; the neighbour is the suite's sandbox.
+    const scanner = await rt.create({ template: "base" });
+    await rt.setNetwork(scanner.id, { egress: "open" });
+    const neighbour = sbx;
+    try {
+      let done = false;
+      const rtts: number[] = [];
+      const probe = (async () => {
+        while (!done) {
+          const t0 = performance.now();
+          assert.equal((await neighbour.exec("echo ok")).stdout.toString(), "ok\n");
+          rtts.push(performance.now() - t0);
+        }
+      })();
+      // Every address of this machine the guest might know of: its link's host end, the router's alias, the test namespace's own.
+      const link = rt.networks.get(scanner.id)!.link;
+      const targets = [link.host, GUEST_NET.gateway, "198.51.100.1", "203.0.113.1"];
+      // (a refused connection is accepted by Den's refuser and reset at once: "connected" proves nothing, an answer would)
+      const scan = await scanner.exec(`python3 -c "
+import socket
+leaks, tried = [], 0
+for host in ${JSON.stringify(targets).replace(/"/g, "'")}:
+    for port in list(range(1, 129)) + [1022, 2222, 8080]:
+        tried += 1
+        s = socket.socket(); s.settimeout(0.5)
+        try:
+            if s.connect_ex((host, port)) == 0 and b'den-host-secret' in s.recv(64): leaks.append(f'{host}:{port}')
+        except OSError: pass
+        s.close()
+print(tried, ' '.join(leaks) or 'none')"`, { timeoutMs: 600_000 });
+      done = true;
+      await probe;
+      assert.equal(scan.stdout.toString().trim(), `${targets.length * 131} none`, `services that answered: ${scan.stdout} ${scan.stderr}`);
+      assert.ok(rtts.length >= 3, `the neighbour ran execs throughout (${rtts.length})`);
+      assert.ok((await rt.networks.get(scanner.id)!.refused()).private > 0, "the scan's connections were refused and counted");
+    } finally {
+      for (const srv of services) srv.close();
+      await scanner.destroy();
+    }
+  });
+
   test("a policy that names neither a CIDR nor a domain is refused", () => {
     assert.throws(() => SandboxNetwork.validate({ egress: "allowlist", allow: ["not a host!"] }), (e: unknown) => e instanceof DenError && e.code === "invalid_argument");
   });
