@@ -40,4 +40,15 @@ serve den-t-priv 10.99.0.10 10.99.0.1 "private"
 for a in 198.51.100.10 203.0.113.10 10.99.0.10; do
   for i in $(seq 50); do ip netns exec $outer python3 -c "import urllib.request; urllib.request.urlopen('http://$a/', timeout=1)" 2>/dev/null && break; sleep 0.1; done
 done
-ip netns exec $outer "$@"
+# `ip netns exec` gives the command a sysfs of its own, without the host's cgroup mounts:
+# mount them again in its mount namespace, so VMs and routers get their cgroups as they do
+# outside a namespace (nothing to mount on a host without them).
+cg_mounts=$(findmnt -rn -t cgroup,cgroup2 -o TARGET,FSTYPE,OPTIONS 2>/dev/null || true)
+ip netns exec $outer sh -c '
+  if [ -n "$0" ]; then
+    mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup 2>/dev/null || true
+    echo "$0" | while read -r target fstype options; do
+      mkdir -p "$target" 2>/dev/null; mount -t "$fstype" -o "$options" "$fstype" "$target" 2>/dev/null || true
+    done
+  fi
+  exec "$@"' "$cg_mounts" "$@"

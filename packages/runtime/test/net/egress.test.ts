@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { DenError } from "@den/protocol";
 import { GUEST_NET, SandboxNetwork, type NetworkEnv } from "../../src/network/sandbox-network.js";
 import type { Runtime, Sandbox } from "../../src/index.js";
+import { QEMU_OVERHEAD_MB, QEMU_PIDS_MAX } from "../../src/jail/cgroups.js";
 import { hostCgroups } from "../../src/jail/host.js";
 import { vmIdentity } from "../../src/jail/identity.js";
 import { testRuntime } from "../helpers.js";
@@ -70,9 +71,14 @@ describe("sandbox egress", { skip: !insideTestNetns && "run through scripts/netn
     assert.ok(id.uid > 0 && id.uid !== vmIdentity(rt.instance, sbx.id).uid, "not root, and not its VM's uid");
     assert.match(readFileSync(`/proc/${pid}/status`, "utf8"), new RegExp(`^Uid:\\s+${id.uid}\\s+${id.uid}\\s+${id.uid}\\s+${id.uid}$`, "m"));
     assert.equal(readlinkSync(`/proc/${pid}/root`), join(sbx.dir, "router-jail"));
-    // (`ip netns exec` gives this suite a sysfs of its own, without the cgroup fs: Den in the
-    // host's namespaces places routers like VMs, which test/jail.test.ts checks.)
-    if (hostCgroups()) assert.match(readFileSync(`/proc/${pid}/cgroup`, "utf8"), new RegExp(`:memory:/den/${rt.instance}/net-${sbx.id}$`, "m"));
+    // (scripts/netns-test.sh mounts the host's cgroups again inside the test namespace)
+    const cg = hostCgroups();
+    assert.ok(cg, "this host's cgroups are writable here too");
+    const cgroup = readFileSync(`/proc/${pid}/cgroup`, "utf8");
+    for (const c of ["cpu", "memory", "pids"]) assert.match(cgroup, new RegExp(`:${c}:/den/${rt.instance}/net-${sbx.id}$`, "m"));
+    const d = cg!.dirs(rt.instance, `net-${sbx.id}`);
+    assert.equal(readFileSync(join(d.memory!, "memory.limit_in_bytes"), "utf8").trim(), String((128 + QEMU_OVERHEAD_MB) * 1024 * 1024));
+    assert.equal(readFileSync(join(d.pids!, "pids.max"), "utf8").trim(), String(QEMU_PIDS_MAX));
     assert.match(readFileSync(`/proc/${pid}/status`, "utf8"), /^Seccomp:\s+2$/m, "under its seccomp filter");
   });
 
