@@ -620,6 +620,10 @@ export class Runtime {
         await vm.loadState(join(snap.dir, TEMPLATE_FILES.state));
         await vm.setIgnoreShared(true);
         await vm.saveState(stateOut);
+      } catch (e) {
+        // What QEMU said before it went (a helper killed mid-load says nothing over QMP).
+        const log = await readFile(join(helperDir, VM_FILES.log), "utf8").catch(() => "");
+        throw new DenError("qemu_error", `the fork's RAM-sharing helper failed: ${(e as Error).message}${(e as NodeJS.ErrnoException).code ? ` (${(e as NodeJS.ErrnoException).code})` : ""}; its QEMU ${isAlive(vm.pid) ? "was running" : "had exited"}; qemu.log: ${log.slice(-600).trim() || "(empty)"}`, undefined, { cause: e });
       } finally {
         await vm.kill();
       }

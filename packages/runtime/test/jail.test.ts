@@ -4,7 +4,7 @@ import { mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Runtime, Sandbox } from "../src/index.js";
-import { QEMU_OVERHEAD_MB, QEMU_PIDS_MAX, VmCgroups, cpuCeiling } from "../src/jail/cgroups.js";
+import { QEMU_PIDS_MAX, memoryLimitMb, VmCgroups, cpuCeiling } from "../src/jail/cgroups.js";
 import { hostCgroups } from "../src/jail/host.js";
 import { vmIdentity } from "../src/jail/identity.js";
 import { isAlive } from "../src/qemu.js";
@@ -25,7 +25,7 @@ describe("cgroup writers (against a temporary dir)", () => {
     assert.equal(read(join(d.cpu!, "cpu.shares")), "2048");
     assert.equal(read(join(d.cpu!, "cpu.cfs_quota_us")), "200000");
     assert.equal(read(join(d.cpu!, "cpu.cfs_period_us")), "100000");
-    assert.equal(read(join(d.memory!, "memory.limit_in_bytes")), String((1024 + QEMU_OVERHEAD_MB) * 1024 * 1024));
+    assert.equal(read(join(d.memory!, "memory.limit_in_bytes")), String((2 * 1024 + 384) * 1024 * 1024));
     assert.equal(read(join(d.pids!, "pids.max")), String(QEMU_PIDS_MAX));
     for (const dir of Object.values(d)) assert.equal(read(join(dir, "cgroup.procs")), "4242");
   });
@@ -56,7 +56,7 @@ describe("cgroup writers (against a temporary dir)", () => {
     for (const level of [root, join(root, "den"), join(root, "den", "den_i")]) assert.equal(read(join(level, "cgroup.subtree_control")), "+cpu +memory +pids");
     assert.equal(read(join(d, "cpu.max")), "200000 100000");
     assert.equal(read(join(d, "cpu.weight")), "200");
-    assert.equal(read(join(d, "memory.max")), String((1024 + QEMU_OVERHEAD_MB) * 1024 * 1024));
+    assert.equal(read(join(d, "memory.max")), String((2 * 1024 + 384) * 1024 * 1024));
     assert.equal(read(join(d, "pids.max")), String(QEMU_PIDS_MAX));
     assert.equal(read(join(d, "cgroup.procs")), "4242");
   });
@@ -88,7 +88,7 @@ describe("the jailed QEMU (a real VM)", () => {
     const cgroup = readFileSync(`/proc/${pid}/cgroup`, "utf8");
     for (const c of ["cpu", "memory", "pids"]) assert.match(cgroup, new RegExp(`:${c}:/den/${rt.instance}/${sbx.id}$`, "m"));
     const d = cg!.dirs(rt.instance, sbx.id);
-    assert.equal(read(join(d.memory!, "memory.limit_in_bytes")), String((sbx.info.memoryMb + QEMU_OVERHEAD_MB) * 1024 * 1024));
+    assert.equal(read(join(d.memory!, "memory.limit_in_bytes")), String(memoryLimitMb(sbx.info.memoryMb) * 1024 * 1024));
     assert.equal(read(join(d.cpu!, "cpu.cfs_quota_us")), String(Math.round(cpuCeiling(sbx.info.vcpus) * 100_000)));
     assert.equal(read(join(d.pids!, "pids.max")), String(QEMU_PIDS_MAX));
     // The state moves over a socket in the jail now: a snapshot and a restore of it work.

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { after, before } from "node:test";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -162,4 +162,24 @@ export async function spawnHostAgent(port: number, secret: string, env: Record<s
     return r?.ok ? true : undefined;
   }, 60_000, 100);
   return child;
+}
+
+const warnings: string[] = [];
+let listening = false;
+/**
+ * What this host says about a failure no API answer explains, for a test's failure message:
+ * Den's own warnings (a fork that could not share its RAM says why), the kernel's last
+ * words on killed processes (OOM, seccomp), and the room in /dev/shm and the data dir.
+ */
+export function hostDiagnostics(): string {
+  if (!listening) {
+    listening = true;
+    process.on("warning", (w) => warnings.push(`${w.name}: ${w.message}`.slice(0, 2000)));
+  }
+  const run = (cmd: string, args: string[]) => {
+    const r = spawnSync(cmd, args, { encoding: "utf8" });
+    return r.status === 0 ? r.stdout : `(${cmd}: ${r.error?.message ?? r.stderr})`;
+  };
+  const kernel = run("dmesg", []).split("\n").filter((l) => /oom|killed process|memory cgroup|audit|segfault/i.test(l)).slice(-8).join("\n");
+  return [`warnings: ${warnings.slice(-5).join(" | ") || "none"}`, `kernel: ${kernel || "nothing"}`, run("df", ["-m", "/dev/shm", dataDir()]).trim()].join("\n");
 }

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ERROR_STATUS } from "@den/protocol";
-import { ADMIN_KEY, serverFixture } from "./helpers.js";
+import { ADMIN_KEY, hostDiagnostics, serverFixture } from "./helpers.js";
 
 /**
  * The Python SDK (packages/sdk-python, standard library only) against a real in-process
@@ -43,10 +43,11 @@ function python(args: string[], env: Record<string, string>, timeoutMs: number):
 
 function assertPassed(what: string, r: Run): void {
   if (r.code !== 0) console.error(`--- ${what}: python3 exited ${r.code ?? r.signal} ---\n${r.output}\n--- end of ${what} ---`);
-  assert.equal(r.code, 0, `${what} failed (exit ${r.code ?? r.signal}):\n${r.output.slice(-6000)}`);
+  assert.equal(r.code, 0, `${what} failed (exit ${r.code ?? r.signal}):\n${r.output.slice(-5000)}\n${hostDiagnostics()}`);
 }
 
 describe("the Python SDK against a real server", () => {
+  hostDiagnostics(); // (starts collecting Den's warnings)
   const f = serverFixture();
   let tmp = "";
 

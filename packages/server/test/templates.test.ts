@@ -94,7 +94,8 @@ describe("a template build is a sandbox of its owner's: quota, TTL and metering"
 
   test("its running time is metered; it is held to the build's TTL; it counts against the owner's sandboxes", async () => {
     const t0 = Date.now();
-    const built = await api("POST", "/v1/templates", { name: "slowish", setup: ["sleep 2"] });
+    // (a recipe of its own each run: a version already on the host is reused, and a reuse builds nothing)
+    const built = await api("POST", "/v1/templates", { name: "slowish", setup: [`sleep 2 # ${Date.now()}`] });
     assert.equal(built.status, 201, built.text);
     const groups = (await api("GET", `/v1/usage?group_by=sandbox&from=${new Date(t0 - 1000).toISOString()}&to=${new Date(Date.now() + 1000).toISOString()}`)).body.groups as Array<{ key: string; running_seconds: number; vcpu_seconds: number }>;
     const build = groups.find((g) => g.key.startsWith("op_"));

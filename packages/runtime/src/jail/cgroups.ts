@@ -21,13 +21,25 @@ export function cpuCeiling(vcpus: number, hostCores = availableParallelism()): n
 
 /** QEMU's own memory beside the guest's (TCG's translation cache, device and I/O buffers). */
 export const QEMU_OVERHEAD_MB = 384;
+
+/**
+ * A VM's memory ceiling: its guest RAM twice, plus QEMU's overhead. Twice, because the host
+ * charges a VM for the page cache it faults in as well as for its own pages: a VM restored
+ * from a template maps the template's RAM file (page cache, read as the guest runs or a
+ * snapshot copies it) and holds a copy of every page the guest wrote, and its disk I/O goes
+ * through the page cache too. At guest RAM + overhead, a busy VM's snapshot thrashes against
+ * the limit and the kernel's OOM killer may take its QEMU.
+ */
+export function memoryLimitMb(guestMb: number): number {
+  return 2 * guestMb + QEMU_OVERHEAD_MB;
+}
 /** Threads a QEMU may have (vCPUs, I/O workers); it cannot fork (seccomp). */
 export const QEMU_PIDS_MAX = 512;
 const PERIOD_US = 100_000;
 
 /**
  * A host cgroup per VM: a CPU weight by its vCPUs and a ceiling of that many cores, memory
- * up to its guest RAM plus QEMU's overhead, and a bound on threads. cgroup v1 (a hierarchy
+ * up to `memoryLimitMb` of its guest RAM, and a bound on threads. cgroup v1 (a hierarchy
  * per controller, as on these machines) and v2 (the unified hierarchy of most servers).
  * `root` is the cgroup mount (tests point it at a temporary dir).
  */
@@ -56,7 +68,7 @@ export class VmCgroups {
   /** Creates the VM's cgroup with its limits and moves `pid` (all its threads) into it. */
   place(instance: string, vm: string, pid: number, limits: VmLimits): void {
     const d = this.dirs(instance, vm);
-    const memory = (limits.memoryMb + QEMU_OVERHEAD_MB) * 1024 * 1024;
+    const memory = memoryLimitMb(limits.memoryMb) * 1024 * 1024;
     const quota = Math.round((limits.cpuMax ?? limits.vcpus) * PERIOD_US);
     if (this.version === 2) {
       this.enableControllers(join("den", instance, vm));
