@@ -34,9 +34,14 @@ export function diskPromisedMb(sandboxes: Array<{ dir: string; state: string; in
   return mb;
 }
 
-/** `DEN_DISK_OVERCOMMIT`: how many times over the free disk may be promised to guests' disks. */
+/**
+ * `DEN_DISK_OVERCOMMIT`: how many times over the free disk (above the reserve) may be promised
+ * to guests' disks. 4 by default: an agent's sandbox writes a fraction of its disk, and one
+ * that fills it fills only its own (a full host disk is an I/O error in the guest that
+ * writes, never a paused VM); 1 promises every byte.
+ */
 export function diskOvercommit(env: NodeJS.ProcessEnv = process.env): number {
-  const v = Number(env.DEN_DISK_OVERCOMMIT ?? 1);
+  const v = Number(env.DEN_DISK_OVERCOMMIT ?? 4);
   return Number.isFinite(v) && v >= 1 ? v : 1;
 }
 

@@ -39,6 +39,7 @@ test("every guest disk may fill to its size: what existing disks may still write
     const over = new Admission({ memoryMb: 1 << 20, vcpus: 1024, diskReserveMb: reserve }, dir, () => new Map(), () => diskPromisedMb(sandboxes), 2);
     over.check({ vcpus: 1, memoryMb: 512, diskMb: 16 * 1024 });
     assert.equal(diskOvercommit({ DEN_DISK_OVERCOMMIT: "2.5" }), 2.5);
+    assert.equal(diskOvercommit({}), 4, "by default a quarter of what the disks may still grow by is kept free");
     assert.equal(diskOvercommit({ DEN_DISK_OVERCOMMIT: "0.5" }), 1, "never less than the disk there is");
   } finally {
     rmSync(dir, { recursive: true, force: true });

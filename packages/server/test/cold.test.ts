@@ -138,6 +138,12 @@ for (const kind of ["local", "s3"] as const) {
         assert.equal(late.status, 429, late.text);
         assert.match(late.body.error.message, /more would pass the quota/);
         assert.deepEqual((await user("GET", "/v1/checkpoints")).body.checkpoints.map((c: { id: string }) => c.id), [cp1.body.id]);
+        // So is a cold hibernation: refused at its commit, it keeps running with its data.
+        const lateCold = await user("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
+        assert.equal(lateCold.status, 429, lateCold.text);
+        assert.match(lateCold.body.error.message, /more would pass the quota/);
+        assert.equal((await user("GET", `/v1/sandboxes/${id}`)).body.state, "running");
+        assert.equal((await user("POST", `/v1/sandboxes/${id}/exec`, { cmd: "stat -c %s /tmp/blob" })).body.stdout, "5000000\n", "resumed, with its data");
       } finally {
         limits.storedBytesPerOwner = quota;
       }

@@ -284,11 +284,23 @@ export class Lifecycle {
       throw e;
     }
     faultPoint("hibernate-cold-after-upload");
+    const max = this.ctx.config.limits.storedBytesPerOwner;
     const done = await ops.finish(op, row.id, {
       state: "hibernated", reason, patch: { hibernate_snapshot: stored.id, hibernate_mode: "cold", stored_bytes: up.storedBytes, ...this.pausedDeadline(row) },
       data: { mode: "cold", snapshot: stored.id, ms: Math.round(performance.now() - t0), stored_bytes: up.storedBytes, memory_bytes: row.memory_mb * 1024 * 1024 },
       result: up,
-    }, (tx) => tx.completeStoredSnapshot(stored.id, up.storedBytes));
+    }, async (tx) => {
+      // The quota holds what the upload actually wrote, checked with the commit.
+      await tx.checkStoredQuota(row.owner, up.storedBytes, max);
+      await tx.completeStoredSnapshot(stored.id, up.storedBytes);
+    }).catch(async (e: unknown) => {
+      if (!(e instanceof DenError && e.code === "quota_exceeded")) throw e;
+      // Refused: the record stays as it was, the copy is released, and a VM the upload left
+      // paused goes back to work (should this process die first, the next start resumes it).
+      await ops.fail(op, row.id, e, {}, (tx) => tx.releaseStoredSnapshot(stored.id, clock.now()));
+      if (!fromWarm) await host.wakeWarm(newId("op"), row.id, null).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: not resumed after a refused cold hibernate`));
+      throw e;
+    });
     faultPoint("hibernate-cold-after-commit");
     await this.removeVm(row, fromWarm);
     faultPoint("hibernate-cold-after-vm-removal");
