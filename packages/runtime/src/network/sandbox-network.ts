@@ -241,8 +241,10 @@ export class SandboxNetwork {
   private prepareRouterJail(): string[] {
     const id = vmIdentity(this.instance, this.routerCgroup);
     const jail = prepareJail(this.dir, id, ROUTER_JAIL);
-    mkdirSync(join(jail, "etc"), { recursive: true, mode: 0o755 });
-    writeFileSync(join(jail, "etc", "resolv.conf"), `nameserver ${this.link.host}\n`, { mode: 0o644 });
+    // (readable by the router's uid whatever Den's umask: `den serve` runs with 077)
+    mkdirSync(join(jail, "etc"), { recursive: true });
+    chmodSync(join(jail, "etc"), 0o755);
+    writeFileSync(join(jail, "etc", "resolv.conf"), `nameserver ${this.link.host}\n`);
     chmodSync(join(jail, "etc", "resolv.conf"), 0o644);
     // (the VM made its NIC socket as root; the router may connect after dropping to its uid)
     chownSync(join(jail, basename(VM_FILES.net)), id.uid, id.gid);

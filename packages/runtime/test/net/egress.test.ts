@@ -54,7 +54,13 @@ describe("sandbox egress", { skip: !insideTestNetns && "run through scripts/netn
   });
 
   test("open: the internet answers; private ranges and this machine do not; refusals are counted", async () => {
-    net = await SandboxNetwork.up(rt.instance, sbx.id, 7, { egress: "open" }, env, sbx.dir);
+    // Under the umask `den serve` runs with: the router's uid must still read its resolv.conf.
+    const umask = process.umask(0o077);
+    try {
+      net = await SandboxNetwork.up(rt.instance, sbx.id, 7, { egress: "open" }, env, sbx.dir);
+    } finally {
+      process.umask(umask);
+    }
     assert.equal((await sbx.exec(net.guestSetup())).exitCode, 0);
     assert.equal(await get("http://198.51.100.10/"), "ok net1");
     assert.equal(await get("http://allowed.test/"), "ok net1", "names resolve through Den's DNS");

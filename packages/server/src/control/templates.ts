@@ -91,7 +91,7 @@ export class Templates {
         await ops.settleDetached(op, undefined);
         return toApiTemplate(t, p.owner);
       } catch (e) {
-        shape = await this.sourceShape(req, fromCheckpoint?.id);
+        shape = await this.sourceShape(req, fromCheckpoint);
         await this.giveBack(op.args, e, op);
         throw e;
       }
@@ -111,13 +111,9 @@ export class Templates {
     });
   }
 
-  /** The shape a failed build's sandbox had: its source template's (or the checkpoint's sandbox's). */
-  private async sourceShape(req: api.CreateTemplateRequest, checkpoint?: string): Promise<{ vcpus: number; memory_mb: number } | undefined> {
-    if (checkpoint) {
-      const c = await this.ctx.store.getCheckpoint(checkpoint);
-      const s = c ? await this.ctx.store.getSandbox(c.sandbox_id) : undefined;
-      return s ? { vcpus: s.vcpus, memory_mb: s.memory_mb } : undefined;
-    }
+  /** The shape a failed build's sandbox had: its source template's, or its checkpoint's. */
+  private async sourceShape(req: api.CreateTemplateRequest, checkpoint?: { vcpus: number; memory_mb: number }): Promise<{ vcpus: number; memory_mb: number } | undefined> {
+    if (checkpoint) return checkpoint;
     const name = req.from_template ?? "base";
     return (await this.hostTemplates()).find((t) => `${t.name}@${t.version}` === name || (t.name === name && t.current));
   }
