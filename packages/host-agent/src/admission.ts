@@ -2,6 +2,7 @@ import { statSync, statfsSync } from "node:fs";
 import { join } from "node:path";
 import { cpus, totalmem } from "node:os";
 import { DenError, type host } from "@den/protocol";
+import { VM_FILES } from "@den/runtime";
 
 /** What one VM holds while it exists (running or warm-hibernated); a cold one holds nothing. */
 export type Shape = host.Shape;
@@ -25,7 +26,7 @@ export function diskPromisedMb(sandboxes: Array<{ dir: string; state: string; in
     if (s.state === "destroyed") continue;
     let heldMb = 0;
     try {
-      heldMb = (statSync(join(s.dir, "disk.qcow2")).blocks * 512) / 1024 / 1024;
+      heldMb = (statSync(join(s.dir, VM_FILES.disk)).blocks * 512) / 1024 / 1024;
     } catch {
       // not made yet, or gone
     }

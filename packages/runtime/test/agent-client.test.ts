@@ -44,15 +44,19 @@ async function fakeGuest(onFrame: (sock: net.Socket, type: FrameType, id: number
   };
 }
 
+/** Writes `chunk` to the host `times` times, as fast as the socket drains. */
+function pump(sock: net.Socket, chunk: Buffer, times: number): void {
+  let sent = 0;
+  const more = () => {
+    while (sent < times && sock.write(chunk)) sent++;
+    if (sent < times) sock.once("drain", more);
+  };
+  more();
+}
+
 test("a guest that never sends SYNC is dropped after a bounded amount of garbage", async () => {
   const g = await fakeGuest(() => undefined, (sock) => {
-    const junk = Buffer.alloc(1 << 20, 0x41);
-    let sent = 0;
-    const pump = () => {
-      while (sent < 40 && sock.write(junk)) sent++;
-      if (sent < 40) sock.once("drain", pump);
-    };
-    pump();
+    pump(sock, Buffer.alloc(1 << 20, 0x41), 40);
   });
   try {
     await assert.rejects(AgentClient.connect(g.path, 20_000), isCode("agent_protocol_error"));
@@ -104,13 +108,7 @@ test("a guest flooding events nobody asked for is disconnected once past its all
       return;
     }
     if (body.op !== "sys.ping") return;
-    const big = encodeJson(FrameType.Event, 80000, { pad: "x".repeat(1 << 19) });
-    let sent = 0;
-    const pump = () => {
-      while (sent < 64 && sock.write(big)) sent++;
-      if (sent < 64) sock.once("drain", pump);
-    };
-    pump();
+    pump(sock, encodeJson(FrameType.Event, 80000, { pad: "x".repeat(1 << 19) }), 64);
   });
   try {
     const agent = await AgentClient.connect(g.path);
