@@ -10,6 +10,7 @@ export { hostProfile, cacheDir, type HostProfile } from "./host.js";
 export { type SnapshotManifest, readManifest, verifySnapshot } from "./snapshot.js";
 export { findInstanceProcesses, VM_FILES } from "./qemu.js";
 export { mulberry32, newId, privateDir, privateFiles } from "./util.js";
+export { HOST_CAPABILITIES, boundingSetArg, processCapabilities, surplusCapabilities } from "./jail/capabilities.js";
 export { type EgressPolicy, GUEST_NET } from "./network/sandbox-network.js";
 export { isCidr } from "./network/addresses.js";
 export type { EgressMode } from "./network/firewall.js";

@@ -1,5 +1,5 @@
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { cp, mkdir, open, symlink, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { copyFile, cp, mkdir, open, symlink, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { spawn } from "node:child_process";
 import { join, resolve } from "node:path";
 import { DenError } from "@den/protocol";
@@ -164,6 +164,7 @@ export class Runtime {
     return {
       host: this.host,
       templateDisk: (ref: TemplateRef) => join(this.templates.dir(ref), TEMPLATE_FILES.disk),
+      templateMemory: (ref: TemplateRef) => join(this.templates.dir(ref), TEMPLATE_FILES.memory),
       onDestroyed: async (id: string) => {
         this.sandboxes.delete(id);
         await this.networks.release(id);
@@ -609,6 +610,9 @@ export class Runtime {
     await mkdir(helperDir);
     try {
       await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", join(snap.dir, TEMPLATE_FILES.disk), join(helperDir, VM_FILES.disk)], "qemu_error");
+      // A stream of only the changed pages goes over the template's RAM (the snapshots taken
+      // for this carry every page; a checkpoint would not).
+      if (snap.manifest.changedPagesOnly) await copyFile(join(this.templates.dir(snap.manifest.template), TEMPLATE_FILES.memory), ramPath);
       const vm = await Vm.launch({
         dir: helperDir, vcpus: snap.manifest.vm.vcpus, memoryMb: snap.manifest.vm.memoryMb,
         memoryFile: ramPath, shareMemory: true, disk: join(helperDir, VM_FILES.disk),

@@ -51,6 +51,8 @@ export interface SnapshotResult {
 export interface SandboxContext {
   host: HostProfile;
   templateDisk(ref: TemplateRef): string;
+  /** The template's RAM file, which a sandbox's saved stream is restored over. */
+  templateMemory(ref: TemplateRef): string;
   onDestroyed(id: string): Promise<void>;
 }
 
@@ -263,6 +265,7 @@ export class Sandbox {
       await agent?.quiesce();
       const t0 = performance.now();
       let pauseMs = 0;
+      let changedOnly = false;
       try {
         if (wasRunning) await vm.stop();
         else if ((await vm.status()) === "postmigrate") {
@@ -270,7 +273,13 @@ export class Sandbox {
           await vm.cont();
           await vm.stop();
         }
-        await vm.saveState(join(dir, "state.bin"), { ignoreShared: this.record.ramFile ? true : opts.ignoreShared });
+        // A stream is restored over its template's RAM: it need carry only the pages that differ
+        // (not for a stream a helper loads into an empty RAM file: `ignoreShared: false`).
+        changedOnly = !this.record.ramFile && opts.ignoreShared !== false && process.env.DEN_SNAPSHOT_ALL_PAGES !== "1";
+        await vm.saveState(join(dir, "state.bin"), {
+          ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
+          ...(changedOnly ? { changedAgainst: this.ctx.templateMemory(this.record.template) } : {}),
+        });
         await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
         // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.
         if (this.record.ramFile) await copyFile(join(this.dir, RAM_FILE), join(dir, "memory.bin"));
@@ -296,6 +305,7 @@ export class Sandbox {
         createdAt: new Date().toISOString(),
         template: this.record.template,
         memory: this.record.ramFile ? "file" : "stream",
+        ...(changedOnly ? { changedPagesOnly: true } : {}),
         host: hostSection(this.ctx.host),
         vm: { vcpus: this.record.vcpus, memoryMb: this.record.memoryMb, diskMb: this.record.diskMb },
         pauseMs: Math.round(pauseMs * 10) / 10,

@@ -32,6 +32,8 @@ export interface SnapshotManifest {
   template: TemplateRef;
   /** "file": RAM is memory.bin. "stream": RAM is in state.bin, over the template's memory.bin. */
   memory: "file" | "stream";
+  /** A stream that carries only the pages that differ from its template's RAM (older ones carry every page). */
+  changedPagesOnly?: boolean;
   host: {
     qemuVersion: string;
     accelerator: string;

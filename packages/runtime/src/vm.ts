@@ -13,6 +13,7 @@ import { hostCgroups } from "./jail/host.js";
 import { cpuCeiling } from "./jail/cgroups.js";
 import { connectUnixRetry } from "./qmp.js";
 import { sleep } from "./util.js";
+import { keepChangedPages, type PageFilterStats } from "./migration-stream.js";
 
 /** Migration throughput cap: QEMU's default (128 MiB/s) would stretch every snapshot pause. */
 const MIGRATE_BANDWIDTH = 64 * 1024 * 1024 * 1024;
@@ -105,9 +106,14 @@ export class Vm {
     }
   }
 
-  /** Writes the VM's state to a file. The VM must be stopped (so the disk is quiescent too). */
-  async saveState(stateFile: string, opts: { ignoreShared?: boolean } = {}): Promise<void> {
+  /**
+   * Writes the VM's state to a file. The VM must be stopped (so the disk is quiescent too).
+   * `changedAgainst`: a RAM file the state will be loaded over (its template's): the state
+   * leaves out every page that equals that file's (migration-stream.ts); the stats say how many.
+   */
+  async saveState(stateFile: string, opts: { ignoreShared?: boolean; changedAgainst?: string } = {}): Promise<PageFilterStats | undefined> {
     const ignoreShared = opts.ignoreShared ?? true;
+    const stats: PageFilterStats | undefined = opts.changedAgainst ? { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 } : undefined;
     await this.qmp.execute("migrate-set-parameters", { "max-bandwidth": MIGRATE_BANDWIDTH });
     if (!ignoreShared) await this.setIgnoreShared(false);
     // We listen; QEMU connects and writes its state, which goes to the file until it closes.
@@ -116,7 +122,10 @@ export class Vm {
     const server = net.createServer();
     let written: Promise<void> | undefined;
     const accepted = new Promise<void>((resolve) => server.once("connection", (c) => {
-      written = pipeline(c, createWriteStream(stateFile));
+      const base = opts.changedAgainst;
+      written = base && stats
+        ? pipeline(c, (source: AsyncIterable<Buffer>) => keepChangedPages(source, base, stats), createWriteStream(stateFile))
+        : pipeline(c, createWriteStream(stateFile));
       resolve();
     }));
     await new Promise<void>((resolve, reject) => server.once("error", reject).listen(sock.host, () => resolve()));
@@ -133,6 +142,7 @@ export class Vm {
       }
       await accepted;
       await written;
+      return stats;
     } finally {
       server.close();
       await rm(sock.host, { force: true });

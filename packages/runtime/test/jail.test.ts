@@ -2,11 +2,13 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import type { Runtime, Sandbox } from "../src/index.js";
 import { QEMU_PIDS_MAX, memoryLimitMb, VmCgroups, cpuCeiling } from "../src/jail/cgroups.js";
 import { hostCgroups } from "../src/jail/host.js";
 import { vmIdentity } from "../src/jail/identity.js";
+import { HOST_CAPABILITIES, boundingSetArg, capabilityNames, processCapabilities } from "../src/jail/capabilities.js";
 import { isAlive } from "../src/qemu.js";
 import { testRuntime } from "./helpers.js";
 
@@ -59,6 +61,30 @@ describe("cgroup writers (against a temporary dir)", () => {
     assert.equal(read(join(d, "memory.max")), String((2 * 1024 + 384) * 1024 * 1024));
     assert.equal(read(join(d, "pids.max")), String(QEMU_PIDS_MAX));
     assert.equal(read(join(d, "cgroup.procs")), "4242");
+  });
+});
+
+describe("Den's own capabilities", () => {
+  test("capability masks read as names; the bounding set keeps exactly the ones Den uses", () => {
+    assert.deepEqual(capabilityNames("0000000000003001"), ["chown", "net_admin", "net_raw"]);
+    assert.deepEqual(capabilityNames("0000010000000000"), ["checkpoint_restore"]);
+    assert.deepEqual(capabilityNames("8000000000000000"), ["cap_63"]);
+    assert.match(boundingSetArg(), /^-all,\+chown,.*\+sys_resource$/);
+  });
+
+  test("the host agent's systemd unit bounds it to the same capabilities", () => {
+    const repo = join(dirname(fileURLToPath(import.meta.url)), "../../../..");
+    const unit = readFileSync(join(repo, "deploy/den-host-agent.service"), "utf8");
+    const listed = /^CapabilityBoundingSet=(.*)$/m.exec(unit)?.[1]?.split(/\s+/).map((c) => c.replace(/^CAP_/, "").toLowerCase());
+    assert.deepEqual(listed?.sort(), [...HOST_CAPABILITIES].sort());
+  });
+
+  // The test script runs the VM stages under `setpriv --bounding-set` of HOST_CAPABILITIES
+  // (DEN_TEST_BOUNDED_CAPS=1): every VM test after this one proves the set is enough.
+  test("the suite's VM stages run with only those capabilities", { skip: process.env.DEN_TEST_BOUNDED_CAPS !== "1" && "not run by scripts/test.sh" }, () => {
+    const caps = processCapabilities();
+    assert.deepEqual(caps.CapBnd.sort(), [...HOST_CAPABILITIES].sort());
+    assert.deepEqual(caps.CapPrm.sort(), [...HOST_CAPABILITIES].sort());
   });
 });
 

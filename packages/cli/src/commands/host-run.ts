@@ -2,7 +2,7 @@ import { privateFiles } from "@den/runtime";
 import type { Command } from "commander";
 import { LocalHostAgent, Registrar, startHostServer } from "@den/host-agent";
 import { loadConfig, openStore } from "@den/server";
-import { globalOptions, logLine } from "./options.js";
+import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
 
 /**
  * `den host run`: this machine's host agent alone (its VMs, warm snapshots, templates and
@@ -27,6 +27,7 @@ export function registerHostRun(host: Command): void {
       const config = loadConfig({ ...(root.dataDir ? { dataDir: globalOptions(cmd).dataDir } : {}) });
       const secret = process.env.DEN_HOST_SECRET;
       if (!secret) throw new Error("den host run needs DEN_HOST_SECRET: the control plane sends it with every request");
+      warnSurplusCapabilities();
       const agent = await LocalHostAgent.open(config.dataDir, openStore(config), config.capacity);
       let server;
       try {

@@ -1,7 +1,7 @@
 import { privateFiles } from "@den/runtime";
 import type { Command } from "commander";
 import { loadConfig, startServer } from "@den/server";
-import { globalOptions, logLine } from "./options.js";
+import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
 
 export function registerServe(program: Command): void {
   program
@@ -20,6 +20,7 @@ export function registerServe(program: Command): void {
         ...(opts.envdPort ? { envdPort: opts.envdPort } : {}),
         ...(root.dataDir ? { dataDir: globalOptions(cmd).dataDir } : {}),
       });
+      if (config.hostAgent.kind !== "remote") warnSurplusCapabilities();
       const server = await startServer(config, { logger: { level: config.logLevel } });
       logLine(`den: listening on ${server.url} (data dir ${config.dataDir}; host agent${server.cp.hosts.all.length > 1 ? "s" : ""} ${server.cp.hosts.all.map((h) => h.address).join(", ")})`);
       if (server.envdUrl) logLine(`den: E2B API at ${server.url} (E2B_API_URL), envd at ${server.envdUrl} (E2B_SANDBOX_URL)`);
