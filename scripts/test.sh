@@ -24,10 +24,20 @@ agent_tmp=$(mktemp -d)
 trap 'rm -rf "$agent_tmp"' EXIT
 OUT="$agent_tmp/den-agent" packages/guest-agent/build.sh
 node packages/guest-agent/test/run.mjs "$agent_tmp/den-agent"
+# Every stage that runs VMs keeps only the capabilities Den keeps when it runs them
+# (HOST_CAPABILITIES; scripts/start.sh and the host agent's unit do the same): a capability
+# Den needs but does not list fails here.
+den_caps=$(node --input-type=module -e 'import { boundingSetArg } from "@den/runtime"; console.log(boundingSetArg())')
+# Each stage also says how long it took (the suite's time is watched as it grows).
+bounded() {
+  local t0=$SECONDS
+  DEN_TEST_BOUNDED_CAPS=1 setpriv --inh-caps=-all --bounding-set="$den_caps" "$@"
+  echo "test.sh: stage took $((SECONDS - t0)) s: $*" | cut -c1-160 >&2
+}
 # No test outside the network namespace below may touch this host's networking.
 host_net() { nft list tables 2>/dev/null | grep den_ || true; ip netns list 2>/dev/null | grep '^den-' || true; }
 host_net_before=$(host_net)
-node --test --test-concurrency=1 --test-reporter=spec \
+bounded node --test --test-concurrency=1 --test-reporter=spec \
   packages/protocol/dist/test/*.test.js \
   packages/images/dist/test/*.test.js \
   packages/store/dist/test/*.test.js \
@@ -47,7 +57,7 @@ node --test --test-concurrency=1 --test-reporter=spec \
 pg_data="$agent_tmp/pg-data"
 mkdir -p "$pg_data/templates"
 cp -a "$DEN_DATA_DIR/templates/base" "$pg_data/templates/"
-DEN_DATA_DIR="$pg_data" scripts/with-postgres.sh env DEN_HOST_TRANSPORT=loopback node --test --test-concurrency=1 --test-reporter=spec \
+DEN_DATA_DIR="$pg_data" bounded scripts/with-postgres.sh env DEN_HOST_TRANSPORT=loopback node --test --test-concurrency=1 --test-reporter=spec \
   packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests,templates,quotas,crash}.test.js packages/server/dist/test/fleet/*.test.js
 if [ "$(host_net)" != "$host_net_before" ]; then
   echo "a test outside the network test namespace changed this host's networking:" >&2
@@ -55,16 +65,16 @@ if [ "$(host_net)" != "$host_net_before" ]; then
   exit 1
 fi
 # Sandbox networking, inside a namespace with no way off this machine (scripts/netns-test.sh).
-DEN_NETNS_TEST=1 scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/runtime/dist/test/net/*.test.js packages/server/dist/test/net/*.test.js
+DEN_NETNS_TEST=1 bounded scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/runtime/dist/test/net/*.test.js packages/server/dist/test/net/*.test.js
 # The E2B-compatible API with the real `e2b` client: its sandboxes have open egress by
 # default (as E2B's do), so they run in the same namespace; envd and the seed loops run
 # once more with every host call over the loopback hop.
-DEN_NETNS_TEST=1 scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/server/dist/test/e2b/*.test.js
-DEN_NETNS_TEST=1 DEN_HOST_TRANSPORT=loopback scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/server/dist/test/e2b/{envd,seeds}.test.js
+DEN_NETNS_TEST=1 bounded scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/server/dist/test/e2b/*.test.js
+DEN_NETNS_TEST=1 DEN_HOST_TRANSPORT=loopback bounded scripts/netns-test.sh node --test --test-concurrency=1 --test-reporter=spec packages/server/dist/test/e2b/{envd,seeds}.test.js
 if [ "${DEN_SKIP_BENCH:-}" != 1 ]; then
-  node packages/bench/dist/src/bench.js --quick
+  bounded node packages/bench/dist/src/bench.js --quick
   # The agent loop four ways; it fails if a persistent way ever loses its state.
-  node packages/bench/dist/src/agent-loop.js --quick
+  bounded node packages/bench/dist/src/agent-loop.js --quick
   # The fleet's rows: create through a replica with three hosts vs single node, cold wake on its own vs another host.
-  scripts/with-postgres.sh node packages/bench/dist/src/fleet-bench.js --quick
+  bounded scripts/with-postgres.sh node packages/bench/dist/src/fleet-bench.js --quick
 fi

@@ -1,3 +1,4 @@
+import { codecCpuSeconds } from "@den/store";
 import { AsyncLocalStorage } from "node:async_hooks";
 
 /**
@@ -27,8 +28,11 @@ export function reportHostWork(header: string | null): void {
   if (box && Number.isFinite(us) && us > 0) box.seconds += us / 1e6;
 }
 
-/** This process's CPU seconds (threads included, reaped children not: a QEMU that ends would land here). */
+/**
+ * This process's CPU seconds, threads and the store's codec processes included (reaped
+ * children in general not: a QEMU that ends would land there).
+ */
 export function processCpuSeconds(): number {
   const { user, system } = process.cpuUsage();
-  return (user + system) / 1e6;
+  return (user + system) / 1e6 + codecCpuSeconds();
 }

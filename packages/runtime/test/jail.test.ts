@@ -69,7 +69,7 @@ describe("Den's own capabilities", () => {
     assert.deepEqual(capabilityNames("0000000000003001"), ["chown", "net_admin", "net_raw"]);
     assert.deepEqual(capabilityNames("0000010000000000"), ["checkpoint_restore"]);
     assert.deepEqual(capabilityNames("8000000000000000"), ["cap_63"]);
-    assert.match(boundingSetArg(), /^-all,\+chown,.*\+sys_resource$/);
+    assert.match(boundingSetArg(), /^-all,\+chown,.*\+sys_admin$/);
   });
 
   test("the host agent's systemd unit bounds it to the same capabilities", () => {

@@ -164,7 +164,7 @@ for (const kind of ["local", "s3"] as const) {
       const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
       assert.equal(h.body.hibernate_mode, "cold");
       const store = host().store;
-      const key = (await store.list(`${server.cp.deployment}/snapshots/`)).find((o) => o.key.endsWith("/state.bin.gz"))!.key;
+      const key = (await store.list(`${server.cp.deployment}/snapshots/`)).find((o) => /\/state\.bin\.(gz|zst)$/.test(o.key))!.key;
       const good = await store.getBytes(key);
       const bad = Buffer.from(good);
       bad.writeUInt8(bad.readUInt8(bad.length >> 1) ^ 1, bad.length >> 1);

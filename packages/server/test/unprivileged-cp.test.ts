@@ -47,8 +47,10 @@ describe("a control plane that runs as an unprivileged user", { skip: !readable 
   });
   after(async () => {
     for (const s of (await api("GET", "/v1/sandboxes?limit=200").catch(() => undefined))?.body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
-    await stopProcess(cp, "SIGTERM");
+    // The host first: a registered host agent's SIGTERM drains through its control plane,
+    // which would wait out its shutdown timeout with the control plane gone.
     await stopProcess(host, "SIGTERM");
+    await stopProcess(cp, "SIGTERM");
     await s3?.close();
     rmSync(root, { recursive: true, force: true });
   });

@@ -21,7 +21,8 @@ const FAKE_AGENT = readFileSync(join(dirname(fileURLToPath(import.meta.url)), ".
 /** The real agent's pid (PID 1 is init; the exec's own background jobs are in its process group, so they run under setsid). */
 const KILL_AGENT = "pgrep -xf den-agent";
 
-describe("a guest whose agent stops answering", () => {
+// The two cases wait out TTLs side by side in one server (concurrently: half the wall time).
+describe("a guest whose agent stops answering", { concurrency: true }, () => {
   let server: ChildProcess;
   const api = client(`http://127.0.0.1:${PORT}`);
   const { create, exec } = sandboxCalls(api);
@@ -50,7 +51,7 @@ describe("a guest whose agent stops answering", () => {
   });
 
   test("an agent replaced by one that ignores sys.clock: exec and wake fail within the deadline; a neighbour works and is reaped on time; so is the wedged one", async () => {
-    const wedged = await create({ ttl_seconds: 60 });
+    const wedged = await create({ ttl_seconds: 48 });
     const neighbour = await create({ ttl_seconds: 40 });
     const put = await api("PUT", `/v1/sandboxes/${wedged}/files?path=/root/fake-agent.py`, FAKE_AGENT, { "content-type": "application/octet-stream" });
     assert.equal(put.status, 200, put.text);

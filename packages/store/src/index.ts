@@ -3,3 +3,4 @@ export { LocalDirStore } from "./local-store.js";
 export { S3Store, type S3StoreOptions } from "./s3-store.js";
 export * from "./snapshots.js";
 export { faultPoint } from "./faults.js";
+export { codecCpuSeconds, preferredCompression, type Compression } from "./codec.js";

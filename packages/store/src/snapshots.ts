@@ -4,8 +4,8 @@ import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { createGunzip, createGzip } from "node:zlib";
 import { DenError } from "@den/protocol";
+import { compress, decompress, preferredCompression, SUFFIX, type Compression } from "./codec.js";
 import { faultPoint } from "./faults.js";
 import type { ObjectStore, TransferProgress } from "./object-store.js";
 
@@ -19,7 +19,7 @@ export interface StoredObject {
   /** The file as the runtime uses it. */
   rawSize: number;
   rawSha256: string;
-  compression: "gzip";
+  compression: Compression;
 }
 
 export interface StoredSnapshot {
@@ -31,12 +31,14 @@ export interface StoredSnapshot {
   snapshot: unknown;
 }
 
-function hashing(h: ReturnType<typeof createHash>, count: { n: number }): Transform {
+/** Hashes and counts what passes; more than `limit` bytes is an error (a decompression bomb). */
+function hashing(h: ReturnType<typeof createHash>, count: { n: number }, limit = Infinity): Transform {
   return new Transform({
     transform(chunk: Buffer, _enc, cb) {
       h.update(chunk);
       count.n += chunk.length;
-      cb(null, chunk);
+      if (count.n > limit) cb(new Error(`more than the ${limit} bytes expected`));
+      else cb(null, chunk);
     },
   });
 }
@@ -69,8 +71,9 @@ export async function uploadSnapshot(
   digests: Record<string, { size: number; sha256: string }> = {},
 ): Promise<StoredSnapshot> {
   const stored: Record<string, StoredObject> = {};
+  const compression = preferredCompression();
   for (const name of files) {
-    const tmp = join(dir, `.${name}.gz.upload`);
+    const tmp = join(dir, `.${name}${SUFFIX[compression]}.upload`);
     const known = digests[name];
     const raw = createHash("sha256");
     const packed = createHash("sha256");
@@ -78,13 +81,13 @@ export async function uploadSnapshot(
     const packedN = { n: 0 };
     try {
       const read = createReadStream(join(dir, name), { highWaterMark: 1 << 20 });
-      const gzip = createGzip({ level: 1 });
-      if (known) await pipeline(read, gzip, hashing(packed, packedN), createWriteStream(tmp));
-      else await pipeline(read, hashing(raw, rawN), gzip, hashing(packed, packedN), createWriteStream(tmp));
-      const objectKey = `${key}/${name}.gz`;
+      const codec = compress(compression);
+      if (known) await pipeline(read, codec, hashing(packed, packedN), createWriteStream(tmp));
+      else await pipeline(read, hashing(raw, rawN), codec, hashing(packed, packedN), createWriteStream(tmp));
+      const objectKey = `${key}/${name}${SUFFIX[compression]}`;
       await store.putFile(objectKey, tmp, onProgress);
       stored[name] = {
-        key: objectKey, size: packedN.n, sha256: packed.digest("hex"), compression: "gzip",
+        key: objectKey, size: packedN.n, sha256: packed.digest("hex"), compression,
         rawSize: known ? known.size : rawN.n, rawSha256: known ? known.sha256 : raw.digest("hex"),
       };
     } finally {
@@ -129,14 +132,15 @@ export async function downloadSnapshot(
   try {
     for (const [name, obj] of Object.entries(m.files)) {
       if (name.includes("/") || name.startsWith(".")) throw new DenError("snapshot_corrupt", `stored snapshot ${id} names an invalid file ${JSON.stringify(name)}`);
-      const tmp = join(dir, `.${name}.gz.download`);
+      if (obj.compression !== "gzip" && obj.compression !== "zstd") throw new DenError("snapshot_corrupt", `stored snapshot ${id} names an unknown compression ${JSON.stringify(obj.compression)}`);
+      const tmp = join(dir, `.${name}${SUFFIX[obj.compression]}.download`);
       await store.getFile(obj.key, tmp, onProgress);
       const packed = createHash("sha256");
       const raw = createHash("sha256");
       const packedN = { n: 0 };
       const rawN = { n: 0 };
       try {
-        await pipeline(createReadStream(tmp, { highWaterMark: 1 << 20 }), hashing(packed, packedN), createGunzip(), hashing(raw, rawN), createWriteStream(join(dir, name)));
+        await pipeline(createReadStream(tmp, { highWaterMark: 1 << 20 }), hashing(packed, packedN), decompress(obj.compression), hashing(raw, rawN, obj.rawSize), createWriteStream(join(dir, name)));
       } catch {
         throw new DenError("snapshot_corrupt", `stored object ${obj.key} does not decompress`);
       } finally {

@@ -5,14 +5,14 @@ import { readFileSync } from "node:fs";
  * uses, and none other: network namespaces, veth and nftables (NET_ADMIN, SYS_ADMIN for
  * `ip netns`), Den's resolver on each link's port 53 (NET_BIND_SERVICE), QEMU's drop to each
  * VM's uid and chroot (SETUID, SETGID, SYS_CHROOT), the VMs' files and processes, which belong
- * to those uids (CHOWN, FOWNER, DAC_OVERRIDE, KILL, SYS_PTRACE for /proc/<pid>/root), and
- * resource limits for QEMU (SYS_RESOURCE). `scripts/start.sh`, the test script's VM stages and
+ * to those uids (CHOWN, FOWNER, DAC_OVERRIDE, KILL, SYS_PTRACE for /proc/<pid>/root).
+ * `scripts/start.sh`, the test script's VM stages and
  * the host agent's systemd unit run Den with exactly this bounding set, so a missing one fails
  * the suite. A control plane without VMs needs none.
  */
 export const HOST_CAPABILITIES = [
   "chown", "dac_override", "fowner", "kill", "setgid", "setuid", "net_bind_service", "net_admin",
-  "sys_chroot", "sys_ptrace", "sys_admin", "sys_resource",
+  "sys_chroot", "sys_ptrace", "sys_admin",
 ] as const;
 
 /** Linux capability names by number (capability.h). */
