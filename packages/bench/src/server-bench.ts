@@ -4,14 +4,37 @@
  * against S3 (s3rver), durable checkpoints and their restore, and creates from a custom
  * template beside creates from `base`.
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import S3rver from "s3rver";
 import { loadConfig, startServer } from "@den/server";
 import { Sandbox as DenSandbox } from "@den/sdk";
 import { Sandbox as E2bSandbox } from "e2b";
+import { findInstanceProcesses } from "@den/runtime";
+import { codecCpuSeconds } from "@den/store";
 import { fmt, pct, row, time } from "./table.js";
+
+/** Creates at once in the burst row. */
+const BURST = 10;
+
+/** What the benchmark's sandbox dirties: a process holding this much random memory. */
+const DIRTIED_MIB = 50;
+
+/** Den's own CPU seconds so far (this process, the store codec's processes; not the VMs'). */
+function denCpuSeconds(): number {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1e6 + codecCpuSeconds();
+}
+
+/** A sandbox's QEMU's private memory in MiB (anon + private file pages: what it holds alone). */
+function privateMib(dataDir: string, id: string): number {
+  const pid = findInstanceProcesses(readFileSync(join(dataDir, "instance-id"), "utf8").trim()).get(id);
+  if (!pid) return NaN;
+  const t = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
+  const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, "m").exec(t)?.[1] ?? NaN);
+  return (kb("Private_Clean") + kb("Private_Dirty")) / 1024;
+}
 
 const KEY = "den_bench_admin_key_0123456789";
 
@@ -59,27 +82,41 @@ export async function benchServer(opts: { dataDir: string; runs: number; log: (s
     try {
       const sbx = await create({ persistent: true });
       const exec = (id: string, cmd: string) => api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
-      // Some state worth keeping: a process holding 32 MiB and a file.
-      await exec(sbx.id, "nohup python3 -c 'import os, time; d = bytearray(os.urandom(32 << 20)); time.sleep(10**6)' >/dev/null 2>&1 & echo x > /workspace/f");
+      // Some state worth keeping: a process holding DIRTIED_MIB of random memory, and a file.
+      await exec(sbx.id, `nohup python3 -c 'import os, time; d = bytearray(os.urandom(${DIRTIED_MIB} << 20)); open("/tmp/held", "w").close(); time.sleep(10**6)' >/dev/null 2>&1 & echo x > /workspace/f; while [ ! -e /tmp/held ]; do sleep 0.1; done`);
       if (kind === "local") {
         const h = row("warm hibernate");
         const w = row("warm wake -> first exec");
+        const running: number[] = [];
+        const paused: number[] = [];
         for (let i = 0; i < opts.runs; i++) {
+          running.push(privateMib(opts.dataDir, sbx.id));
           h.den.push(await time(() => api("POST", `/v1/sandboxes/${sbx.id}/hibernate`, { mode: "warm" })));
+          paused.push(privateMib(opts.dataDir, sbx.id));
           w.den.push(await time(() => exec(sbx.id, "true")));
         }
+        notes.push(`private memory of a warm-hibernated VM vs running (p50): ${pct(paused, 50).toFixed(0)} MiB vs ${pct(running, 50).toFixed(0)} MiB (${(pct(paused, 50) / pct(running, 50)).toFixed(2)}x)`);
       }
       const h = row(`cold hibernate (${kind} store)`);
       const w = row(`cold wake -> first exec (${kind} store)`);
       const stored: number[] = [];
+      const cpu: number[] = [];
+      const privateBefore: number[] = [];
+      const privateAfter: number[] = [];
       for (let i = 0; i < opts.runs; i++) {
         let r: any;
+        privateBefore.push(privateMib(opts.dataDir, sbx.id));
+        const c0 = denCpuSeconds();
         h.den.push(await time(async () => (r = await api("POST", `/v1/sandboxes/${sbx.id}/hibernate`, { mode: "cold" }))));
         stored.push(r.stored_bytes);
         w.den.push(await time(() => exec(sbx.id, "true")));
+        cpu.push(denCpuSeconds() - c0);
+        privateAfter.push(privateMib(opts.dataDir, sbx.id));
       }
       const mib = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MiB`;
-      notes.push(`bytes stored per cold-hibernated sandbox (${kind} store, p50): ${mib(pct(stored, 50))} for ${sbx.memory_mb} MiB of RAM (${((pct(stored, 50) / (sbx.memory_mb * 1024 * 1024)) * 100).toFixed(0)}%)`);
+      notes.push(`bytes stored per cold-hibernated sandbox (${kind} store, p50): ${mib(pct(stored, 50))} for ${sbx.memory_mb} MiB of RAM with ${DIRTIED_MIB} MiB dirtied (${(pct(stored, 50) / (DIRTIED_MIB << 20)).toFixed(2)}x the dirtied bytes)`);
+      notes.push(`Den CPU per cold cycle, hibernate + wake (${kind} store, p50): ${pct(cpu, 50).toFixed(2)} s`);
+      notes.push(`private memory of the woken sandbox vs before it hibernated (${kind} store, p50): ${pct(privateAfter, 50).toFixed(0)} MiB vs ${pct(privateBefore, 50).toFixed(0)} MiB (${(pct(privateAfter, 50) / pct(privateBefore, 50)).toFixed(2)}x)`);
       opts.log(`  cold hibernate (${kind}) p50 ${fmt(pct(h.den, 50))}, wake ${fmt(pct(w.den, 50))}`);
 
       if (kind === "local") {
@@ -160,6 +197,20 @@ async function benchClients(server: Awaited<ReturnType<typeof startServer>>, run
       await s.exec("true");
     }));
     await server.cp.destroy(id, "user");
+  }
+  // A burst, as an agent framework fanning out does it: BURST creates at once, each timed to its first command.
+  const burst = row(`Sandbox.create -> first command, ${BURST} at once (Den SDK, each)`);
+  for (let i = 0; i < Math.max(1, Math.floor(runs / 3)); i++) {
+    const ids: string[] = [];
+    await Promise.all(Array.from({ length: BURST }, async () => {
+      burst.den.push(await time(async () => {
+        const s = await DenSandbox.create({ template: "base", apiUrl: server.url, apiKey: KEY });
+        ids.push(s.id);
+        made.push(s.id);
+        await s.exec("true");
+      }));
+    }));
+    for (const id of ids) await server.cp.destroy(id, "user");
   }
   return [`create -> first command, e2b client vs Den SDK (p50 / p99): ${fmt(pct(viaE2b.den, 50))} / ${fmt(pct(viaE2b.den, 99))} vs ${fmt(pct(viaDen.den, 50))} / ${fmt(pct(viaDen.den, 99))}`];
 }

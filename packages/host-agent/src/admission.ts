@@ -11,6 +11,13 @@ export type Shape = host.Shape;
 export type Capacity = host.Capacity;
 
 /** The default: the machine's memory minus a reserve (10%, at least 1 GiB); 8 vCPUs per core, since an agent's sandbox mostly waits; 2 GiB of disk kept free. */
+/** `DEN_MEMORY_RESERVE_MB`: the host memory that must stay available (MemAvailable) for anything new to be admitted; default 10% of RAM, at least 1 GiB. */
+export function memoryReserveMb(env: NodeJS.ProcessEnv = process.env): number {
+  const totalMb = Math.floor(totalmem() / 1024 / 1024);
+  const v = Number(env.DEN_MEMORY_RESERVE_MB);
+  return Number.isFinite(v) && v >= 0 && env.DEN_MEMORY_RESERVE_MB !== undefined ? v : Math.max(1024, Math.ceil(totalMb * 0.1));
+}
+
 export function defaultCapacity(): Capacity {
   const totalMb = Math.floor(totalmem() / 1024 / 1024);
   return { memoryMb: totalMb - Math.max(1024, Math.ceil(totalMb * 0.1)), vcpus: cpus().length * 8, diskReserveMb: 2048 };
@@ -47,9 +54,32 @@ export function diskOvercommit(env: NodeJS.ProcessEnv = process.env): number {
 }
 
 /**
+ * `DEN_MEMORY_OVERCOMMIT`: how many times over the guest RAM a VM has not made its own may be
+ * promised. 1 by default (guest memory is never overcommitted); above it, a VM is charged its
+ * private memory (what it has written: its pages no other VM shares) plus the rest of its
+ * guest RAM divided by this, so idle sandboxes that share their template's pages pack denser.
+ */
+export function memoryOvercommit(env: NodeJS.ProcessEnv = process.env): number {
+  const v = Number(env.DEN_MEMORY_OVERCOMMIT ?? 1);
+  return Number.isFinite(v) && v >= 1 ? v : 1;
+}
+
+/** What a VM of `guestMb` that holds `privateMb` privately is charged against the host's memory. */
+export function memoryCharge(guestMb: number, privateMb: number | undefined, overcommit: number): number {
+  if (overcommit <= 1 || privateMb === undefined) return guestMb;
+  const own = Math.min(guestMb, Math.max(0, privateMb));
+  return Math.ceil(own + (guestMb - own) / overcommit);
+}
+
+/** A VM that exists: its shape, whether it runs (a paused one holds memory but no vCPU), what it holds privately. */
+export type Held = Shape & { paused?: boolean; privateMb?: number };
+
+/**
  * Admission control for one host: a VM is admitted only if what exists (`inUse`) plus
  * what is being made (reservations) plus it fits. Reservations are taken synchronously,
- * so two concurrent requests can never both take the last room.
+ * so two concurrent requests can never both take the last room. A warm-hibernated (paused)
+ * VM holds its memory but no vCPU; with a memory overcommit ratio, memory is charged by
+ * `memoryCharge`.
  */
 export class Admission {
   private reservations = new Map<string, { shape: Shape; count: number }>();
@@ -59,11 +89,15 @@ export class Admission {
     readonly capacity: Capacity,
     private readonly dataDir: string,
     /** The VMs that exist now, by sandbox id. */
-    private readonly inUse: () => Map<string, Shape>,
+    private readonly inUse: () => Map<string, Held>,
     /** MiB the disks on this host may still grow by (each up to its size), written or not yet. */
     private readonly diskPromisedMb: () => number = () => 0,
     /** How many times over the free disk may be promised (`DEN_DISK_OVERCOMMIT`; 1: never). */
     private readonly diskOvercommit = 1,
+    /** How many times over guest RAM not yet private may be promised (`DEN_MEMORY_OVERCOMMIT`; 1: never). */
+    readonly memoryOvercommit = 1,
+    /** The host's memory now: below `memoryReserveMb` available, nothing new is admitted. */
+    private readonly memory: { availableMb: () => number; reserveMb: number } = { availableMb: () => Infinity, reserveMb: 0 },
   ) {}
 
   used(): Shape & { sandboxes: number } {
@@ -71,14 +105,14 @@ export class Admission {
     let vcpus = 0;
     let memoryMb = 0;
     for (const s of live.values()) {
-      vcpus += s.vcpus;
-      memoryMb += s.memoryMb;
+      if (!s.paused) vcpus += s.vcpus;
+      memoryMb += memoryCharge(s.memoryMb, s.privateMb, this.memoryOvercommit);
     }
     let sandboxes = live.size;
     for (const [key, r] of this.reservations) {
       if (live.has(key)) continue;
       vcpus += r.shape.vcpus * r.count;
-      memoryMb += r.shape.memoryMb * r.count;
+      memoryMb += memoryCharge(r.shape.memoryMb, 0, this.memoryOvercommit) * r.count;
       sandboxes += r.count;
     }
     return { vcpus, memoryMb, sandboxes };
@@ -90,9 +124,15 @@ export class Admission {
     const cap = this.capacity;
     const what = count === 1 ? `a ${shape.memoryMb} MiB, ${shape.vcpus}-vCPU sandbox` : `${count} sandboxes of ${shape.memoryMb} MiB, ${shape.vcpus} vCPU`;
     const hint = "destroy or cold-hibernate a sandbox, or raise the host's capacity";
-    if (used.memoryMb + shape.memoryMb * count > cap.memoryMb) {
+    if (used.memoryMb + memoryCharge(shape.memoryMb, 0, this.memoryOvercommit) * count > cap.memoryMb) {
       throw new DenError("capacity_exhausted", `this host cannot hold ${what}: ${used.memoryMb} of ${cap.memoryMb} MiB of guest memory are in use (${used.sandboxes} sandboxes); ${hint}`,
         { resource: "memory", used_mb: used.memoryMb, capacity_mb: cap.memoryMb });
+    }
+    // What is charged is a promise; what the host has left is a fact: under pressure, nothing new.
+    const availableMb = Math.floor(this.memory.availableMb());
+    if (availableMb < this.memory.reserveMb) {
+      throw new DenError("capacity_exhausted", `this host is short of memory: ${availableMb} MiB available, ${this.memory.reserveMb} MiB are kept in reserve; ${hint}`,
+        { resource: "memory_pressure", available_mb: availableMb, reserve_mb: this.memory.reserveMb });
     }
     if (used.vcpus + shape.vcpus * count > cap.vcpus) {
       throw new DenError("capacity_exhausted", `this host cannot hold ${what}: ${used.vcpus} of ${cap.vcpus} vCPUs are in use; ${hint}`,

@@ -5,7 +5,8 @@ import { join } from "node:path";
 import { downloadSnapshot, faultPoint, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
 import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, hostProfile, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
-import { Admission, diskOvercommit, diskPromisedMb, type Capacity, type Shape } from "./admission.js";
+import { Admission, diskOvercommit, diskPromisedMb, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
+import { PrivateMemoryCache, availableMemoryMb } from "./host-memory.js";
 
 type HostAgent = host.HostAgent;
 type HostCreateSpec = host.HostCreateSpec;
@@ -68,8 +69,13 @@ export class LocalHostAgent implements HostAgent {
 
   private constructor(private readonly rt: Runtime, readonly store: ObjectStore, capacity: Capacity) {
     // A shut-down sandbox (a disk hibernation) holds only its disk: its shape counts again when it boots.
-    this.admission = new Admission(capacity, rt.dataDir, () => new Map(rt.list().filter((s) => s.state !== "destroyed" && s.state !== "stopped").map((s) => [s.id, { vcpus: s.info.vcpus, memoryMb: s.info.memoryMb }])),
-      () => diskPromisedMb(rt.list()), diskOvercommit());
+    // A warm-hibernated (paused) VM holds memory but no vCPU; with a memory overcommit, each VM is charged by what it holds privately.
+    const overcommit = memoryOvercommit();
+    const held = new PrivateMemoryCache();
+    this.admission = new Admission(capacity, rt.dataDir, () => new Map(rt.list().filter((s) => s.state !== "destroyed" && s.state !== "stopped").map((s) => [s.id, {
+      vcpus: s.info.vcpus, memoryMb: s.info.memoryMb, paused: s.state === "paused",
+      ...(overcommit > 1 && s.pid ? { privateMb: held.get(s.pid) } : {}),
+    }])), () => diskPromisedMb(rt.list()), diskOvercommit(), overcommit, { availableMb: () => availableMemoryMb(), reserveMb: memoryReserveMb() });
   }
 
   static async open(dataDir: string, store: ObjectStore, capacity: Capacity): Promise<LocalHostAgent> {

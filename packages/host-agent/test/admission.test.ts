@@ -4,7 +4,8 @@ import { mkdtempSync, rmSync, statfsSync, writeFileSync, mkdirSync } from "node:
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
-import { Admission, diskOvercommit, diskPromisedMb } from "../src/admission.js";
+import { Admission, diskOvercommit, diskPromisedMb, memoryCharge, memoryOvercommit, memoryReserveMb } from "../src/admission.js";
+import { PrivateMemoryCache, availableMemoryMb, privateMemoryMb } from "../src/host-memory.js";
 
 const freeMb = (dir: string) => {
   const st = statfsSync(dir);
@@ -44,4 +45,59 @@ test("every guest disk may fill to its size: what existing disks may still write
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test("a warm-hibernated (paused) VM holds its memory but no vCPU", () => {
+  const dir = mkdtempSync(join(tmpdir(), "den-admission-"));
+  try {
+    const live = new Map([["a", { vcpus: 2, memoryMb: 512, paused: true }], ["b", { vcpus: 2, memoryMb: 512 }]]);
+    const adm = new Admission({ memoryMb: 2048, vcpus: 4, diskReserveMb: 0 }, dir, () => live);
+    assert.deepEqual(adm.used(), { vcpus: 2, memoryMb: 1024, sandboxes: 2 });
+    adm.check({ vcpus: 2, memoryMb: 1024 });
+    assert.throws(() => adm.check({ vcpus: 2, memoryMb: 1536 }), (e: unknown) => e instanceof DenError && e.details?.resource === "memory");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("with a memory overcommit, a VM is charged what it holds privately plus a share of the rest; the host's available memory still has the last word", () => {
+  assert.equal(memoryCharge(512, 64, 1), 512, "no overcommit: the guest's RAM");
+  assert.equal(memoryCharge(512, 64, 4), 64 + 112);
+  assert.equal(memoryCharge(512, 900, 4), 512, "never more than its guest RAM");
+  assert.equal(memoryCharge(512, undefined, 4), 512, "not measured: all of it");
+  assert.equal(memoryOvercommit({}), 1);
+  assert.equal(memoryOvercommit({ DEN_MEMORY_OVERCOMMIT: "3" }), 3);
+  assert.equal(memoryOvercommit({ DEN_MEMORY_OVERCOMMIT: "0.2" }), 1);
+  assert.equal(memoryReserveMb({ DEN_MEMORY_RESERVE_MB: "4096" }), 4096);
+  assert.ok(memoryReserveMb({}) >= 1024);
+  const dir = mkdtempSync(join(tmpdir(), "den-admission-"));
+  try {
+    // Ten idle 512 MiB sandboxes holding 64 MiB each: 1760 MiB charged at 4x, 5120 MiB without.
+    const live = new Map(Array.from({ length: 10 }, (_, i) => [`s${i}`, { vcpus: 1, memoryMb: 512, privateMb: 64 }]));
+    let available = 8192;
+    const adm = new Admission({ memoryMb: 2048, vcpus: 64, diskReserveMb: 0 }, dir, () => live, () => 0, 1, 4, { availableMb: () => available, reserveMb: 1024 });
+    assert.equal(adm.used().memoryMb, 1760);
+    adm.check({ vcpus: 1, memoryMb: 512 }, 2); // 2 x 128 more
+    assert.throws(() => adm.check({ vcpus: 1, memoryMb: 512 }, 3), (e: unknown) => e instanceof DenError && e.details?.resource === "memory");
+    assert.throws(() => new Admission({ memoryMb: 2048, vcpus: 64, diskReserveMb: 0 }, dir, () => live).check({ vcpus: 1, memoryMb: 512 }),
+      (e: unknown) => e instanceof DenError && e.details?.resource === "memory", "without the overcommit they fill it");
+    available = 900;
+    assert.throws(() => adm.check({ vcpus: 1, memoryMb: 512 }), (e: unknown) => e instanceof DenError && e.code === "capacity_exhausted" && e.details?.resource === "memory_pressure" && /short of memory/.test(e.message));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a process's private memory is read from the kernel, at most once per interval", () => {
+  let now = 0;
+  const cache = new PrivateMemoryCache(1000, () => now);
+  const first = cache.get(process.pid);
+  assert.ok(first !== undefined && first > 1, `this process holds ${first} MiB privately`);
+  const hog = Buffer.alloc(64 << 20, 1);
+  assert.equal(cache.get(process.pid), first, "cached within the interval");
+  now = 1500;
+  assert.ok(cache.get(process.pid)! > first + 60, "read again after it");
+  assert.equal(privateMemoryMb(0x7ffffff0), undefined, "a process that is gone holds nothing");
+  assert.ok(availableMemoryMb() > 0);
+  hog.fill(0);
 });

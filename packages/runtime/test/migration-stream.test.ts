@@ -1,11 +1,11 @@
-import { after, before, describe, test } from "node:test";
+import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { keepChangedPages, PAGE_SIZE, type PageFilterStats } from "../src/migration-stream.js";
-import { mulberry32, type Runtime, type Sandbox } from "../src/index.js";
-import { testRuntime } from "./helpers.js";
+import { mulberry32 } from "../src/index.js";
+import { sandboxFixture } from "./helpers.js";
 
 // ---- a small writer and loader of QEMU 7.2 migration streams (only what RAM needs) ----
 
@@ -161,18 +161,10 @@ describe("a saved state keeps only the pages that differ from the template's RAM
 });
 
 describe("a real VM's saved state carries what the guest changed (a real VM)", () => {
-  let rt: Runtime;
-  let sbx: Sandbox;
-  before(async () => {
-    rt = await testRuntime();
-    sbx = await rt.create({ template: "base" });
-  });
-  after(async () => {
-    await sbx?.destroy();
-    rt?.close();
-  });
+  const f = sandboxFixture();
 
   test("a fresh sandbox's state is small; 24 MiB written in tmpfs add about 24 MiB; a restore brings it back byte for byte", async () => {
+    const { rt, sbx } = f;
     const fresh = await rt.snapshot(sbx.id);
     const freshBytes = statSync(join(fresh.dir, "state.bin")).size;
     assert.equal(fresh.manifest.changedPagesOnly, true);

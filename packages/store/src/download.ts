@@ -5,6 +5,17 @@ import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { TransferProgress } from "./object-store.js";
 
+/** Reports progress per chunk as the stream is read. */
+export function withProgress(stream: Readable, key: string, total: number | undefined, onProgress?: (p: TransferProgress) => void): Readable {
+  if (!onProgress) return stream;
+  let bytes = 0;
+  stream.on("data", (c: Buffer) => {
+    bytes += c.length;
+    onProgress({ key, bytes, ...(total !== undefined ? { total } : {}) });
+  });
+  return stream;
+}
+
 /**
  * Writes an object's bytes to `path` through a temp file renamed at the end (a reader
  * never sees half a file), reporting progress per chunk.
@@ -14,12 +25,7 @@ export async function streamToFile(
 ): Promise<void> {
   const tmp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
   try {
-    let bytes = 0;
-    stream.on("data", (c: Buffer) => {
-      bytes += c.length;
-      onProgress?.({ key, bytes, ...(total !== undefined ? { total } : {}) });
-    });
-    await pipeline(stream, createWriteStream(tmp));
+    await pipeline(withProgress(stream, key, total, onProgress), createWriteStream(tmp));
     await rename(tmp, path);
   } catch (e) {
     await rm(tmp, { force: true });

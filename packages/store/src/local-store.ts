@@ -1,10 +1,11 @@
 import { createReadStream, createWriteStream } from "node:fs";
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
+import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { randomBytes } from "node:crypto";
 import { DenError } from "@den/protocol";
-import { streamToFile } from "./download.js";
+import { streamToFile, withProgress } from "./download.js";
 import { checkKey, checkPrefix, type ObjectInfo, type ObjectStore, type TransferProgress } from "./object-store.js";
 
 /** Objects as files under a root directory; every write is a temp file renamed into place. */
@@ -53,6 +54,12 @@ export class LocalDirStore implements ObjectStore {
     const info = await this.head(key);
     if (!info) throw new DenError("snapshot_not_found", `no object ${key} in the store`);
     await streamToFile(createReadStream(src, { highWaterMark: 1 << 20 }), path, key, info.size, onProgress);
+  }
+
+  async getStream(key: string, onProgress?: (p: TransferProgress) => void): Promise<Readable> {
+    const info = await this.head(key);
+    if (!info) throw new DenError("snapshot_not_found", `no object ${key} in the store`);
+    return withProgress(createReadStream(this.path(key), { highWaterMark: 1 << 20 }), key, info.size, onProgress);
   }
 
   async getBytes(key: string): Promise<Buffer> {

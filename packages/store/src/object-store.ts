@@ -1,3 +1,4 @@
+import type { Readable } from "node:stream";
 import { DenError } from "@den/protocol";
 
 export interface ObjectInfo {
@@ -26,6 +27,8 @@ export interface ObjectStore {
   /** Downloads `key` into `path` (written to a temp file and renamed). */
   getFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void>;
   getBytes(key: string): Promise<Buffer>;
+  /** An object's bytes as a stream (a download that is decompressed and hashed as it comes, with no temp file). */
+  getStream(key: string, onProgress?: (p: TransferProgress) => void): Promise<Readable>;
   head(key: string): Promise<ObjectInfo | undefined>;
   list(prefix: string): Promise<ObjectInfo[]>;
   delete(key: string): Promise<void>;

@@ -4,7 +4,7 @@ import type { Readable } from "node:stream";
 import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import { DenError } from "@den/protocol";
-import { streamToFile } from "./download.js";
+import { streamToFile, withProgress } from "./download.js";
 import { checkKey, checkPrefix, type ObjectInfo, type ObjectStore, type TransferProgress } from "./object-store.js";
 
 export interface S3StoreOptions {
@@ -84,6 +84,11 @@ export class S3Store implements ObjectStore {
   async getFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void> {
     const { stream, size } = await this.body(key);
     await streamToFile(stream, path, key, size, onProgress);
+  }
+
+  async getStream(key: string, onProgress?: (p: TransferProgress) => void): Promise<Readable> {
+    const { stream, size } = await this.body(key);
+    return withProgress(stream, key, size, onProgress);
   }
 
   async getBytes(key: string): Promise<Buffer> {

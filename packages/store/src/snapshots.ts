@@ -133,18 +133,19 @@ export async function downloadSnapshot(
     for (const [name, obj] of Object.entries(m.files)) {
       if (name.includes("/") || name.startsWith(".")) throw new DenError("snapshot_corrupt", `stored snapshot ${id} names an invalid file ${JSON.stringify(name)}`);
       if (obj.compression !== "gzip" && obj.compression !== "zstd") throw new DenError("snapshot_corrupt", `stored snapshot ${id} names an unknown compression ${JSON.stringify(obj.compression)}`);
-      const tmp = join(dir, `.${name}${SUFFIX[obj.compression]}.download`);
-      await store.getFile(obj.key, tmp, onProgress);
+      // Hashed and decompressed as it arrives: no temp copy of the object.
+      const body = await store.getStream(obj.key, onProgress);
       const packed = createHash("sha256");
       const raw = createHash("sha256");
       const packedN = { n: 0 };
       const rawN = { n: 0 };
       try {
-        await pipeline(createReadStream(tmp, { highWaterMark: 1 << 20 }), hashing(packed, packedN), decompress(obj.compression), hashing(raw, rawN, obj.rawSize), createWriteStream(join(dir, name)));
-      } catch {
+        await pipeline(body, hashing(packed, packedN, obj.size), decompress(obj.compression), hashing(raw, rawN, obj.rawSize), createWriteStream(join(dir, name)));
+      } catch (e) {
+        if (e instanceof DenError) throw e;
+        // A store that broke mid-read is its own error; bytes that do not decompress are corrupt.
+        if ((e as NodeJS.ErrnoException).code && !/^Z_|ERR_STREAM_PREMATURE_CLOSE/.test((e as NodeJS.ErrnoException).code!)) throw e;
         throw new DenError("snapshot_corrupt", `stored object ${obj.key} does not decompress`);
-      } finally {
-        await rm(tmp, { force: true });
       }
       if (packed.digest("hex") !== obj.sha256 || packedN.n !== obj.size) throw new DenError("snapshot_corrupt", `stored object ${obj.key} fails its sha256 check`);
       if (raw.digest("hex") !== obj.rawSha256 || rawN.n !== obj.rawSize) throw new DenError("snapshot_corrupt", `restored file ${name} fails its sha256 check`);

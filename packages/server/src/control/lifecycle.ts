@@ -381,7 +381,9 @@ export class Lifecycle {
       data: { mode, ms: Math.round(performance.now() - t0) },
     }, mode === "cold" ? (tx) => tx.releaseStoredSnapshot(snapshot!, clock.now()) : undefined);
     if (mode === "cold") faultPoint("wake-cold-after-commit");
-    await this.dropWarm(row);
+    // Not waited for: the woken sandbox needs it no more, and one this misses (a crash) is an
+    // unreferenced snapshot the garbage collector's host sweep deletes.
+    void this.dropWarm(row);
     await this.network.restore(done);
     return done;
   }
