@@ -100,6 +100,12 @@ export class Admission {
     private readonly memory: { availableMb: () => number; reserveMb: number } = { availableMb: () => Infinity, reserveMb: 0 },
   ) {}
 
+  /** The host's available memory against its reserve. */
+  memoryState(): { availableMb: number; reserveMb: number } {
+    const a = this.memory.availableMb();
+    return { availableMb: Number.isFinite(a) ? Math.floor(a) : 2 ** 31, reserveMb: this.memory.reserveMb };
+  }
+
   used(): Shape & { sandboxes: number } {
     const live = this.inUse();
     let vcpus = 0;

@@ -70,12 +70,12 @@ export class LocalHostAgent implements HostAgent {
   private constructor(private readonly rt: Runtime, readonly store: ObjectStore, capacity: Capacity) {
     // A shut-down sandbox (a disk hibernation) holds only its disk: its shape counts again when it boots.
     // A warm-hibernated (paused) VM holds memory but no vCPU; with a memory overcommit, each VM is charged by what it holds privately.
-    const overcommit = memoryOvercommit();
+    const overcommit = capacity.memoryOvercommit ?? memoryOvercommit();
     const held = new PrivateMemoryCache();
     this.admission = new Admission(capacity, rt.dataDir, () => new Map(rt.list().filter((s) => s.state !== "destroyed" && s.state !== "stopped").map((s) => [s.id, {
       vcpus: s.info.vcpus, memoryMb: s.info.memoryMb, paused: s.state === "paused",
       ...(overcommit > 1 && s.pid ? { privateMb: held.get(s.pid) } : {}),
-    }])), () => diskPromisedMb(rt.list()), diskOvercommit(), overcommit, { availableMb: () => availableMemoryMb(), reserveMb: memoryReserveMb() });
+    }])), () => diskPromisedMb(rt.list()), diskOvercommit(), overcommit, { availableMb: () => availableMemoryMb(), reserveMb: capacity.memoryReserveMb ?? memoryReserveMb() });
   }
 
   static async open(dataDir: string, store: ObjectStore, capacity: Capacity): Promise<LocalHostAgent> {
@@ -98,7 +98,7 @@ export class LocalHostAgent implements HostAgent {
   }
 
   async capacity(): Promise<host.CapacityReport> {
-    return { capacity: this.admission.capacity, used: this.admission.used() };
+    return { capacity: this.admission.capacity, used: this.admission.used(), memory: this.admission.memoryState() };
   }
 
   private async shapeOf(spec: Omit<HostCreateSpec, "id">): Promise<{ tpl: TemplateInfo; shape: Shape }> {

@@ -45,7 +45,7 @@ export const EnvVars = z
 export const SandboxState = z.enum(["creating", "running", "hibernated", "destroyed", "lost", "error"]);
 export type SandboxState = z.infer<typeof SandboxState>;
 
-export const TransitionReason = z.enum(["user", "ttl", "idle", "error", "host_lost", "restart"]);
+export const TransitionReason = z.enum(["user", "ttl", "idle", "error", "host_lost", "restart", "memory_pressure"]);
 export type TransitionReason = z.infer<typeof TransitionReason>;
 
 export const OnIdle = z.enum(["hibernate", "destroy"]);

@@ -35,16 +35,25 @@ export type Shape = z.infer<typeof Shape>;
 
 /** How much a host may hand out. */
 export const Capacity = z.object({
-  /** Guest memory, summed over every VM: memory is never overcommitted. */
+  /** Guest memory, summed over every VM (overcommitted only with `DEN_MEMORY_OVERCOMMIT`). */
   memoryMb: Count,
   /** vCPUs, summed over every VM (an agent's sandbox idles most of the time, so this may exceed the cores). */
   vcpus: Count,
   /** A new VM is refused while the data dir's filesystem has less free space than this. */
   diskReserveMb: Count,
+  /** Host memory (MemAvailable) that must stay available: under it nothing new is admitted and the control plane relieves the host. */
+  memoryReserveMb: Count.optional(),
+  /** How many times over guest RAM a VM has not made its own may be promised (1: never). */
+  memoryOvercommit: z.number().min(1).optional(),
 });
 export type Capacity = z.infer<typeof Capacity>;
 
-export const CapacityReport = z.object({ capacity: Capacity, used: z.object({ vcpus: Count, memoryMb: Count, sandboxes: Count }) });
+export const CapacityReport = z.object({
+  capacity: Capacity,
+  used: z.object({ vcpus: Count, memoryMb: Count, sandboxes: Count }),
+  /** The host's memory as the kernel sees it: below the reserve, the control plane cold-hibernates its least recently active sandboxes (older hosts do not say). */
+  memory: z.object({ availableMb: Count, reserveMb: Count }).optional(),
+});
 export type CapacityReport = z.infer<typeof CapacityReport>;
 
 export const CreateSpec = z.object({

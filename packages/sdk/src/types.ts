@@ -18,7 +18,7 @@ export type WireInput<S extends { _input: unknown }> = S["_input"];
  */
 export type SandboxState = api.SandboxState;
 /**
- * Why a sandbox last changed state: `user`, `ttl`, `idle`, `error`, `host_lost` or `restart`.
+ * Why a sandbox last changed state: `user`, `ttl`, `idle`, `error`, `host_lost`, `restart` or `memory_pressure` (its host ran short of memory: it was cold-hibernated, and wakes on its next use).
  *
  * @example
  * ```ts

@@ -1,5 +1,5 @@
 import { defaultDataDir } from "@den/runtime";
-import { defaultCapacity, type Capacity } from "@den/host-agent";
+import { defaultCapacity, memoryOvercommit, memoryReserveMb, type Capacity } from "@den/host-agent";
 import type { Prices } from "./usage.js";
 import type { NetworkLimits } from "./network.js";
 import { databaseConfig, type DatabaseConfig } from "./db.js";
@@ -178,6 +178,8 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       memoryMb: num(env.DEN_CAPACITY_MEMORY_MB, defaultCapacity().memoryMb),
       vcpus: num(env.DEN_CAPACITY_VCPUS, defaultCapacity().vcpus),
       diskReserveMb: num(env.DEN_DISK_RESERVE_MB, defaultCapacity().diskReserveMb),
+      memoryReserveMb: memoryReserveMb(env),
+      memoryOvercommit: memoryOvercommit(env),
     },
     network: {
       maxConnections: num(env.DEN_NET_MAX_CONNECTIONS, 256),

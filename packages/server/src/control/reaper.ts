@@ -24,6 +24,8 @@ export class Reaper {
   private cpuSamples = new Map<string, { at: number; cpu: number }>();
   /** Actions started by passes and not yet ended, by sandbox. */
   private readonly inFlight = new Map<string, { destroy: boolean; done: Promise<void> }>();
+  /** Sandboxes being cold-hibernated to relieve their host's memory. */
+  private readonly relieving = new Set<string>();
 
   constructor(
     private readonly ctx: Ctx,
@@ -36,8 +38,11 @@ export class Reaper {
     const { store, config, clock, hosts } = this.ctx;
     const now = clock.now();
     // What each reachable host holds; the sandboxes of a host that does not answer are not judged this pass.
-    const seen = new Map((await hosts.inventories()).map(({ host, inventory }) => [host.instance, new Map(inventory.vms.map((v) => [v.id, v]))]));
-    for (const row of await store.liveSandboxes()) {
+    const inventories = await hosts.inventories();
+    const seen = new Map(inventories.map(({ host, inventory }) => [host.instance, new Map(inventory.vms.map((v) => [v.id, v]))]));
+    const live = await store.liveSandboxes();
+    for (const { host, inventory } of inventories) if (inventory.capacity.memory) this.relievePressure(host.instance, inventory.capacity.memory, live);
+    for (const row of live) {
       if (row.op_id || this.inFlight.has(row.id)) continue;
       const vms = hosts.has(row.host_id) ? seen.get(hosts.of(row).instance) : undefined;
       // Its host does not answer: nothing about it is known this pass (its CPU counter included).
@@ -78,6 +83,31 @@ export class Reaper {
         const destroy = row.on_idle === "destroy";
         this.start(row.id, destroy, () => (destroy ? this.lifecycle.destroy(row.id, "idle") : this.lifecycle.hibernate(row.id, "idle")));
       }
+    }
+  }
+
+  /**
+   * A host short of memory (available under its reserve) never waits for the OOM killer to
+   * choose: its least recently active sandboxes with a VM are cold-hibernated (state kept;
+   * the next call wakes them, on whichever host has room) until what they hold covers the
+   * shortfall, counting those already on their way out.
+   */
+  private relievePressure(hostId: string, memory: { availableMb: number; reserveMb: number }, live: SandboxRow[]): void {
+    let short = memory.reserveMb - memory.availableMb;
+    if (short <= 0) return;
+    // (A row of the first host may name none: single-node rows from before hosts had ids.)
+    const onHost = live.filter((r) => this.ctx.hosts.has(r.host_id) && this.ctx.hosts.of(r).instance === hostId);
+    for (const r of onHost) if (this.relieving.has(r.id)) short -= r.memory_mb;
+    const candidates = onHost
+      .filter((r) => !r.op_id && !this.inFlight.has(r.id) && !this.activity.execing(r.id) && (r.state === "running" || (r.state === "hibernated" && modeOf(r) === "warm")))
+      .sort((a, b) => a.last_activity_at - b.last_activity_at);
+    for (const r of candidates) {
+      if (short <= 0) break;
+      this.ctx.log.warn({ host: hostId, sandbox: r.id }, `host ${hostId} is short of memory (${memory.availableMb} MiB available, ${memory.reserveMb} MiB reserve): cold-hibernating ${r.id}, its least recently active sandbox`);
+      this.relieving.add(r.id);
+      this.start(r.id, false, () => this.lifecycle.hibernate(r.id, "memory_pressure", "cold").finally(() => this.relieving.delete(r.id)));
+      if (!this.inFlight.has(r.id)) this.relieving.delete(r.id); // not started: too many in flight
+      else short -= r.memory_mb;
     }
   }
 

@@ -1,0 +1,74 @@
+/**
+ * A host short of memory: Den cold-hibernates its least recently active sandboxes rather
+ * than let the OOM killer choose, refuses new ones while short, and every hibernated one
+ * wakes with its state once memory is back. The shortage is real: a process of the test's
+ * that holds host memory, with the reserve set just under what the host has free.
+ */
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import type { RunningServer } from "../src/server.js";
+import { client, sandboxCalls, testServer, waitFor } from "./helpers.js";
+
+const availableMb = () => Number(/^MemAvailable:\s+(\d+) kB/m.exec(readFileSync("/proc/meminfo", "utf8"))![1]) / 1024;
+/** The reserve sits this far under what the host had free at the start; the hog takes twice as much. */
+const MARGIN_MB = 400;
+
+describe("memory pressure", () => {
+  let server: RunningServer;
+  let api: ReturnType<typeof client>;
+  let hog: ChildProcess | undefined;
+
+  before(async () => {
+    server = await testServer({ DEN_MEMORY_RESERVE_MB: String(Math.floor(availableMb() - MARGIN_MB)) });
+    api = client(server.url);
+  });
+  after(async () => {
+    hog?.kill("SIGKILL");
+    for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
+    await server?.close();
+  });
+
+  test("the least recently active sandbox goes cold first; nothing new is admitted while short; all wake with their state after", async () => {
+    const { create, exec } = sandboxCalls(api);
+    const old = await create();
+    const recent = await create();
+    assert.equal(await exec(old, "echo old-state > /root/f && cat /root/f"), "old-state\n");
+    await new Promise((r) => setTimeout(r, 1100));
+    assert.equal(await exec(recent, "echo recent-state > /root/f && cat /root/f"), "recent-state\n");
+
+    // Someone else on the host takes memory: 2 x MARGIN_MB, every page written.
+    hog = spawn("python3", ["-c", `import sys, time\nb = b"\\x01" * (${2 * MARGIN_MB} << 20)\nprint("held", flush=True)\ntime.sleep(600)`], { stdio: ["ignore", "pipe", "inherit"] });
+    await new Promise<void>((resolve, reject) => {
+      hog!.stdout!.once("data", () => resolve());
+      hog!.once("exit", (code) => reject(new Error(`the hog exited (${code})`)));
+    });
+
+    const cold = async (id: string) => {
+      const s = (await api("GET", `/v1/sandboxes/${id}`)).body;
+      return s.state === "hibernated" && s.hibernate_mode === "cold" && s.state_reason === "memory_pressure" ? s : undefined;
+    };
+    await waitFor("the least recently active sandbox cold-hibernated", () => cold(old), 60_000, 200);
+    const c = await api("POST", "/v1/sandboxes", {});
+    assert.equal(c.status, 503, c.text);
+    assert.equal(c.body.error.code, "capacity_exhausted");
+    assert.match(c.body.error.message, /short of memory/, c.text);
+    // Still short (a cold old one frees only what it held): the next one goes too, after it.
+    await waitFor("the other sandbox cold-hibernated", () => cold(recent), 60_000, 200);
+    const hibernatedAt = async (id: string) => Date.parse(((await api("GET", `/v1/sandboxes/${id}/events`)).body.events as Array<{ type: string; at: string; reason?: string }>)
+      .find((e) => e.type === "hibernated")!.at);
+    assert.ok(await hibernatedAt(old) <= await hibernatedAt(recent), "least recently active first");
+
+    hog.kill("SIGKILL");
+    hog = undefined;
+    await waitFor("a create is admitted again", async () => {
+      const r = await api("POST", "/v1/sandboxes", { persistent: true });
+      if (r.status === 201) return r.body.id as string;
+      assert.equal(r.status, 503, r.text);
+      return undefined;
+    }, 30_000, 500);
+    assert.equal(await exec(old, "cat /root/f"), "old-state\n");
+    assert.equal(await exec(recent, "cat /root/f"), "recent-state\n");
+  });
+});
