@@ -6,18 +6,17 @@
  * asserts) and the containment benchmark (which prints the table); both run a real
  * `den serve` of their own.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { readFileSync, statfsSync } from "node:fs";
 import { totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { client, memAvailableMb, rssMb, spawnDen, type Reply } from "./den-process.js";
 import { pct } from "./table.js";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-const CLI = join(HERE, "..", "..", "..", "cli", "dist", "src", "bin.js");
 /** A stand-in agent that floods the channel (the server tests' fixture). */
 const FAKE_AGENT = join(HERE, "..", "..", "..", "server", "test", "fixtures", "fake-agent.py");
-const KEY = "den_containment_admin_key_0123456789";
 /** The guest deadline of the server under test: the flood's unanswered call fails after it. */
 const DEADLINE_S = 8;
 
@@ -74,48 +73,6 @@ export interface Options {
   log?: (s: string) => void;
 }
 
-type Reply = { status: number; body: any; text: string };
-
-function client(base: string) {
-  return async (method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Reply> => {
-    const res = await fetch(base + path, {
-      method,
-      headers: { authorization: `Bearer ${KEY}`, ...(body !== undefined && !(body instanceof Uint8Array) ? { "content-type": "application/json" } : {}), ...headers },
-      ...(body !== undefined ? { body: body instanceof Uint8Array ? body : JSON.stringify(body) } : {}),
-    });
-    const text = await res.text();
-    let parsed: unknown;
-    try {
-      parsed = text ? JSON.parse(text) : undefined;
-    } catch {
-      parsed = undefined;
-    }
-    return { status: res.status, body: parsed, text };
-  };
-}
-
-async function spawnDen(port: number, dataDir: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [CLI, "serve", "--port", String(port)], {
-    env: { ...process.env, DEN_DATA_DIR: dataDir, DEN_API_KEY: KEY, DEN_LOG_LEVEL: "warn", DEN_ENVD_PORT: "0", DEN_GUEST_DEADLINE_SECONDS: String(DEADLINE_S) },
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  let err = "";
-  child.stderr!.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`den serve exited: ${err}`);
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) return child;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) throw new Error(`den serve did not come up: ${err}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-const rssMb = (pid: number) => Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
-const memAvailableMb = () => Number(/^MemAvailable:\s+(\d+)/m.exec(readFileSync("/proc/meminfo", "utf8"))?.[1] ?? 0) / 1024;
 const diskFreeMb = (dir: string) => {
   const st = statfsSync(dir);
   return (st.bavail * st.bsize) / 1024 / 1024;
@@ -129,7 +86,7 @@ const diskFreeMb = (dir: string) => {
  */
 export async function runContainment(opts: Options, workloads: Workload[] = WORKLOADS): Promise<Sample[]> {
   const log = opts.log ?? (() => undefined);
-  const server = await spawnDen(opts.port, opts.dataDir);
+  const server = await spawnDen(opts.port, opts.dataDir, { DEN_GUEST_DEADLINE_SECONDS: String(DEADLINE_S) });
   const api = client(`http://127.0.0.1:${opts.port}`);
   const made: string[] = [];
   const create = async (body: Record<string, unknown>): Promise<string> => {

@@ -13,7 +13,7 @@ import { Sandbox as DenSandbox } from "@den/sdk";
 import { Sandbox as E2bSandbox } from "e2b";
 import { findInstanceProcesses } from "@den/runtime";
 import { codecCpuSeconds } from "@den/store";
-import { fmt, pct, row, time } from "./table.js";
+import { fmt, pct, row, rows, time } from "./table.js";
 
 /** Creates at once in the burst row. */
 const BURST = 10;
@@ -59,7 +59,25 @@ const RECIPE = [
   "cd /workspace/app && python3 -m compileall -q .",
 ];
 
-export async function benchServer(opts: { dataDir: string; runs: number; log: (s: string) => void }): Promise<string[]> {
+/**
+ * Cold hibernate and wake of a sandbox of `memoryMb` holding `dirtyMib` of random memory:
+ * the wake should depend on the bytes changed, not the RAM size (the full run compares 2 GiB
+ * with 512 MiB at 400 MiB dirtied).
+ */
+async function coldBySize(api: Api, made: string[], memoryMb: number, dirtyMib: number, runs: number): Promise<void> {
+  const s = await api("POST", "/v1/sandboxes", { persistent: true, memory_mb: memoryMb });
+  made.push(s.id);
+  await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: `nohup python3 -c 'import os, time\nb = bytearray(${dirtyMib} << 20)\nfor i in range(0, len(b), 1 << 20): b[i:i + (1 << 20)] = os.urandom(1 << 20)\nopen("/tmp/held", "w").close()\ntime.sleep(10**6)' >/dev/null 2>&1 & while [ ! -e /tmp/held ]; do sleep 0.2; done`, timeout_seconds: 600 });
+  const h = row(`cold hibernate (${memoryMb} MiB guest, ${dirtyMib} MiB dirtied)`);
+  const w = row(`cold wake -> first exec (${memoryMb} MiB guest, ${dirtyMib} MiB dirtied)`);
+  for (let i = 0; i < runs; i++) {
+    h.den.push(await time(() => api("POST", `/v1/sandboxes/${s.id}/hibernate`, { mode: "cold" })));
+    w.den.push(await time(() => api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "true" })));
+  }
+  await api("DELETE", `/v1/sandboxes/${s.id}`);
+}
+
+export async function benchServer(opts: { dataDir: string; runs: number; full?: boolean; log: (s: string) => void }): Promise<string[]> {
   const notes: string[] = [];
   for (const kind of ["local", "s3"] as const) {
     let s3: S3rver | undefined;
@@ -156,6 +174,12 @@ export async function benchServer(opts: { dataDir: string; runs: number; log: (s
         notes.push(`create from a custom template vs from base, to first exec (p50): ${fmt(pct(fromCustom.den, 50))} vs ${fmt(pct(fromBase.den, 50))}`);
         await api("DELETE", "/v1/templates/bench-project");
         notes.push(...(await benchClients(server, opts.runs, made)));
+        if (opts.full) {
+          for (const mb of [512, 2048]) await coldBySize(api, made, mb, 400, Math.min(opts.runs, 10));
+          const w512 = pct(rows.find((r) => r.op === "cold wake -> first exec (512 MiB guest, 400 MiB dirtied)")!.den, 50);
+          const w2048 = pct(rows.find((r) => r.op === "cold wake -> first exec (2048 MiB guest, 400 MiB dirtied)")!.den, 50);
+          notes.push(`cold wake of a 2 GiB guest vs a 512 MiB one, 400 MiB dirtied each (p50): ${fmt(w2048)} vs ${fmt(w512)} (${(w2048 / w512).toFixed(2)}x)`);
+        }
       }
     } finally {
       for (const id of made) await api("DELETE", `/v1/sandboxes/${id}`).catch(() => undefined);
