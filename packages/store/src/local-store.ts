@@ -45,6 +45,10 @@ export class LocalDirStore implements ObjectStore {
     });
   }
 
+  async putStream(key: string, stream: Readable, onProgress?: (p: TransferProgress) => void): Promise<void> {
+    await this.atomicWrite(key, (tmp) => pipeline(withProgress(stream, key, undefined, onProgress), createWriteStream(tmp)));
+  }
+
   async putBytes(key: string, data: Buffer): Promise<void> {
     await this.atomicWrite(key, (tmp) => writeFile(tmp, data));
   }

@@ -24,6 +24,8 @@ export interface ObjectStore {
   /** Uploads a file under `key` (replacing it). Multipart for large files where it applies. */
   putFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void>;
   putBytes(key: string, data: Buffer): Promise<void>;
+  /** Uploads a stream under `key` (an object made as it is uploaded: compressed and hashed on the way, no temp copy). */
+  putStream(key: string, stream: Readable, onProgress?: (p: TransferProgress) => void): Promise<void>;
   /** Downloads `key` into `path` (written to a temp file and renamed). */
   getFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void>;
   getBytes(key: string): Promise<Buffer>;

@@ -67,6 +67,13 @@ export class S3Store implements ObjectStore {
     await upload.done();
   }
 
+  async putStream(key: string, stream: Readable, onProgress?: (p: TransferProgress) => void): Promise<void> {
+    // Parts of PART_BYTES, two in flight: what it buffers is bounded whatever the object's size.
+    const upload = new Upload({ client: this.client, params: { Bucket: this.opts.bucket, Key: this.k(key), Body: stream }, partSize: PART_BYTES, queueSize: 2 });
+    upload.on("httpUploadProgress", (p) => onProgress?.({ key, bytes: p.loaded ?? 0 }));
+    await upload.done();
+  }
+
   async putBytes(key: string, data: Buffer): Promise<void> {
     await this.client.send(new PutObjectCommand({ Bucket: this.opts.bucket, Key: this.k(key), Body: data, ContentLength: data.length }));
   }

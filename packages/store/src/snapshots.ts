@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { createReadStream, createWriteStream } from "node:fs";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { Transform } from "node:stream";
+import { PassThrough, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { DenError } from "@den/protocol";
 import { compress, decompress, preferredCompression, SUFFIX, type Compression } from "./codec.js";
@@ -73,26 +73,28 @@ export async function uploadSnapshot(
   const stored: Record<string, StoredObject> = {};
   const compression = preferredCompression();
   for (const name of files) {
-    const tmp = join(dir, `.${name}${SUFFIX[compression]}.upload`);
     const known = digests[name];
     const raw = createHash("sha256");
     const packed = createHash("sha256");
     const rawN = { n: 0 };
     const packedN = { n: 0 };
-    try {
-      const read = createReadStream(join(dir, name), { highWaterMark: 1 << 20 });
-      const codec = compress(compression);
-      if (known) await pipeline(read, codec, hashing(packed, packedN), createWriteStream(tmp));
-      else await pipeline(read, hashing(raw, rawN), codec, hashing(packed, packedN), createWriteStream(tmp));
-      const objectKey = `${key}/${name}${SUFFIX[compression]}`;
-      await store.putFile(objectKey, tmp, onProgress);
-      stored[name] = {
-        key: objectKey, size: packedN.n, sha256: packed.digest("hex"), compression,
-        rawSize: known ? known.size : rawN.n, rawSha256: known ? known.sha256 : raw.digest("hex"),
-      };
-    } finally {
-      await rm(tmp, { force: true });
-    }
+    const objectKey = `${key}/${name}${SUFFIX[compression]}`;
+    // Compressed and hashed on its way to the store: no temp copy of the object.
+    const out = new PassThrough({ highWaterMark: 1 << 20 });
+    const made = known
+      ? pipeline(createReadStream(join(dir, name), { highWaterMark: 1 << 20 }), compress(compression), hashing(packed, packedN), out)
+      : pipeline(createReadStream(join(dir, name), { highWaterMark: 1 << 20 }), hashing(raw, rawN), compress(compression), hashing(packed, packedN), out);
+    // Either side failing fails both: the store's upload stops reading, the pipeline stops writing.
+    made.catch((e: unknown) => out.destroy(e as Error));
+    const uploaded = store.putStream(objectKey, out, onProgress).catch((e: unknown) => {
+      out.destroy(e as Error);
+      throw e;
+    });
+    await Promise.all([made, uploaded]);
+    stored[name] = {
+      key: objectKey, size: packedN.n, sha256: packed.digest("hex"), compression,
+      rawSize: known ? known.size : rawN.n, rawSha256: known ? known.sha256 : raw.digest("hex"),
+    };
     faultPoint("snapshot-upload-mid");
   }
   const manifest: StoredSnapshot = { format: 1, id: idOf(key), storedAt: new Date().toISOString(), files: stored, snapshot: snapshotManifest };
