@@ -29,7 +29,6 @@ const FLAG_MASK = 0xfff;
 const FLAG_UNEXPECTED = ~(FLAG_ZERO | FLAG_PAGE | FLAG_EOS | FLAG_CONTINUE) & FLAG_MASK;
 
 export const PAGE_SIZE = 4096;
-const ZERO_PAGE = Buffer.alloc(PAGE_SIZE);
 
 export interface PageFilterStats {
   /** Pages of the guest's RAM block the stream carried. */
@@ -138,17 +137,43 @@ class Reader {
   }
 }
 
+/**
+ * Which pages of a template's RAM file are all zero, learnt window by window as streams ask
+ * and kept for the process's life (templates are immutable; a file of another size or mtime
+ * is another template): most of a guest's pages are zero in the stream and in the template,
+ * and this answers for them without reading or comparing a byte.
+ */
+interface ZeroMap { size: number; mtimeMs: number; zero: Uint8Array; known: Uint8Array }
+const zeroMaps = new Map<string, ZeroMap>();
+const ZERO_WINDOW = Buffer.alloc(4 << 20);
+
 /** The template's RAM file, read in windows as the stream's pages (mostly in order) ask for them. */
 class BasePages {
   private window = Buffer.alloc(0);
   private windowAt = -1;
-  private static readonly WINDOW = 4 << 20;
+  static readonly WINDOW = 4 << 20;
 
-  private constructor(private readonly fh: FileHandle, readonly size: number) {}
+  private constructor(private readonly fh: FileHandle, readonly size: number, private readonly zeros: ZeroMap) {}
 
   static async open(path: string): Promise<BasePages> {
     const fh = await open(path, "r");
-    return new BasePages(fh, (await fh.stat()).size);
+    const st = await fh.stat();
+    let zeros = zeroMaps.get(path);
+    if (!zeros || zeros.size !== st.size || zeros.mtimeMs !== st.mtimeMs) {
+      const pages = Math.ceil(st.size / PAGE_SIZE);
+      zeros = { size: st.size, mtimeMs: st.mtimeMs, zero: new Uint8Array(Math.ceil(pages / 8)), known: new Uint8Array(Math.ceil(st.size / BasePages.WINDOW)) };
+      if (zeroMaps.size >= 64) zeroMaps.clear();
+      zeroMaps.set(path, zeros);
+    }
+    return new BasePages(fh, st.size, zeros);
+  }
+
+  /** Whether the template's page at `offset` is all zero; null when its window was never read. */
+  isZero(offset: number): boolean | null {
+    if (offset < 0 || offset + PAGE_SIZE > this.size) return false;
+    if (!this.zeros.known[Math.floor(offset / BasePages.WINDOW)]) return null;
+    const p = offset / PAGE_SIZE;
+    return (this.zeros.zero[p >> 3]! & (1 << (p & 7))) !== 0;
   }
 
   /** The page at `offset` if the current window holds it (no I/O); null if it must be loaded. */
@@ -167,8 +192,24 @@ class BasePages {
       const { bytesRead } = await this.fh.read(this.window, 0, len, at);
       if (bytesRead !== len) return undefined;
       this.windowAt = at;
+      this.learnZeros(at, len);
     }
     return this.window.subarray(offset - at, offset - at + PAGE_SIZE);
+  }
+
+  /** Notes which pages of the window just read are zero (a whole zero window in one compare). */
+  private learnZeros(at: number, len: number): void {
+    const w = Math.floor(at / BasePages.WINDOW);
+    if (this.zeros.known[w] || len % PAGE_SIZE) return;
+    const first = at / PAGE_SIZE;
+    const all = len === ZERO_WINDOW.length && this.window.equals(ZERO_WINDOW);
+    for (let i = 0; i < len / PAGE_SIZE; i++) {
+      if (all || this.window.subarray(i * PAGE_SIZE, (i + 1) * PAGE_SIZE).equals(ZERO_WINDOW.subarray(0, PAGE_SIZE))) {
+        const p = first + i;
+        this.zeros.zero[p >> 3]! |= 1 << (p & 7);
+      }
+    }
+    this.zeros.known[w] = 1;
   }
 
   close(): Promise<void> {
@@ -242,9 +283,19 @@ export async function* keepChangedPages(source: AsyncIterable<Buffer>, baseRam: 
       let drop = false;
       if (name === block) {
         stats.pages++;
-        let mine = base.cached(offset);
-        if (mine === null) mine = await base.page(offset);
-        drop = mine !== undefined && (flags & FLAG_PAGE ? mine.equals(body) : body[0] === 0 && mine.equals(ZERO_PAGE));
+        if (flags & FLAG_ZERO) {
+          // A zero page over a zero page: known without a read once its window has been seen.
+          let zero = base.isZero(offset);
+          if (zero === null) {
+            await base.page(offset);
+            zero = base.isZero(offset);
+          }
+          drop = body[0] === 0 && zero === true;
+        } else {
+          let mine = base.cached(offset);
+          if (mine === null) mine = await base.page(offset);
+          drop = mine !== undefined && mine.equals(body);
+        }
         if (!drop) stats.kept++;
       }
       r.take();
