@@ -90,7 +90,7 @@ try {
   });
   lines.push(`${DIRTY} sandboxes wrote ${DIRTY_MIB} MiB each in ${fmt(performance.now() - t0)}; host MemAvailable ${memAvailableMb().toFixed(0)} MiB`);
   await new Promise((r) => setTimeout(r, 5000)); // the reaper's passes catch up
-  const rows = (await api("GET", `/v1/sandboxes?limit=${N + 10}`)).body.sandboxes as Array<{ id: string; state: string; state_reason: string; hibernate_mode?: string }>;
+  const rows = (await api("GET", `/v1/sandboxes?limit=${Math.min(200, N + 10)}`)).body.sandboxes as Array<{ id: string; state: string; state_reason: string; hibernate_mode?: string }>;
   const byPressure = rows.filter((s) => s.state_reason === "memory_pressure").length;
   const lost = rows.filter((s) => s.state === "lost" || s.state === "error").length;
   lines.push(`cold-hibernated by the memory-pressure policy: ${byPressure}; lost or in error: ${lost}; host OOM kills during the run: ${oomKills() - oom0}`);
