@@ -27,13 +27,13 @@ function denCpuSeconds(): number {
   return (user + system) / 1e6 + codecCpuSeconds();
 }
 
-/** A sandbox's QEMU's private memory in MiB (anon + private file pages: what it holds alone). */
+/** A sandbox's QEMU's private memory in MiB: anonymous + shmem PSS, what the kernel cannot reclaim (the agent benchmark's measure). */
 function privateMib(dataDir: string, id: string): number {
   const pid = findInstanceProcesses(readFileSync(join(dataDir, "instance-id"), "utf8").trim()).get(id);
   if (!pid) return NaN;
   const t = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
   const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, "m").exec(t)?.[1] ?? NaN);
-  return (kb("Private_Clean") + kb("Private_Dirty")) / 1024;
+  return (kb("Pss_Anon") + kb("Pss_Shmem")) / 1024;
 }
 
 const KEY = "den_bench_admin_key_0123456789";

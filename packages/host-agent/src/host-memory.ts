@@ -1,11 +1,16 @@
 import { readFileSync } from "node:fs";
 
-/** MiB a process holds that no other process shares (its private clean and dirty pages); undefined if it is gone. */
+/**
+ * MiB a process holds that the kernel cannot reclaim: its anonymous and shmem pages, shared
+ * ones split among their sharers (PSS; a fork's children share their parent's pages). Its
+ * template's RAM file pages are page cache, not counted. Undefined if it is gone.
+ */
 export function privateMemoryMb(pid: number): number | undefined {
   try {
     const t = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
-    const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, "m").exec(t)?.[1] ?? 0);
-    return (kb("Private_Clean") + kb("Private_Dirty")) / 1024;
+    const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, "m").exec(t)?.[1] ?? NaN);
+    const pss = kb("Pss_Anon") + kb("Pss_Shmem");
+    return (Number.isFinite(pss) ? pss : kb("Anonymous")) / 1024;
   } catch {
     return undefined;
   }
