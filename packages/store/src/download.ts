@@ -5,7 +5,11 @@ import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { TransferProgress } from "./object-store.js";
 
-/** Reports progress per chunk as the stream is read. */
+/**
+ * Reports progress per chunk as the stream is read; a stream whose size was not known ahead
+ * (an object compressed on its way) reports its total once it has ended, so the last report
+ * still says it is done.
+ */
 export function withProgress(stream: Readable, key: string, total: number | undefined, onProgress?: (p: TransferProgress) => void): Readable {
   if (!onProgress) return stream;
   let bytes = 0;
@@ -13,6 +17,7 @@ export function withProgress(stream: Readable, key: string, total: number | unde
     bytes += c.length;
     onProgress({ key, bytes, ...(total !== undefined ? { total } : {}) });
   });
+  if (total === undefined) stream.once("end", () => onProgress({ key, bytes, total: bytes }));
   return stream;
 }
 

@@ -70,8 +70,11 @@ export class S3Store implements ObjectStore {
   async putStream(key: string, stream: Readable, onProgress?: (p: TransferProgress) => void): Promise<void> {
     // Parts of PART_BYTES, two in flight: what it buffers is bounded whatever the object's size.
     const upload = new Upload({ client: this.client, params: { Bucket: this.opts.bucket, Key: this.k(key), Body: stream }, partSize: PART_BYTES, queueSize: 2 });
-    upload.on("httpUploadProgress", (p) => onProgress?.({ key, bytes: p.loaded ?? 0 }));
+    let bytes = 0;
+    upload.on("httpUploadProgress", (p) => onProgress?.({ key, bytes: (bytes = p.loaded ?? bytes) }));
     await upload.done();
+    // Its size is known only now: the last report says it is done.
+    onProgress?.({ key, bytes, total: bytes });
   }
 
   async putBytes(key: string, data: Buffer): Promise<void> {

@@ -4,6 +4,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Readable } from "node:stream";
 import S3rver from "s3rver";
 import { DenError } from "@den/protocol";
 import {
@@ -44,6 +45,20 @@ function contract(name: string, open: () => Promise<{ store: ObjectStore; corrup
       await h.store.delete("a/c.json");
       assert.deepEqual(await h.store.list("a/"), []);
       await assert.rejects(h.store.getBytes("a/c.json"), isCode("snapshot_not_found"));
+    });
+
+    test("a stream uploads as an object, and its last progress report says it is done", async () => {
+      const data = randomBytes(2 * 1024 * 1024 + 5);
+      const seen: Array<{ bytes: number; total?: number }> = [];
+      await h.store.putStream("s/streamed.bin", Readable.from([data.subarray(0, 1 << 20), data.subarray(1 << 20)]), (p) => seen.push(p));
+      assert.ok((await h.store.getBytes("s/streamed.bin")).equals(data));
+      assert.deepEqual(seen.at(-1), { key: "s/streamed.bin", bytes: seen.at(-1)!.bytes, total: seen.at(-1)!.bytes });
+      assert.ok(seen.at(-1)!.bytes > 0);
+      const body: Buffer[] = [];
+      for await (const c of await h.store.getStream("s/streamed.bin")) body.push(c as Buffer);
+      assert.ok(Buffer.concat(body).equals(data));
+      await h.store.delete("s/streamed.bin");
+      await assert.rejects(h.store.getStream("s/streamed.bin"), isCode("snapshot_not_found"));
     });
 
     test("keys cannot escape the store", async () => {
