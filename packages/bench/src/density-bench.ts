@@ -11,6 +11,7 @@
 import { spawnSync } from "node:child_process";
 import { parseArgs } from "node:util";
 import { client, memAvailableMb, spawnDen } from "./den-process.js";
+import { fillScript } from "./server-bench.js";
 import { fmt, pct } from "./table.js";
 
 const { values: flags } = parseArgs({
@@ -83,7 +84,7 @@ try {
   const dirty = ids.slice(ids.length - DIRTY);
   const t0 = performance.now();
   await pool(dirty, 4, async (id) => {
-    const cmd = `nohup python3 -c 'import os, time\nb = bytearray(${DIRTY_MIB} << 20)\nfor i in range(0, len(b), 1 << 20): b[i:i + (1 << 20)] = os.urandom(1 << 20)\nopen("/root/held", "w").close()\ntime.sleep(10**6)' >/dev/null 2>&1 & ` +
+    const cmd = `nohup python3 -c '${fillScript(DIRTY_MIB, "/root/held")}' >/dev/null 2>&1 & ` +
       `while [ ! -e /root/held ]; do sleep 0.2; done; echo held`;
     const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd, timeout_seconds: 600 });
     if (r.body?.stdout !== "held\n") log(`density: ${id} did not fill its memory: ${r.status} ${r.text.slice(0, 200)}`);

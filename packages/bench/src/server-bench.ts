@@ -15,6 +15,11 @@ import { findInstanceProcesses } from "@den/runtime";
 import { codecCpuSeconds } from "@den/store";
 import { fmt, pct, row, rows, time } from "./table.js";
 
+/** A Python program that holds exactly `mib` MiB of random memory, then touches `flag`. */
+export function fillScript(mib: number, flag: string): string {
+  return `import os, time\nb = bytearray(${mib} << 20)\nfor i in range(0, len(b), 1 << 20): b[i:i + (1 << 20)] = os.urandom(1 << 20)\nopen("${flag}", "w").close()\ntime.sleep(10**6)`;
+}
+
 /** Creates at once in the burst row. */
 const BURST = 10;
 
@@ -67,7 +72,7 @@ const RECIPE = [
 async function coldBySize(api: Api, made: string[], memoryMb: number, dirtyMib: number, runs: number): Promise<void> {
   const s = await api("POST", "/v1/sandboxes", { persistent: true, memory_mb: memoryMb });
   made.push(s.id);
-  await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: `nohup python3 -c 'import os, time\nb = bytearray(${dirtyMib} << 20)\nfor i in range(0, len(b), 1 << 20): b[i:i + (1 << 20)] = os.urandom(1 << 20)\nopen("/tmp/held", "w").close()\ntime.sleep(10**6)' >/dev/null 2>&1 & while [ ! -e /tmp/held ]; do sleep 0.2; done`, timeout_seconds: 600 });
+  await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: `nohup python3 -c '${fillScript(dirtyMib, "/tmp/held")}' >/dev/null 2>&1 & while [ ! -e /tmp/held ]; do sleep 0.2; done`, timeout_seconds: 600 });
   const h = row(`cold hibernate (${memoryMb} MiB guest, ${dirtyMib} MiB dirtied)`);
   const w = row(`cold wake -> first exec (${memoryMb} MiB guest, ${dirtyMib} MiB dirtied)`);
   for (let i = 0; i < runs; i++) {
@@ -101,7 +106,8 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
       const sbx = await create({ persistent: true });
       const exec = (id: string, cmd: string) => api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
       // Some state worth keeping: a process holding DIRTIED_MIB of random memory, and a file.
-      await exec(sbx.id, `nohup python3 -c 'import os, time; d = bytearray(os.urandom(${DIRTIED_MIB} << 20)); open("/tmp/held", "w").close(); time.sleep(10**6)' >/dev/null 2>&1 & echo x > /workspace/f; while [ ! -e /tmp/held ]; do sleep 0.1; done`);
+      // (Filled a MiB at a time: one os.urandom of it all would leave a freed copy's pages dirty too.)
+      await exec(sbx.id, `nohup python3 -c '${fillScript(DIRTIED_MIB, "/tmp/held")}' >/dev/null 2>&1 & echo x > /workspace/f; while [ ! -e /tmp/held ]; do sleep 0.1; done`);
       if (kind === "local") {
         const h = row("warm hibernate");
         const w = row("warm wake -> first exec");

@@ -89,7 +89,9 @@ describe("checkpoints and forks over the API", () => {
   });
 
   test("a lost sandbox (its QEMU killed) is recovered from its checkpoint under the same id", async () => {
-    const s = (await api("POST", "/v1/sandboxes", {})).body;
+    const made = await api("POST", "/v1/sandboxes", {});
+    assert.equal(made.status, 201, made.text);
+    const s = made.body;
     await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "echo checkpointed > /workspace/f" });
     const c = (await api("POST", `/v1/sandboxes/${s.id}/checkpoints`, {})).body;
     await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "echo later > /workspace/f" });
