@@ -36,6 +36,9 @@ export const vmFields = (i: HostSandboxInfo) => ({ template: i.template, templat
  * will produce, commits before the host is asked, and nothing the records still point at
  * is removed before the records stop pointing at it.
  */
+/** How long a cold wake waits for a host short of memory to make room (the reaper's passes relieve it). */
+const WAKE_ROOM_WAIT_MS = 30_000;
+
 export class Lifecycle {
   constructor(private readonly ctx: Ctx, private readonly queue: Serializer, private readonly network: NetworkPolicies) {}
 
@@ -144,6 +147,25 @@ export class Lifecycle {
     const template = `${s.template}@${s.template_version}`;
     const pull = await this.ctx.shared.pullFor(template);
     return this.ctx.hosts.place({ template, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer: origin, ...(kind ? { kind } : {}), ...(reserved ? { reserved } : {}), ...(pull ? { pull } : {}) });
+  }
+
+  /**
+   * A host for a cold wake. Where the only room is on a host short of memory, the wake waits
+   * (up to WAKE_ROOM_WAIT_MS) while the reaper cold-hibernates that host's least recently
+   * active sandboxes, rather than failing at once: the sandbox being woken is the most
+   * recently used one there is.
+   */
+  private async placeForWake(row: SandboxRow): Promise<HostAgent> {
+    const deadline = performance.now() + WAKE_ROOM_WAIT_MS;
+    for (;;) {
+      try {
+        return await this.placeStored(row, row.host_id);
+      } catch (e) {
+        const pressure = e instanceof DenError && e.code === "capacity_exhausted" && (e.details?.resource === "memory_pressure" || /short of memory/.test(e.message));
+        if (!pressure || performance.now() > deadline) throw e;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
   }
 
   async destroy(id: string, reason: Reason): Promise<SandboxRow> {
@@ -354,7 +376,7 @@ export class Lifecycle {
     if (mode === "cold" && !snapshot) throw new DenError("sandbox_not_running", `sandbox ${id} has no snapshot to wake from`);
     // Warm and disk: on its host (its memory snapshot or its disk is there). Cold: everything
     // is in the store, so any compatible host with room will do, its last one first.
-    const host = mode === "cold" ? await this.placeStored(row, row.host_id) : this.ctx.hosts.of(row);
+    const host = mode === "cold" ? await this.placeForWake(row) : this.ctx.hosts.of(row);
     const op = { ...ops.newOp("wake", id, reason, { mode, snapshot, host: host.instance }), host: host.instance };
     // The row names the host before the host is asked: a crash leaves nothing it cannot find.
     await ops.begin(row, op, host.instance !== row.host_id ? (tx) => tx.updateSandbox(id, { host_id: host.instance }).then(() => undefined) : undefined);
