@@ -11,7 +11,8 @@ import { readFileSync, statfsSync } from "node:fs";
 import { totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { client, memAvailableMb, rssMb, spawnDen, type Reply } from "./den-process.js";
+import { availableMemoryMb as memAvailableMb } from "@den/host-agent";
+import { client, rssMb, spawnDen, type Reply } from "./den-process.js";
 import { pct } from "./table.js";
 
 const HERE = dirname(fileURLToPath(import.meta.url));

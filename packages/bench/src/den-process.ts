@@ -50,4 +50,3 @@ export async function spawnDen(port: number, dataDir: string, env: Record<string
 }
 
 export const rssMb = (pid: number) => Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
-export const memAvailableMb = () => Number(/^MemAvailable:\s+(\d+)/m.exec(readFileSync("/proc/meminfo", "utf8"))?.[1] ?? 0) / 1024;

@@ -10,7 +10,8 @@
  */
 import { spawnSync } from "node:child_process";
 import { parseArgs } from "node:util";
-import { client, memAvailableMb, spawnDen } from "./den-process.js";
+import { availableMemoryMb as memAvailableMb } from "@den/host-agent";
+import { client, spawnDen } from "./den-process.js";
 import { fillScript } from "./server-bench.js";
 import { fmt, pct } from "./table.js";
 

@@ -12,6 +12,7 @@ import { loadConfig, startServer } from "@den/server";
 import { Sandbox as DenSandbox } from "@den/sdk";
 import { Sandbox as E2bSandbox } from "e2b";
 import { findInstanceProcesses } from "@den/runtime";
+import { privateMemoryMb } from "@den/host-agent";
 import { codecCpuSeconds } from "@den/store";
 import { fmt, pct, row, rows, time } from "./table.js";
 
@@ -32,13 +33,10 @@ function denCpuSeconds(): number {
   return (user + system) / 1e6 + codecCpuSeconds();
 }
 
-/** A sandbox's QEMU's private memory in MiB: anonymous + shmem PSS, what the kernel cannot reclaim (the agent benchmark's measure). */
+/** A sandbox's QEMU's private memory in MiB: anonymous + shmem PSS, what the kernel cannot reclaim (the measure admission uses). */
 function privateMib(dataDir: string, id: string): number {
   const pid = findInstanceProcesses(readFileSync(join(dataDir, "instance-id"), "utf8").trim()).get(id);
-  if (!pid) return NaN;
-  const t = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
-  const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, "m").exec(t)?.[1] ?? NaN);
-  return (kb("Pss_Anon") + kb("Pss_Shmem")) / 1024;
+  return (pid && privateMemoryMb(pid)) ?? NaN;
 }
 
 const KEY = "den_bench_admin_key_0123456789";

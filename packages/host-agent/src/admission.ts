@@ -10,17 +10,19 @@ export type Shape = host.Shape;
 /** How much this host may hand out (the wire type of the host protocol). */
 export type Capacity = host.Capacity;
 
-/** The default: the machine's memory minus a reserve (10%, at least 1 GiB); 8 vCPUs per core, since an agent's sandbox mostly waits; 2 GiB of disk kept free. */
+const totalMemoryMb = () => Math.floor(totalmem() / 1024 / 1024);
+/** The host memory kept back from guests, and that must stay available: 10% of RAM, at least 1 GiB. */
+const defaultMemoryReserveMb = () => Math.max(1024, Math.ceil(totalMemoryMb() * 0.1));
+
 /** `DEN_MEMORY_RESERVE_MB`: the host memory that must stay available (MemAvailable) for anything new to be admitted; default 10% of RAM, at least 1 GiB. */
 export function memoryReserveMb(env: NodeJS.ProcessEnv = process.env): number {
-  const totalMb = Math.floor(totalmem() / 1024 / 1024);
   const v = Number(env.DEN_MEMORY_RESERVE_MB);
-  return Number.isFinite(v) && v >= 0 && env.DEN_MEMORY_RESERVE_MB !== undefined ? v : Math.max(1024, Math.ceil(totalMb * 0.1));
+  return Number.isFinite(v) && v >= 0 && env.DEN_MEMORY_RESERVE_MB !== undefined ? v : defaultMemoryReserveMb();
 }
 
+/** The default: the machine's memory minus a reserve (10%, at least 1 GiB); 8 vCPUs per core, since an agent's sandbox mostly waits; 2 GiB of disk kept free. */
 export function defaultCapacity(): Capacity {
-  const totalMb = Math.floor(totalmem() / 1024 / 1024);
-  return { memoryMb: totalMb - Math.max(1024, Math.ceil(totalMb * 0.1)), vcpus: cpus().length * 8, diskReserveMb: 2048 };
+  return { memoryMb: totalMemoryMb() - defaultMemoryReserveMb(), vcpus: cpus().length * 8, diskReserveMb: 2048 };
 }
 
 /**

@@ -1,5 +1,6 @@
 export * from "./host-service.js";
 export { Admission, defaultCapacity, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
+export { availableMemoryMb, privateMemoryMb } from "./host-memory.js";
 export { buildHostServer, startHostServer, type HostServerOptions, type RunningHostServer } from "./http/server.js";
 export { HttpHostAgent } from "./http/client.js";
 export { hasSecret, checkSecret } from "./http/auth.js";

@@ -109,11 +109,10 @@ export class Vm {
   /**
    * Writes the VM's state to a file. The VM must be stopped (so the disk is quiescent too).
    * `changedAgainst`: a RAM file the state will be loaded over (its template's): the state
-   * leaves out every page that equals that file's (migration-stream.ts); the stats say how many.
+   * leaves out every page that equals that file's (migration-stream.ts).
    */
-  async saveState(stateFile: string, opts: { ignoreShared?: boolean; changedAgainst?: string } = {}): Promise<PageFilterStats | undefined> {
+  async saveState(stateFile: string, opts: { ignoreShared?: boolean; changedAgainst?: string } = {}): Promise<void> {
     const ignoreShared = opts.ignoreShared ?? true;
-    const stats: PageFilterStats | undefined = opts.changedAgainst ? { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 } : undefined;
     await this.qmp.execute("migrate-set-parameters", { "max-bandwidth": MIGRATE_BANDWIDTH });
     if (!ignoreShared) await this.setIgnoreShared(false);
     // We listen; QEMU connects and writes its state, which goes to the file until it closes.
@@ -123,7 +122,8 @@ export class Vm {
     let written: Promise<void> | undefined;
     const accepted = new Promise<void>((resolve) => server.once("connection", (c) => {
       const base = opts.changedAgainst;
-      written = base && stats
+      const stats: PageFilterStats = { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 };
+      written = base
         ? pipeline(c, (source: AsyncIterable<Buffer>) => keepChangedPages(source, base, stats), createWriteStream(stateFile))
         : pipeline(c, createWriteStream(stateFile));
       resolve();
@@ -142,7 +142,6 @@ export class Vm {
       }
       await accepted;
       await written;
-      return stats;
     } finally {
       server.close();
       await rm(sock.host, { force: true });

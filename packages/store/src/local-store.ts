@@ -5,7 +5,7 @@ import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { randomBytes } from "node:crypto";
 import { DenError } from "@den/protocol";
-import { streamToFile, withProgress } from "./download.js";
+import { withProgress } from "./progress.js";
 import { checkKey, checkPrefix, type ObjectInfo, type ObjectStore, type TransferProgress } from "./object-store.js";
 
 /** Objects as files under a root directory; every write is a temp file renamed into place. */
@@ -32,32 +32,12 @@ export class LocalDirStore implements ObjectStore {
     }
   }
 
-  async putFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void> {
-    const total = (await stat(path)).size;
-    await this.atomicWrite(key, async (tmp) => {
-      let bytes = 0;
-      const src = createReadStream(path, { highWaterMark: 1 << 20 });
-      src.on("data", (c) => {
-        bytes += c.length;
-        onProgress?.({ key, bytes, total });
-      });
-      await pipeline(src, createWriteStream(tmp));
-    });
-  }
-
   async putStream(key: string, stream: Readable, onProgress?: (p: TransferProgress) => void): Promise<void> {
     await this.atomicWrite(key, (tmp) => pipeline(withProgress(stream, key, undefined, onProgress), createWriteStream(tmp)));
   }
 
   async putBytes(key: string, data: Buffer): Promise<void> {
     await this.atomicWrite(key, (tmp) => writeFile(tmp, data));
-  }
-
-  async getFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void> {
-    const src = this.path(key);
-    const info = await this.head(key);
-    if (!info) throw new DenError("snapshot_not_found", `no object ${key} in the store`);
-    await streamToFile(createReadStream(src, { highWaterMark: 1 << 20 }), path, key, info.size, onProgress);
   }
 
   async getStream(key: string, onProgress?: (p: TransferProgress) => void): Promise<Readable> {

@@ -21,13 +21,9 @@ export interface TransferProgress {
  */
 export interface ObjectStore {
   readonly kind: "local" | "s3";
-  /** Uploads a file under `key` (replacing it). Multipart for large files where it applies. */
-  putFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void>;
   putBytes(key: string, data: Buffer): Promise<void>;
-  /** Uploads a stream under `key` (an object made as it is uploaded: compressed and hashed on the way, no temp copy). */
+  /** Uploads a stream under `key`, replacing it (an object made as it is uploaded: compressed and hashed on the way, no temp copy; multipart where it applies). */
   putStream(key: string, stream: Readable, onProgress?: (p: TransferProgress) => void): Promise<void>;
-  /** Downloads `key` into `path` (written to a temp file and renamed). */
-  getFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void>;
   getBytes(key: string): Promise<Buffer>;
   /** An object's bytes as a stream (a download that is decompressed and hashed as it comes, with no temp file). */
   getStream(key: string, onProgress?: (p: TransferProgress) => void): Promise<Readable>;

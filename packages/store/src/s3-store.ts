@@ -1,10 +1,8 @@
-import { createReadStream } from "node:fs";
-import { stat } from "node:fs/promises";
 import type { Readable } from "node:stream";
 import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import { DenError } from "@den/protocol";
-import { streamToFile, withProgress } from "./download.js";
+import { withProgress } from "./progress.js";
 import { checkKey, checkPrefix, type ObjectInfo, type ObjectStore, type TransferProgress } from "./object-store.js";
 
 export interface S3StoreOptions {
@@ -55,18 +53,6 @@ export class S3Store implements ObjectStore {
     return this.prefix + key;
   }
 
-  async putFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void> {
-    const total = (await stat(path)).size;
-    const upload = new Upload({
-      client: this.client,
-      params: { Bucket: this.opts.bucket, Key: this.k(key), Body: createReadStream(path, { highWaterMark: 1 << 20 }), ContentLength: total },
-      partSize: PART_BYTES,
-      queueSize: 2,
-    });
-    upload.on("httpUploadProgress", (p) => onProgress?.({ key, bytes: p.loaded ?? 0, total }));
-    await upload.done();
-  }
-
   async putStream(key: string, stream: Readable, onProgress?: (p: TransferProgress) => void): Promise<void> {
     // Parts of PART_BYTES, two in flight: what it buffers is bounded whatever the object's size.
     const upload = new Upload({ client: this.client, params: { Bucket: this.opts.bucket, Key: this.k(key), Body: stream }, partSize: PART_BYTES, queueSize: 2 });
@@ -89,11 +75,6 @@ export class S3Store implements ObjectStore {
       if (isNotFound(e)) throw new DenError("snapshot_not_found", `no object ${key} in the store`);
       throw e;
     }
-  }
-
-  async getFile(key: string, path: string, onProgress?: (p: TransferProgress) => void): Promise<void> {
-    const { stream, size } = await this.body(key);
-    await streamToFile(stream, path, key, size, onProgress);
   }
 
   async getStream(key: string, onProgress?: (p: TransferProgress) => void): Promise<Readable> {

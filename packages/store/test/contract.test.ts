@@ -1,10 +1,11 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { createReadStream, createWriteStream, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import S3rver from "s3rver";
 import { DenError } from "@den/protocol";
 import {
@@ -31,14 +32,14 @@ function contract(name: string, open: () => Promise<{ store: ObjectStore; corrup
       const data = randomBytes(3 * 1024 * 1024 + 17);
       writeFileSync(join(work, "in.bin"), data);
       const progress: number[] = [];
-      await h.store.putFile("a/b/in.bin", join(work, "in.bin"), (p) => progress.push(p.bytes));
+      await h.store.putStream("a/b/in.bin", createReadStream(join(work, "in.bin")), (p) => progress.push(p.bytes));
       await h.store.putBytes("a/c.json", Buffer.from("{}"));
       const head = await h.store.head("a/b/in.bin");
       assert.deepEqual({ key: head?.key, size: head?.size }, { key: "a/b/in.bin", size: data.length });
       assert.ok(head!.modifiedAt > Date.now() - 600_000 && head!.modifiedAt <= Date.now() + 5_000, "it says when it was written");
       assert.equal(await h.store.head("a/missing"), undefined);
       assert.deepEqual((await h.store.list("a/")).map((o) => o.key), ["a/b/in.bin", "a/c.json"]);
-      await h.store.getFile("a/b/in.bin", join(work, "out.bin"));
+      await pipeline(await h.store.getStream("a/b/in.bin"), createWriteStream(join(work, "out.bin")));
       assert.ok(readFileSync(join(work, "out.bin")).equals(data));
       assert.ok(progress.length > 0 && progress.at(-1)! >= data.length - 1);
       await h.store.delete("a/b/in.bin");

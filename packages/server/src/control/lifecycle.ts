@@ -161,7 +161,8 @@ export class Lifecycle {
       try {
         return await this.placeStored(row, row.host_id);
       } catch (e) {
-        const pressure = e instanceof DenError && e.code === "capacity_exhausted" && (e.details?.resource === "memory_pressure" || /short of memory/.test(e.message));
+        // (Details cross the host protocol whole.)
+        const pressure = e instanceof DenError && e.code === "capacity_exhausted" && e.details?.resource === "memory_pressure";
         if (!pressure || performance.now() > deadline) throw e;
         await new Promise((r) => setTimeout(r, 250));
       }

@@ -23,9 +23,8 @@ const MAX_DESTROYS_IN_FLIGHT = 32;
 export class Reaper {
   private cpuSamples = new Map<string, { at: number; cpu: number }>();
   /** Actions started by passes and not yet ended, by sandbox. */
-  private readonly inFlight = new Map<string, { destroy: boolean; done: Promise<void> }>();
-  /** Sandboxes being cold-hibernated to relieve their host's memory. */
-  private readonly relieving = new Set<string>();
+  /** `relief`: a cold hibernation to relieve its host's memory. */
+  private readonly inFlight = new Map<string, { destroy: boolean; relief: boolean; done: Promise<void> }>();
 
   constructor(
     private readonly ctx: Ctx,
@@ -97,26 +96,26 @@ export class Reaper {
     if (short <= 0) return;
     // (A row of the first host may name none: single-node rows from before hosts had ids.)
     const onHost = live.filter((r) => this.ctx.hosts.has(r.host_id) && this.ctx.hosts.of(r).instance === hostId);
-    for (const r of onHost) if (this.relieving.has(r.id)) short -= r.memory_mb;
+    for (const r of onHost) if (this.inFlight.get(r.id)?.relief) short -= r.memory_mb;
     const candidates = onHost
       .filter((r) => !r.op_id && !this.inFlight.has(r.id) && !this.activity.execing(r.id) && (r.state === "running" || (r.state === "hibernated" && modeOf(r) === "warm")))
       .sort((a, b) => a.last_activity_at - b.last_activity_at);
     for (const r of candidates) {
       if (short <= 0) break;
+      // Not started: too many in flight (the next pass tries again).
+      if (!this.start(r.id, false, () => this.lifecycle.hibernate(r.id, "memory_pressure", "cold"), true)) break;
       this.ctx.log.warn({ host: hostId, sandbox: r.id }, `host ${hostId} is short of memory (${memory.availableMb} MiB available, ${memory.reserveMb} MiB reserve): cold-hibernating ${r.id}, its least recently active sandbox`);
-      this.relieving.add(r.id);
-      this.start(r.id, false, () => this.lifecycle.hibernate(r.id, "memory_pressure", "cold").finally(() => this.relieving.delete(r.id)));
-      if (!this.inFlight.has(r.id)) this.relieving.delete(r.id); // not started: too many in flight
-      else short -= r.memory_mb;
+      short -= r.memory_mb;
     }
   }
 
-  /** Starts a pass's action on a sandbox, unless too many are in flight (the next pass tries again). */
-  private start(id: string, destroy: boolean, act: () => Promise<unknown>): void {
+  /** Starts a pass's action on a sandbox, unless too many are in flight (the next pass tries again); whether it started. */
+  private start(id: string, destroy: boolean, act: () => Promise<unknown>, relief = false): boolean {
     const busy = [...this.inFlight.values()].filter((a) => a.destroy === destroy).length;
-    if (busy >= (destroy ? MAX_DESTROYS_IN_FLIGHT : MAX_ACTIONS_IN_FLIGHT)) return;
+    if (busy >= (destroy ? MAX_DESTROYS_IN_FLIGHT : MAX_ACTIONS_IN_FLIGHT)) return false;
     const done = act().then(() => undefined, () => undefined).finally(() => this.inFlight.delete(id));
-    this.inFlight.set(id, { destroy, done });
+    this.inFlight.set(id, { destroy, relief, done });
+    return true;
   }
 
   /** Resolves once every action started so far has ended. */
