@@ -36,6 +36,11 @@ export interface VmSpec {
   /** Only for a cold boot; a restore takes the kernel from the snapshot's RAM. */
   boot?: { kernel: string; initrd: string; append: string };
   incoming: boolean;
+  /**
+   * The saved state an incoming VM will load, handed to QEMU as a descriptor at spawn
+   * (INCOMING_STATE_FD): QEMU reads it itself, not through Den (see Vm.loadState).
+   */
+  incomingState?: string;
   macAddress: string;
   tag: { instance: string; sandbox: string };
 }
@@ -136,11 +141,12 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
   const log = openSync(join(spec.dir, VM_FILES.log), "a");
   const disk = openSync(spec.disk, "r+");
   const diskRo = openSync(spec.disk, "r");
+  const state = spec.incomingState ? openSync(spec.incomingState, "r") : undefined;
   try {
     const child = spawn(host.qemuBinary, args, {
       cwd: spec.dir,
       detached: true,
-      stdio: ["ignore", log, log, disk, diskRo],
+      stdio: ["ignore", log, log, disk, diskRo, state ?? "ignore"],
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin", DEN_INSTANCE: spec.tag.instance, DEN_SANDBOX: spec.tag.sandbox },
     });
     child.on("error", () => undefined);
@@ -151,8 +157,12 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
     closeSync(log);
     closeSync(disk);
     closeSync(diskRo);
+    if (state !== undefined) closeSync(state);
   }
 }
+
+/** The descriptor an incoming VM's saved state is at in QEMU (spawnQemu's stdio). */
+export const INCOMING_STATE_FD = 5;
 
 /** The Den tags of a live process, read from its environment; undefined if it's not Den's QEMU. */
 export function processTags(pid: number): { instance: string; sandbox: string } | undefined {

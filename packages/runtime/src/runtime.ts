@@ -286,7 +286,8 @@ export class Runtime {
     return this.startSandbox(record, join(srcDir, TEMPLATE_FILES.disk), m.vm.diskMb, async (dir) => {
       const vm = await Vm.launch({
         dir, vcpus: record.vcpus, memoryMb: record.memoryMb, memoryFile, shareMemory: false,
-        disk: join(dir, VM_FILES.disk), incoming: true, macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: record.id },
+        disk: join(dir, VM_FILES.disk), incoming: true, incomingState: join(srcDir, TEMPLATE_FILES.state),
+        macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: record.id },
       }, this.host);
       try {
         await vm.loadState(join(srcDir, TEMPLATE_FILES.state));
@@ -616,7 +617,7 @@ export class Runtime {
       const vm = await Vm.launch({
         dir: helperDir, vcpus: snap.manifest.vm.vcpus, memoryMb: snap.manifest.vm.memoryMb,
         memoryFile: ramPath, shareMemory: true, disk: join(helperDir, VM_FILES.disk),
-        incoming: true, macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: snap.id },
+        incoming: true, incomingState: join(snap.dir, TEMPLATE_FILES.state), macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: snap.id },
       }, this.host);
       try {
         // The stream carries every page: load it into the shared file, then save all but the RAM.

@@ -9,7 +9,7 @@ import { ExecProcess, execBody, runToCompletion, startExec, type Command, type E
 import { GuestFiles } from "./files.js";
 import { CpuMeter, readMetrics } from "./metrics.js";
 import { VM_FILES } from "./qemu.js";
-import { digestFiles, hostSection, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
+import { digestFiles, hostSection, writeManifest, type FileDigest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { listPorts, openTunnel, type TunnelOptions } from "./tunnel.js";
 import { SerialQueue, runTool } from "./util.js";
 import type { Vm } from "./vm.js";
@@ -266,6 +266,7 @@ export class Sandbox {
       const t0 = performance.now();
       let pauseMs = 0;
       let changedOnly = false;
+      let stateDigest: FileDigest | undefined;
       try {
         if (wasRunning) await vm.stop();
         else if ((await vm.status()) === "postmigrate") {
@@ -276,7 +277,7 @@ export class Sandbox {
         // A stream is restored over its template's RAM: it need carry only the pages that differ
         // (not for a stream a helper loads into an empty RAM file: `ignoreShared: false`).
         changedOnly = !this.record.ramFile && opts.ignoreShared !== false && process.env.DEN_SNAPSHOT_ALL_PAGES !== "1";
-        await vm.saveState(join(dir, "state.bin"), {
+        stateDigest = await vm.saveState(join(dir, "state.bin"), {
           ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
           ...(changedOnly ? { changedAgainst: this.ctx.templateMemory(this.record.template) } : {}),
         });
@@ -310,7 +311,7 @@ export class Sandbox {
         vm: { vcpus: this.record.vcpus, memoryMb: this.record.memoryMb, diskMb: this.record.diskMb },
         pauseMs: Math.round(pauseMs * 10) / 10,
         sourceSandbox: this.id,
-        files: await digestFiles(dir, this.record.ramFile ? ["state.bin", "disk.qcow2", "memory.bin"] : ["state.bin", "disk.qcow2"]),
+        files: { "state.bin": stateDigest!, ...(await digestFiles(dir, this.record.ramFile ? ["disk.qcow2", "memory.bin"] : ["disk.qcow2"])) },
       };
       await writeManifest(dir, manifest);
       return { dir, manifest };

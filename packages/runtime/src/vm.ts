@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { createReadStream, createWriteStream, readlinkSync } from "node:fs";
 import { chown, readFile, rm } from "node:fs/promises";
 import net from "node:net";
@@ -7,13 +8,28 @@ import { DenError } from "@den/protocol";
 import { ConsoleLog } from "./console-log.js";
 import type { HostProfile } from "./host.js";
 import { QmpClient } from "./qmp.js";
-import { VM_FILES, isAlive, killAndWait, processTags, spawnQemu, type VmSpec } from "./qemu.js";
+import { INCOMING_STATE_FD, VM_FILES, isAlive, killAndWait, processTags, spawnQemu, type VmSpec } from "./qemu.js";
 import { vmIdentity } from "./jail/identity.js";
 import { hostCgroups } from "./jail/host.js";
 import { cpuCeiling } from "./jail/cgroups.js";
 import { connectUnixRetry } from "./qmp.js";
 import { sleep } from "./util.js";
 import { keepChangedPages, type PageFilterStats } from "./migration-stream.js";
+import type { FileDigest } from "./snapshot.js";
+
+/** A pipeline stage that counts and hashes what passes through it. */
+function digesting(into: { size: number; hash: ReturnType<typeof createHash> }) {
+  return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+    for await (const c of source) {
+      into.hash.update(c);
+      into.size += c.length;
+      yield c;
+    }
+  };
+}
+
+/** Milliseconds before the n-th poll of a migration: 2 ms while it may be a small one, then up to 20. */
+const pollDelay = (n: number) => Math.min(2 + n, 20);
 
 /** Migration throughput cap: QEMU's default (128 MiB/s) would stretch every snapshot pause. */
 const MIGRATE_BANDWIDTH = 64 * 1024 * 1024 * 1024;
@@ -27,11 +43,16 @@ export class Vm {
     private readonly console: ConsoleLog,
   ) {}
 
+  /** The state file QEMU was given at spawn (loadState of it needs no copy through Den). */
+  private incomingState: string | undefined;
+
   static async launch(spec: VmSpec, host: HostProfile): Promise<Vm> {
     const pid = spawnQemu(spec, host);
     try {
       hostCgroups()?.place(spec.tag.instance, spec.tag.sandbox, pid, { vcpus: spec.vcpus, memoryMb: spec.memoryMb, cpuMax: cpuCeiling(spec.vcpus) });
-      return await Vm.attach(spec.dir, pid);
+      const vm = await Vm.attach(spec.dir, pid);
+      vm.incomingState = spec.incomingState;
+      return vm;
     } catch (e) {
       await killAndWait(pid);
       const log = await readFile(join(spec.dir, VM_FILES.log), "utf8").then((t) => t.slice(-2000), () => "");
@@ -84,6 +105,13 @@ export class Vm {
 
   /** Loads a saved state into a VM started with `-incoming defer`; leaves it paused. */
   async loadState(stateFile: string): Promise<void> {
+    if (stateFile === this.incomingState) {
+      // QEMU reads the file from the descriptor it inherited: no byte passes through Den.
+      this.incomingState = undefined;
+      await this.qmp.execute("migrate-incoming", { uri: `fd:${INCOMING_STATE_FD}` });
+      await this.incomingDone();
+      return;
+    }
     const sock = this.migrationSocket("migrate-in.sock");
     await rm(sock.host, { force: true });
     // QEMU listens; we connect and pour the file in.
@@ -91,18 +119,23 @@ export class Vm {
     const conn = await connectUnixRetry(sock.host, 10_000, (why) => new DenError("qemu_error", `restore: QEMU's migration socket did not open: ${why}`));
     const fed = pipeline(createReadStream(stateFile), conn).catch((e: unknown) => e);
     try {
-      for (;;) {
-        const st = await this.status();
-        if (st !== "inmigrate") {
-          if (st !== "paused" && st !== "postmigrate" && st !== "running") throw new DenError("qemu_error", `restore ended in state ${st}`);
-          return;
-        }
-        await sleep(2);
-      }
+      await this.incomingDone();
     } finally {
       conn.destroy();
       await fed;
       await rm(sock.host, { force: true });
+    }
+  }
+
+  /** Waits for an incoming migration to end; anything but a loaded (paused) VM is an error. */
+  private async incomingDone(): Promise<void> {
+    for (let n = 0; ; n++) {
+      const st = await this.status();
+      if (st !== "inmigrate") {
+        if (st !== "paused" && st !== "postmigrate" && st !== "running") throw new DenError("qemu_error", `restore ended in state ${st}`);
+        return;
+      }
+      await sleep(pollDelay(n));
     }
   }
 
@@ -111,7 +144,7 @@ export class Vm {
    * `changedAgainst`: a RAM file the state will be loaded over (its template's): the state
    * leaves out every page that equals that file's (migration-stream.ts).
    */
-  async saveState(stateFile: string, opts: { ignoreShared?: boolean; changedAgainst?: string } = {}): Promise<void> {
+  async saveState(stateFile: string, opts: { ignoreShared?: boolean; changedAgainst?: string } = {}): Promise<FileDigest> {
     const ignoreShared = opts.ignoreShared ?? true;
     await this.qmp.execute("migrate-set-parameters", { "max-bandwidth": MIGRATE_BANDWIDTH });
     if (!ignoreShared) await this.setIgnoreShared(false);
@@ -119,13 +152,15 @@ export class Vm {
     const sock = this.migrationSocket("migrate-out.sock");
     await rm(sock.host, { force: true });
     const server = net.createServer();
+    const digest = { size: 0, hash: createHash("sha256") };
     let written: Promise<void> | undefined;
     const accepted = new Promise<void>((resolve) => server.once("connection", (c) => {
       const base = opts.changedAgainst;
       const stats: PageFilterStats = { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 };
+      // Hashed as it is written: the snapshot's manifest needs no second pass over the file.
       written = base
-        ? pipeline(c, (source: AsyncIterable<Buffer>) => keepChangedPages(source, base, stats), createWriteStream(stateFile))
-        : pipeline(c, createWriteStream(stateFile));
+        ? pipeline(c, (source: AsyncIterable<Buffer>) => keepChangedPages(source, base, stats), digesting(digest), createWriteStream(stateFile))
+        : pipeline(c, digesting(digest), createWriteStream(stateFile));
       resolve();
     }));
     await new Promise<void>((resolve, reject) => server.once("error", reject).listen(sock.host, () => resolve()));
@@ -134,14 +169,18 @@ export class Vm {
       const id = vmIdentity(...this.tag());
       await chown(sock.host, id.uid, id.gid);
       await this.qmp.execute("migrate", { uri: `unix:${sock.qemu}` });
-      for (;;) {
+      // The stream's end (QEMU closes the socket) says it is done; the polls only catch a
+      // failure meanwhile (each one is a QMP round trip: every 2 ms cost Den ~0.15 s a second).
+      const ended = accepted.then(() => written).catch(() => undefined);
+      for (let n = 0; ; n++) {
         const m = await this.qmp.execute<{ status?: string; "error-desc"?: string }>("query-migrate");
         if (m.status === "completed") break;
         if (m.status === "failed" || m.status === "cancelled") throw new DenError("qemu_error", `snapshot failed: ${m["error-desc"] ?? m.status}`);
-        await sleep(2);
+        await Promise.race([ended, sleep(pollDelay(n))]);
       }
       await accepted;
       await written;
+      return { size: digest.size, sha256: digest.hash.digest("hex") };
     } finally {
       server.close();
       await rm(sock.host, { force: true });

@@ -57,7 +57,7 @@ for (const kind of ["local", "s3"] as const) {
       const c = await api("POST", "/v1/sandboxes", { persistent: true });
       const id = c.body.id;
       const start = await api("POST", `/v1/sandboxes/${id}/exec`, {
-        cmd: "mkdir -p /work && cd /work && echo tree > f.txt && nohup python3 -c \"import hashlib, http.server, os; data = bytearray(os.urandom(100 * 1024 * 1024)); h = type('H', (http.server.BaseHTTPRequestHandler,), {'do_GET': lambda s: (s.send_response(200), s.end_headers(), s.wfile.write(hashlib.sha256(data).hexdigest().encode()))}); http.server.HTTPServer(('127.0.0.1', 8000), h).serve_forever()\" >/dev/null 2>&1 & echo $!",
+        cmd: "mkdir -p /work && cd /work && echo tree > f.txt && nohup python3 -c \"import http.server, os, zlib; data = bytearray(100 << 20); [data.__setitem__(slice(i, i + (1 << 20)), os.urandom(1 << 20)) for i in range(0, len(data), 1 << 20)]; h = type('H', (http.server.BaseHTTPRequestHandler,), {'do_GET': lambda s: (s.send_response(200), s.end_headers(), s.wfile.write(b'%08x' % zlib.crc32(data)))}); http.server.HTTPServer(('127.0.0.1', 8000), h).serve_forever()\" >/dev/null 2>&1 & echo $!",
       });
       const pid = start.body.stdout.trim();
       // Wait until the server holds its data and listens.

@@ -243,7 +243,7 @@ describe("web dashboard", () => {
       // Usage: a chart of time by state, with running time in it.
       const chart = page.getByRole("img", { name: /^Time by state/ });
       await chart.waitFor();
-      assert.match((await chart.getAttribute("aria-label"))!, /Running (\d+\.\d|\d+m \d\d)s/);
+      assert.match((await chart.getAttribute("aria-label"))!, /Running (\d\.\d|[1-5]\d|\d+m \d\d)s/);
 
       await page.getByRole("heading", { name: "Checkpoints" }).waitFor();
       await page.evaluate("document.getElementById('toasts').replaceChildren()"); // notices would cover the picture

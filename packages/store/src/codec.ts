@@ -1,6 +1,9 @@
 import { spawn, spawnSync } from "node:child_process";
 import { once } from "node:events";
+import { createReadStream, createWriteStream } from "node:fs";
+import { open } from "node:fs/promises";
 import type { Transform } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import { createGunzip, createGzip } from "node:zlib";
 
 /**
@@ -40,9 +43,48 @@ export function compress(c: Compression): Stage {
   return c === "zstd" ? viaTool("zstd", ["-1", "-q", "-c", "--no-progress"]) : createGzip({ level: 1 });
 }
 
-export function decompress(c: Compression): Stage {
-  return c === "zstd" ? viaTool("zstd", ["-d", "-q", "-c", "--no-progress"]) : createGunzip();
+/**
+ * A file, compressed: zstd reads the file itself, so only the compressed bytes pass
+ * through Den (gzip reads it here).
+ */
+export function compressedFile(c: Compression, path: string): AsyncIterable<Buffer> {
+  if (c === "gzip") return createReadStream(path, { highWaterMark: 1 << 20 }).pipe(createGzip({ level: 1 }));
+  return viaTool("zstd", ["-1", "-q", "-c", "--no-progress", "--", path], "ignore")(emptySource());
 }
+
+/**
+ * A pipeline's last stage that decompresses into `path`, writing at most `maxBytes` (a
+ * decompression bomb fails: zstd runs under that file-size limit, gzip is counted here).
+ * zstd writes the file itself, so the decompressed bytes never pass through Den, and it
+ * checks them against the frame's own content checksum as it goes.
+ */
+export function decompressToFile(c: Compression, path: string, maxBytes: number): (source: AsyncIterable<Buffer>) => Promise<void> {
+  return async (source) => {
+    if (c === "gzip") {
+      let n = 0;
+      const counted = async function* (s: AsyncIterable<Buffer>) {
+        for await (const chunk of s) {
+          n += chunk.length;
+          if (n > maxBytes) throw new Error(`more than the ${maxBytes} bytes expected`);
+          yield chunk;
+        }
+      };
+      await pipeline(source, createGunzip(), counted, createWriteStream(path));
+      return;
+    }
+    const out = await open(path, "w");
+    try {
+      const drained = viaTool("prlimit", [`--fsize=${maxBytes}:${maxBytes}`, "zstd", "-d", "-q", "-c", "--no-progress"], out.fd)(source);
+      for await (const _ of drained) {
+        // (the tool's stdout is the file: nothing comes back)
+      }
+    } finally {
+      await out.close();
+    }
+  };
+}
+
+async function* emptySource(): AsyncGenerator<Buffer> {}
 
 /** The children's user + system seconds in a POSIX shell's `times` output (its second line). */
 export function childTimes(out: string): number {
@@ -52,29 +94,37 @@ export function childTimes(out: string): number {
 }
 
 /**
- * A pipeline stage that pipes the chunks through a tool's stdin and stdout. The tool runs
- * under a shell that reports its CPU (`times`) once it has succeeded; a tool that fails is
- * the stage's error, with what it said.
+ * A pipeline stage that pipes the chunks through a tool's stdin and stdout (or, with
+ * `stdout` a descriptor, into that file; "ignore" for a tool that reads no stdin pipes
+ * none). The tool runs under a shell that reports its CPU (`times`) once it has
+ * succeeded; a tool that fails is the stage's error, with what it said.
  */
-function viaTool(cmd: string, args: string[]): Stage {
+function viaTool(cmd: string, args: string[], io: number | "ignore" | "pipe" = "pipe"): (source: AsyncIterable<Buffer>) => AsyncGenerator<Buffer> {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-    const child = spawn("sh", ["-c", `"$0" "$@" && times >&2`, cmd, ...args], { stdio: ["pipe", "pipe", "pipe"] });
+    const stdin = io === "ignore" ? "ignore" : "pipe";
+    const stdout = typeof io === "number" ? io : "pipe";
+    const child = spawn("sh", ["-c", `"$0" "$@" && times >&2`, cmd, ...args], { stdio: [stdin, stdout, "pipe"] });
     let said = "";
-    child.stderr.on("data", (d: Buffer) => (said = (said + d.toString()).slice(-4096)));
+    child.stderr!.on("data", (d: Buffer) => (said = (said + d.toString()).slice(-4096)));
     const closed = new Promise<number | null>((resolve) => child.once("close", (code) => resolve(code)));
     const failed = new Promise<never>((_, reject) => child.once("error", reject));
     failed.catch(() => undefined);
-    child.stdin.on("error", () => undefined); // EPIPE when the tool dies: its exit code says why
     const feeding = (async () => {
+      const sink = child.stdin;
+      if (!sink) return;
+      sink.on("error", () => undefined); // EPIPE when the tool dies: its exit code says why
+      // Only the source's errors are the feeder's: a tool that stopped reading says why by its
+      // exit. The rest of the source is read and dropped (leaving it early would abort the
+      // pipeline before the tool's reason is known; what a stage reads is bounded upstream).
       for await (const chunk of source) {
-        if (child.stdin.destroyed) return;
-        if (!child.stdin.write(chunk)) await Promise.race([once(child.stdin, "drain"), closed]);
+        if (sink.destroyed) continue;
+        if (!sink.write(chunk)) await Promise.race([once(sink, "drain").catch(() => undefined), closed]);
       }
-      child.stdin.end();
+      sink.end();
     })();
     feeding.catch(() => child.kill("SIGKILL"));
     try {
-      for await (const chunk of child.stdout) yield chunk as Buffer;
+      if (child.stdout) for await (const chunk of child.stdout) yield chunk as Buffer;
       await feeding;
       const code = await Promise.race([closed, failed]);
       if (code !== 0) throw new Error(`${cmd} failed (exit ${code}): ${said.trim().split("\n")[0] ?? ""}`);
