@@ -13,7 +13,7 @@ import { QUICK_WORKLOADS, containmentTable, runContainment } from "../src/contai
 test("a hostile sandbox's runaway workloads stay inside it", { timeout: 900_000 }, async () => {
   const dataDir = process.env.DEN_DATA_DIR;
   assert.ok(dataDir, "DEN_DATA_DIR is set (npm test)");
-  const samples = await runContainment({ port: 19262, dataDir, windowMs: 5_000 }, QUICK_WORKLOADS);
+  const samples = await runContainment({ port: 19262, dataDir, windowMs: 3_000 }, QUICK_WORKLOADS);
   const table = containmentTable(samples);
   console.log(table.join("\n"));
   for (const s of samples) {
