@@ -383,9 +383,14 @@ export class Runtime {
       return sbx;
     } catch (e) {
       this.sandboxes.delete(record.id);
+      // What QEMU said goes with the error: the directory holding its log is removed next.
+      const alive = vm ? isAlive(vm.pid) : false;
+      const log = e instanceof DenError ? "" : await readFile(join(dir, VM_FILES.log), "utf8").catch(() => "");
       await vm?.kill();
       await rm(dir, { recursive: true, force: true });
-      throw e;
+      if (e instanceof DenError) throw e;
+      const code = (e as NodeJS.ErrnoException).code;
+      throw new DenError("qemu_error", `sandbox ${record.id} failed to start: ${(e as Error).message}${code ? ` (${code})` : ""}; its QEMU ${alive ? "was running" : "had exited"}; qemu.log: ${log.slice(-600).trim() || "(empty)"}`, undefined, { cause: e });
     }
   }
 
