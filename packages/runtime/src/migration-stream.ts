@@ -106,6 +106,19 @@ class Reader {
     return out;
   }
 
+  /** The first buffered chunk, for a caller that parses in place (then `skipSync`). */
+  head(): Buffer | undefined {
+    return this.chunks[0];
+  }
+
+  /** Drops `n` bytes of the first chunk, which the caller has parsed and sent on itself. */
+  skipSync(n: number): void {
+    const first = this.chunks[0]!;
+    if (n === first.length) this.chunks.shift();
+    else this.chunks[0] = first.subarray(n);
+    this.have -= n;
+  }
+
   async peek(): Promise<number | undefined> {
     if (!(await this.fill(1))) return undefined;
     return this.chunks[0]![0];
@@ -260,10 +273,82 @@ export async function* keepChangedPages(source: AsyncIterable<Buffer>, baseRam: 
    * CONTINUE stays true. A record is parsed with sync reads once it is buffered whole (this
    * runs while the VM is paused: no await per page).
    */
+  /**
+   * The records wholly inside the first buffered chunk, parsed in place: a run of records
+   * that pass unchanged goes on as one slice of the chunk (no copy, no object per page).
+   * Stops at anything the record-at-a-time path must handle (EOS, a surprise, a template
+   * window not yet read); returns the bytes it consumed.
+   */
+  const inPlace = (c: Buffer): number => {
+    let pos = 0;
+    let run = -1;
+    const endRun = () => {
+      if (run >= 0) emit([c.subarray(run, pos)]);
+      run = -1;
+    };
+    while (c.length - pos >= MAX_RECORD) {
+      const hi = c.readUInt32BE(pos);
+      const lo = c.readUInt32BE(pos + 4);
+      const flags = lo & FLAG_MASK;
+      if (flags & (FLAG_UNEXPECTED | FLAG_EOS) || !(flags & (FLAG_PAGE | FLAG_ZERO))) break;
+      const offset = hi * 2 ** 32 + ((lo & ~FLAG_MASK) >>> 0);
+      let at = pos + 8;
+      let name = lastReadBlock;
+      if (!(flags & FLAG_CONTINUE)) {
+        const len = c[at]!;
+        name = c.toString("latin1", at + 1, at + 1 + len);
+        at += 1 + len;
+      }
+      if (name === undefined) break;
+      const end = at + (flags & FLAG_PAGE ? PAGE_SIZE : 1);
+      let drop = false;
+      if (name === block) {
+        if (flags & FLAG_ZERO) {
+          const zero = base.isZero(offset);
+          if (zero === null) break;
+          drop = c[at] === 0 && zero;
+        } else {
+          const mine = base.cached(offset);
+          if (mine === null) break;
+          drop = mine !== undefined && c.compare(mine, 0, PAGE_SIZE, at, end) === 0;
+        }
+        stats.pages++;
+        if (!drop) stats.kept++;
+      }
+      lastReadBlock = name;
+      if (drop) endRun();
+      else if (!(flags & FLAG_CONTINUE) || name === lastEmittedBlock) {
+        // Its header holds as it is: it names its block, or continues the one the output named last.
+        if (run < 0) run = pos;
+        lastEmittedBlock = name;
+      } else {
+        // It continues a block whose naming record was dropped: it names the block itself.
+        endRun();
+        const h = Buffer.allocUnsafe(8);
+        h.writeUInt32BE(hi, 0);
+        h.writeUInt32BE((lo & ~FLAG_CONTINUE) >>> 0, 4);
+        const n = Buffer.from(name, "latin1");
+        emit([h, Buffer.from([n.length]), n, c.subarray(at, end)]);
+        lastEmittedBlock = name;
+      }
+      pos = end;
+    }
+    endRun();
+    return pos;
+  };
+
   const ramRecords = async function* (): AsyncGenerator<Buffer> {
     for (;;) {
       if (outBytes >= 1 << 20) yield flush();
       if (r.buffered < MAX_RECORD) await r.want(MAX_RECORD);
+      const chunk = r.head();
+      if (chunk && chunk.length >= MAX_RECORD) {
+        const used = inPlace(chunk);
+        if (used > 0) {
+          r.skipSync(used);
+          continue;
+        }
+      }
       const head = r.readSync(8);
       const hi = head.readUInt32BE(0);
       const lo = head.readUInt32BE(4);
