@@ -123,6 +123,7 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
       const w = row(`cold wake -> first exec (${kind} store)`);
       const stored: number[] = [];
       const cpu: number[] = [];
+      const cpuHibernate: number[] = [];
       const privateBefore: number[] = [];
       const privateAfter: number[] = [];
       for (let i = 0; i < opts.runs; i++) {
@@ -130,14 +131,16 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
         privateBefore.push(privateMib(opts.dataDir, sbx.id));
         const c0 = denCpuSeconds();
         h.den.push(await time(async () => (r = await api("POST", `/v1/sandboxes/${sbx.id}/hibernate`, { mode: "cold" }))));
+        const c1 = denCpuSeconds();
         stored.push(r.stored_bytes);
         w.den.push(await time(() => exec(sbx.id, "true")));
         cpu.push(denCpuSeconds() - c0);
+        cpuHibernate.push(c1 - c0);
         privateAfter.push(privateMib(opts.dataDir, sbx.id));
       }
       const mib = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MiB`;
       notes.push(`bytes stored per cold-hibernated sandbox (${kind} store, p50): ${mib(pct(stored, 50))} for ${sbx.memory_mb} MiB of RAM with ${DIRTIED_MIB} MiB dirtied (${(pct(stored, 50) / (DIRTIED_MIB << 20)).toFixed(2)}x the dirtied bytes)`);
-      notes.push(`Den CPU per cold cycle, hibernate + wake (${kind} store, p50): ${pct(cpu, 50).toFixed(2)} s`);
+      notes.push(`Den CPU per cold cycle, hibernate + wake (${kind} store, p50): ${pct(cpu, 50).toFixed(2)} s (hibernate ${pct(cpuHibernate, 50).toFixed(2)} s)${kind === "s3" ? "; s3rver runs in this process, so its CPU is in it" : ""}`);
       notes.push(`private memory of the woken sandbox vs before it hibernated (${kind} store, p50): ${pct(privateAfter, 50).toFixed(0)} MiB vs ${pct(privateBefore, 50).toFixed(0)} MiB (${(pct(privateAfter, 50) / pct(privateBefore, 50)).toFixed(2)}x)`);
       opts.log(`  cold hibernate (${kind}) p50 ${fmt(pct(h.den, 50))}, wake ${fmt(pct(w.den, 50))}`);
 

@@ -57,6 +57,9 @@ export function templateKey(name: string, version: string, deployment: string): 
   return `${deployment}/templates/${name}/${version}`;
 }
 
+/** Files below this are compressed in process (gzip), whatever the preferred codec. */
+const SMALL_OBJECT = 1 << 20;
+
 const idOf = (key: string) => key.slice(key.lastIndexOf("/") + 1);
 
 /**
@@ -71,8 +74,11 @@ export async function uploadSnapshot(
   digests: Record<string, { size: number; sha256: string }> = {},
 ): Promise<StoredSnapshot> {
   const stored: Record<string, StoredObject> = {};
-  const compression = preferredCompression();
+  const preferred = preferredCompression();
   for (const name of files) {
+    // A small file (a disk overlay of a few KiB) is gzipped in this process: starting a
+    // codec process costs more than it would save.
+    const compression = (await stat(join(dir, name))).size < SMALL_OBJECT ? "gzip" : preferred;
     const known = digests[name];
     const raw = createHash("sha256");
     const packed = createHash("sha256");

@@ -28,6 +28,15 @@ test("zstd is the default where the tool is; its CPU (in a process of its own) i
   assert.ok(codecCpuSeconds() > cpu0, "the codec's CPU is Den's");
   await downloadSnapshot(store, snapshotKey("snap_zzzzzzzzzzzzzzzz"), join(work, "out-zstd"));
   assert.ok(readFileSync(join(work, "out-zstd", "state.bin")).equals(state));
+  // A small file (a disk overlay) is gzipped in process: a codec process would cost more than it saves.
+  const small = randomBytes(100_000);
+  writeFileSync(join(src, "disk.qcow2"), small);
+  const m2 = await uploadSnapshot(store, snapshotKey("snap_ssssssssssssssss"), src, ["state.bin", "disk.qcow2"], {});
+  assert.equal(m2.files["state.bin"]!.compression, "zstd");
+  assert.equal(m2.files["disk.qcow2"]!.compression, "gzip");
+  await downloadSnapshot(store, snapshotKey("snap_ssssssssssssssss"), join(work, "out-mixed"));
+  assert.ok(readFileSync(join(work, "out-mixed", "disk.qcow2")).equals(small));
+  assert.ok(readFileSync(join(work, "out-mixed", "state.bin")).equals(state));
 });
 
 test("objects stored as gzip (older snapshots, or DEN_STORE_COMPRESSION=gzip) still download", async () => {
