@@ -78,6 +78,11 @@ export function decompressToFile(c: Compression, path: string, maxBytes: number)
       for await (const _ of drained) {
         // (the tool's stdout is the file: nothing comes back)
       }
+    } catch (e) {
+      // A host that could not take the file is an I/O error, not a corrupt object (the caller tells them apart by code).
+      if (/No space left/i.test((e as Error).message)) throw Object.assign(new Error((e as Error).message), { code: "ENOSPC" });
+      if (/write error|cannot write/i.test((e as Error).message)) throw Object.assign(new Error((e as Error).message), { code: "EIO" });
+      throw e;
     } finally {
       await out.close();
     }
@@ -94,9 +99,9 @@ export function childTimes(out: string): number {
 }
 
 /**
- * A pipeline stage that pipes the chunks through a tool's stdin and stdout (or, with
- * `stdout` a descriptor, into that file; "ignore" for a tool that reads no stdin pipes
- * none). The tool runs under a shell that reports its CPU (`times`) once it has
+ * A pipeline stage that pipes the chunks through a tool's stdin and stdout (with `io` a
+ * descriptor, its stdout is that file; with "ignore", it reads no stdin and the source is
+ * not read). The tool runs under a shell that reports its CPU (`times`) once it has
  * succeeded; a tool that fails is the stage's error, with what it said.
  */
 function viaTool(cmd: string, args: string[], io: number | "ignore" | "pipe" = "pipe"): (source: AsyncIterable<Buffer>) => AsyncGenerator<Buffer> {
