@@ -10,7 +10,7 @@ import { VM_FILES, bootCommandLine, findInstanceProcesses, isAlive, killAndWait,
 import { Sandbox, writeRecord, type SandboxRecord } from "./sandbox.js";
 import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
-import { ID_PATTERN, newId, privateDir, runTool } from "./util.js";
+import { ID_PATTERN, newId, privateDir, qcow2BackingFile, runTool } from "./util.js";
 import { Vm } from "./vm.js";
 import { NetworkManager, parseHostsMap } from "./network/manager.js";
 import type { EgressPolicy } from "./network/sandbox-network.js";
@@ -500,9 +500,15 @@ export class Runtime {
         if (opts.owned) await rename(join(srcDir, name), join(staging, name));
         else await cp(join(srcDir, name), join(staging, name));
       }
-      // Its disk's backing file is this host's copy of the template: only the disk changes.
-      await runTool("qemu-img", ["rebase", "-q", "-u", "-f", "qcow2", "-b", join(this.templates.dir(m.template), TEMPLATE_FILES.disk), "-F", "qcow2", join(staging, TEMPLATE_FILES.disk)], "qemu_error");
-      await writeManifest(staging, { ...m, id, files: { ...m.files, ...(await digestFiles(staging, [TEMPLATE_FILES.disk])) } });
+      // Its disk's backing file is this host's copy of the template: only the disk changes
+      // (and not even it when it names that file already: a snapshot of this host's).
+      const backing = join(this.templates.dir(m.template), TEMPLATE_FILES.disk);
+      const disk = join(staging, TEMPLATE_FILES.disk);
+      if ((await qcow2BackingFile(disk)) === backing) await writeManifest(staging, { ...m, id });
+      else {
+        await runTool("qemu-img", ["rebase", "-q", "-u", "-f", "qcow2", "-b", backing, "-F", "qcow2", disk], "qemu_error");
+        await writeManifest(staging, { ...m, id, files: { ...m.files, ...(await digestFiles(staging, [TEMPLATE_FILES.disk])) } });
+      }
       await rename(staging, dir);
     } catch (e) {
       await rm(staging, { recursive: true, force: true });
