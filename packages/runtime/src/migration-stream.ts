@@ -269,10 +269,33 @@ export async function* keepChangedPages(source: AsyncIterable<Buffer>, baseRam: 
   const MAX_RECORD = 8 + 1 + 255 + PAGE_SIZE;
 
   /**
-   * RAM records up to and including EOS, each page kept or dropped, headers rewritten so
-   * CONTINUE stays true. A record is parsed with sync reads once it is buffered whole (this
-   * runs while the VM is paused: no await per page).
+   * Whether a page of block `name` at `offset` (in `buf` at `at`) equals the template's, so it
+   * can go (a zero page over a zero page included); null when its template window is not read yet.
    */
+  const sameAsTemplate = (name: string, flags: number, offset: number, buf: Buffer, at: number): boolean | null => {
+    if (name !== block) return false;
+    if (flags & FLAG_ZERO) {
+      const zero = base.isZero(offset);
+      return zero === null ? null : buf[at] === 0 && zero;
+    }
+    const mine = base.cached(offset);
+    if (mine === null) return null;
+    return mine !== undefined && buf.compare(mine, 0, PAGE_SIZE, at, at + PAGE_SIZE) === 0;
+  };
+  const count = (name: string, drop: boolean) => {
+    if (name !== block) return;
+    stats.pages++;
+    if (!drop) stats.kept++;
+  };
+  /** A record that names its block itself (the header re-encoded without CONTINUE). */
+  const naming = (hi: number, lo: number, name: string, body: Buffer): Buffer[] => {
+    const h = Buffer.allocUnsafe(8);
+    h.writeUInt32BE(hi, 0);
+    h.writeUInt32BE((lo & ~FLAG_CONTINUE) >>> 0, 4);
+    const n = Buffer.from(name, "latin1");
+    return [h, Buffer.from([n.length]), n, body];
+  };
+
   /**
    * The records wholly inside the first buffered chunk, parsed in place: a run of records
    * that pass unchanged goes on as one slice of the chunk (no copy, no object per page).
@@ -301,20 +324,9 @@ export async function* keepChangedPages(source: AsyncIterable<Buffer>, baseRam: 
       }
       if (name === undefined) break;
       const end = at + (flags & FLAG_PAGE ? PAGE_SIZE : 1);
-      let drop = false;
-      if (name === block) {
-        if (flags & FLAG_ZERO) {
-          const zero = base.isZero(offset);
-          if (zero === null) break;
-          drop = c[at] === 0 && zero;
-        } else {
-          const mine = base.cached(offset);
-          if (mine === null) break;
-          drop = mine !== undefined && c.compare(mine, 0, PAGE_SIZE, at, end) === 0;
-        }
-        stats.pages++;
-        if (!drop) stats.kept++;
-      }
+      const drop = sameAsTemplate(name, flags, offset, c, at);
+      if (drop === null) break;
+      count(name, drop);
       lastReadBlock = name;
       if (drop) endRun();
       else if (!(flags & FLAG_CONTINUE) || name === lastEmittedBlock) {
@@ -324,11 +336,7 @@ export async function* keepChangedPages(source: AsyncIterable<Buffer>, baseRam: 
       } else {
         // It continues a block whose naming record was dropped: it names the block itself.
         endRun();
-        const h = Buffer.allocUnsafe(8);
-        h.writeUInt32BE(hi, 0);
-        h.writeUInt32BE((lo & ~FLAG_CONTINUE) >>> 0, 4);
-        const n = Buffer.from(name, "latin1");
-        emit([h, Buffer.from([n.length]), n, c.subarray(at, end)]);
+        emit(naming(hi, lo, name, c.subarray(at, end)));
         lastEmittedBlock = name;
       }
       pos = end;
@@ -337,6 +345,11 @@ export async function* keepChangedPages(source: AsyncIterable<Buffer>, baseRam: 
     return pos;
   };
 
+  /**
+   * RAM records up to and including EOS, each page kept or dropped, headers rewritten so
+   * CONTINUE stays true. A record is parsed with sync reads once it is buffered whole (this
+   * runs while the VM is paused: no await per page).
+   */
   const ramRecords = async function* (): AsyncGenerator<Buffer> {
     for (;;) {
       if (outBytes >= 1 << 20) yield flush();
@@ -365,36 +378,23 @@ export async function* keepChangedPages(source: AsyncIterable<Buffer>, baseRam: 
       const name = lastReadBlock;
       if (name === undefined) throw new Unknown("a CONTINUE page before any block");
       const body = flags & FLAG_PAGE ? r.readSync(PAGE_SIZE) : r.readSync(1);
-      let drop = false;
-      if (name === block) {
-        stats.pages++;
-        if (flags & FLAG_ZERO) {
-          // A zero page over a zero page: known without a read once its window has been seen.
-          let zero = base.isZero(offset);
-          if (zero === null) {
-            await base.page(offset);
-            zero = base.isZero(offset);
-          }
-          drop = body[0] === 0 && zero === true;
-        } else {
-          let mine = base.cached(offset);
-          if (mine === null) mine = await base.page(offset);
-          drop = mine !== undefined && mine.equals(body);
-        }
-        if (!drop) stats.kept++;
+      let drop = sameAsTemplate(name, flags, offset, body, 0);
+      if (drop === null) {
+        // Its template window is read once; the zero pages in it are known from then on.
+        await base.page(offset);
+        drop = sameAsTemplate(name, flags, offset, body, 0) === true;
       }
+      count(name, drop);
       r.take();
       if (drop) continue;
       // Re-encode the header: the pages dropped in between may have named other blocks.
-      const h = Buffer.allocUnsafe(8);
-      h.writeUInt32BE(hi, 0);
       if (name === lastEmittedBlock) {
+        const h = Buffer.allocUnsafe(8);
+        h.writeUInt32BE(hi, 0);
         h.writeUInt32BE((lo | FLAG_CONTINUE) >>> 0, 4);
         emit([h, body]);
       } else {
-        h.writeUInt32BE((lo & ~FLAG_CONTINUE) >>> 0, 4);
-        const n = Buffer.from(name, "latin1");
-        emit([h, Buffer.from([n.length]), n, body]);
+        emit(naming(hi, lo, name, body));
         lastEmittedBlock = name;
       }
     }

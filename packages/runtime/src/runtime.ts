@@ -504,11 +504,12 @@ export class Runtime {
       // (and not even it when it names that file already: a snapshot of this host's).
       const backing = join(this.templates.dir(m.template), TEMPLATE_FILES.disk);
       const disk = join(staging, TEMPLATE_FILES.disk);
-      if ((await qcow2BackingFile(disk)) === backing) await writeManifest(staging, { ...m, id });
-      else {
+      let files = m.files;
+      if ((await qcow2BackingFile(disk)) !== backing) {
         await runTool("qemu-img", ["rebase", "-q", "-u", "-f", "qcow2", "-b", backing, "-F", "qcow2", disk], "qemu_error");
-        await writeManifest(staging, { ...m, id, files: { ...m.files, ...(await digestFiles(staging, [TEMPLATE_FILES.disk])) } });
+        files = { ...files, ...(await digestFiles(staging, [TEMPLATE_FILES.disk])) };
       }
+      await writeManifest(staging, { ...m, id, files });
       await rename(staging, dir);
     } catch (e) {
       await rm(staging, { recursive: true, force: true });
