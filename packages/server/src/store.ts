@@ -519,12 +519,16 @@ export class Store {
    * `cap` of each kind are kept per sandbox; lifecycle events are few and all kept.
    */
   async addEvent(sandboxId: string, type: string, reason: string | null, data: Record<string, unknown>, cap: number): Promise<void> {
-    await this.db.insertInto("events").values({ sandbox_id: sandboxId, at: Date.now(), type, reason, data: JSON.stringify(data) }).execute();
-    // The chatty families keep their newest `cap` each; everything together keeps
-    // four times `cap` (the lifecycle's history outlives a flood of execs).
-    const family = ["exec.", "transfer.", "guest.", "network."].find((f) => type.startsWith(f));
-    if (family) await this.pruneEvents(sandboxId, cap, family);
-    await this.pruneEvents(sandboxId, cap * 4);
+    // One transaction: the insert and its prunes are one commit (one fsync of the WAL, not
+    // three, each blocking the event loop under better-sqlite3).
+    await this.transaction(async (s) => {
+      await s.db.insertInto("events").values({ sandbox_id: sandboxId, at: Date.now(), type, reason, data: JSON.stringify(data) }).execute();
+      // The chatty families keep their newest `cap` each; everything together keeps
+      // four times `cap` (the lifecycle's history outlives a flood of execs).
+      const family = ["exec.", "transfer.", "guest.", "network."].find((f) => type.startsWith(f));
+      if (family) await s.pruneEvents(sandboxId, cap, family);
+      await s.pruneEvents(sandboxId, cap * 4);
+    });
   }
 
   /** Deletes a sandbox's events (of `family`, or all) older than its newest `keep`. */
