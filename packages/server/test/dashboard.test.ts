@@ -125,6 +125,12 @@ describe("web dashboard", () => {
       page.on("console", (m) => {
         if (m.type() === "error" && !(badKeyPhase && /401/.test(m.text()))) problems.push(`console: ${m.text()}`);
       });
+      // What the page was told, for a failure's message (a wait that times out says only what it waited for).
+      const responses: string[] = [];
+      page.on("response", (r) => {
+        const u = new URL(r.url());
+        if (u.pathname.startsWith("/v1/") && r.request().method() !== "GET") responses.push(`${r.request().method()} ${u.pathname} ${r.status()}`);
+      });
       page.on("request", (r) => {
         const u = new URL(r.url());
         if (u.origin !== origin) problems.push(`request to another origin: ${r.url()}`);
@@ -223,7 +229,12 @@ describe("web dashboard", () => {
 
       // Hibernate (warm) from the page.
       await page.getByRole("button", { name: "Hibernate warm" }).click();
-      await state.filter({ hasText: /^hibernated · warm$/ }).waitFor({ timeout: 120_000 });
+      await state.filter({ hasText: /^hibernated · warm$/ }).waitFor({ timeout: 120_000 }).catch(async (e: Error) => {
+        const toasts = await page.locator("#toasts").innerText().catch(() => "?");
+        const now = await api("GET", `/v1/sandboxes/${id}`);
+        const events = await api("GET", `/v1/sandboxes/${id}/events?limit=10`);
+        throw new Error(`${e.message}\nstate shown: ${await state.innerText().catch(() => "?")}; API: ${now.text}\nactions: ${responses.join("; ")}\ntoasts: ${toasts}\nproblems: ${problems.join("; ")}\nevents: ${events.text}`);
+      });
       const after = await api("GET", `/v1/sandboxes/${id}`);
       assert.equal(after.body.state, "hibernated");
       assert.equal(after.body.hibernate_mode, "warm");
