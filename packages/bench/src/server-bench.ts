@@ -107,6 +107,10 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
       // (Filled a MiB at a time: one os.urandom of it all would leave a freed copy's pages dirty too.)
       await exec(sbx.id, `nohup python3 -c '${fillScript(DIRTIED_MIB, "/tmp/held")}' >/dev/null 2>&1 & echo x > /workspace/f; while [ ! -e /tmp/held ]; do sleep 0.1; done`);
       if (kind === "local") {
+        // The floor of a wake -> first exec row: the same exec, through the same API, of a running sandbox.
+        const rtt = row("exec round trip (API)");
+        await exec(sbx.id, "true");
+        for (let i = 0; i < Math.max(opts.runs, 10); i++) rtt.den.push(await time(() => exec(sbx.id, "true")));
         const h = row("warm hibernate");
         const w = row("warm wake -> first exec");
         const running: number[] = [];
@@ -117,6 +121,7 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
           paused.push(privateMib(opts.dataDir, sbx.id));
           w.den.push(await time(() => exec(sbx.id, "true")));
         }
+        notes.push(`warm wake -> first exec vs an exec of a running sandbox, both through the API (p50): ${fmt(pct(w.den, 50))} vs ${fmt(pct(rtt.den, 50))} (+${fmt(pct(w.den, 50) - pct(rtt.den, 50))})`);
         notes.push(`private memory of a warm-hibernated VM vs running (p50): ${pct(paused, 50).toFixed(0)} MiB vs ${pct(running, 50).toFixed(0)} MiB (${(pct(paused, 50) / pct(running, 50)).toFixed(2)}x)`);
       }
       const h = row(`cold hibernate (${kind} store)`);

@@ -101,14 +101,19 @@ export class AgentClient {
    * patience): the guest then sees a clean close and reopen, which recovers from a
    * hello that crossed the guest's handling of a previous host's disconnect.
    */
-  static async connect(path: string, timeoutMs = 15_000, afterConnect?: () => Promise<void>): Promise<AgentClient> {
+  /**
+   * `first`: requests to send right behind the hello, before its answer (the guest takes them
+   * in order), so their round trip overlaps the hello's; the connect waits for them too, and
+   * fails if they fail. Sent again on each attempt.
+   */
+  static async connect(path: string, timeoutMs = 15_000, afterConnect?: () => Promise<void>, first?: (c: AgentClient) => Promise<unknown>): Promise<AgentClient> {
     const deadline = Date.now() + timeoutMs;
     let patience = FIRST_HELLO_PATIENCE_MS;
     for (let attempt = 0; ; attempt++) {
       const client = new AgentClient();
       const budget = Math.min(patience, deadline - Date.now());
       try {
-        await client.open(path, Math.max(1, budget), attempt === 0 ? afterConnect : undefined);
+        await client.open(path, Math.max(1, budget), attempt === 0 ? afterConnect : undefined, first);
         return client;
       } catch (e) {
         client.close();
@@ -121,7 +126,7 @@ export class AgentClient {
     }
   }
 
-  private async open(path: string, timeoutMs: number, afterConnect?: () => Promise<void>): Promise<void> {
+  private async open(path: string, timeoutMs: number, afterConnect?: () => Promise<void>, first?: (c: AgentClient) => Promise<unknown>): Promise<void> {
     this.socket = await connectUnixRetry(path, timeoutMs, (why) => new DenError("agent_unavailable", `agent socket did not open: ${why}`));
     this.socket.on("data", (d: Buffer) => this.onBytes(d));
     this.socket.on("error", (e) => this.fail(new DenError("agent_unavailable", `agent connection: ${e.message}`)));
@@ -133,9 +138,12 @@ export class AgentClient {
       const helloReply = this.request("sys.hello", { version: PROTOCOL_VERSION, session: nonce.toString("hex") });
       helloReply.catch(() => undefined);
       await afterConnect?.();
+      const behind = first?.(this);
+      behind?.catch(() => undefined);
       const hello = await helloReply;
       if (hello.protocol !== PROTOCOL_VERSION) throw new DenError("agent_protocol_error", `agent speaks protocol ${hello.protocol}, host ${PROTOCOL_VERSION}`);
       this.hello = hello;
+      await behind;
     } finally {
       clearTimeout(timer);
     }

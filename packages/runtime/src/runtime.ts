@@ -12,6 +12,7 @@ import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManife
 import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
 import { ID_PATTERN, newId, privateDir, qcow2BackingFile, runTool } from "./util.js";
 import { Vm } from "./vm.js";
+import { OverlayMaker } from "./overlay.js";
 import { NetworkManager, parseHostsMap } from "./network/manager.js";
 import type { EgressPolicy } from "./network/sandbox-network.js";
 
@@ -115,6 +116,8 @@ export class Runtime {
 
   /** Sandboxes' networks (egress policy, namespaces, routers). */
   readonly networks: NetworkManager;
+  /** A new sandbox's disk overlay, without a qemu-img spawn each time. */
+  private readonly overlays: OverlayMaker;
 
   private constructor(
     readonly dataDir: string,
@@ -122,6 +125,7 @@ export class Runtime {
     readonly host: HostProfile,
   ) {
     this.templates = new TemplateStore(join(dataDir, "templates"));
+    this.overlays = new OverlayMaker(join(dataDir, "overlays"));
     this.networks = new NetworkManager(instance, process.env.DEN_NET_POOL ?? "100.96.0.0/16", parseHostsMap(process.env.DEN_NET_HOSTS), process.env.DEN_NET_MASQUERADE !== "0");
   }
 
@@ -371,14 +375,13 @@ export class Runtime {
     await writeRecord(dir, record);
     let vm: Vm | undefined;
     try {
-      await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", backingDisk, join(dir, VM_FILES.disk)], "qemu_error");
+      await this.overlays.create(backingDisk, join(dir, VM_FILES.disk));
       const launched = await launch(dir);
       vm = launched.vm;
       const sbx = new Sandbox(dir, record, vm, this.context());
-      await sbx.connectAgent(launched.resume, launched.bootTimeoutMs);
+      await sbx.connectAgent(launched.resume, launched.bootTimeoutMs, true);
       await sbx.setState("running");
       this.sandboxes.set(record.id, sbx);
-      await sbx.syncGuest(true);
       if (record.diskMb > sourceDiskMb) await sbx.growDisk(record.diskMb);
       return sbx;
     } catch (e) {

@@ -128,12 +128,13 @@ export class Sandbox {
   }
 
   /** Opens the agent connection of a new VM; `afterConnect` (resuming a restore) runs once the socket is up. */
-  connectAgent(afterConnect?: () => Promise<void>, timeoutMs?: number): Promise<AgentClient> {
-    return this.reconnect(afterConnect, timeoutMs);
+  /** `restored`: a VM that just started from a snapshot or booted gets its clock, entropy and limits, sent right behind the hello. */
+  connectAgent(afterConnect?: () => Promise<void>, timeoutMs?: number, restored = false): Promise<AgentClient> {
+    return this.reconnect(afterConnect, timeoutMs, restored ? (a) => this.syncRequests(a, true) : undefined);
   }
 
-  private reconnect(afterConnect?: () => Promise<void>, timeoutMs?: number): Promise<AgentClient> {
-    const conn = AgentClient.connect(join(this.dir, VM_FILES.agent), timeoutMs, afterConnect).catch(async (e: unknown) => {
+  private reconnect(afterConnect?: () => Promise<void>, timeoutMs?: number, first?: (a: AgentClient) => Promise<unknown>): Promise<AgentClient> {
+    const conn = AgentClient.connect(join(this.dir, VM_FILES.agent), timeoutMs, afterConnect, first).catch(async (e: unknown) => {
       if (!(e instanceof DenError) || e.code !== "agent_unavailable") throw e;
       // What the guest printed last is the best clue to why its agent is silent.
       const tail = await readFile(join(this.dir, VM_FILES.consoleLog), "latin1").then((t) => t.slice(-600), () => "");
@@ -373,11 +374,10 @@ export class Sandbox {
       if (this.record.state !== "stopped") throw new DenError("invalid_state", `sandbox ${this.id} is ${this.record.state}, not shut down`);
       this.vm = vm;
       try {
-        await this.connectAgent(undefined, timeoutMs);
+        await this.connectAgent(undefined, timeoutMs, true);
         // Its RAM is now a file in its directory, as a cold boot's: its snapshots carry it.
         this.record = { ...this.record, ramFile: true };
         await this.setState("running");
-        await this.syncGuest(true);
       } catch (e) {
         await this.toStopped(vm, (v) => v.kill());
         throw e;
@@ -411,7 +411,10 @@ export class Sandbox {
    * random state) and apply the pids limit.
    */
   async syncGuest(restored: boolean): Promise<void> {
-    const agent = await this.agent();
+    await this.syncRequests(await this.agent(), restored);
+  }
+
+  private async syncRequests(agent: AgentClient, restored: boolean): Promise<void> {
     const tasks: Promise<unknown>[] = [agent.request("sys.clock", { unix_ms: Date.now() })];
     if (restored) {
       tasks.push(agent.request("sys.entropy", { seed: randomBytes(64).toString("base64") }));
