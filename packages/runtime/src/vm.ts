@@ -49,7 +49,8 @@ export class Vm {
   static async launch(spec: VmSpec, host: HostProfile): Promise<Vm> {
     const pid = spawnQemu(spec, host);
     try {
-      hostCgroups()?.place(spec.tag.instance, spec.tag.sandbox, pid, { vcpus: spec.vcpus, memoryMb: spec.memoryMb, cpuMax: cpuCeiling(spec.vcpus) });
+      // Before its QMP is up: no guest code runs outside its limits.
+      await hostCgroups()?.placeAsync(spec.tag.instance, spec.tag.sandbox, pid, { vcpus: spec.vcpus, memoryMb: spec.memoryMb, cpuMax: cpuCeiling(spec.vcpus) });
       const vm = await Vm.attach(spec.dir, pid);
       vm.incomingState = spec.incomingState;
       return vm;
