@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { chmod, mkdtemp, readFile, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { downloadSnapshot, faultPoint, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
+import { canStreamStoredFile, downloadSnapshot, faultPoint, streamStoredFile, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
 import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, hostProfile, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
 import { Admission, diskOvercommit, diskPromisedMb, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
@@ -254,13 +254,18 @@ export class LocalHostAgent implements HostAgent {
     const stored = await readStoredManifest(this.store, snapshot.key);
     const release = this.admission.reserve(id, (stored.snapshot as SnapshotManifest).vm);
     const staging = await mkdtemp(join(this.rt.dataDir, DOWNLOAD_PREFIX));
+    // The saved state (most of the bytes) is decompressed straight into the VM as it loads,
+    // not into a file first; the rest (its disk) is downloaded. Older gzip objects download.
+    const streamed = canStreamStoredFile(stored, TEMPLATE_FILES.state) ? [TEMPLATE_FILES.state] : [];
+    const progress = this.progress(id, snapshot.id, "download");
     try {
-      await downloadSnapshot(this.store, snapshot.key, staging, this.progress(id, snapshot.id, "download"), stored);
+      await downloadSnapshot(this.store, snapshot.key, staging, progress, stored, { except: streamed });
       faultPoint("wake-cold-after-download");
       // Checked object by object while downloading: moved in, not hashed again.
-      const local = await this.rt.importSnapshot(staging, { owned: true });
+      const local = await this.rt.importSnapshot(staging, { owned: true, absent: streamed });
       try {
-        return info(await this.rt.restore(local.id, { id }));
+        const feed = streamed.length ? (fd: number) => streamStoredFile(this.store, stored, TEMPLATE_FILES.state, fd, progress) : undefined;
+        return info(await this.rt.restore(local.id, { id }, feed));
       } finally {
         // Kept on disk while the restored sandbox's overlay sits on it.
         await this.rt.deleteSnapshot(local.id);

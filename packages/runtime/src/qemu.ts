@@ -41,6 +41,8 @@ export interface VmSpec {
    * (INCOMING_STATE_FD): QEMU reads it itself, not through Den (see Vm.loadState).
    */
   incomingState?: string;
+  /** Or a descriptor to read it from (a pipe a decompressor writes into; the caller closes it). */
+  incomingFd?: number;
   macAddress: string;
   tag: { instance: string; sandbox: string };
 }
@@ -141,7 +143,7 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
   const log = openSync(join(spec.dir, VM_FILES.log), "a");
   const disk = openSync(spec.disk, "r+");
   const diskRo = openSync(spec.disk, "r");
-  const state = spec.incomingState ? openSync(spec.incomingState, "r") : undefined;
+  const state = spec.incomingFd ?? (spec.incomingState ? openSync(spec.incomingState, "r") : undefined);
   try {
     const child = spawn(host.qemuBinary, args, {
       cwd: spec.dir,
@@ -157,7 +159,7 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
     closeSync(log);
     closeSync(disk);
     closeSync(diskRo);
-    if (state !== undefined) closeSync(state);
+    if (state !== undefined && spec.incomingFd === undefined) closeSync(state);
   }
 }
 

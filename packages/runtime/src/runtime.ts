@@ -13,6 +13,7 @@ import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
 import { ID_PATTERN, newId, privateDir, qcow2BackingFile, runTool } from "./util.js";
 import { Vm } from "./vm.js";
 import { OverlayMaker } from "./overlay.js";
+import { openStatePipe, type StateFeed } from "./state-pipe.js";
 import { NetworkManager, parseHostsMap } from "./network/manager.js";
 import type { EgressPolicy } from "./network/sandbox-network.js";
 
@@ -48,6 +49,11 @@ export interface SnapshotInfo {
  * One runtime per data dir: a second one would adopt (and on recovery kill) the first
  * one's VMs. The lock names the owning pid, so a crashed owner's lock is taken over.
  */
+/** How long a streamed state may take to load: generous (a slow store), but not forever (a stream that never ends). */
+function streamedLoadTimeoutMs(memoryMb: number): number {
+  return Math.max(60_000, memoryMb * 200);
+}
+
 function lockDataDir(dataDir: string): void {
   const lock = join(dataDir, "lock");
   for (let attempt = 0; attempt < 2; attempt++) {
@@ -269,17 +275,21 @@ export class Runtime {
     return this.restoreFrom(tpl.dir, tpl.manifest, { name: tpl.name, version: tpl.version }, undefined, opts);
   }
 
-  /** Restores a new sandbox from a snapshot (by id). */
-  async restore(snapshotId: string, opts: CreateOptions = {}): Promise<Sandbox> {
+  /**
+   * Restores a new sandbox from a snapshot (by id). `feedState`: its saved state is not in
+   * the snapshot's directory but written by the feed as the VM loads it (a cold wake
+   * decompressing from the store); the VM runs only once the feed has checked all of it.
+   */
+  async restore(snapshotId: string, opts: CreateOptions = {}, feedState?: StateFeed): Promise<Sandbox> {
     const snap = await this.getSnapshot(snapshotId);
     checkCompatible(snap.manifest, this.host);
     if (!this.templates.has(snap.manifest.template)) {
       throw new DenError("template_not_found", `snapshot ${snapshotId} needs template ${snap.manifest.template.name}@${snap.manifest.template.version}, which is not on this host`);
     }
-    return this.restoreFrom(snap.dir, snap.manifest, snap.manifest.template, snapshotId, opts);
+    return this.restoreFrom(snap.dir, snap.manifest, snap.manifest.template, snapshotId, opts, feedState);
   }
 
-  private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions): Promise<Sandbox> {
+  private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions, feedState?: StateFeed): Promise<Sandbox> {
     const record: SandboxRecord = {
       id: this.newSandboxId(opts.id), instance: this.instance, state: "starting", createdAt: new Date().toISOString(), template: tpl,
       ...(backingSnapshot ? { backingSnapshot } : {}),
@@ -288,13 +298,22 @@ export class Runtime {
     // RAM is either a file in the source (template, cold-booted sandbox) or a stream over the template's RAM.
     const memoryFile = m.memory === "file" ? join(srcDir, TEMPLATE_FILES.memory) : join(this.templates.dir(tpl), TEMPLATE_FILES.memory);
     return this.startSandbox(record, join(srcDir, TEMPLATE_FILES.disk), m.vm.diskMb, async (dir) => {
-      const vm = await Vm.launch({
-        dir, vcpus: record.vcpus, memoryMb: record.memoryMb, memoryFile, shareMemory: false,
-        disk: join(dir, VM_FILES.disk), incoming: true, incomingState: join(srcDir, TEMPLATE_FILES.state),
-        macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: record.id },
-      }, this.host);
+      // A fed state arrives through a pipe as it is decompressed: QEMU loads it meanwhile.
+      const pipe = feedState ? await openStatePipe(dir, feedState) : undefined;
+      let vm: Vm;
       try {
-        await vm.loadState(join(srcDir, TEMPLATE_FILES.state));
+        vm = await Vm.launch({
+          dir, vcpus: record.vcpus, memoryMb: record.memoryMb, memoryFile, shareMemory: false,
+          disk: join(dir, VM_FILES.disk), incoming: true,
+          ...(pipe ? { incomingFd: pipe.readFd } : { incomingState: join(srcDir, TEMPLATE_FILES.state) }),
+          macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: record.id },
+        }, this.host);
+      } finally {
+        await pipe?.closeRead();
+      }
+      try {
+        if (pipe) await vm.loadStreamed(pipe.fed, streamedLoadTimeoutMs(record.memoryMb));
+        else await vm.loadState(join(srcDir, TEMPLATE_FILES.state));
       } catch (e) {
         await vm.kill();
         throw e;
@@ -489,8 +508,10 @@ export class Runtime {
    * the store), and the directory is the caller's to give away, so they are moved in, not
    * copied and hashed again.
    */
-  async importSnapshot(srcDir: string, opts: { owned?: boolean } = {}): Promise<SnapshotInfo> {
+  async importSnapshot(srcDir: string, opts: { owned?: boolean; absent?: string[] } = {}): Promise<SnapshotInfo> {
     const m = await readManifest(srcDir);
+    // Files it names but does not have: only a caller's own, who feeds them to its restore.
+    if (opts.absent?.length && !opts.owned) throw new DenError("invalid_argument", "only an owned import may leave files out");
     if (!opts.owned) await verifySnapshot(srcDir, m);
     checkCompatible(m, this.host);
     if (!this.templates.has(m.template)) throw new DenError("template_not_found", `snapshot needs template ${m.template.name}@${m.template.version}, which is not on this host`);
@@ -500,6 +521,7 @@ export class Runtime {
     try {
       await mkdir(staging, { recursive: true });
       for (const name of Object.keys(m.files)) {
+        if (opts.absent?.includes(name)) continue;
         if (opts.owned) await rename(join(srcDir, name), join(staging, name));
         else await cp(join(srcDir, name), join(staging, name));
       }

@@ -181,6 +181,31 @@ for (const kind of ["local", "s3"] as const) {
       await api("DELETE", `/v1/sandboxes/${id}`);
     });
 
+    test("another sandbox's state in place of its own (valid, but not what its manifest hashed) never runs: refused, still hibernated", async () => {
+      // The state streams into the VM as it downloads: the VM must not resume until the sums hold.
+      const a = (await api("POST", "/v1/sandboxes", {})).body.id;
+      const b = (await api("POST", "/v1/sandboxes", {})).body.id;
+      await api("POST", `/v1/sandboxes/${a}/exec`, { cmd: "echo a > /tmp/who" });
+      await api("POST", `/v1/sandboxes/${b}/exec`, { cmd: "echo b > /tmp/who" });
+      for (const id of [a, b]) assert.equal((await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" })).body.hibernate_mode, "cold");
+      const store = host().store;
+      const stateOf = async (id: string) => {
+        const snap = (await server.cp.store.getSandbox(id))!.hibernate_snapshot!;
+        return (await store.list(`${server.cp.deployment}/snapshots/${snap}/`)).find((o) => /\/state\.bin\.(gz|zst)$/.test(o.key))!.key;
+      };
+      const [keyA, keyB] = [await stateOf(a), await stateOf(b)];
+      const good = await store.getBytes(keyA);
+      await store.putBytes(keyA, await store.getBytes(keyB));
+      const r = await api("POST", `/v1/sandboxes/${a}/exec`, { cmd: "cat /tmp/who" });
+      assert.equal(r.status, 422, r.text);
+      assert.equal(r.body.error.code, "snapshot_corrupt");
+      assert.equal((await api("GET", `/v1/sandboxes/${a}`)).body.state, "hibernated");
+      await store.putBytes(keyA, good);
+      assert.equal((await api("POST", `/v1/sandboxes/${a}/exec`, { cmd: "cat /tmp/who" })).body.stdout, "a\n");
+      assert.equal((await api("POST", `/v1/sandboxes/${b}/exec`, { cmd: "cat /tmp/who" })).body.stdout, "b\n");
+      for (const id of [a, b]) await api("DELETE", `/v1/sandboxes/${id}`);
+    });
+
     test("concurrent execs on a cold sandbox trigger one wake; destroy leaves nothing in the store", async () => {
       const c = await api("POST", "/v1/sandboxes", {});
       const id = c.body.id;

@@ -89,6 +89,19 @@ export function decompressToFile(c: Compression, path: string, maxBytes: number)
   };
 }
 
+/**
+ * A pipeline's last stage that decompresses (zstd) into descriptor `fd`, a pipe whose reader
+ * bounds what it takes (a VM loading a state stops at the state's end). zstd checks the
+ * frames' content checksums as it goes; its failure (or a reader gone) is the stage's error.
+ */
+export function decompressToFd(fd: number): (source: AsyncIterable<Buffer>) => Promise<void> {
+  return async (source) => {
+    for await (const _ of viaTool("zstd", ["-d", "-q", "-c", "--no-progress"], fd)(source)) {
+      // (the tool's stdout is the pipe: nothing comes back)
+    }
+  };
+}
+
 async function* emptySource(): AsyncGenerator<Buffer> {}
 
 /** The children's user + system seconds in a POSIX shell's `times` output (its second line). */

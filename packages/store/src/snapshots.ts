@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { PassThrough, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { DenError } from "@den/protocol";
-import { compress, compressedFile, decompressToFile, preferredCompression, SUFFIX, type Compression } from "./codec.js";
+import { compress, compressedFile, decompressToFd, decompressToFile, preferredCompression, SUFFIX, type Compression } from "./codec.js";
 import { faultPoint } from "./faults.js";
 import type { ObjectStore, TransferProgress } from "./object-store.js";
 
@@ -129,34 +129,21 @@ export async function readStoredManifest(store: ObjectStore, key: string): Promi
 /**
  * Downloads a stored snapshot into `dir`, checking the stored bytes' and the restored
  * files' sha256: a corrupt object is `snapshot_corrupt`, and nothing in `dir` is kept.
+ * `except`: files left in the store (a cold wake streams its state instead, streamStoredFile).
  */
 export async function downloadSnapshot(
   store: ObjectStore, key: string, dir: string, onProgress?: (p: TransferProgress) => void,
   /** Its manifest, when the caller has already read it. */
   manifest?: StoredSnapshot,
+  opts: { except?: string[] } = {},
 ): Promise<StoredSnapshot> {
-  const id = idOf(key);
   const m = manifest ?? (await readStoredManifest(store, key));
   await mkdir(dir, { recursive: true });
   try {
     for (const [name, obj] of Object.entries(m.files)) {
-      if (name.includes("/") || name.startsWith(".")) throw new DenError("snapshot_corrupt", `stored snapshot ${id} names an invalid file ${JSON.stringify(name)}`);
-      if (obj.compression !== "gzip" && obj.compression !== "zstd") throw new DenError("snapshot_corrupt", `stored snapshot ${id} names an unknown compression ${JSON.stringify(obj.compression)}`);
-      // Hashed and decompressed as it arrives: no temp copy of the object.
-      const body = await store.getStream(obj.key, onProgress);
-      const packed = createHash("sha256");
-      const packedN = { n: 0 };
-      // The stored bytes are hashed here; the codec writes the file itself (zstd checks its
-      // frames' content checksums as it does), so the restored bytes are not hashed again.
-      try {
-        await pipeline(body, hashing(packed, packedN, obj.size), decompressToFile(obj.compression, join(dir, name), obj.rawSize));
-      } catch (e) {
-        if (e instanceof DenError) throw e;
-        // A store that broke mid-read is its own error; bytes that do not decompress are corrupt.
-        if ((e as NodeJS.ErrnoException).code && !/^Z_|ERR_STREAM_PREMATURE_CLOSE/.test((e as NodeJS.ErrnoException).code!)) throw e;
-        throw new DenError("snapshot_corrupt", `stored object ${obj.key} does not decompress`);
-      }
-      if (packed.digest("hex") !== obj.sha256 || packedN.n !== obj.size) throw new DenError("snapshot_corrupt", `stored object ${obj.key} fails its sha256 check`);
+      checkEntry(m, name);
+      if (opts.except?.includes(name)) continue;
+      await fetchChecked(store, obj, decompressToFile(obj.compression, join(dir, name), obj.rawSize), onProgress);
       if ((await stat(join(dir, name))).size !== obj.rawSize) throw new DenError("snapshot_corrupt", `restored file ${name} is not the ${obj.rawSize} bytes its manifest says`);
     }
     await writeFile(join(dir, "manifest.json"), JSON.stringify(m.snapshot, null, 2) + "\n");
@@ -165,6 +152,47 @@ export async function downloadSnapshot(
     await rm(dir, { recursive: true, force: true });
     throw e;
   }
+}
+
+/** Whether a stored snapshot's file can be streamed (streamStoredFile): zstd, whose frames check their own content. */
+export function canStreamStoredFile(m: StoredSnapshot, name: string): boolean {
+  return m.files[name]?.compression === "zstd";
+}
+
+/**
+ * Writes one file of a stored snapshot, decompressed, into descriptor `fd` (a pipe a VM loads
+ * from) as it downloads. Resolves only once the stored bytes' sha256 and zstd's checksum of
+ * the frames' content both hold: whoever reads the pipe must not use what it read before.
+ */
+export async function streamStoredFile(store: ObjectStore, m: StoredSnapshot, name: string, fd: number, onProgress?: (p: TransferProgress) => void): Promise<void> {
+  checkEntry(m, name);
+  const obj = m.files[name]!;
+  if (!canStreamStoredFile(m, name)) throw new DenError("snapshot_corrupt", `stored object ${obj.key} cannot be streamed (${obj.compression})`);
+  await fetchChecked(store, obj, decompressToFd(fd), onProgress);
+}
+
+function checkEntry(m: StoredSnapshot, name: string): void {
+  const obj = m.files[name];
+  if (!obj || name.includes("/") || name.startsWith(".")) throw new DenError("snapshot_corrupt", `stored snapshot ${m.id} names an invalid file ${JSON.stringify(name)}`);
+  if (obj.compression !== "gzip" && obj.compression !== "zstd") throw new DenError("snapshot_corrupt", `stored snapshot ${m.id} names an unknown compression ${JSON.stringify(obj.compression)}`);
+}
+
+/** Pours a stored object through `sink` (a decompressor), hashing the stored bytes as they arrive: no temp copy. */
+async function fetchChecked(store: ObjectStore, obj: StoredObject, sink: (source: AsyncIterable<Buffer>) => Promise<void>, onProgress?: (p: TransferProgress) => void): Promise<void> {
+  const body = await store.getStream(obj.key, onProgress);
+  const packed = createHash("sha256");
+  const packedN = { n: 0 };
+  // The stored bytes are hashed here; the codec writes the output itself (zstd checks its
+  // frames' content checksums as it does), so the restored bytes are not hashed again.
+  try {
+    await pipeline(body, hashing(packed, packedN, obj.size), sink);
+  } catch (e) {
+    if (e instanceof DenError) throw e;
+    // A store that broke mid-read is its own error; bytes that do not decompress are corrupt.
+    if ((e as NodeJS.ErrnoException).code && !/^Z_|ERR_STREAM_PREMATURE_CLOSE/.test((e as NodeJS.ErrnoException).code!)) throw e;
+    throw new DenError("snapshot_corrupt", `stored object ${obj.key} does not decompress`);
+  }
+  if (packed.digest("hex") !== obj.sha256 || packedN.n !== obj.size) throw new DenError("snapshot_corrupt", `stored object ${obj.key} fails its sha256 check`);
 }
 
 /** Deletes a stored snapshot, manifest first (it stops looking complete at once). */
