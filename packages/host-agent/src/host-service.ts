@@ -2,9 +2,9 @@ import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { chmod, mkdtemp, readFile, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { canStreamStoredFile, downloadSnapshot, faultPoint, streamStoredFile, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type TransferProgress } from "@den/store";
+import { canStreamStoredFile, downloadSnapshot, faultPoint, putSnapshotFile, streamStoredFile, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type PutObject, type TransferProgress } from "@den/store";
 import { DenError, type api, type host } from "@den/protocol";
-import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, hostProfile, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type TemplateInfo } from "@den/runtime";
+import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, hostProfile, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type StateSink, type TemplateInfo } from "@den/runtime";
 import { Admission, diskOvercommit, diskPromisedMb, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
 import { PrivateMemoryCache, availableMemoryMb } from "./host-memory.js";
 
@@ -184,10 +184,17 @@ export class LocalHostAgent implements HostAgent {
       const sbx = this.rt.has(id) ? this.rt.get(id) : undefined;
       // From warm, the snapshot taken when it paused is the one to store (nothing ran since,
       // and the VM may even be gone). From running, a snapshot leaves the VM paused.
-      const snap = fromWarm ? await this.rt.getSnapshot(fromWarm) : await this.rt.snapshot(id, { keepRunning: false });
+      // From running, its saved state goes into the store as QEMU writes it (compressed on the
+      // way, no state file on this host); the rest of the snapshot follows.
+      const uploaded: Record<string, PutObject> = {};
+      const progress = this.progress(id, to.id, "upload");
+      const streamTo: StateSink = async (source) => {
+        uploaded[TEMPLATE_FILES.state] = await putSnapshotFile(this.store, to.key, TEMPLATE_FILES.state, source, progress);
+      };
+      const snap = fromWarm ? await this.rt.getSnapshot(fromWarm) : await this.rt.snapshot(id, { keepRunning: false, stateSink: streamTo });
       faultPoint("hibernate-cold-after-snapshot");
       try {
-        const stored = await this.toStore(snap, id, to);
+        const stored = await this.toStore(snap, id, to, uploaded);
         return { storedBytes: manifestBytes(stored) };
       } catch (e) {
         // Nothing is lost: the VM is still there, paused; put it back to work.
@@ -292,11 +299,11 @@ export class LocalHostAgent implements HostAgent {
    * Uploads a local snapshot to the store, pinning its template version on this host
    * (the stored copy needs it to restore); a failed upload leaves no pin behind.
    */
-  private async toStore(snap: SnapshotInfo, sandbox: string, to: StoredRef) {
+  private async toStore(snap: SnapshotInfo, sandbox: string, to: StoredRef, uploaded: Record<string, PutObject> = {}) {
     await this.rt.pinTemplate(to.id, snap.manifest.template);
     try {
       // The runtime hashed the files when it took the snapshot: the upload reuses those sums.
-      return await uploadSnapshot(this.store, to.key, snap.dir, Object.keys(snap.manifest.files), snap.manifest, this.progress(sandbox, to.id, "upload"), snap.manifest.files);
+      return await uploadSnapshot(this.store, to.key, snap.dir, Object.keys(snap.manifest.files), snap.manifest, this.progress(sandbox, to.id, "upload"), snap.manifest.files, uploaded);
     } catch (e) {
       await this.rt.unpinTemplate(to.id);
       throw e;

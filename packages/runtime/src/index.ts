@@ -1,5 +1,6 @@
 export { Runtime, defaultDataDir, type CreateOptions, type RuntimeOptions, type SnapshotInfo } from "./runtime.js";
 export type { StateFeed } from "./state-pipe.js";
+export type { StateSink } from "./vm.js";
 export { Sandbox, type SandboxRecord, type SandboxState } from "./sandbox.js";
 export { ExecProcess, type Command, type ExecChunk, type ExecOptions, type ExecResult, type ExitInfo } from "./exec.js";
 export { GuestFiles, type FileSource } from "./files.js";

@@ -232,9 +232,10 @@ class BasePages {
 
 /**
  * A migration stream without the pages of RAM block `block` that equal the template's RAM
- * file `baseRam` at their offset. `stats` is filled in as it goes.
+ * file `baseRam` at their offset. `stats` is filled in as it goes. `changed`: which pages
+ * the guest changed, when the kernel could say (pagemap.ts): the rest go unread and uncompared.
  */
-export async function* keepChangedPages(source: AsyncIterable<Buffer>, baseRam: string, stats: PageFilterStats, block = "ram"): AsyncGenerator<Buffer> {
+export async function* keepChangedPages(source: AsyncIterable<Buffer>, baseRam: string, stats: PageFilterStats, block = "ram", changed?: Uint8Array): AsyncGenerator<Buffer> {
   const base = await BasePages.open(baseRam);
   const counted = async function* () {
     for await (const c of source) {
@@ -274,6 +275,11 @@ export async function* keepChangedPages(source: AsyncIterable<Buffer>, baseRam: 
    */
   const sameAsTemplate = (name: string, flags: number, offset: number, buf: Buffer, at: number): boolean | null => {
     if (name !== block) return false;
+    if (changed) {
+      // The kernel said which pages the guest wrote (pagemap.ts): no byte of the template read.
+      const p = offset / PAGE_SIZE;
+      return Number.isInteger(p) && p >> 3 < changed.length && (changed[p >> 3]! & (1 << (p & 7))) === 0;
+    }
     if (flags & FLAG_ZERO) {
       const zero = base.isZero(offset);
       return zero === null ? null : buf[at] === 0 && zero;

@@ -11,7 +11,7 @@ import { Sandbox, writeRecord, type SandboxRecord } from "./sandbox.js";
 import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
 import { ID_PATTERN, newId, privateDir, qcow2BackingFile, runTool } from "./util.js";
-import { Vm } from "./vm.js";
+import { Vm, type StateSink } from "./vm.js";
 import { OverlayMaker } from "./overlay.js";
 import { openStatePipe, type StateFeed } from "./state-pipe.js";
 import { NetworkManager, parseHostsMap } from "./network/manager.js";
@@ -445,12 +445,12 @@ export class Runtime {
    * Takes a snapshot of a sandbox into the snapshot store. The sandbox keeps running,
    * or with `keepRunning: false` stays paused (a warm hibernate).
    */
-  async snapshot(sandboxId: string, opts: { keepRunning?: boolean; ignoreShared?: boolean; id?: string } = {}): Promise<SnapshotInfo> {
+  async snapshot(sandboxId: string, opts: { keepRunning?: boolean; ignoreShared?: boolean; id?: string; stateSink?: StateSink } = {}): Promise<SnapshotInfo> {
     const sbx = this.get(sandboxId);
     const id = this.newSnapshotId(opts.id);
     const dir = this.snapshotDir(id);
     try {
-      const r = await sbx.snapshot(dir, { id, keepRunning: opts.keepRunning ?? true, ...(opts.ignoreShared === false ? { ignoreShared: false } : {}) });
+      const r = await sbx.snapshot(dir, { id, keepRunning: opts.keepRunning ?? true, ...(opts.ignoreShared === false ? { ignoreShared: false } : {}), ...(opts.stateSink ? { stateSink: opts.stateSink } : {}) });
       return { id, dir, manifest: r.manifest };
     } catch (e) {
       await rm(dir, { recursive: true, force: true });

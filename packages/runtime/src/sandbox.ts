@@ -12,7 +12,8 @@ import { VM_FILES } from "./qemu.js";
 import { digestFiles, hostSection, writeManifest, type FileDigest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { listPorts, openTunnel, type TunnelOptions } from "./tunnel.js";
 import { SerialQueue, runTool } from "./util.js";
-import type { Vm } from "./vm.js";
+import type { StateSink, Vm } from "./vm.js";
+import { changedPages } from "./pagemap.js";
 import type { HostProfile } from "./host.js";
 
 /** `stopped`: its VM is shut down and its disk overlay kept (a disk hibernation); it boots again from that disk. */
@@ -256,7 +257,7 @@ export class Sandbox {
    * Writes a snapshot of the running VM into `dir`: the VM is paused only while its
    * memory and disk overlay are copied; hashing and the manifest come after it resumes.
    */
-  snapshot(dir: string, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean } = { id: "" }): Promise<SnapshotResult> {
+  snapshot(dir: string, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean; stateSink?: StateSink } = { id: "" }): Promise<SnapshotResult> {
     return this.lifecycle.run(async () => {
       this.assertUsable();
       const vm = this.requireVm();
@@ -278,9 +279,14 @@ export class Sandbox {
         // A stream is restored over its template's RAM: it need carry only the pages that differ
         // (not for a stream a helper loads into an empty RAM file: `ignoreShared: false`).
         changedOnly = !this.record.ramFile && opts.ignoreShared !== false && process.env.DEN_SNAPSHOT_ALL_PAGES !== "1";
-        stateDigest = await vm.saveState(join(dir, "state.bin"), {
+        // (With a sink, the state is the sink's: the manifest names it, the directory has no copy.)
+        const base = this.ctx.templateMemory(this.record.template);
+        // Which pages it wrote, from the kernel, while it is stopped (undefined: compare instead).
+        const changed = changedOnly ? await changedPages(vm.pid, base, this.record.memoryMb * 1024 * 1024) : undefined;
+        stateDigest = await vm.saveState(opts.stateSink ?? join(dir, "state.bin"), {
           ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
-          ...(changedOnly ? { changedAgainst: this.ctx.templateMemory(this.record.template) } : {}),
+          ...(changedOnly ? { changedAgainst: base } : {}),
+          ...(changed ? { changed } : {}),
         });
         await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
         // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.

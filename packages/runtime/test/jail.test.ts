@@ -32,17 +32,6 @@ describe("cgroup writers (against a temporary dir)", () => {
     for (const dir of Object.values(d)) assert.equal(read(join(dir, "cgroup.procs")), "4242");
   });
 
-  test("v1, the move off the event loop: the same limits, the process in each hierarchy", async () => {
-    const root = join(tmp, "v1-async");
-    for (const c of ["cpu", "memory", "pids"]) mkdirSync(join(root, c), { recursive: true });
-    const cg = VmCgroups.at(root, 1);
-    await cg.placeAsync("den_i", "sbx_c", 4244, { vcpus: 1, memoryMb: 512 });
-    const d = cg.dirs("den_i", "sbx_c");
-    assert.equal(read(join(d.cpu!, "cpu.cfs_quota_us")), "100000");
-    assert.equal(read(join(d.memory!, "memory.limit_in_bytes")), String((2 * 512 + 384) * 1024 * 1024));
-    for (const dir of Object.values(d)) assert.equal(read(join(dir, "cgroup.procs")), "4244");
-  });
-
   test("a VM's CPU ceiling is its vCPUs, but never its whole host", () => {
     assert.equal(cpuCeiling(1, 8), 1);
     assert.equal(cpuCeiling(4, 8), 4);

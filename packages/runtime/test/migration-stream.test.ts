@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { keepChangedPages, PAGE_SIZE, type PageFilterStats } from "../src/migration-stream.js";
 import { mulberry32 } from "../src/index.js";
 import { sandboxFixture } from "./helpers.js";
+import { changedPages } from "../src/pagemap.js";
 
 // ---- a small writer and loader of QEMU 7.2 migration streams (only what RAM needs) ----
 
@@ -186,4 +187,34 @@ describe("a real VM's saved state carries what the guest changed (a real VM)", (
       await rt.deleteSnapshot(dirty.id);
     }
   });
+
+  test("the kernel's page tables name the pages a guest wrote: 16 MiB more after it writes 16 MiB; another file or size is not its mapping", async () => {
+    const { rt, sbx } = f;
+    const tpl = await rt.templates.resolve("base");
+    const ram = join(tpl.dir, "memory.bin");
+    const bytes = sbx.info.memoryMb * 1024 * 1024;
+    const count = (m: Uint8Array) => m.reduce((n, b) => n + popcount(b), 0);
+    await sbx.pause();
+    const before = await changedPages(sbx.pid!, ram, bytes);
+    await sbx.resume();
+    assert.ok(before, "a sandbox created from its template maps the template's RAM file");
+    await sbx.exec(["sh", "-c", "head -c 16777216 /dev/urandom > /dev/shm/more"]);
+    await sbx.pause();
+    const after = (await changedPages(sbx.pid!, ram, bytes))!;
+    await sbx.resume();
+    const added = count(after) - count(before);
+    assert.ok(added >= 4096 && added < 4096 * 2, `16 MiB written: ${added} pages more`);
+    // Every page changed before is still changed (none reverts to the file's without a discard).
+    for (let i = 0; i < before.length; i++) assert.equal(before[i]! & ~after[i]!, 0, `page byte ${i}`);
+    // Another file, or the wrong size: not this mapping, so the caller compares instead.
+    assert.equal(await changedPages(sbx.pid!, ram, bytes * 2), undefined);
+    assert.equal(await changedPages(sbx.pid!, join(tpl.dir, "disk.qcow2"), bytes), undefined);
+    await sbx.exec(["rm", "/dev/shm/more"]);
+  });
 });
+
+function popcount(b: number): number {
+  let n = 0;
+  for (; b; b &= b - 1) n++;
+  return n;
+}

@@ -43,6 +43,15 @@ function hashing(h: ReturnType<typeof createHash>, count: { n: number }, limit =
   });
 }
 
+/** The chunks of `source`, hashed and counted as they pass (its errors are the reader's). */
+async function* hashed(source: AsyncIterable<Buffer>, h: ReturnType<typeof createHash>, count: { n: number }): AsyncGenerator<Buffer> {
+  for await (const chunk of source) {
+    h.update(chunk);
+    count.n += chunk.length;
+    yield chunk;
+  }
+}
+
 /**
  * Where a snapshot's objects live: `<deployment>/snapshots/<id>/`, so deployments that
  * share a bucket never see each other's; without a deployment, the layout from before
@@ -62,46 +71,73 @@ const SMALL_OBJECT = 1 << 20;
 
 const idOf = (key: string) => key.slice(key.lastIndexOf("/") + 1);
 
+/** An object as it was put: its stored bytes' sum (its raw sum comes from the caller, who hashed the raw bytes). */
+export type PutObject = Pick<StoredObject, "key" | "size" | "sha256" | "compression">;
+
+/**
+ * Compresses `source` into the store at `objectKey`, hashing the compressed bytes on their
+ * way: no temp copy of the object. Either side failing fails both.
+ */
+async function putCompressed(store: ObjectStore, objectKey: string, source: AsyncIterable<Buffer>, compression: Compression, onProgress?: (p: TransferProgress) => void, compressed = false): Promise<PutObject> {
+  const packed = createHash("sha256");
+  const packedN = { n: 0 };
+  const out = new PassThrough({ highWaterMark: 1 << 20 });
+  const made = compressed
+    ? pipeline(source, hashing(packed, packedN), out)
+    : pipeline(source, compress(compression), hashing(packed, packedN), out);
+  // The store's upload stops reading when the pipeline fails; the pipeline stops writing when it does.
+  made.catch((e: unknown) => out.destroy(e as Error));
+  const uploaded = store.putStream(objectKey, out, onProgress).catch((e: unknown) => {
+    out.destroy(e as Error);
+    throw e;
+  });
+  await Promise.all([made, uploaded]);
+  return { key: objectKey, size: packedN.n, sha256: packed.digest("hex"), compression };
+}
+
+/**
+ * One file of a snapshot whose bytes are not in a file (a saved state streaming out of its
+ * VM), put as `name` under the snapshot's `key`: uploadSnapshot takes it in `uploaded`.
+ */
+export function putSnapshotFile(store: ObjectStore, key: string, name: string, source: AsyncIterable<Buffer>, onProgress?: (p: TransferProgress) => void): Promise<PutObject> {
+  const compression = preferredCompression();
+  return putCompressed(store, `${key}/${name}${SUFFIX[compression]}`, source, compression, onProgress);
+}
+
 /**
  * Uploads a snapshot directory under `key` (see snapshotKey): every file compressed and
  * hashed, then the manifest last, so a crash mid-upload never leaves something that
  * looks complete. `digests`: files' sha256 the caller already has (the runtime's
- * manifest), not computed again.
+ * manifest), not computed again. `uploaded`: files already put (putSnapshotFile), whose raw
+ * sums are in `digests`.
  */
 export async function uploadSnapshot(
   store: ObjectStore, key: string, dir: string, files: string[], snapshotManifest: unknown,
   onProgress?: (p: TransferProgress) => void,
   digests: Record<string, { size: number; sha256: string }> = {},
+  uploaded: Record<string, PutObject> = {},
 ): Promise<StoredSnapshot> {
   const stored: Record<string, StoredObject> = {};
   const preferred = preferredCompression();
   for (const name of files) {
+    const known = digests[name];
+    const put = uploaded[name];
+    if (put) {
+      if (!known) throw new Error(`uploadSnapshot: ${name} was put without its raw digest`);
+      stored[name] = { ...put, rawSize: known.size, rawSha256: known.sha256 };
+      continue;
+    }
     // A small file (a disk overlay of a few KiB) is gzipped in this process: starting a
     // codec process costs more than it would save.
     const compression = (await stat(join(dir, name))).size < SMALL_OBJECT ? "gzip" : preferred;
-    const known = digests[name];
     const raw = createHash("sha256");
-    const packed = createHash("sha256");
     const rawN = { n: 0 };
-    const packedN = { n: 0 };
     const objectKey = `${key}/${name}${SUFFIX[compression]}`;
-    // Compressed and hashed on its way to the store: no temp copy of the object.
-    const out = new PassThrough({ highWaterMark: 1 << 20 });
     // With its sum known, the codec reads the file itself: only compressed bytes pass through here.
-    const made = known
-      ? pipeline(compressedFile(compression, join(dir, name)), hashing(packed, packedN), out)
-      : pipeline(createReadStream(join(dir, name), { highWaterMark: 1 << 20 }), hashing(raw, rawN), compress(compression), hashing(packed, packedN), out);
-    // Either side failing fails both: the store's upload stops reading, the pipeline stops writing.
-    made.catch((e: unknown) => out.destroy(e as Error));
-    const uploaded = store.putStream(objectKey, out, onProgress).catch((e: unknown) => {
-      out.destroy(e as Error);
-      throw e;
-    });
-    await Promise.all([made, uploaded]);
-    stored[name] = {
-      key: objectKey, size: packedN.n, sha256: packed.digest("hex"), compression,
-      rawSize: known ? known.size : rawN.n, rawSha256: known ? known.sha256 : raw.digest("hex"),
-    };
+    const obj = known
+      ? await putCompressed(store, objectKey, compressedFile(compression, join(dir, name)), compression, onProgress, true)
+      : await putCompressed(store, objectKey, hashed(createReadStream(join(dir, name), { highWaterMark: 1 << 20 }), raw, rawN), compression, onProgress);
+    stored[name] = { ...obj, rawSize: known ? known.size : rawN.n, rawSha256: known ? known.sha256 : raw.digest("hex") };
     faultPoint("snapshot-upload-mid");
   }
   const manifest: StoredSnapshot = { format: 1, id: idOf(key), storedAt: new Date().toISOString(), files: stored, snapshot: snapshotManifest };

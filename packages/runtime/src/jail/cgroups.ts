@@ -1,5 +1,4 @@
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
-import { writeFile } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 
@@ -68,19 +67,6 @@ export class VmCgroups {
 
   /** Creates the VM's cgroup with its limits and moves `pid` (all its threads) into it. */
   place(instance: string, vm: string, pid: number, limits: VmLimits): void {
-    for (const dir of this.prepare(instance, vm, limits)) write(dir, "cgroup.procs", String(pid));
-  }
-
-  /**
-   * `place`, with the move off the event loop: on cgroup v1 a move into the cpu hierarchy
-   * waits out an RCU grace period (~10 ms here), which must not stall every other request.
-   */
-  async placeAsync(instance: string, vm: string, pid: number, limits: VmLimits): Promise<void> {
-    await Promise.all(this.prepare(instance, vm, limits).map((dir) => writeFile(join(dir, "cgroup.procs"), String(pid))));
-  }
-
-  /** Creates the VM's cgroup dirs with its limits; returns the dirs its process must join. */
-  private prepare(instance: string, vm: string, limits: VmLimits): string[] {
     const d = this.dirs(instance, vm);
     const memory = memoryLimitMb(limits.memoryMb) * 1024 * 1024;
     const quota = Math.round((limits.cpuMax ?? limits.vcpus) * PERIOD_US);
@@ -91,7 +77,8 @@ export class VmCgroups {
       write(d.unified!, "cpu.max", `${quota} ${PERIOD_US}`);
       write(d.unified!, "memory.max", String(memory));
       write(d.unified!, "pids.max", String(QEMU_PIDS_MAX));
-      return [d.unified!];
+      write(d.unified!, "cgroup.procs", String(pid));
+      return;
     }
     for (const dir of Object.values(d)) mkdirSync(dir, { recursive: true });
     write(d.cpu!, "cpu.shares", String(1024 * limits.vcpus));
@@ -99,7 +86,7 @@ export class VmCgroups {
     write(d.cpu!, "cpu.cfs_quota_us", String(quota));
     write(d.memory!, "memory.limit_in_bytes", String(memory));
     write(d.pids!, "pids.max", String(QEMU_PIDS_MAX));
-    return Object.values(d);
+    for (const dir of Object.values(d)) write(dir, "cgroup.procs", String(pid));
   }
 
   /** Removes the VM's (empty) cgroup; one whose process is still there stays. */

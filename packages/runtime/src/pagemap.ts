@@ -1,0 +1,53 @@
+import { open, readFile } from "node:fs/promises";
+
+/**
+ * Which pages of a paused QEMU's guest RAM differ from the file they were mapped from, read
+ * from the kernel's page tables instead of by comparing bytes: a sandbox's RAM is its
+ * template's RAM file mapped copy-on-write (MAP_PRIVATE), so a page the guest wrote is an
+ * anonymous page of QEMU's (present and not file-backed, or swapped out), and every other
+ * page is still the file's. /proc/<pid>/pagemap gives 8 bytes a page (its flags need no
+ * privilege beyond reading the process; Den has CAP_SYS_PTRACE for its QEMUs).
+ *
+ * Returns a bitmap (bit i: page i changed), or undefined when the RAM is not a mapping of
+ * `file` of `bytes` bytes (a fork child maps its parent's RAM file): the caller compares.
+ */
+export async function changedPages(pid: number, file: string, bytes: number): Promise<Uint8Array | undefined> {
+  let maps: string;
+  try {
+    maps = await readFile(`/proc/${pid}/maps`, "utf8");
+  } catch {
+    return undefined;
+  }
+  // "start-end perms offset dev inode path": the whole file, from its start, privately.
+  const line = maps.split("\n").find((l) => l.endsWith(` ${file}`) && / [r-][w-][x-]p 00000000 /.test(l));
+  if (!line) return undefined;
+  const [startHex, endHex] = line.split(" ")[0]!.split("-");
+  const start = Number.parseInt(startHex!, 16);
+  const end = Number.parseInt(endHex!, 16);
+  if (end - start !== bytes || start % PAGE !== 0) return undefined;
+  const pages = bytes / PAGE;
+  const entries = Buffer.allocUnsafe(pages * 8);
+  const fh = await open(`/proc/${pid}/pagemap`, "r").catch(() => undefined);
+  if (!fh) return undefined;
+  try {
+    // Read in pieces: the kernel answers pagemap reads in bounded chunks anyway.
+    for (let at = 0; at < entries.length;) {
+      const { bytesRead } = await fh.read(entries, at, Math.min(entries.length - at, 1 << 20), (start / PAGE) * 8 + at);
+      if (bytesRead <= 0) return undefined;
+      at += bytesRead;
+    }
+  } finally {
+    await fh.close();
+  }
+  const changed = new Uint8Array(Math.ceil(pages / 8));
+  for (let p = 0; p < pages; p++) {
+    const hi = entries.readUInt32LE(p * 8 + 4);
+    const present = (hi & (1 << 31)) !== 0;
+    const swapped = (hi & (1 << 30)) !== 0;
+    const fileBacked = (hi & (1 << 29)) !== 0;
+    if (swapped || (present && !fileBacked)) changed[p >> 3]! |= 1 << (p & 7);
+  }
+  return changed;
+}
+
+const PAGE = 4096;
