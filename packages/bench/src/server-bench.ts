@@ -11,9 +11,9 @@ import S3rver from "s3rver";
 import { loadConfig, startServer } from "@den/server";
 import { Sandbox as DenSandbox } from "@den/sdk";
 import { Sandbox as E2bSandbox } from "e2b";
-import { findInstanceProcesses } from "@den/runtime";
+import { findInstanceProcesses, type SnapshotManifest } from "@den/runtime";
 import { privateMemoryMb } from "@den/host-agent";
-import { codecCpuSeconds } from "@den/store";
+import { codecCpuSeconds, readStoredManifest, snapshotKey, type ObjectStore } from "@den/store";
 import { fmt, pct, row, rows, time } from "./table.js";
 
 /** A Python program that holds exactly `mib` MiB of random memory, then touches `flag`. */
@@ -129,6 +129,7 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
       const stored: number[] = [];
       const cpu: number[] = [];
       const cpuHibernate: number[] = [];
+      const parts: Array<{ changed: number; state: number; disk: number }> = [];
       const privateBefore: number[] = [];
       const privateAfter: number[] = [];
       for (let i = 0; i < opts.runs; i++) {
@@ -138,6 +139,9 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
         h.den.push(await time(async () => (r = await api("POST", `/v1/sandboxes/${sbx.id}/hibernate`, { mode: "cold" }))));
         const c1 = denCpuSeconds();
         stored.push(r.stored_bytes);
+        // What the guest had changed (the filter's kept pages) and what each part stored, from the stored manifest.
+        const made = await storedParts(server, sbx.id);
+        if (made) parts.push(made);
         w.den.push(await time(() => exec(sbx.id, "true")));
         cpu.push(denCpuSeconds() - c0);
         cpuHibernate.push(c1 - c0);
@@ -145,6 +149,10 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
       }
       const mib = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MiB`;
       notes.push(`bytes stored per cold-hibernated sandbox (${kind} store, p50): ${mib(pct(stored, 50))} for ${sbx.memory_mb} MiB of RAM with ${DIRTIED_MIB} MiB dirtied (${(pct(stored, 50) / (DIRTIED_MIB << 20)).toFixed(2)}x the dirtied bytes)`);
+      if (parts.length) {
+        const p50 = (f: (p: (typeof parts)[number]) => number) => pct(parts.map(f), 50);
+        notes.push(`of which (${kind} store, p50): state ${mib(p50((p) => p.state))} for ${mib(p50((p) => p.changed))} of pages the guest changed (${(p50((p) => p.state / p.changed)).toFixed(2)}x), disk delta ${mib(p50((p) => p.disk))}`);
+      }
       notes.push(`Den CPU per cold cycle, hibernate + wake (${kind} store, p50): ${pct(cpu, 50).toFixed(2)} s (hibernate ${pct(cpuHibernate, 50).toFixed(2)} s)${kind === "s3" ? "; s3rver runs in this process, so its CPU is in it" : ""}`);
       notes.push(`private memory of the woken sandbox vs before it hibernated (${kind} store, p50): ${pct(privateAfter, 50).toFixed(0)} MiB vs ${pct(privateBefore, 50).toFixed(0)} MiB (${(pct(privateAfter, 50) / pct(privateBefore, 50)).toFixed(2)}x)`);
       opts.log(`  cold hibernate (${kind}) p50 ${fmt(pct(h.den, 50))}, wake ${fmt(pct(w.den, 50))}`);
@@ -201,6 +209,17 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
     }
   }
   return notes;
+}
+
+/** A cold sandbox's stored snapshot in parts: its state object, its disk object, and the RAM its guest had changed. */
+async function storedParts(server: Awaited<ReturnType<typeof startServer>>, id: string): Promise<{ changed: number; state: number; disk: number } | undefined> {
+  const snap = (await server.cp.store.getSandbox(id))?.hibernate_snapshot;
+  const store = (server.cp.hosts.first as unknown as { store?: ObjectStore }).store;
+  if (!snap || !store) return undefined;
+  const m = await readStoredManifest(store, snapshotKey(snap, server.cp.deployment));
+  const pages = (m.snapshot as SnapshotManifest).pages;
+  if (!pages) return undefined;
+  return { changed: pages.kept * 4096, state: m.files["state.bin"]?.size ?? 0, disk: m.files["disk.qcow2"]?.size ?? 0 };
 }
 
 /**

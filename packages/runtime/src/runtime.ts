@@ -49,6 +49,14 @@ export interface SnapshotInfo {
  * One runtime per data dir: a second one would adopt (and on recovery kill) the first
  * one's VMs. The lock names the owning pid, so a crashed owner's lock is taken over.
  */
+/** Whether a start failed because QEMU dropped its connections (it crashed) rather than for a reason of the snapshot's. */
+function qemuDroppedAtStart(e: unknown): boolean {
+  if (!(e instanceof DenError) || e.code !== "qemu_error") return false;
+  if (/^QMP (connection )?closed/.test(e.message)) return true;
+  const code = ((e as { cause?: unknown }).cause as NodeJS.ErrnoException | undefined)?.code;
+  return /failed to start/.test(e.message) && (code === "ECONNRESET" || code === "EPIPE");
+}
+
 /** How long a streamed state may take to load: generous (a slow store), but not forever (a stream that never ends). */
 function streamedLoadTimeoutMs(memoryMb: number): number {
   return Math.max(60_000, memoryMb * 200);
@@ -297,6 +305,21 @@ export class Runtime {
     };
     // RAM is either a file in the source (template, cold-booted sandbox) or a stream over the template's RAM.
     const memoryFile = m.memory === "file" ? join(srcDir, TEMPLATE_FILES.memory) : join(this.templates.dir(tpl), TEMPLATE_FILES.memory);
+    // QEMU 7.2 now and then segfaults in the `cont` that starts a restored VM (object_get_class(NULL)
+    // under qio_channel_writev, flushing queued packets for its NIC's stream netdev; about one
+    // restore in a hundred on these machines, at the session start's code too). Nothing of the
+    // guest has run then, and the sources are untouched: the restore is tried once more.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.restoreOnce(record, srcDir, m, memoryFile, feedState);
+      } catch (e) {
+        if (attempt >= 2 || !qemuDroppedAtStart(e)) throw e;
+        process.emitWarning(`restore of ${record.id}: QEMU went away as it started (${(e as Error).message.slice(0, 200)}); trying once more`, "DenRestoreWarning");
+      }
+    }
+  }
+
+  private restoreOnce(record: SandboxRecord, srcDir: string, m: SnapshotManifest, memoryFile: string, feedState?: StateFeed): Promise<Sandbox> {
     return this.startSandbox(record, join(srcDir, TEMPLATE_FILES.disk), m.vm.diskMb, async (dir) => {
       // A fed state arrives through a pipe as it is decompressed: QEMU loads it meanwhile.
       const pipe = feedState ? await openStatePipe(dir, feedState) : undefined;

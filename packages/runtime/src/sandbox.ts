@@ -14,6 +14,7 @@ import { listPorts, openTunnel, type TunnelOptions } from "./tunnel.js";
 import { SerialQueue, runTool } from "./util.js";
 import type { StateSink, Vm } from "./vm.js";
 import { changedPages } from "./pagemap.js";
+import type { PageFilterStats } from "./migration-stream.js";
 import type { HostProfile } from "./host.js";
 
 /** `stopped`: its VM is shut down and its disk overlay kept (a disk hibernation); it boots again from that disk. */
@@ -238,11 +239,16 @@ export class Sandbox {
       this.assertUsable();
       if (this.record.state === "running") return;
       const vm = this.requireVm();
+      // The clock goes out with the cont, not after it: the guest reads it as soon as it
+      // runs, so a wake costs one round trip to the guest instead of two.
+      const agent = await this.agentConn?.catch(() => undefined);
+      agent?.unhold();
+      const clock = agent && !agent.closed ? this.syncRequests(agent, false) : undefined;
+      clock?.catch(() => undefined);
       await vm.cont();
       await this.setState("running");
-      (await this.agentConn?.catch(() => undefined))?.unhold();
       try {
-        await this.syncGuest(false);
+        await (clock ?? this.syncGuest(false));
       } catch (e) {
         // A guest that does not take its clock (a wedged agent) stays paused: the wake
         // failed, and the record must not say otherwise.
@@ -269,6 +275,7 @@ export class Sandbox {
       let pauseMs = 0;
       let changedOnly = false;
       let stateDigest: FileDigest | undefined;
+      const filtered: PageFilterStats = { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 };
       try {
         if (wasRunning) await vm.stop();
         else if ((await vm.status()) === "postmigrate") {
@@ -285,7 +292,7 @@ export class Sandbox {
         const changed = changedOnly ? await changedPages(vm.pid, base, this.record.memoryMb * 1024 * 1024) : undefined;
         stateDigest = await vm.saveState(opts.stateSink ?? join(dir, "state.bin"), {
           ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
-          ...(changedOnly ? { changedAgainst: base } : {}),
+          ...(changedOnly ? { changedAgainst: base, stats: filtered } : {}),
           ...(changed ? { changed } : {}),
         });
         await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
@@ -313,7 +320,7 @@ export class Sandbox {
         createdAt: new Date().toISOString(),
         template: this.record.template,
         memory: this.record.ramFile ? "file" : "stream",
-        ...(changedOnly ? { changedPagesOnly: true } : {}),
+        ...(changedOnly ? { changedPagesOnly: true, pages: { total: filtered.pages, kept: filtered.kept } } : {}),
         host: hostSection(this.ctx.host),
         vm: { vcpus: this.record.vcpus, memoryMb: this.record.memoryMb, diskMb: this.record.diskMb },
         pauseMs: Math.round(pauseMs * 10) / 10,

@@ -34,6 +34,8 @@ export interface SnapshotManifest {
   memory: "file" | "stream";
   /** A stream that carries only the pages that differ from its template's RAM (older ones carry every page). */
   changedPagesOnly?: boolean;
+  /** Such a stream's RAM pages: how many it had and how many it kept (what the guest changed). */
+  pages?: { total: number; kept: number };
   host: {
     qemuVersion: string;
     accelerator: string;

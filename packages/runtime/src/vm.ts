@@ -179,7 +179,7 @@ export class Vm {
    * `changedAgainst`: a RAM file the state will be loaded over (its template's): the state
    * leaves out every page that equals that file's (migration-stream.ts).
    */
-  async saveState(stateFile: string | StateSink, opts: { ignoreShared?: boolean; changedAgainst?: string; changed?: Uint8Array } = {}): Promise<FileDigest> {
+  async saveState(stateFile: string | StateSink, opts: { ignoreShared?: boolean; changedAgainst?: string; changed?: Uint8Array; stats?: PageFilterStats } = {}): Promise<FileDigest> {
     const ignoreShared = opts.ignoreShared ?? true;
     await this.qmp.execute("migrate-set-parameters", { "max-bandwidth": MIGRATE_BANDWIDTH });
     if (!ignoreShared) await this.setIgnoreShared(false);
@@ -191,7 +191,7 @@ export class Vm {
     let written: Promise<void> | undefined;
     const accepted = new Promise<void>((resolve) => server.once("connection", (c) => {
       const base = opts.changedAgainst;
-      const stats: PageFilterStats = { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 };
+      const stats: PageFilterStats = opts.stats ?? { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 };
       // Hashed as it is written: the snapshot's manifest needs no second pass over the file.
       // Into a file, or into the caller's sink (a cold hibernate compresses it into the store as it comes).
       const out = typeof stateFile === "string" ? createWriteStream(stateFile) : stateFile;
