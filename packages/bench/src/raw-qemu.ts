@@ -21,6 +21,11 @@ class RawQmp {
         if (!("event" in msg)) this.waiters.shift()?.(msg);
       }
     });
+    // QEMU gone (it crashes now and then in a restored VM's first cont): every waiter learns it.
+    sock.on("close", () => {
+      for (const w of this.waiters.splice(0)) w({ error: { class: "Closed", desc: "QEMU closed its QMP connection" } });
+    });
+    sock.on("error", () => undefined);
   }
 
   static async open(path: string): Promise<RawQmp> {
@@ -95,7 +100,19 @@ async function waitStatus(q: RawQmp, done: (s: string) => boolean): Promise<void
 }
 
 /** Restores a template or snapshot (state file + disk to back an overlay) into a fresh QEMU, running. */
+/**
+ * A restore, as Den does it but with no Den code. QEMU 7.2 segfaults now and then in the first
+ * `cont` (the runtime tries such a restore once more too): so does this, its time included.
+ */
 export async function rawRestore(t: RawTemplate, dir: string, state: string, backing: string): Promise<RawVm> {
+  try {
+    return await rawRestoreOnce(t, dir, state, backing);
+  } catch {
+    return rawRestoreOnce(t, dir, state, backing);
+  }
+}
+
+async function rawRestoreOnce(t: RawTemplate, dir: string, state: string, backing: string): Promise<RawVm> {
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   const disk = join(dir, "disk.qcow2");
@@ -104,12 +121,17 @@ export async function rawRestore(t: RawTemplate, dir: string, state: string, bac
   const fd = openSync(state, "r");
   const proc = spawn("qemu-system-x86_64", args(t, dir, disk), { stdio: ["ignore", "ignore", "ignore", fd] });
   closeSync(fd);
-  const qmp = await RawQmp.open(join(dir, "qmp.sock"));
-  await qmp.cmd("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: true }] });
-  await qmp.cmd("migrate-incoming", { uri: "fd:3" });
-  await waitStatus(qmp, (s) => s !== "inmigrate");
-  await qmp.cmd("cont");
-  return { proc, qmp, dir };
+  try {
+    const qmp = await RawQmp.open(join(dir, "qmp.sock"));
+    await qmp.cmd("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: true }] });
+    await qmp.cmd("migrate-incoming", { uri: "fd:3" });
+    await waitStatus(qmp, (s) => s !== "inmigrate");
+    await qmp.cmd("cont");
+    return { proc, qmp, dir };
+  } catch (e) {
+    proc.kill("SIGKILL");
+    throw e;
+  }
 }
 
 export async function rawSnapshot(vm: RawVm, stateFile: string): Promise<void> {
