@@ -191,7 +191,14 @@ export class LocalHostAgent implements HostAgent {
       const streamTo: StateSink = async (source) => {
         uploaded[TEMPLATE_FILES.state] = await putSnapshotFile(this.store, to.key, TEMPLATE_FILES.state, source, progress);
       };
-      const snap = fromWarm ? await this.rt.getSnapshot(fromWarm) : await this.rt.snapshot(id, { keepRunning: false, stateSink: streamTo });
+      let snap: SnapshotInfo;
+      try {
+        snap = fromWarm ? await this.rt.getSnapshot(fromWarm) : await this.rt.snapshot(id, { keepRunning: false, stateSink: streamTo });
+      } catch (e) {
+        // The store failing mid-stream fails the snapshot, which left the VM paused: resume it.
+        if (!fromWarm) await sbx?.resume().catch(() => undefined);
+        throw e;
+      }
       faultPoint("hibernate-cold-after-snapshot");
       try {
         const stored = await this.toStore(snap, id, to, uploaded);

@@ -129,8 +129,11 @@ export class Sandbox {
     return this.reconnect();
   }
 
-  /** Opens the agent connection of a new VM; `afterConnect` (resuming a restore) runs once the socket is up. */
-  /** `restored`: a VM that just started from a snapshot or booted gets its clock, entropy and limits, sent right behind the hello. */
+  /**
+   * Opens the agent connection of a new VM; `afterConnect` (resuming a restore) runs once the
+   * socket is up. `restored`: a VM that just started from a snapshot or booted gets its clock,
+   * entropy and limits, sent right behind the hello.
+   */
   connectAgent(afterConnect?: () => Promise<void>, timeoutMs?: number, restored = false): Promise<AgentClient> {
     return this.reconnect(afterConnect, timeoutMs, restored ? (a) => this.syncRequests(a, true) : undefined);
   }
@@ -286,10 +289,10 @@ export class Sandbox {
         // A stream is restored over its template's RAM: it need carry only the pages that differ
         // (not for a stream a helper loads into an empty RAM file: `ignoreShared: false`).
         changedOnly = !this.record.ramFile && opts.ignoreShared !== false && process.env.DEN_SNAPSHOT_ALL_PAGES !== "1";
-        // (With a sink, the state is the sink's: the manifest names it, the directory has no copy.)
         const base = this.ctx.templateMemory(this.record.template);
         // Which pages it wrote, from the kernel, while it is stopped (undefined: compare instead).
         const changed = changedOnly ? await changedPages(vm.pid, base, this.record.memoryMb * 1024 * 1024) : undefined;
+        // (With a sink, the state is the sink's: the manifest names it, the directory has no copy.)
         stateDigest = await vm.saveState(opts.stateSink ?? join(dir, "state.bin"), {
           ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
           ...(changedOnly ? { changedAgainst: base, stats: filtered } : {}),
