@@ -15,8 +15,9 @@ test("the store going away during a cold hibernate: it fails, and the sandbox ke
   let s3Open = true;
   const server = await testServer({ DEN_STORE: "s3", DEN_S3_BUCKET: "den", DEN_S3_ENDPOINT: `http://127.0.0.1:${port}`, AWS_ACCESS_KEY_ID: "S3RVER", AWS_SECRET_ACCESS_KEY: "S3RVER" });
   const api = client(server.url);
+  let id: string | undefined;
   try {
-    const id = (await api("POST", "/v1/sandboxes", {})).body.id as string;
+    id = (await api("POST", "/v1/sandboxes", {})).body.id as string;
     assert.equal((await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "echo kept > /tmp/k" })).status, 200);
     await s3.close();
     s3Open = false;
@@ -27,7 +28,10 @@ test("the store going away during a cold hibernate: it fails, and the sandbox ke
     assert.equal(r.status, 200, r.text);
     assert.equal(r.body.stdout, "kept\n");
     assert.equal((await api("DELETE", `/v1/sandboxes/${id}`)).status, 200);
+    id = undefined;
   } finally {
+    // A failed check leaves no VM behind.
+    if (id) await api("DELETE", `/v1/sandboxes/${id}`).catch(() => undefined);
     await server.close();
     if (s3Open) await s3.close();
     rmSync(dir, { recursive: true, force: true });
