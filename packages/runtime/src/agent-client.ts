@@ -100,8 +100,6 @@ export class AgentClient {
    * A hello that goes unanswered is retried on a fresh connection (with growing
    * patience): the guest then sees a clean close and reopen, which recovers from a
    * hello that crossed the guest's handling of a previous host's disconnect.
-   */
-  /**
    * `first`: requests to send right behind the hello, before its answer (the guest takes them
    * in order), so their round trip overlaps the hello's; the connect waits for them too, and
    * fails if they fail. Sent again on each attempt.

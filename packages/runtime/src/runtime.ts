@@ -45,10 +45,6 @@ export interface SnapshotInfo {
   manifest: SnapshotManifest;
 }
 
-/**
- * One runtime per data dir: a second one would adopt (and on recovery kill) the first
- * one's VMs. The lock names the owning pid, so a crashed owner's lock is taken over.
- */
 /** Whether a start failed because QEMU dropped its connections (it crashed) rather than for a reason of the snapshot's. */
 function qemuDroppedAtStart(e: unknown): boolean {
   if (!(e instanceof DenError) || e.code !== "qemu_error") return false;
@@ -62,6 +58,10 @@ function streamedLoadTimeoutMs(memoryMb: number): number {
   return Math.max(60_000, memoryMb * 200);
 }
 
+/**
+ * One runtime per data dir: a second one would adopt (and on recovery kill) the first
+ * one's VMs. The lock names the owning pid, so a crashed owner's lock is taken over.
+ */
 function lockDataDir(dataDir: string): void {
   const lock = join(dataDir, "lock");
   for (let attempt = 0; attempt < 2; attempt++) {

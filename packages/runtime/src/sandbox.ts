@@ -251,7 +251,7 @@ export class Sandbox {
       await vm.cont();
       await this.setState("running");
       try {
-        await (clock ?? this.syncGuest(false));
+        await (clock ?? this.syncClock());
       } catch (e) {
         // A guest that does not take its clock (a wedged agent) stays paused: the wake
         // failed, and the record must not say otherwise.
@@ -306,7 +306,7 @@ export class Sandbox {
           await vm.cont();
           pauseMs = performance.now() - t0;
           agent?.unhold();
-          await this.syncGuest(false).catch(() => undefined);
+          await this.syncClock().catch(() => undefined);
         } else {
           pauseMs = performance.now() - t0;
           if (wasRunning) await this.setState("paused");
@@ -421,15 +421,16 @@ export class Sandbox {
     this.vm?.detach();
   }
 
+  /** After a resume: the guest's clock stood still while it was stopped, so set it from the host. */
+  private async syncClock(): Promise<void> {
+    await this.syncRequests(await this.agent(), false);
+  }
+
   /**
    * After a restore or resume: the guest's clock stood still while it was stopped, so
    * set it from the host; after a restore also reseed its RNG (forks must not share
    * random state) and apply the pids limit.
    */
-  async syncGuest(restored: boolean): Promise<void> {
-    await this.syncRequests(await this.agent(), restored);
-  }
-
   private async syncRequests(agent: AgentClient, restored: boolean): Promise<void> {
     const tasks: Promise<unknown>[] = [agent.request("sys.clock", { unix_ms: Date.now() })];
     if (restored) {

@@ -52,9 +52,9 @@ export class Vm {
   static async launch(spec: VmSpec, host: HostProfile): Promise<Vm> {
     const pid = spawnQemu(spec, host);
     try {
-      // At once, synchronously (~12 ms on cgroup v1): written off the event loop instead, the
-      // move landed later in QEMU's start and QEMU reset its first QMP connection now and then
-      // (ECONNRESET in 3 of 4 runs of lifecycle.test here; none in 5 with this).
+      // (Synchronous: ~12 ms on cgroup v1, on the event loop. A move off it was reverted for
+      // ECONNRESETs that turned out to be QEMU's own crash at a restore's cont, see
+      // Runtime.restoreFrom; it could go off the event loop again.)
       hostCgroups()?.place(spec.tag.instance, spec.tag.sandbox, pid, { vcpus: spec.vcpus, memoryMb: spec.memoryMb, cpuMax: cpuCeiling(spec.vcpus) });
       const vm = await Vm.attach(spec.dir, pid);
       vm.incomingState = spec.incomingState;

@@ -43,15 +43,6 @@ function hashing(h: ReturnType<typeof createHash>, count: { n: number }, limit =
   });
 }
 
-/** The chunks of `source`, hashed and counted as they pass (its errors are the reader's). */
-async function* hashed(source: AsyncIterable<Buffer>, h: ReturnType<typeof createHash>, count: { n: number }): AsyncGenerator<Buffer> {
-  for await (const chunk of source) {
-    h.update(chunk);
-    count.n += chunk.length;
-    yield chunk;
-  }
-}
-
 /**
  * Where a snapshot's objects live: `<deployment>/snapshots/<id>/`, so deployments that
  * share a bucket never see each other's; without a deployment, the layout from before
@@ -75,16 +66,19 @@ const idOf = (key: string) => key.slice(key.lastIndexOf("/") + 1);
 export type PutObject = Pick<StoredObject, "key" | "size" | "sha256" | "compression">;
 
 /**
- * Compresses `source` into the store at `objectKey`, hashing the compressed bytes on their
- * way: no temp copy of the object. Either side failing fails both.
+ * Compresses `source` into the store at `objectKey` (after `raw`, a stage that sees the raw
+ * bytes), hashing the compressed bytes on their way: no temp copy of the object. Either side
+ * failing fails both. `compressed`: the source is compressed already.
  */
-async function putCompressed(store: ObjectStore, objectKey: string, source: AsyncIterable<Buffer>, compression: Compression, onProgress?: (p: TransferProgress) => void, compressed = false): Promise<PutObject> {
+async function putCompressed(store: ObjectStore, objectKey: string, source: AsyncIterable<Buffer>, compression: Compression, onProgress?: (p: TransferProgress) => void, opts: { compressed?: boolean; raw?: Transform } = {}): Promise<PutObject> {
   const packed = createHash("sha256");
   const packedN = { n: 0 };
   const out = new PassThrough({ highWaterMark: 1 << 20 });
-  const made = compressed
+  const made = opts.compressed
     ? pipeline(source, hashing(packed, packedN), out)
-    : pipeline(source, compress(compression), hashing(packed, packedN), out);
+    : opts.raw
+      ? pipeline(source, opts.raw, compress(compression), hashing(packed, packedN), out)
+      : pipeline(source, compress(compression), hashing(packed, packedN), out);
   // The store's upload stops reading when the pipeline fails; the pipeline stops writing when it does.
   made.catch((e: unknown) => out.destroy(e as Error));
   const uploaded = store.putStream(objectKey, out, onProgress).catch((e: unknown) => {
@@ -135,8 +129,8 @@ export async function uploadSnapshot(
     const objectKey = `${key}/${name}${SUFFIX[compression]}`;
     // With its sum known, the codec reads the file itself: only compressed bytes pass through here.
     const obj = known
-      ? await putCompressed(store, objectKey, compressedFile(compression, join(dir, name)), compression, onProgress, true)
-      : await putCompressed(store, objectKey, hashed(createReadStream(join(dir, name), { highWaterMark: 1 << 20 }), raw, rawN), compression, onProgress);
+      ? await putCompressed(store, objectKey, compressedFile(compression, join(dir, name)), compression, onProgress, { compressed: true })
+      : await putCompressed(store, objectKey, createReadStream(join(dir, name), { highWaterMark: 1 << 20 }), compression, onProgress, { raw: hashing(raw, rawN) });
     stored[name] = { ...obj, rawSize: known ? known.size : rawN.n, rawSha256: known ? known.sha256 : raw.digest("hex") };
     faultPoint("snapshot-upload-mid");
   }
