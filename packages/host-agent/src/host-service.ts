@@ -82,6 +82,8 @@ export class LocalHostAgent implements HostAgent {
     const rt = await Runtime.open({ dataDir });
     // Downloads a crash interrupted: the store still has the snapshot.
     for (const d of await readdir(dataDir)) if (d.startsWith(DOWNLOAD_PREFIX)) await rm(join(dataDir, d), { recursive: true, force: true });
+    // The default template's first create need not wait for a QEMU to start.
+    await rt.prewarm();
     return new LocalHostAgent(rt, store, capacity);
   }
 

@@ -1,8 +1,9 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { DenError } from "@den/protocol";
+import { ID_PATTERN } from "./util.js";
 import type { HostProfile } from "./host.js";
 import { JAIL_DIR, ROUTER_JAIL, jailArgs, prepareJail, vmIdentity } from "./jail/identity.js";
 
@@ -78,12 +79,17 @@ export function deviceSetId(): string {
   return createHash("sha256").update(["microvm", "x-option-roms=off,rtc=on", ...shape].join("\0")).digest("hex").slice(0, 16);
 }
 
-export function qemuArgs(spec: VmSpec, host: HostProfile): string[] {
+/** Throws unless every socket of a VM in `dir` fits a unix socket path. */
+export function checkSocketPaths(dir: string): void {
   for (const name of [VM_FILES.qmp, VM_FILES.agent, VM_FILES.console, VM_FILES.net, join(JAIL_DIR, "migrate-out.sock")]) {
-    if (Buffer.byteLength(join(spec.dir, name)) > MAX_SOCKET_PATH) {
-      throw new DenError("path_too_long", `sandbox directory ${spec.dir} is too deep for unix sockets; use a shorter data dir`);
+    if (Buffer.byteLength(join(dir, name)) > MAX_SOCKET_PATH) {
+      throw new DenError("path_too_long", `sandbox directory ${dir} is too deep for unix sockets; use a shorter data dir`);
     }
   }
+}
+
+export function qemuArgs(spec: VmSpec, host: HostProfile): string[] {
+  checkSocketPaths(spec.dir);
   const accel = host.accelerator === "kvm" ? "kvm" : "tcg,tb-size=64";
   const args = [
     "-name", `den-${spec.tag.sandbox},debug-threads=off`,
@@ -166,26 +172,58 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
 /** The descriptor an incoming VM's saved state is at in QEMU (spawnQemu's stdio). */
 export const INCOMING_STATE_FD = 5;
 
+/** The tag prefix of a pooled QEMU (pool.ts): spawned before any sandbox owns it. */
+export const POOL_TAG_PREFIX = "vm_";
+
+export interface ProcessTags {
+  instance: string;
+  /** The sandbox it runs (a pooled QEMU not yet claimed: its own tag). */
+  sandbox: string;
+  /** The tag it was started with, fixed for its life: its uid and cgroup derive from it. */
+  vm: string;
+}
+
 /** The Den tags of a live process, read from its environment; undefined if it's not Den's QEMU. */
-export function processTags(pid: number): { instance: string; sandbox: string } | undefined {
+export function processTags(pid: number): ProcessTags | undefined {
   try {
     if (!readlinkSync(`/proc/${pid}/exe`).includes("qemu-system")) return undefined;
     const env = readFileSync(`/proc/${pid}/environ`, "latin1").split("\0");
     const instance = env.find((e) => e.startsWith("DEN_INSTANCE="))?.slice(13);
-    const sandbox = env.find((e) => e.startsWith("DEN_SANDBOX="))?.slice(12);
-    return instance && sandbox ? { instance, sandbox } : undefined;
+    const vm = env.find((e) => e.startsWith("DEN_SANDBOX="))?.slice(12);
+    if (!instance || !vm) return undefined;
+    return { instance, vm, sandbox: vm.startsWith(POOL_TAG_PREFIX) ? claimedBy(pid) ?? vm : vm };
   } catch {
     return undefined;
   }
 }
 
-/** Every live QEMU process started by the given Den instance, by sandbox id. */
-export function findInstanceProcesses(instance: string): Map<string, number> {
+/**
+ * The sandbox a pooled QEMU was claimed by: its directory, renamed to the sandbox's at
+ * the claim, is the process's working directory (its jail inside it, once chrooted).
+ */
+function claimedBy(pid: number): string | undefined {
+  try {
+    let dir = readlinkSync(`/proc/${pid}/cwd`);
+    if (basename(dir) === JAIL_DIR) dir = dirname(dir);
+    const id = basename(dir);
+    return ID_PATTERN.test(id) && !id.startsWith(POOL_TAG_PREFIX) ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Every live QEMU process started by the given Den instance, by the sandbox it runs.
+ * Pooled QEMUs no sandbox has claimed yet (by their own tag) only with `pooled`.
+ */
+export function findInstanceProcesses(instance: string, opts: { pooled?: boolean } = {}): Map<string, number> {
   const found = new Map<string, number>();
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
     const tags = processTags(Number(name));
-    if (tags?.instance === instance) found.set(tags.sandbox, Number(name));
+    if (tags?.instance !== instance) continue;
+    if (!opts.pooled && tags.sandbox.startsWith(POOL_TAG_PREFIX)) continue;
+    found.set(tags.sandbox, Number(name));
   }
   return found;
 }

@@ -6,13 +6,15 @@ import { DenError } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
 import { capAppendLog } from "./console-log.js";
 import { hostProfile, type HostProfile } from "./host.js";
-import { VM_FILES, bootCommandLine, findInstanceProcesses, isAlive, killAndWait, type VmSpec } from "./qemu.js";
+import { POOL_TAG_PREFIX, VM_FILES, bootCommandLine, checkSocketPaths, findInstanceProcesses, isAlive, killAndWait, type VmSpec } from "./qemu.js";
 import { Sandbox, writeRecord, type SandboxRecord } from "./sandbox.js";
 import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
 import { ID_PATTERN, newId, privateDir, qcow2BackingFile, runTool } from "./util.js";
 import { Vm, type StateSink } from "./vm.js";
 import { OverlayMaker } from "./overlay.js";
+import { VmPool, type PoolShape, type PooledVm } from "./pool.js";
+import { hostCgroups } from "./jail/host.js";
 import { openStatePipe, type StateFeed } from "./state-pipe.js";
 import { NetworkManager, parseHostsMap } from "./network/manager.js";
 import type { EgressPolicy } from "./network/sandbox-network.js";
@@ -132,6 +134,8 @@ export class Runtime {
   readonly networks: NetworkManager;
   /** A new sandbox's disk overlay, without a qemu-img spawn each time. */
   private readonly overlays: OverlayMaker;
+  /** QEMUs spawned ahead of the creates that will take them. */
+  private readonly pool: VmPool;
 
   private constructor(
     readonly dataDir: string,
@@ -140,6 +144,7 @@ export class Runtime {
   ) {
     this.templates = new TemplateStore(join(dataDir, "templates"));
     this.overlays = new OverlayMaker(join(dataDir, "overlays"));
+    this.pool = new VmPool(join(dataDir, "pool"), (shape, dir, id) => this.spawnPooled(shape, dir, id));
     this.networks = new NetworkManager(instance, process.env.DEN_NET_POOL ?? "100.96.0.0/16", parseHostsMap(process.env.DEN_NET_HOSTS), process.env.DEN_NET_MASQUERADE !== "0");
   }
 
@@ -193,7 +198,7 @@ export class Runtime {
 
   /** Finds sandboxes again after a restart; kills this instance's QEMUs that have no sandbox. */
   private async recover(): Promise<void> {
-    const live = findInstanceProcesses(this.instance);
+    const live = findInstanceProcesses(this.instance, { pooled: true });
     // Network routers of the last run go first: each VM's NIC takes one router at a time,
     // and the adopted ones get new routers below.
     for (const [tag, pid] of live) {
@@ -239,7 +244,12 @@ export class Runtime {
       await this.networks.release(id, dir);
       await rm(dir, { recursive: true, force: true });
     }
+    // What is left: QEMUs without a sandbox (the last run's pool among them).
     for (const pid of live.values()) await killAndWait(pid);
+    await rm(this.pool.root, { recursive: true, force: true });
+    // Their cgroups (and those of VMs killed before): a cgroup still holding a process stays.
+    const cgroups = hostCgroups();
+    for (const tag of cgroups?.list(this.instance) ?? []) cgroups!.remove(this.instance, tag);
     const snaps = join(this.dataDir, "snapshots");
     for (const id of readdirSync(snaps)) {
       if (!existsSync(join(snaps, id, "manifest.json"))) await rm(join(snaps, id), { recursive: true, force: true });
@@ -280,7 +290,49 @@ export class Runtime {
   async create(opts: CreateOptions = {}): Promise<Sandbox> {
     const tpl = await this.templates.resolve(opts.template ?? "base");
     checkCompatible(tpl.manifest, this.host);
-    return this.restoreFrom(tpl.dir, tpl.manifest, { name: tpl.name, version: tpl.version }, undefined, opts);
+    try {
+      return await this.restoreFrom(tpl.dir, tpl.manifest, { name: tpl.name, version: tpl.version }, undefined, opts, undefined, this.poolShape(tpl.dir, tpl.manifest));
+    } finally {
+      // After the create, not during it: a spawn's work on this thread would delay it.
+      this.pool.refill();
+    }
+  }
+
+  /** Starts keeping QEMUs ready for creates from `template` (the host agent does for `base` at start). */
+  async prewarm(template = "base"): Promise<void> {
+    const tpl = await this.templates.resolve(template).catch(() => undefined);
+    if (!tpl) return;
+    try {
+      checkCompatible(tpl.manifest, this.host);
+    } catch {
+      return;
+    }
+    this.pool.want(this.poolShape(tpl.dir, tpl.manifest));
+    this.pool.refill();
+  }
+
+  /** How many pooled QEMUs wait for a create. */
+  get pooledVms(): number {
+    return this.pool.ready;
+  }
+
+  private poolShape(dir: string, m: SnapshotManifest): PoolShape {
+    return {
+      source: dir, memoryFile: join(dir, TEMPLATE_FILES.memory), stateFile: join(dir, TEMPLATE_FILES.state),
+      backingDisk: join(dir, TEMPLATE_FILES.disk), vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb,
+    };
+  }
+
+  /** A pooled QEMU: what restoreOnce would launch for a create, but not yet any sandbox's. */
+  private async spawnPooled(shape: PoolShape, dir: string, id: string): Promise<Vm> {
+    // It will be renamed to a sandbox's directory: that one's sockets must fit too.
+    checkSocketPaths(this.sandboxDir(newId("sbx")));
+    await this.overlays.create(shape.backingDisk, join(dir, VM_FILES.disk));
+    return Vm.launch({
+      dir, vcpus: shape.vcpus, memoryMb: shape.memoryMb, memoryFile: shape.memoryFile, shareMemory: false,
+      disk: join(dir, VM_FILES.disk), incoming: true, incomingState: shape.stateFile,
+      macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: id },
+    }, this.host, { console: false });
   }
 
   /**
@@ -297,7 +349,7 @@ export class Runtime {
     return this.restoreFrom(snap.dir, snap.manifest, snap.manifest.template, snapshotId, opts, feedState);
   }
 
-  private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions, feedState?: StateFeed): Promise<Sandbox> {
+  private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions, feedState?: StateFeed, shape?: PoolShape): Promise<Sandbox> {
     const record: SandboxRecord = {
       id: this.newSandboxId(opts.id), instance: this.instance, state: "starting", createdAt: new Date().toISOString(), template: tpl,
       ...(backingSnapshot ? { backingSnapshot } : {}),
@@ -311,7 +363,7 @@ export class Runtime {
     // guest has run then, and the sources are untouched: the restore is tried once more.
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.restoreOnce(record, srcDir, m, memoryFile, feedState);
+        return await this.restoreOnce(record, srcDir, m, memoryFile, feedState, shape && this.pool.take(shape));
       } catch (e) {
         if (attempt >= 2 || !qemuDroppedAtStart(e)) throw e;
         process.emitWarning(`restore of ${record.id}: QEMU went away as it started (${(e as Error).message.slice(0, 200)}); trying once more`, "DenRestoreWarning");
@@ -319,13 +371,14 @@ export class Runtime {
     }
   }
 
-  private restoreOnce(record: SandboxRecord, srcDir: string, m: SnapshotManifest, memoryFile: string, feedState?: StateFeed): Promise<Sandbox> {
+  /** `pooled`: a QEMU spawned for this (the template's state and disk, not a fed state). */
+  private restoreOnce(record: SandboxRecord, srcDir: string, m: SnapshotManifest, memoryFile: string, feedState?: StateFeed, pooled?: PooledVm): Promise<Sandbox> {
     return this.startSandbox(record, join(srcDir, TEMPLATE_FILES.disk), m.vm.diskMb, async (dir) => {
       // A fed state arrives through a pipe as it is decompressed: QEMU loads it meanwhile.
       const pipe = feedState ? await openStatePipe(dir, feedState) : undefined;
       let vm: Vm;
       try {
-        vm = await Vm.launch({
+        vm = pooled?.vm ?? await Vm.launch({
           dir, vcpus: record.vcpus, memoryMb: record.memoryMb, memoryFile, shareMemory: false,
           disk: join(dir, VM_FILES.disk), incoming: true,
           ...(pipe ? { incomingFd: pipe.readFd } : { incomingState: join(srcDir, TEMPLATE_FILES.state) }),
@@ -344,7 +397,7 @@ export class Runtime {
       // Connect before resuming: the snapshot says "host connected", and if the guest ran
       // before we connected, QEMU would flap the port closed and open under the new hello.
       return { vm, resume: () => vm.cont() };
-    });
+    }, pooled);
   }
 
   /**
@@ -411,13 +464,27 @@ export class Runtime {
     backingDisk: string,
     sourceDiskMb: number,
     launch: (dir: string) => Promise<{ vm: Vm; resume?: () => Promise<void>; bootTimeoutMs?: number }>,
+    pooled?: PooledVm,
   ): Promise<Sandbox> {
     const dir = this.sandboxDir(record.id);
-    await mkdir(dir, { recursive: true });
-    await writeRecord(dir, record);
-    let vm: Vm | undefined;
+    if (pooled) {
+      // The claim: the record goes into the pooled VM's directory, which then becomes the
+      // sandbox's in one rename (a kill before it leaves a pool VM, which the next open kills).
+      try {
+        await writeRecord(pooled.dir, record);
+        await rename(pooled.dir, dir);
+      } catch (e) {
+        await this.pool.discard(pooled);
+        throw e;
+      }
+    } else {
+      await mkdir(dir, { recursive: true });
+      await writeRecord(dir, record);
+    }
+    let vm: Vm | undefined = pooled?.vm;
     try {
-      await this.overlays.create(backingDisk, join(dir, VM_FILES.disk));
+      if (pooled) await pooled.vm.claim(dir);
+      else await this.overlays.create(backingDisk, join(dir, VM_FILES.disk));
       const launched = await launch(dir);
       vm = launched.vm;
       const sbx = new Sandbox(dir, record, vm, this.context());
@@ -769,10 +836,22 @@ export class Runtime {
       }
     }
     await this.templates.gc(tplRefs);
+    this.pool.retain((shape) => existsSync(shape.source));
   }
 
   /** Disconnects from every VM; the VMs keep running and are adopted by the next `open`. */
   close(): void {
+    this.pool.close();
+    // And one still starting (the pool's spawn is not awaited): nothing of the pool outlives this.
+    for (const [tag, pid] of findInstanceProcesses(this.instance, { pooled: true })) {
+      if (tag.startsWith(POOL_TAG_PREFIX)) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          // gone
+        }
+      }
+    }
     for (const s of this.sandboxes.values()) s.detach();
     this.sandboxes.clear();
     this.networks.detach();

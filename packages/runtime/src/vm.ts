@@ -15,16 +15,16 @@ import { cpuCeiling } from "./jail/cgroups.js";
 import { connectUnixRetry } from "./qmp.js";
 import { sleep } from "./util.js";
 import { keepChangedPages, type PageFilterStats } from "./migration-stream.js";
-import type { FileDigest } from "./snapshot.js";
+import { UNHASHED, type FileDigest } from "./snapshot.js";
 
 /** Where a saved state goes instead of a file: consumes the whole stream, or fails. */
 export type StateSink = (source: AsyncIterable<Buffer>) => Promise<void>;
 
-/** A pipeline stage that counts and hashes what passes through it. */
-function digesting(into: { size: number; hash: ReturnType<typeof createHash> }) {
+/** A pipeline stage that counts and (without `hash`) hashes what passes through it. */
+function digesting(into: { size: number; hash?: ReturnType<typeof createHash> }) {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     for await (const c of source) {
-      into.hash.update(c);
+      into.hash?.update(c);
       into.size += c.length;
       yield c;
     }
@@ -40,23 +40,29 @@ const MIGRATE_BANDWIDTH = 64 * 1024 * 1024 * 1024;
 /** One QEMU process: its QMP connection and console log. Knows nothing of the guest agent. */
 export class Vm {
   private constructor(
-    readonly dir: string,
+    private where: string,
     readonly pid: number,
     readonly qmp: QmpClient,
-    private readonly console: ConsoleLog,
+    private console: ConsoleLog | undefined,
   ) {}
+
+  /** Its directory (a pooled VM's moves to its sandbox's when claimed). */
+  get dir(): string {
+    return this.where;
+  }
 
   /** The state file QEMU was given at spawn (loadState of it needs no copy through Den). */
   private incomingState: string | undefined;
 
-  static async launch(spec: VmSpec, host: HostProfile): Promise<Vm> {
+  /** `console: false`: the console log is attached later, by `claim` (a pooled VM). */
+  static async launch(spec: VmSpec, host: HostProfile, opts: { console?: boolean } = {}): Promise<Vm> {
     const pid = spawnQemu(spec, host);
     try {
       // (Synchronous: ~12 ms on cgroup v1, on the event loop. A move off it was reverted for
       // ECONNRESETs that turned out to be QEMU's own crash at a restore's cont, see
       // Runtime.restoreFrom; it could go off the event loop again.)
       hostCgroups()?.place(spec.tag.instance, spec.tag.sandbox, pid, { vcpus: spec.vcpus, memoryMb: spec.memoryMb, cpuMax: cpuCeiling(spec.vcpus) });
-      const vm = await Vm.attach(spec.dir, pid);
+      const vm = await Vm.attach(spec.dir, pid, opts);
       vm.incomingState = spec.incomingState;
       return vm;
     } catch (e) {
@@ -67,12 +73,27 @@ export class Vm {
   }
 
   /** Connects to a QEMU that is already running (just launched, or adopted after a restart). */
-  static async attach(dir: string, pid: number): Promise<Vm> {
+  static async attach(dir: string, pid: number, opts: { console?: boolean } = {}): Promise<Vm> {
     const qmp = await QmpClient.connect(join(dir, VM_FILES.qmp));
-    const console = await ConsoleLog.attach(join(dir, VM_FILES.console), join(dir, VM_FILES.consoleLog));
-    const vm = new Vm(dir, pid, qmp, console);
-    await vm.setIgnoreShared(true);
-    return vm;
+    try {
+      const console = opts.console === false ? undefined : await ConsoleLog.attach(join(dir, VM_FILES.console), join(dir, VM_FILES.consoleLog));
+      const vm = new Vm(dir, pid, qmp, console);
+      await vm.setIgnoreShared(true);
+      return vm;
+    } catch (e) {
+      qmp.close();
+      throw e;
+    }
+  }
+
+  /**
+   * A pooled VM's directory has been renamed to its sandbox's (`dir`): its sockets and
+   * jail moved with it (QEMU holds them open, and chroot follows the directory); the
+   * console log, rotated by path, is attached there.
+   */
+  async claim(dir: string): Promise<void> {
+    this.where = dir;
+    this.console ??= await ConsoleLog.attach(join(dir, VM_FILES.console), join(dir, VM_FILES.consoleLog));
   }
 
   /** With it, RAM in a shared file stays out of saved states: the file is the memory. */
@@ -175,7 +196,7 @@ export class Vm {
   }
 
   /**
-   * Writes the VM's state to a file. The VM must be stopped (so the disk is quiescent too).
+   * Writes the VM's state to a file (hashed) or a sink (not hashed: the sink's to do). The VM must be stopped (so the disk is quiescent too).
    * `changedAgainst`: a RAM file the state will be loaded over (its template's): the state
    * leaves out every page that equals that file's (migration-stream.ts).
    */
@@ -187,7 +208,9 @@ export class Vm {
     const sock = this.migrationSocket("migrate-out.sock");
     await rm(sock.host, { force: true });
     const server = net.createServer();
-    const digest = { size: 0, hash: createHash("sha256") };
+    // Into a sink (the store), the bytes are hashed there as they are stored, and checked there
+    // on every read: a second pass here would hash each byte twice (see UNHASHED).
+    const digest = { size: 0, ...(typeof stateFile === "string" ? { hash: createHash("sha256") } : {}) };
     let written: Promise<void> | undefined;
     const accepted = new Promise<void>((resolve) => server.once("connection", (c) => {
       const base = opts.changedAgainst;
@@ -213,11 +236,12 @@ export class Vm {
         const m = await this.qmp.execute<{ status?: string; "error-desc"?: string }>("query-migrate");
         if (m.status === "completed") break;
         if (m.status === "failed" || m.status === "cancelled") throw new DenError("qemu_error", `snapshot failed: ${m["error-desc"] ?? m.status}`);
-        await Promise.race([ended, sleep(pollDelay(n))]);
+        // (The stream's end wakes this at once: the polls need not be quick, and each costs Den a QMP round trip.)
+        await Promise.race([ended, sleep(n < 5 ? pollDelay(n) : 100)]);
       }
       await accepted;
       await written;
-      return { size: digest.size, sha256: digest.hash.digest("hex") };
+      return { size: digest.size, sha256: digest.hash?.digest("hex") ?? UNHASHED };
     } finally {
       server.close();
       await rm(sock.host, { force: true });
@@ -243,21 +267,21 @@ export class Vm {
   async kill(): Promise<void> {
     const tag = processTags(this.pid);
     this.qmp.close();
-    this.console.close();
+    this.console?.close();
     await killAndWait(this.pid);
-    if (tag) hostCgroups()?.remove(tag.instance, tag.sandbox);
+    if (tag) hostCgroups()?.remove(tag.instance, tag.vm);
   }
 
-  /** The instance and sandbox ids this QEMU was started for (its uid derives from them). */
+  /** The instance and VM tags this QEMU was started with (its uid derives from them). */
   private tag(): [string, string] {
     const t = processTags(this.pid);
     if (!t) throw new DenError("qemu_error", `process ${this.pid} is not a Den QEMU`);
-    return [t.instance, t.sandbox];
+    return [t.instance, t.vm];
   }
 
   /** Drops the connections without touching the process (it keeps running). */
   detach(): void {
     this.qmp.close();
-    this.console.close();
+    this.console?.close();
   }
 }

@@ -9,7 +9,7 @@ import { QEMU_PIDS_MAX, memoryLimitMb, VmCgroups, cpuCeiling } from "../src/jail
 import { hostCgroups } from "../src/jail/host.js";
 import { vmIdentity } from "../src/jail/identity.js";
 import { HOST_CAPABILITIES, boundingSetArg, capabilityNames, processCapabilities } from "../src/jail/capabilities.js";
-import { isAlive } from "../src/qemu.js";
+import { isAlive, processTags } from "../src/qemu.js";
 import { testRuntime } from "./helpers.js";
 
 const read = (p: string) => readFileSync(p, "utf8").trim();
@@ -93,6 +93,10 @@ describe("the jailed QEMU (a real VM)", () => {
   let sbx: Sandbox;
   before(async () => {
     rt = await testRuntime();
+    // A pooled QEMU: jailed at its spawn, in a directory renamed to the sandbox's at the claim.
+    await rt.prewarm();
+    const deadline = Date.now() + 30_000;
+    while (rt.pooledVms === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     sbx = await rt.create({ template: "base" });
   });
   after(async () => {
@@ -102,7 +106,11 @@ describe("the jailed QEMU (a real VM)", () => {
 
   test("runs as its own non-zero uid, chrooted to its jail, in its cgroups with the limits set; snapshots still work", async () => {
     const pid = sbx.pid!;
-    const id = vmIdentity(rt.instance, sbx.id);
+    // Its uid and cgroup go by the tag its QEMU was started with: the sandbox's id, or a pooled VM's.
+    const tag = processTags(pid)!;
+    assert.equal(tag.sandbox, sbx.id);
+    assert.match(tag.vm, /^vm_/, "a pooled QEMU");
+    const id = vmIdentity(rt.instance, tag.vm);
     assert.ok(id.uid > 0);
     const status = readFileSync(`/proc/${pid}/status`, "utf8");
     assert.match(status, new RegExp(`^Uid:\\s+${id.uid}\\s+${id.uid}\\s+${id.uid}\\s+${id.uid}$`, "m"));
@@ -112,8 +120,8 @@ describe("the jailed QEMU (a real VM)", () => {
     const cg = hostCgroups();
     assert.ok(cg, "this host's cgroups are writable");
     const cgroup = readFileSync(`/proc/${pid}/cgroup`, "utf8");
-    for (const c of ["cpu", "memory", "pids"]) assert.match(cgroup, new RegExp(`:${c}:/den/${rt.instance}/${sbx.id}$`, "m"));
-    const d = cg!.dirs(rt.instance, sbx.id);
+    for (const c of ["cpu", "memory", "pids"]) assert.match(cgroup, new RegExp(`:${c}:/den/${rt.instance}/${tag.vm}$`, "m"));
+    const d = cg!.dirs(rt.instance, tag.vm);
     assert.equal(read(join(d.memory!, "memory.limit_in_bytes")), String(memoryLimitMb(sbx.info.memoryMb) * 1024 * 1024));
     assert.equal(read(join(d.cpu!, "cpu.cfs_quota_us")), String(Math.round(cpuCeiling(sbx.info.vcpus) * 100_000)));
     assert.equal(read(join(d.pids!, "pids.max")), String(QEMU_PIDS_MAX));

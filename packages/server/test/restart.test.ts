@@ -95,6 +95,7 @@ describe("a clean stop", () => {
     assert.equal(server.exitCode, 0);
     const instance = readFileSync(`${dataDir()}/instance-id`, "utf8").trim();
     assert.equal(findInstanceProcesses(instance).has(id), false, "no VM outlives a clean stop");
+    assert.deepEqual([...findInstanceProcesses(instance, { pooled: true }).keys()].filter((t) => t.startsWith("vm_")), [], "nor a pooled QEMU");
     server = await spawnServer(PORT);
     try {
       const row = (await api("GET", `/v1/sandboxes/${id}`)).body;

@@ -18,6 +18,7 @@ export interface StoredObject {
   sha256: string;
   /** The file as the runtime uses it. */
   rawSize: number;
+  /** Empty for a file streamed into the store as it was made (its stored sha256 is its checksum). */
   rawSha256: string;
   compression: Compression;
 }
@@ -117,7 +118,7 @@ export async function uploadSnapshot(
     const known = digests[name];
     const put = uploaded[name];
     if (put) {
-      if (!known) throw new Error(`uploadSnapshot: ${name} was put without its raw digest`);
+      if (!known) throw new Error(`uploadSnapshot: ${name} was put without its raw size`);
       stored[name] = { ...put, rawSize: known.size, rawSha256: known.sha256 };
       continue;
     }

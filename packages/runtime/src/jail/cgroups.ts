@@ -1,6 +1,6 @@
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 
 /** What one VM may take of its host. */
 export interface VmLimits {
@@ -87,6 +87,16 @@ export class VmCgroups {
     write(d.memory!, "memory.limit_in_bytes", String(memory));
     write(d.pids!, "pids.max", String(QEMU_PIDS_MAX));
     for (const dir of Object.values(d)) write(dir, "cgroup.procs", String(pid));
+  }
+
+  /** The VM cgroups of an instance, by VM tag. */
+  list(instance: string): string[] {
+    const dir = Object.values(this.dirs(instance, "x")).map((d) => dirname(d))[0]!;
+    try {
+      return readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => e.name);
+    } catch {
+      return [];
+    }
   }
 
   /** Removes the VM's (empty) cgroup; one whose process is still there stays. */
