@@ -328,11 +328,16 @@ export class Runtime {
     // It will be renamed to a sandbox's directory: that one's sockets must fit too.
     checkSocketPaths(this.sandboxDir(newId("sbx")));
     await this.overlays.create(shape.backingDisk, join(dir, VM_FILES.disk));
-    return Vm.launch({
+    return Vm.launch(this.restoreSpec(dir, id, shape, { incomingState: shape.stateFile }), this.host, { console: false });
+  }
+
+  /** A VM that restores a saved state over `memoryFile` (copy-on-write), its disk the overlay in `dir`. */
+  private restoreSpec(dir: string, tag: string, shape: { vcpus: number; memoryMb: number; memoryFile: string }, state: { incomingFd: number } | { incomingState: string }): VmSpec {
+    return {
       dir, vcpus: shape.vcpus, memoryMb: shape.memoryMb, memoryFile: shape.memoryFile, shareMemory: false,
-      disk: join(dir, VM_FILES.disk), incoming: true, incomingState: shape.stateFile,
-      macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: id },
-    }, this.host, { console: false });
+      disk: join(dir, VM_FILES.disk), incoming: true, ...state,
+      macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: tag },
+    };
   }
 
   /**
@@ -378,12 +383,8 @@ export class Runtime {
       const pipe = feedState ? await openStatePipe(dir, feedState) : undefined;
       let vm: Vm;
       try {
-        vm = pooled?.vm ?? await Vm.launch({
-          dir, vcpus: record.vcpus, memoryMb: record.memoryMb, memoryFile, shareMemory: false,
-          disk: join(dir, VM_FILES.disk), incoming: true,
-          ...(pipe ? { incomingFd: pipe.readFd } : { incomingState: join(srcDir, TEMPLATE_FILES.state) }),
-          macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: record.id },
-        }, this.host);
+        vm = pooled?.vm ?? await Vm.launch(this.restoreSpec(dir, record.id, { ...record, memoryFile },
+          pipe ? { incomingFd: pipe.readFd } : { incomingState: join(srcDir, TEMPLATE_FILES.state) }), this.host);
       } finally {
         await pipe?.closeRead();
       }
