@@ -20,7 +20,7 @@ import { UNHASHED, type FileDigest } from "./snapshot.js";
 /** Where a saved state goes instead of a file: consumes the whole stream, or fails. */
 export type StateSink = (source: AsyncIterable<Buffer>) => Promise<void>;
 
-/** A pipeline stage that counts and (without `hash`) hashes what passes through it. */
+/** A pipeline stage that counts what passes through it, and hashes it when given a hash. */
 function digesting(into: { size: number; hash?: ReturnType<typeof createHash> }) {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     for await (const c of source) {

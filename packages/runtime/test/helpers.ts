@@ -15,6 +15,15 @@ export function qemuProcesses(rt: Runtime): Map<string, number> {
   return findInstanceProcesses(rt.instance);
 }
 
+/** Waits until the runtime's pool holds `n` QEMUs (after `prewarm` or a create). */
+export async function untilPooled(rt: Runtime, n = 1, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (rt.pooledVms < n) {
+    if (Date.now() > deadline) throw new Error(`the VM pool holds ${rt.pooledVms} QEMUs after ${timeoutMs} ms, not ${n}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 export function sandboxDirs(rt: Runtime): string[] {
   return readdirSync(`${rt.dataDir}/sandboxes`);
 }

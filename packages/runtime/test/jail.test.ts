@@ -10,7 +10,7 @@ import { hostCgroups } from "../src/jail/host.js";
 import { vmIdentity } from "../src/jail/identity.js";
 import { HOST_CAPABILITIES, boundingSetArg, capabilityNames, processCapabilities } from "../src/jail/capabilities.js";
 import { isAlive, processTags } from "../src/qemu.js";
-import { testRuntime } from "./helpers.js";
+import { testRuntime, untilPooled } from "./helpers.js";
 
 const read = (p: string) => readFileSync(p, "utf8").trim();
 
@@ -95,8 +95,7 @@ describe("the jailed QEMU (a real VM)", () => {
     rt = await testRuntime();
     // A pooled QEMU: jailed at its spawn, in a directory renamed to the sandbox's at the claim.
     await rt.prewarm();
-    const deadline = Date.now() + 30_000;
-    while (rt.pooledVms === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await untilPooled(rt);
     sbx = await rt.create({ template: "base" });
   });
   after(async () => {

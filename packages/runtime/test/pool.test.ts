@@ -7,7 +7,7 @@ import type { Runtime, Sandbox } from "../src/index.js";
 import { hostCgroups } from "../src/jail/host.js";
 import { findInstanceProcesses, isAlive, processTags } from "../src/qemu.js";
 import { poolSize } from "../src/pool.js";
-import { testRuntime } from "./helpers.js";
+import { testRuntime, untilPooled } from "./helpers.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -35,7 +35,7 @@ describe("the VM pool (real QEMUs)", () => {
     const size = poolSize();
     assert.ok(size >= 1, "the pool is on by default");
     await rt.prewarm();
-    await until("the pool to fill", () => rt!.pooledVms === size);
+    await untilPooled(rt, size);
     assert.equal(waiting(rt.instance).length, size, "each waiting VM is a live QEMU");
     assert.equal([...findInstanceProcesses(rt.instance).keys()].filter((t) => t.startsWith("vm_")).length, 0, "not listed as sandboxes");
 
@@ -56,7 +56,7 @@ describe("the VM pool (real QEMUs)", () => {
     await copy.destroy();
     await rt.deleteSnapshot(snap.id);
 
-    await until("the pool to refill", () => rt!.pooledVms === size);
+    await untilPooled(rt, size);
     // More creates at once than the pool holds: the rest start their own QEMUs.
     const burst = await Promise.all(Array.from({ length: size + 1 }, () => rt!.create({ template: "base" })));
     const pooled = burst.filter((s) => processTags(s.pid!)!.vm.startsWith("vm_")).length;

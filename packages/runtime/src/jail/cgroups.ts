@@ -91,7 +91,7 @@ export class VmCgroups {
 
   /** The VM cgroups of an instance, by VM tag. */
   list(instance: string): string[] {
-    const dir = Object.values(this.dirs(instance, "x")).map((d) => dirname(d))[0]!;
+    const dir = dirname(Object.values(this.dirs(instance, "x"))[0]!);
     try {
       return readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => e.name);
     } catch {
