@@ -819,6 +819,15 @@ describe(`random kill -9 rounds (DEN_CRASH_SEED=${SEED}, DEN_CRASH_ROUNDS=${ROUN
     world.pool = [];
     world.cps = [];
     assert.deepEqual((await listCheckpoints()).filter((c) => knownIds.has(c.sandbox_id)), []);
+    if (FLEET) {
+      // The host agents own the VMs (their pools too): they stop cleanly (a drain with nothing
+      // left to drain) while the control plane answers; the fault points start them again.
+      for (const h of fleet.hosts) {
+        const proc = h.proc;
+        await stopProcess(proc, "SIGTERM");
+        assert.equal(proc?.exitCode, 0, `the host agent on ${h.port} stops cleanly on SIGTERM; log: ${h.log.slice(-600)}`);
+      }
+    }
     assert.equal(await stopClean(), 0, "den serve stops cleanly on SIGTERM");
     const left = [...runningVms({ pooled: true }).keys()];
     assert.deepEqual(left, [], "no QEMU of this instance outlives the run (the pool's neither)");
@@ -845,6 +854,14 @@ describe("fault points: the server dies at each point, and the restart converges
   const hit = join(markerDir, "hit");
   const faultEnv = { DEN_FAULT_POINT_FILE: armFile, DEN_FAULT_MARKER: hit };
   const arm = (point: FaultPoint | undefined) => (point ? writeFileSync(armFile, point) : rmSync(armFile, { force: true }));
+  before(async () => {
+    // (the random rounds end by stopping the fleet's host agents)
+    if (FLEET && fleet.hosts.some((h) => !h.proc || exited(h.proc))) {
+      if (!server) await start(faultEnv);
+      for (const [i, h] of fleet.hosts.entries()) if (!h.proc || exited(h.proc)) await fleet.startHost(i);
+      await hostsUp();
+    }
+  });
   after(async () => {
     arm(undefined);
     await stopClean();

@@ -8,6 +8,13 @@ import { DenError } from "@den/protocol";
 import { withProgress } from "./progress.js";
 import { checkKey, checkPrefix, type ObjectInfo, type ObjectStore, type TransferProgress } from "./object-store.js";
 
+/** A write's temp file: `<key>.tmp-<writer pid>-<random>` (the pid tells a dead writer's leftover from a live write). */
+const TEMP = /\.tmp-(?:(\d+)-)?[0-9a-f]{12}$/;
+/** A temp file of unknown or reused writer this old is abandoned: no one write takes this long. */
+const TEMP_ABANDONED_MS = 6 * 3_600_000;
+/** Temp files this process is writing now, through any instance (never swept). */
+const writing = new Set<string>();
+
 /** Objects as files under a root directory; every write is a temp file renamed into place. */
 export class LocalDirStore implements ObjectStore {
   readonly kind = "local" as const;
@@ -22,14 +29,47 @@ export class LocalDirStore implements ObjectStore {
   private async atomicWrite(key: string, write: (tmp: string) => Promise<void>): Promise<void> {
     const final = this.path(key);
     await mkdir(dirname(final), { recursive: true });
-    const tmp = `${final}.tmp-${randomBytes(6).toString("hex")}`;
+    const tmp = `${final}.tmp-${process.pid}-${randomBytes(6).toString("hex")}`;
+    writing.add(tmp);
     try {
       await write(tmp);
       await rename(tmp, final);
     } catch (e) {
       await rm(tmp, { force: true });
       throw e;
+    } finally {
+      writing.delete(tmp);
     }
+  }
+
+  /**
+   * Deletes the temp files of writes that will never finish: a writer killed mid-upload
+   * (kill -9 during a cold hibernate's stream) leaves one that no listing shows. A temp
+   * file is abandoned when its writer process is gone, when it is this process's but no
+   * write of its owns it, or when it is older than any write takes.
+   */
+  async sweepAbandoned(prefix: string): Promise<number> {
+    checkPrefix(prefix);
+    let swept = 0;
+    const now = Date.now();
+    const walk = async (dir: string): Promise<void> => {
+      for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
+        const p = join(dir, e.name);
+        if (e.isDirectory()) await walk(p);
+        const m = e.isFile() ? TEMP.exec(e.name) : null;
+        if (!m || writing.has(p) || !relative(this.root, p).startsWith(prefix)) continue;
+        const pid = m[1] ? Number(m[1]) : undefined;
+        const st = await stat(p).catch(() => undefined);
+        if (!st) continue;
+        const abandoned = pid === process.pid || (pid !== undefined && !processAlive(pid)) || now - st.mtimeMs > TEMP_ABANDONED_MS;
+        if (abandoned) {
+          await rm(p, { force: true });
+          swept++;
+        }
+      }
+    };
+    await walk(join(this.root, prefix.slice(0, prefix.lastIndexOf("/") + 1)));
+    return swept;
   }
 
   async putStream(key: string, stream: Readable, onProgress?: (p: TransferProgress) => void): Promise<void> {
@@ -68,7 +108,7 @@ export class LocalDirStore implements ObjectStore {
       for (const e of entries) {
         const p = join(dir, e.name);
         if (e.isDirectory()) await walk(p);
-        else if (e.isFile() && !/\.tmp-[0-9a-f]{12}$/.test(e.name)) {
+        else if (e.isFile() && !TEMP.test(e.name)) {
           const key = relative(this.root, p);
           if (key.startsWith(prefix)) {
             const st = await stat(p);
@@ -84,5 +124,14 @@ export class LocalDirStore implements ObjectStore {
 
   async delete(key: string): Promise<void> {
     await rm(this.path(key), { force: true });
+  }
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
   }
 }

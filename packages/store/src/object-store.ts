@@ -30,6 +30,12 @@ export interface ObjectStore {
   head(key: string): Promise<ObjectInfo | undefined>;
   list(prefix: string): Promise<ObjectInfo[]>;
   delete(key: string): Promise<void>;
+  /**
+   * Removes what writes that will never finish left under `prefix` and no listing shows
+   * (a local temp file of a killed writer). Absent where the store keeps no such thing
+   * in sight: S3 leaves incomplete multipart uploads to the bucket's lifecycle rule.
+   */
+  sweepAbandoned?(prefix: string): Promise<number>;
 }
 
 const KEY = /^[a-z0-9][a-z0-9._-]*(\/[a-z0-9][a-z0-9._-]*)*$/i;

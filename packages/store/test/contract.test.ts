@@ -1,7 +1,9 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { createReadStream, createWriteStream, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { createReadStream, createWriteStream, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -155,6 +157,46 @@ contract("local directory", async () => {
   const root = mkdtempSync(join(tmpdir(), "den-store-local-"));
   const store = new LocalDirStore(root);
   return { store, corrupt: (k) => flipByte(store, k), close: async () => rmSync(root, { recursive: true, force: true }) };
+});
+
+describe("local directory: writes that never finish", () => {
+  test("a writer killed mid-upload leaves a temp file no listing shows, and the sweep removes it but never a live write's", async () => {
+    const root = mkdtempSync(join(tmpdir(), "den-store-sweep-"));
+    const store = new LocalDirStore(root);
+    try {
+      // A real writer process, killed -9 while its upload streams (as a cold hibernate's is).
+      const lib = new URL("../src/index.js", import.meta.url).href;
+      const child = spawn(process.execPath, ["--input-type=module", "-e", `
+        import { Readable } from "node:stream";
+        const { LocalDirStore } = await import(${JSON.stringify(lib)});
+        const s = new LocalDirStore(${JSON.stringify(root)});
+        const endless = new Readable({ read() { this.push(Buffer.alloc(65536)); } });
+        s.putStream("dep/snapshots/snap_a/state.zst", endless);
+        setTimeout(() => console.log("writing"), 200);`], { stdio: ["ignore", "pipe", "inherit"] });
+      await once(child.stdout!, "data");
+      child.kill("SIGKILL");
+      await once(child, "exit");
+      const left = readdirSync(join(root, "dep/snapshots/snap_a"));
+      assert.equal(left.length, 1);
+      assert.match(left[0]!, new RegExp(`^state\\.zst\\.tmp-${child.pid}-[0-9a-f]{12}$`));
+      assert.deepEqual(await store.list("dep/"), [], "a temp file is not an object");
+
+      // A write of this process still in flight when the sweep runs: it is kept and lands.
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      const slow = Readable.from((async function* () { yield Buffer.from("a"); await gate; yield Buffer.from("b"); })());
+      const live = store.putStream("dep/snapshots/snap_b/state.zst", slow);
+      while (!existsSync(join(root, "dep/snapshots/snap_b"))) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(await store.sweepAbandoned!("dep/"), 1, "the dead writer's temp file, and only it");
+      assert.deepEqual(readdirSync(join(root, "dep/snapshots/snap_a")), []);
+      release();
+      await live;
+      assert.equal((await store.getBytes("dep/snapshots/snap_b/state.zst")).toString(), "ab");
+      assert.equal(await store.sweepAbandoned!("dep/"), 0);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
 });
 
 contract("S3 (s3rver)", async () => {

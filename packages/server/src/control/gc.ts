@@ -28,6 +28,7 @@ export class StoreGc {
     const listed = await listStoredSnapshots(objects, deployment);
     const known = await store.storedSnapshotIds();
     for (const s of listed) if (!known.has(s.id) && s.modifiedAt <= cutoff) await deleteStoredSnapshot(objects, s.key);
+    await objects.sweepAbandoned?.(`${deployment}/`);
     await store.pruneOperations(clock.now() - OPERATIONS_KEPT_MS);
   }
 }
