@@ -536,12 +536,17 @@ export class Runtime {
    * Takes a snapshot of a sandbox into the snapshot store. The sandbox keeps running,
    * or with `keepRunning: false` stays paused (a warm hibernate).
    */
-  async snapshot(sandboxId: string, opts: { keepRunning?: boolean; ignoreShared?: boolean; id?: string; stateSink?: StateSink } = {}): Promise<SnapshotInfo> {
+  async snapshot(sandboxId: string, opts: { keepRunning?: boolean; ignoreShared?: boolean; id?: string; stateSink?: StateSink; ramAsFile?: boolean } = {}): Promise<SnapshotInfo> {
     const sbx = this.get(sandboxId);
     const id = this.newSnapshotId(opts.id);
     const dir = this.snapshotDir(id);
+    // In tmpfs: each child maps it, and on disk every page the load touched would be written back.
+    if (opts.ramAsFile) privateDir(this.ramDir);
     try {
-      const r = await sbx.snapshot(dir, { id, keepRunning: opts.keepRunning ?? true, ...(opts.ignoreShared === false ? { ignoreShared: false } : {}), ...(opts.stateSink ? { stateSink: opts.stateSink } : {}) });
+      const r = await sbx.snapshot(dir, {
+        id, keepRunning: opts.keepRunning ?? true, ...(opts.ignoreShared === false ? { ignoreShared: false } : {}), ...(opts.stateSink ? { stateSink: opts.stateSink } : {}),
+        ...(opts.ramAsFile ? { ramFile: join(this.ramDir, `${id}.ram`) } : {}),
+      });
       return { id, dir, manifest: r.manifest };
     } catch (e) {
       await rm(dir, { recursive: true, force: true });
@@ -678,10 +683,10 @@ export class Runtime {
   }
 
   private async forkFrom(parent: Sandbox, count: number, shared: boolean, opts: { ids?: string[] }): Promise<Sandbox[]> {
-    // The stream is loaded by a helper whose RAM is shared: it must say it carries all RAM.
-    const snap = await this.snapshot(parent.id, shared ? { ignoreShared: false } : {});
+    // Shared: the parent's RAM becomes a file the children map (where the kernel cannot say
+    // which pages the parent changed, the snapshot is a stream each child loads).
+    const snap = await this.snapshot(parent.id, shared ? { ramAsFile: true } : {});
     try {
-      if (shared) await this.shareMemory(snap);
       const children: Sandbox[] = [];
       const results = await Promise.allSettled(Array.from({ length: count }, (_, i) => this.restore(snap.id, { pidsMax: parent.info.pidsMax, ...(opts.ids ? { id: opts.ids[i]! } : {}) })));
       for (const r of results) if (r.status === "fulfilled") children.push(r.value);
@@ -690,30 +695,12 @@ export class Runtime {
         await Promise.all(children.map((c) => c.destroy()));
         throw (failed as PromiseRejectedResult).reason;
       }
-      if (shared) await this.digHolesLater(join(this.ramDir, `${snap.id}.ram`));
+      if (snap.manifest.memory === "file") await this.digHolesLater(join(this.ramDir, `${snap.id}.ram`));
       return children;
     } finally {
       // The fork's snapshot is internal: its disk lives on while children use it.
       await this.deleteSnapshot(snap.id);
     }
-  }
-
-  /**
-   * Turns a fork's snapshot into one whose RAM is a file, so the children map that file
-   * copy-on-write and share every page none of them has written.
-   */
-  private async shareMemory(snap: SnapshotInfo): Promise<void> {
-    if (snap.manifest.memory === "file") return;
-    // In tmpfs: the load touches every page of the file, and on disk each would be written back.
-    privateDir(this.ramDir);
-    const ramPath = join(this.ramDir, `${snap.id}.ram`);
-    await symlink(ramPath, join(snap.dir, TEMPLATE_FILES.memory));
-    const state = join(snap.dir, `.${TEMPLATE_FILES.state}.devices`);
-    await this.streamToRamFile(snap, ramPath, state);
-    await rename(state, join(snap.dir, TEMPLATE_FILES.state));
-    // The RAM file is not hashed: this snapshot is internal and gone once the children run.
-    snap.manifest = { ...snap.manifest, memory: "file", files: { ...snap.manifest.files, ...(await digestFiles(snap.dir, [TEMPLATE_FILES.state])) } };
-    await writeManifest(snap.dir, snap.manifest);
   }
 
   /**

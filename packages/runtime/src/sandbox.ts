@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { copyFile, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readFile, rename, rm, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { DenError, type GuestMetrics, type ListeningPort, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
@@ -13,7 +13,7 @@ import { digestFiles, hostSection, writeManifest, type FileDigest, type Snapshot
 import { listPorts, openTunnel, type TunnelOptions } from "./tunnel.js";
 import { SerialQueue, runTool } from "./util.js";
 import type { StateSink, Vm } from "./vm.js";
-import { changedPages } from "./pagemap.js";
+import { changedPages, copyChangedPages } from "./pagemap.js";
 import type { PageFilterStats } from "./migration-stream.js";
 import type { HostProfile } from "./host.js";
 
@@ -265,8 +265,12 @@ export class Sandbox {
   /**
    * Writes a snapshot of the running VM into `dir`: the VM is paused only while its
    * memory and disk overlay are copied; hashing and the manifest come after it resumes.
+   * `ramFile`: the guest's RAM is written to that file instead (its template's RAM with the
+   * pages it changed over it, which the kernel names), and the state carries no page of it:
+   * a fork's children map the file and share every page none of them writes. Where the
+   * kernel cannot say (a VM whose RAM is not its template's), the snapshot is as without it.
    */
-  snapshot(dir: string, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean; stateSink?: StateSink } = { id: "" }): Promise<SnapshotResult> {
+  snapshot(dir: string, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean; stateSink?: StateSink; ramFile?: string } = { id: "" }): Promise<SnapshotResult> {
     return this.lifecycle.run(async () => {
       this.assertUsable();
       const vm = this.requireVm();
@@ -279,6 +283,12 @@ export class Sandbox {
       let changedOnly = false;
       let stateDigest: FileDigest | undefined;
       const filtered: PageFilterStats = { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 };
+      const base = this.ctx.templateMemory(this.record.template);
+      const bytes = this.record.memoryMb * 1024 * 1024;
+      let asFile = false;
+      // The template's part of the RAM file is copied before the pause (it never changes).
+      const ramFile = opts.ramFile && !this.record.ramFile ? opts.ramFile : undefined;
+      if (ramFile) await runTool("cp", ["--sparse=always", "--", base, ramFile]);
       try {
         if (wasRunning) await vm.stop();
         else if ((await vm.status()) === "postmigrate") {
@@ -289,9 +299,14 @@ export class Sandbox {
         // A stream is restored over its template's RAM: it need carry only the pages that differ
         // (not for a stream a helper loads into an empty RAM file: `ignoreShared: false`).
         changedOnly = !this.record.ramFile && opts.ignoreShared !== false && process.env.DEN_SNAPSHOT_ALL_PAGES !== "1";
-        const base = this.ctx.templateMemory(this.record.template);
         // Which pages it wrote, from the kernel, while it is stopped (undefined: compare instead).
-        const changed = changedOnly ? await changedPages(vm.pid, base, this.record.memoryMb * 1024 * 1024) : undefined;
+        let changed = changedOnly || ramFile ? await changedPages(vm.pid, base, bytes) : undefined;
+        if (ramFile && changed && (await copyChangedPages(vm.pid, base, bytes, changed, ramFile)) !== undefined) {
+          // Every page is in the file: the stream keeps none of them.
+          asFile = true;
+          changedOnly = true;
+          changed = new Uint8Array(changed.length);
+        }
         // (With a sink, the state is the sink's: the manifest names it, the directory has no copy.)
         stateDigest = await vm.saveState(opts.stateSink ?? join(dir, "state.bin"), {
           ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
@@ -301,7 +316,13 @@ export class Sandbox {
         await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
         // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.
         if (this.record.ramFile) await copyFile(join(this.dir, RAM_FILE), join(dir, "memory.bin"));
+        // (Not hashed: such a snapshot is internal, gone once the children run.)
+        if (asFile) await symlink(ramFile!, join(dir, "memory.bin"));
+      } catch (e) {
+        if (ramFile) await rm(ramFile, { force: true });
+        throw e;
       } finally {
+        if (ramFile && !asFile) await rm(ramFile, { force: true });
         if (wasRunning && opts.keepRunning !== false) {
           await vm.cont();
           pauseMs = performance.now() - t0;
@@ -322,8 +343,8 @@ export class Sandbox {
         id: opts.id,
         createdAt: new Date().toISOString(),
         template: this.record.template,
-        memory: this.record.ramFile ? "file" : "stream",
-        ...(changedOnly ? { changedPagesOnly: true, pages: { total: filtered.pages, kept: filtered.kept } } : {}),
+        memory: this.record.ramFile || asFile ? "file" : "stream",
+        ...(changedOnly && !asFile ? { changedPagesOnly: true, pages: { total: filtered.pages, kept: filtered.kept } } : {}),
         host: hostSection(this.ctx.host),
         vm: { vcpus: this.record.vcpus, memoryMb: this.record.memoryMb, diskMb: this.record.diskMb },
         pauseMs: Math.round(pauseMs * 10) / 10,

@@ -95,6 +95,43 @@ describe("lifecycle", () => {
     assert.ok((await counter(parent)) > c1);
   });
 
+  test("fork x3: each child holds the parent's memory byte for byte, mapping one shared RAM file; so do a child's own children", async () => {
+    const parent = track(await rt.create());
+    // A process holding 24 MiB of random bytes; on SIGUSR1 it writes their hash to /tmp/sum.
+    const holder = [
+      "import hashlib, os, signal, time",
+      "b = bytearray(24 << 20)",
+      "for i in range(0, len(b), 1 << 20): b[i:i + (1 << 20)] = os.urandom(1 << 20)",
+      "def dump(*_):",
+      "    open('/tmp/sum.part', 'w').write(hashlib.sha256(b).hexdigest()); os.rename('/tmp/sum.part', '/tmp/sum')",
+      "signal.signal(signal.SIGUSR1, dump)",
+      "dump()",
+      "while True: time.sleep(1)",
+    ].join("\n");
+    await parent.files.write("/tmp/holder.py", holder);
+    const pid = (await parent.exec("nohup python3 /tmp/holder.py >/dev/null 2>&1 & echo $!; while [ ! -e /tmp/sum ]; do sleep 0.1; done")).stdout.toString().trim();
+    const want = (await parent.files.read("/tmp/sum")).toString();
+    assert.match(want, /^[0-9a-f]{64}$/);
+    const sumOf = async (s: Sandbox) => {
+      await s.exec(`rm -f /tmp/sum; kill -USR1 ${pid}; while [ ! -e /tmp/sum ]; do sleep 0.1; done`);
+      return (await s.files.read("/tmp/sum")).toString();
+    };
+    const kids = track(await rt.fork(parent.id, 3));
+    for (const k of kids) {
+      assert.equal(await sumOf(k), want, `${k.id} holds the parent's bytes`);
+      // Its RAM is a private mapping of the fork's file (in the runtime's RAM directory), not of the template's.
+      const maps = await readFile(`/proc/${k.pid}/maps`, "utf8");
+      assert.ok(maps.includes(`${rt.ramDir}/`), `${k.id} maps the fork's RAM file`);
+    }
+    // Children write their own copies: one's change is not another's.
+    await kids[0]!.exec(`python3 -c "open('/tmp/x','w').write('a')"; kill -9 ${pid}`);
+    assert.equal(await sumOf(kids[1]!), want);
+    assert.equal(await sumOf(parent), want);
+    // A child's RAM is not its template's: its fork is a stream each grandchild loads.
+    const grand = track(await rt.fork(kids[2]!.id, 2));
+    for (const g of grand) assert.equal(await sumOf(g), want, `${g.id} holds its grandparent's bytes`);
+  });
+
   test("three sandboxes at once; destroying each leaves no process, socket, overlay or memory file", async () => {
     const boxes = await Promise.all([rt.create(), rt.create(), rt.create()]);
     const pids = boxes.map((b) => b.pid!);
