@@ -12,8 +12,8 @@ import { loadConfig, startServer } from "@den/server";
 import { Sandbox as DenSandbox } from "@den/sdk";
 import { Sandbox as E2bSandbox } from "e2b";
 import { findInstanceProcesses, type SnapshotManifest } from "@den/runtime";
-import { privateMemoryMb } from "@den/host-agent";
-import { codecCpuSeconds, readStoredManifest, snapshotKey, type ObjectStore } from "@den/store";
+import { privateMemoryMb, processCpuSeconds } from "@den/host-agent";
+import { readStoredManifest, snapshotKey, type ObjectStore } from "@den/store";
 import { fmt, pct, row, rows, time } from "./table.js";
 
 /** A Python program that holds exactly `mib` MiB of random memory, then touches `flag`. */
@@ -27,11 +27,8 @@ const BURST = 10;
 /** What the benchmark's sandbox dirties: a process holding this much random memory. */
 const DIRTIED_MIB = 50;
 
-/** Den's own CPU seconds so far (this process, the store codec's processes; not the VMs'). */
-function denCpuSeconds(): number {
-  const { user, system } = process.cpuUsage();
-  return (user + system) / 1e6 + codecCpuSeconds();
-}
+/** Den's own CPU seconds so far (this process, the store codec's processes, the native helpers; not the VMs'). */
+const denCpuSeconds = processCpuSeconds;
 
 /** A sandbox's QEMU's private memory in MiB: anonymous + shmem PSS, what the kernel cannot reclaim (the measure admission uses). */
 function privateMib(dataDir: string, id: string): number {

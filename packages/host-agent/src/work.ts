@@ -1,4 +1,5 @@
 import { codecCpuSeconds } from "@den/store";
+import { nativeCpuSeconds } from "@den/runtime";
 import { AsyncLocalStorage } from "node:async_hooks";
 
 /**
@@ -29,10 +30,10 @@ export function reportHostWork(header: string | null): void {
 }
 
 /**
- * This process's CPU seconds, threads and the store's codec processes included (reaped
- * children in general not: a QEMU that ends would land there).
+ * This process's CPU seconds, threads, the store's codec processes and the native helpers
+ * included (reaped children in general not: a QEMU that ends would land there).
  */
 export function processCpuSeconds(): number {
   const { user, system } = process.cpuUsage();
-  return (user + system) / 1e6 + codecCpuSeconds();
+  return (user + system) / 1e6 + codecCpuSeconds() + nativeCpuSeconds();
 }

@@ -16,3 +16,4 @@ export { HOST_CAPABILITIES, boundingSetArg, processCapabilities, surplusCapabili
 export { type EgressPolicy, GUEST_NET } from "./network/sandbox-network.js";
 export { isCidr } from "./network/addresses.js";
 export type { EgressMode } from "./network/firewall.js";
+export { hasNativePageFilter, nativeCpuSeconds, nativeKeepChangedPages, prepareNativeTools } from "./native.js";

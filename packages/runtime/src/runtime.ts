@@ -11,6 +11,7 @@ import { Sandbox, writeRecord, type SandboxRecord } from "./sandbox.js";
 import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
 import { ID_PATTERN, newId, privateDir, qcow2BackingFile, runTool } from "./util.js";
+import { prepareNativeTools } from "./native.js";
 import { Vm, type StateSink } from "./vm.js";
 import { OverlayMaker } from "./overlay.js";
 import { VmPool, type PoolShape, type PooledVm } from "./pool.js";
@@ -153,6 +154,7 @@ export class Runtime {
     const dataDir = resolve(opts.dataDir ?? defaultDataDir());
     privateDir(dataDir);
     for (const d of ["templates", "sandboxes", "snapshots"]) await mkdir(join(dataDir, d), { recursive: true });
+    prepareNativeTools(dataDir);
     const idFile = join(dataDir, "instance-id");
     let instance = existsSync(idFile) ? readFileSync(idFile, "utf8").trim() : "";
     if (!ID_PATTERN.test(instance)) {

@@ -311,7 +311,7 @@ export class Sandbox {
         stateDigest = await vm.saveState(opts.stateSink ?? join(dir, "state.bin"), {
           ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
           ...(changedOnly ? { changedAgainst: base, stats: filtered } : {}),
-          ...(changed ? { changed } : {}),
+          ...(changed ? { changed: { pages: changed, ramBytes: bytes } } : {}),
         });
         await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
         // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.

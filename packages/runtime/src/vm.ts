@@ -15,6 +15,7 @@ import { cpuCeiling } from "./jail/cgroups.js";
 import { connectUnixRetry } from "./qmp.js";
 import { sleep } from "./util.js";
 import { keepChangedPages, type PageFilterStats } from "./migration-stream.js";
+import { hasNativePageFilter, nativeKeepChangedPages } from "./native.js";
 import { UNHASHED, type FileDigest } from "./snapshot.js";
 
 /** Where a saved state goes instead of a file: consumes the whole stream, or fails. */
@@ -200,14 +201,15 @@ export class Vm {
    * `changedAgainst`: a RAM file the state will be loaded over (its template's): the state
    * leaves out every page that equals that file's (migration-stream.ts).
    */
-  async saveState(stateFile: string | StateSink, opts: { ignoreShared?: boolean; changedAgainst?: string; changed?: Uint8Array; stats?: PageFilterStats } = {}): Promise<FileDigest> {
+  async saveState(stateFile: string | StateSink, opts: { ignoreShared?: boolean; changedAgainst?: string; changed?: { pages: Uint8Array; ramBytes: number }; stats?: PageFilterStats } = {}): Promise<FileDigest> {
     const ignoreShared = opts.ignoreShared ?? true;
     await this.qmp.execute("migrate-set-parameters", { "max-bandwidth": MIGRATE_BANDWIDTH });
     if (!ignoreShared) await this.setIgnoreShared(false);
     // We listen; QEMU connects and writes its state, which goes to the file until it closes.
     const sock = this.migrationSocket("migrate-out.sock");
     await rm(sock.host, { force: true });
-    const server = net.createServer();
+    // Paused: with the native filter, the stream goes from QEMU to it without Node reading a byte.
+    const server = net.createServer({ pauseOnConnect: true });
     // Into a sink (the store), the bytes are hashed there as they are stored, and checked there
     // on every read: a second pass here would hash each byte twice (see UNHASHED).
     const digest = { size: 0, ...(typeof stateFile === "string" ? { hash: createHash("sha256") } : {}) };
@@ -218,9 +220,12 @@ export class Vm {
       // Hashed as it is written: the snapshot's manifest needs no second pass over the file.
       // Into a file, or into the caller's sink (a cold hibernate compresses it into the store as it comes).
       const out = typeof stateFile === "string" ? createWriteStream(stateFile) : stateFile;
-      written = base
-        ? pipeline(c, (source: AsyncIterable<Buffer>) => keepChangedPages(source, base, stats, "ram", opts.changed), digesting(digest), out)
-        : pipeline(c, digesting(digest), out);
+      const changed = opts.changed;
+      written = base && changed && hasNativePageFilter()
+        ? pipeline(nativeKeepChangedPages(c, changed.pages, changed.ramBytes, stats), digesting(digest), out)
+        : base
+          ? pipeline(c, (source: AsyncIterable<Buffer>) => keepChangedPages(source, base, stats, "ram", changed?.pages), digesting(digest), out)
+          : pipeline(c, digesting(digest), out);
       resolve();
     }));
     await new Promise<void>((resolve, reject) => server.once("error", reject).listen(sock.host, () => resolve()));

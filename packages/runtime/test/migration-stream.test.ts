@@ -7,6 +7,8 @@ import { keepChangedPages, PAGE_SIZE, type PageFilterStats } from "../src/migrat
 import { mulberry32 } from "../src/index.js";
 import { sandboxFixture } from "./helpers.js";
 import { changedPages } from "../src/pagemap.js";
+import { hasNativePageFilter, nativeKeepChangedPages, prepareNativeTools } from "../src/native.js";
+import net from "node:net";
 
 // ---- a small writer and loader of QEMU 7.2 migration streams (only what RAM needs) ----
 
@@ -94,24 +96,19 @@ async function filtered(input: Buffer, baseRam: string, chunking: (n: number) =>
   return { out: Buffer.concat(parts), stats };
 }
 
-describe("a saved state keeps only the pages that differ from the template's RAM", () => {
-  const tmp = mkdtempSync(join(tmpdir(), "den-stream-"));
-  after(() => rmSync(tmp, { recursive: true, force: true }));
-  const rand = mulberry32(7);
+/** A template's RAM (pages 0-3 hold data, 4-7 are zero) and a stream's RAM records over it: pages 1, 2, 5 and 6 differ. */
+function vectors(seed: number) {
+  const rand = mulberry32(seed);
   const page = (fill?: number) => (fill === undefined ? Buffer.from(Array.from({ length: PAGE_SIZE }, () => Math.floor(rand() * 256))) : Buffer.alloc(PAGE_SIZE, fill));
-  // The template's RAM: pages 0-3 hold data, 4-7 are zero.
   const template = Buffer.concat([page(), page(), page(), page(), page(0), page(0), page(0), page(0)]);
-  const baseRam = join(tmp, "memory.bin");
-  writeFileSync(baseRam, template);
   const tpl = (n: number) => template.subarray(n * PAGE_SIZE, (n + 1) * PAGE_SIZE);
-  const bios = page(0x55);
   const recs: Rec[][] = [
     [
       { block: "ram", offset: 0, data: Buffer.from(tpl(0)) }, // same as the template: dropped (it named the block)
       { block: "ram", offset: PAGE_SIZE, data: page(), cont: true }, // changed: kept, must now name its block
       { block: "ram", offset: 4 * PAGE_SIZE, data: "zero", cont: true }, // zero over zero: dropped
       { block: "ram", offset: 2 * PAGE_SIZE, data: "zero", cont: true }, // zero over data: kept
-      { block: "pc.bios", offset: 0, data: bios }, // another block: kept as it is
+      { block: "pc.bios", offset: 0, data: page(0x55) }, // another block: kept as it is
       { block: "ram", offset: 3 * PAGE_SIZE, data: Buffer.from(tpl(3)) }, // dropped
       { block: "ram", offset: 5 * PAGE_SIZE, data: page(), cont: true }, // kept: must name "ram" again (pc.bios came last)
     ],
@@ -120,6 +117,15 @@ describe("a saved state keeps only the pages that differ from the template's RAM
       { block: "ram", offset: 7 * PAGE_SIZE, data: "zero", cont: true }, // dropped
     ],
   ];
+  return { rand, template, recs };
+}
+
+describe("a saved state keeps only the pages that differ from the template's RAM", () => {
+  const tmp = mkdtempSync(join(tmpdir(), "den-stream-"));
+  after(() => rmSync(tmp, { recursive: true, force: true }));
+  const { rand, template, recs } = vectors(7);
+  const baseRam = join(tmp, "memory.bin");
+  writeFileSync(baseRam, template);
   const input = stream([["ram", template.length], ["pc.bios", PAGE_SIZE]], recs);
   const initial = { ram: template, "pc.bios": Buffer.alloc(PAGE_SIZE) };
 
@@ -158,6 +164,72 @@ describe("a saved state keeps only the pages that differ from the template's RAM
     const at = bad.lastIndexOf(be64(BigInt(7 * PAGE_SIZE) | BigInt(ZERO | CONTINUE)));
     bad.writeBigUInt64BE(BigInt(7 * PAGE_SIZE) | 0x40n | BigInt(CONTINUE), at);
     await assert.rejects(filtered(bad, baseRam, (n) => n), /cannot be filtered/);
+  });
+});
+
+/** `input` through the native filter as QEMU would send it: over a unix socket the helper reads itself. */
+async function nativeFiltered(input: Buffer, changed: Uint8Array, ramBytes: number, dir: string): Promise<{ out: Buffer; stats: PageFilterStats }> {
+  const stats: PageFilterStats = { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 };
+  const path = join(dir, `in-${Math.random().toString(36).slice(2)}.sock`);
+  const server = net.createServer({ pauseOnConnect: true });
+  await new Promise<void>((r) => server.listen(path, r));
+  try {
+    const accepted = new Promise<net.Socket>((r) => server.once("connection", r));
+    const client = net.connect(path);
+    client.end(input);
+    const parts: Buffer[] = [];
+    for await (const b of nativeKeepChangedPages(await accepted, changed, ramBytes, stats)) parts.push(b);
+    return { out: Buffer.concat(parts), stats };
+  } finally {
+    server.close();
+  }
+}
+
+describe("the native page filter does what keepChangedPages does with the kernel's bitmap", () => {
+  const tmp = mkdtempSync(join(tmpdir(), "den-native-"));
+  after(() => rmSync(tmp, { recursive: true, force: true }));
+  prepareNativeTools(tmp);
+  const { template, recs } = vectors(11);
+  // The pages the guest wrote (the kernel's bitmap): 1, 2, 5 and 6, the ones that differ from the template.
+  const changed = Uint8Array.from([0b01100110]);
+  const initial = { ram: template, "pc.bios": Buffer.alloc(PAGE_SIZE) };
+
+  test("it is built on this host (cc is one of Den's packages)", () => {
+    assert.equal(hasNativePageFilter(), true);
+  });
+
+  test("its stream loads into the same memory as the whole stream, with the same device state", async () => {
+    const input = stream([["ram", template.length], ["pc.bios", PAGE_SIZE]], recs);
+    const { out, stats } = await nativeFiltered(input, changed, template.length, tmp);
+    const want = load(input, initial);
+    const got = load(out, initial);
+    assert.deepEqual(got.ram.ram, want.ram.ram);
+    assert.deepEqual(got.ram["pc.bios"], want.ram["pc.bios"]);
+    assert.deepEqual(got.tail, want.tail, "everything after the RAM passes unchanged");
+    assert.deepEqual({ pages: stats.pages, kept: stats.kept, passedThrough: stats.passedThrough }, { pages: 8, kept: 4, passedThrough: false });
+    assert.equal(stats.bytesIn, input.length);
+    assert.equal(stats.bytesOut, out.length);
+    assert.ok(out.length <= input.length - 2 * PAGE_SIZE, `${out.length} of ${input.length} bytes`);
+  });
+
+  test("a stream it does not fully understand passes unchanged", async () => {
+    for (const s of [
+      stream([["ram", template.length]], recs.slice(0, 1), ["x-ignore-shared", "postcopy-ram"]),
+      stream([["ram", 2 * template.length]], recs.slice(1)),
+      Buffer.from("not a migration stream at all"),
+      Buffer.alloc(0),
+    ]) {
+      const { out, stats } = await nativeFiltered(s, changed, template.length, tmp);
+      assert.deepEqual(out, s);
+      assert.equal(stats.pages - stats.kept, 0, "nothing dropped");
+    }
+  });
+
+  test("a surprise after pages were dropped fails instead of passing on a stream that would load wrong", async () => {
+    const bad = stream([["ram", template.length], ["pc.bios", PAGE_SIZE]], recs);
+    const at = bad.lastIndexOf(be64(BigInt(7 * PAGE_SIZE) | BigInt(ZERO | CONTINUE)));
+    bad.writeBigUInt64BE(BigInt(7 * PAGE_SIZE) | 0x40n | BigInt(CONTINUE), at);
+    await assert.rejects(nativeFiltered(bad, changed, template.length, tmp), /cannot be filtered/);
   });
 });
 

@@ -1,0 +1,96 @@
+import { spawn, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync } from "node:fs";
+import type { Socket } from "node:net";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { PageFilterStats } from "./migration-stream.js";
+
+/**
+ * Den's native helpers (`packages/runtime/native/*.c`): small C programs for the data paths
+ * where Node's per-chunk cost is most of the work. Each is compiled once per source on the
+ * host (`cc`, which the host's packages include) into the data dir, named by the source's
+ * hash; a host without a compiler, or `DEN_NATIVE=0`, uses the JavaScript path instead,
+ * which does the same thing more slowly.
+ */
+
+const SOURCE_DIR = fileURLToPath(new URL("../../native/", import.meta.url));
+
+let pageFilterBin: string | undefined;
+let cpuSeconds = 0;
+
+/** CPU seconds the native helpers have used in this process's lifetime (Den's work as much as its own threads'). */
+export function nativeCpuSeconds(): number {
+  return cpuSeconds;
+}
+
+/** Compiles the helpers into `<dataDir>/bin` if they are not there yet (a runtime's open). */
+export function prepareNativeTools(dataDir: string): void {
+  if (process.env.DEN_NATIVE === "0") {
+    pageFilterBin = undefined;
+    return;
+  }
+  pageFilterBin = compiled(join(dataDir, "bin"), "pagefilter");
+}
+
+function compiled(binDir: string, name: string): string | undefined {
+  const src = join(SOURCE_DIR, `${name}.c`);
+  if (!existsSync(src)) return undefined;
+  const hash = createHash("sha256").update(readFileSync(src)).digest("hex").slice(0, 12);
+  const bin = join(binDir, `den-${name}-${hash}`);
+  if (existsSync(bin)) return bin;
+  mkdirSync(binDir, { recursive: true, mode: 0o700 });
+  const tmp = `${bin}.tmp-${process.pid}`;
+  const r = spawnSync("cc", ["-O2", "-o", tmp, src], { encoding: "utf8", timeout: 60_000 });
+  if (r.status !== 0) {
+    rmSync(tmp, { force: true });
+    process.emitWarning(`native helper ${name} not built (${(r.error?.message ?? r.stderr ?? "").trim().slice(0, 300)}); Den uses its JavaScript path`, "DenNativeWarning");
+    return undefined;
+  }
+  renameSync(tmp, bin);
+  // Builds of older sources are of no use any more.
+  for (const f of readdirSync(binDir)) if (f.startsWith(`den-${name}-`) && join(binDir, f) !== bin && !f.includes(".tmp-")) rmSync(join(binDir, f), { force: true });
+  return bin;
+}
+
+/** Whether the native page filter is there (else `keepChangedPages` does its work). */
+export function hasNativePageFilter(): boolean {
+  return pageFilterBin !== undefined;
+}
+
+/**
+ * `keepChangedPages` in its bitmap mode, natively: QEMU's migration stream comes straight
+ * from the socket `from` (the helper reads it; Node never does), the filtered stream out.
+ * `from` must not have been read (a server with `pauseOnConnect`); it is closed here.
+ */
+export async function* nativeKeepChangedPages(from: Socket, changed: Uint8Array, ramBytes: number, stats: PageFilterStats, block = "ram"): AsyncGenerator<Buffer> {
+  const bin = pageFilterBin;
+  if (!bin) throw new Error("the native page filter is not built");
+  const child = spawn(bin, [block, String(ramBytes)], { stdio: [from, "pipe", "pipe", "pipe"] });
+  // The helper holds its own copy of the connection now.
+  from.destroy();
+  let said = "";
+  child.stderr!.on("data", (d: Buffer) => (said = (said + d.toString()).slice(-4096)));
+  const closed = new Promise<number | null>((resolve) => child.once("close", (code) => resolve(code)));
+  const failed = new Promise<never>((_, reject) => child.once("error", reject));
+  failed.catch(() => undefined);
+  const bitmapIn = child.stdio[3] as NodeJS.WritableStream & { on(e: "error", f: () => void): void };
+  bitmapIn.on("error", () => undefined); // a helper that died says why by its exit
+  const bitmap = Buffer.alloc(Math.ceil(ramBytes / 4096 / 8));
+  bitmap.set(changed.subarray(0, bitmap.length));
+  bitmapIn.end(bitmap);
+  try {
+    for await (const chunk of child.stdout!) yield chunk as Buffer;
+    const code = await Promise.race([closed, failed]);
+    const m = /pages (\d+) kept (\d+) passed (\d) in (\d+) out (\d+) cpu ([\d.]+)\s*$/.exec(said);
+    if (code !== 0 || !m) throw new Error(`den-pagefilter failed (exit ${code}): ${said.trim().split("\n")[0] ?? ""}`);
+    stats.pages += Number(m[1]);
+    stats.kept += Number(m[2]);
+    stats.passedThrough ||= m[3] === "1";
+    stats.bytesIn += Number(m[4]);
+    stats.bytesOut += Number(m[5]);
+    cpuSeconds += Number(m[6]);
+  } finally {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+  }
+}
