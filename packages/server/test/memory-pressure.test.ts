@@ -59,9 +59,12 @@ describe("memory pressure", () => {
     assert.match(c.body.error.message, /short of memory/, c.text);
     // Still short (a cold old one frees only what it held): the next one goes too, after it.
     await waitFor("the other sandbox cold-hibernated", () => cold(recent), 60_000, 200);
-    const hibernatedAt = async (id: string) => Date.parse(((await api("GET", `/v1/sandboxes/${id}/events`)).body.events as Array<{ type: string; at: string; reason?: string }>)
-      .find((e) => e.type === "hibernated")!.at);
-    assert.ok(await hibernatedAt(old) <= await hibernatedAt(recent), "least recently active first");
+    // When each hibernation began (one pass may start both: they end in either order).
+    const hibernationBegan = async (id: string) => {
+      const e = ((await api("GET", `/v1/sandboxes/${id}/events`)).body.events as Array<{ type: string; at: string; data: { ms?: number } }>).find((x) => x.type === "hibernated")!;
+      return Date.parse(e.at) - (e.data.ms ?? 0);
+    };
+    assert.ok(await hibernationBegan(old) <= await hibernationBegan(recent), "least recently active first");
 
     hog.kill("SIGKILL");
     hog = undefined;
@@ -74,5 +77,49 @@ describe("memory pressure", () => {
     await api("DELETE", `/v1/sandboxes/${again}`);
     assert.equal(await exec(old, "cat /root/f"), "old-state\n");
     assert.equal(await exec(recent, "cat /root/f"), "recent-state\n");
+  });
+});
+
+describe("a host full of sandboxes", () => {
+  let server: RunningServer;
+  let api: ReturnType<typeof client>;
+
+  before(async () => {
+    // Room for two 512 MiB sandboxes (no pooled QEMU taking a share of it).
+    server = await testServer({ DEN_CAPACITY_MEMORY_MB: "1100", DEN_VM_POOL: "0" });
+    api = client(server.url);
+  });
+  after(async () => {
+    for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
+    await server?.close();
+  });
+
+  test("waking a cold sandbox cold-hibernates the least recently active other one; a new create is refused, never evicts", async () => {
+    const { create, exec } = sandboxCalls(api);
+    const a = await create();
+    const b = await create();
+    assert.equal(await exec(a, "echo a-state > /root/f && cat /root/f"), "a-state\n");
+    await new Promise((r) => setTimeout(r, 1100));
+    assert.equal(await exec(b, "echo b-state > /root/f && cat /root/f"), "b-state\n");
+    const full = await api("POST", "/v1/sandboxes", { persistent: true });
+    assert.equal(full.status, 503, full.text);
+    assert.equal(full.body.error.code, "capacity_exhausted");
+    assert.equal((await api("POST", `/v1/sandboxes/${a}/hibernate`, { mode: "cold" })).status, 200);
+    await new Promise((r) => setTimeout(r, 1100));
+    const c = await create();
+    assert.equal(await exec(c, "echo c-state > /root/f && cat /root/f"), "c-state\n");
+    const stateOf = async (id: string) => {
+      const s = (await api("GET", `/v1/sandboxes/${id}`)).body;
+      return `${s.state}/${s.hibernate_mode ?? "-"}/${s.state_reason}`;
+    };
+    // b and c run and the host is full: a's exec wakes it, and b, the least recently active, goes cold.
+    assert.equal(await exec(a, "cat /root/f"), "a-state\n");
+    assert.equal(await stateOf(b), "hibernated/cold/memory_pressure");
+    assert.equal((await stateOf(c)).split("/")[0], "running");
+    // Then b's wakes it, and c goes.
+    assert.equal(await exec(b, "cat /root/f"), "b-state\n");
+    assert.equal(await stateOf(c), "hibernated/cold/memory_pressure");
+    assert.equal(await exec(c, "cat /root/f"), "c-state\n");
+    for (const id of [a, b, c]) assert.notEqual((await stateOf(id)).split("/")[0], "lost");
   });
 });

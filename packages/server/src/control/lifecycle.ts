@@ -150,10 +150,10 @@ export class Lifecycle {
   }
 
   /**
-   * A host for a cold wake. Where the only room is on a host short of memory, the wake waits
-   * (up to WAKE_ROOM_WAIT_MS) while the reaper cold-hibernates that host's least recently
-   * active sandboxes, rather than failing at once: the sandbox being woken is the most
-   * recently used one there is.
+   * A host for a cold wake. Where no host has the memory for it, the wake waits (up to
+   * WAKE_ROOM_WAIT_MS) while its last host's least recently active sandboxes are
+   * cold-hibernated, rather than failing: the sandbox being woken is the most recently used
+   * one there is.
    */
   private async placeForWake(row: SandboxRow): Promise<HostAgent> {
     const deadline = performance.now() + WAKE_ROOM_WAIT_MS;
@@ -161,13 +161,20 @@ export class Lifecycle {
       try {
         return await this.placeStored(row, row.host_id);
       } catch (e) {
-        // (Details cross the host protocol whole.)
-        const pressure = e instanceof DenError && e.code === "capacity_exhausted" && e.details?.resource === "memory_pressure";
-        if (!pressure || performance.now() > deadline) throw e;
-        await new Promise((r) => setTimeout(r, 250));
+        // (Details cross the host protocol whole.) Only memory is made room for: a host out of
+        // vCPUs or disk says so at once.
+        const resource = e instanceof DenError && e.code === "capacity_exhausted" ? e.details?.resource : undefined;
+        if ((resource !== "memory_pressure" && resource !== "memory") || performance.now() > deadline) throw e;
+        // Room on its last host (where its files may still be cached): its least recently active others go cold.
+        const home = this.ctx.hosts.has(row.host_id) ? this.ctx.hosts.of(row).instance : undefined;
+        const waited = home && this.makeRoom ? await this.makeRoom(home, row.memory_mb, row.id) : 0;
+        if (!waited) await new Promise((r) => setTimeout(r, 250));
       }
     }
   }
+
+  /** Cold-hibernates a host's least recently active sandboxes until `needMb` is free (the reaper's; set by the control plane). */
+  makeRoom?: (hostId: string, needMb: number, except: string) => Promise<number>;
 
   async destroy(id: string, reason: Reason): Promise<SandboxRow> {
     return this.queue.run(id, async () => {

@@ -92,21 +92,50 @@ export class Reaper {
    * shortfall, counting those already on their way out.
    */
   private relievePressure(hostId: string, memory: { availableMb: number; reserveMb: number }, live: SandboxRow[]): void {
-    let short = memory.reserveMb - memory.availableMb;
+    const short = memory.reserveMb - memory.availableMb;
     if (short <= 0) return;
+    this.evict(hostId, short, live, undefined, `is short of memory (${memory.availableMb} MiB available, ${memory.reserveMb} MiB reserve)`);
+  }
+
+  /**
+   * Room for a sandbox being woken on a full host (its memory, or the host's reserve, taken):
+   * the host's least recently active other sandboxes are cold-hibernated until they hold
+   * `needMb`, and this resolves once those have gone. The one waking is the most recently
+   * used sandbox there is; refusing it would leave it unreachable while idle ones hold memory.
+   * Returns how many it waited for (0: none to take).
+   */
+  async makeRoom(hostId: string, needMb: number, except: string): Promise<number> {
+    const live = await this.ctx.store.liveSandboxes();
+    const started = this.evict(hostId, needMb, live, except, `has no room to wake ${except}`);
+    await Promise.all(started.map((id) => this.inFlight.get(id)?.done));
+    return started.length;
+  }
+
+  /**
+   * Cold-hibernates the least recently active sandboxes with a VM on `hostId` (state kept; the
+   * next call wakes them, on whichever host has room) until what they hold covers `needMb`,
+   * counting those already on their way out. Returns the ones it started.
+   */
+  private evict(hostId: string, needMb: number, live: SandboxRow[], except: string | undefined, why: string): string[] {
+    let short = needMb;
     // (A row of the first host may name none: single-node rows from before hosts had ids.)
     const onHost = live.filter((r) => this.ctx.hosts.has(r.host_id) && this.ctx.hosts.of(r).instance === hostId);
     for (const r of onHost) if (this.inFlight.get(r.id)?.relief) short -= r.memory_mb;
     const candidates = onHost
-      .filter((r) => !r.op_id && !this.inFlight.has(r.id) && !this.activity.execing(r.id) && (r.state === "running" || (r.state === "hibernated" && modeOf(r) === "warm")))
+      .filter((r) => r.id !== except && !r.op_id && !this.inFlight.has(r.id) && !this.activity.execing(r.id) && (r.state === "running" || (r.state === "hibernated" && modeOf(r) === "warm")))
       .sort((a, b) => a.last_activity_at - b.last_activity_at);
+    const started: string[] = [];
     for (const r of candidates) {
       if (short <= 0) break;
       // Not started: too many in flight (the next pass tries again).
       if (!this.start(r.id, false, () => this.lifecycle.hibernate(r.id, "memory_pressure", "cold"), true)) break;
-      this.ctx.log.warn({ host: hostId, sandbox: r.id }, `host ${hostId} is short of memory (${memory.availableMb} MiB available, ${memory.reserveMb} MiB reserve): cold-hibernating ${r.id}, its least recently active sandbox`);
+      this.ctx.log.warn({ host: hostId, sandbox: r.id }, `host ${hostId} ${why}: cold-hibernating ${r.id}, its least recently active sandbox`);
+      started.push(r.id);
       short -= r.memory_mb;
     }
+    // Those on their way out already count.
+    if (!started.length) for (const r of onHost) if (this.inFlight.get(r.id)?.relief) started.push(r.id);
+    return started;
   }
 
   /** Starts a pass's action on a sandbox, unless too many are in flight (the next pass tries again); whether it started. */
