@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { chmod, mkdtemp, readFile, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { canStreamStoredFile, downloadSnapshot, faultPoint, putSnapshotFile, streamStoredFile, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type PutObject, type TransferProgress } from "@den/store";
+import { canStreamStoredFile, downloadSnapshot, faultPoint, putSnapshotFile, streamCompression, streamStoredFile, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type PutObject, type TransferProgress } from "@den/store";
 import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, hostProfile, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type StateSink, type TemplateInfo } from "@den/runtime";
 import { Admission, diskOvercommit, diskPromisedMb, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
@@ -193,6 +193,14 @@ export class LocalHostAgent implements HostAgent {
       const streamTo: StateSink = async (source) => {
         uploaded[TEMPLATE_FILES.state] = await putSnapshotFile(this.store, to.key, TEMPLATE_FILES.state, source, progress);
       };
+      // Or compressed on its way from QEMU by the runtime's native filter, as the store would.
+      const packed = streamCompression();
+      if (packed) {
+        streamTo.compressed = {
+          command: packed.command,
+          put: async (source) => void (uploaded[TEMPLATE_FILES.state] = await putSnapshotFile(this.store, to.key, TEMPLATE_FILES.state, source, progress, { compressed: packed.compression })),
+        };
+      }
       let snap: SnapshotInfo;
       try {
         snap = fromWarm ? await this.rt.getSnapshot(fromWarm) : await this.rt.snapshot(id, { keepRunning: false, stateSink: streamTo });

@@ -6,12 +6,16 @@
  * stream is loaded. Written in C so the ~150 MB a 512 MiB guest's stream carries never
  * pass through Node (one read and one write per MiB here, no object per chunk there).
  *
- *   den-pagefilter BLOCK RAM_BYTES <stream >filtered 3<bitmap
+ *   den-pagefilter BLOCK RAM_BYTES [-- COMPRESSOR ARGS...] <stream >filtered 3<bitmap
+ *
+ * With a compressor (`zstd -1 -c`, say), the filtered stream goes into its stdin and its
+ * stdout is this program's: what comes out is compressed, and Node never sees the raw bytes.
  *
  * Whatever it does not understand before it dropped a page it passes on unchanged from
  * there on (the output then loads like the input); a surprise after a page was dropped is
  * an error (exit 2), never a stream that would load wrong. On success its last line on
- * stderr is "pages N kept K passed 0|1 in BYTES out BYTES cpu SECONDS" (N: the block's pages seen).
+ * stderr is "pages N kept K passed 0|1 in BYTES out BYTES cpu SECONDS" (N: the block's pages
+ * seen; out: the filtered bytes, before any compressor; cpu: its own and the compressor's).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define FILE_MAGIC 0x5145564du
@@ -48,6 +53,7 @@ static uint64_t bytes_in, bytes_out;
 #define OUT_CAP (1u << 20)
 static unsigned char out[OUT_CAP];
 static size_t out_len;
+static int out_fd = 1;
 
 static const char *block;
 static uint64_t ram_bytes;
@@ -63,7 +69,7 @@ static void die(const char *what) {
 
 static void write_all(const unsigned char *p, size_t n) {
 	while (n) {
-		ssize_t w = write(1, p, n);
+		ssize_t w = write(out_fd, p, n);
 		if (w < 0) {
 			if (errno == EINTR) continue;
 			die("write");
@@ -291,9 +297,28 @@ static int parse(void) {
 	}
 }
 
+static pid_t compressor = -1;
+
+/* Starts `cmd` with its stdin a pipe this program writes into, its stdout this program's. */
+static void start_compressor(char **cmd) {
+	int p[2];
+	if (pipe(p) < 0) die("pipe");
+	compressor = fork();
+	if (compressor < 0) die("fork");
+	if (compressor == 0) {
+		dup2(p[0], 0);
+		close(p[0]);
+		close(p[1]);
+		execvp(cmd[0], cmd);
+		_exit(127);
+	}
+	close(p[0]);
+	out_fd = p[1];
+}
+
 int main(int argc, char **argv) {
-	if (argc != 3) {
-		fprintf(stderr, "usage: den-pagefilter BLOCK RAM_BYTES <stream >filtered 3<bitmap\n");
+	if (argc < 3 || (argc > 3 && (strcmp(argv[3], "--") != 0 || argc < 5))) {
+		fprintf(stderr, "usage: den-pagefilter BLOCK RAM_BYTES [-- COMPRESSOR ARGS...] <stream >filtered 3<bitmap\n");
 		return 64;
 	}
 	block = argv[1];
@@ -312,6 +337,7 @@ int main(int argc, char **argv) {
 		got += (size_t)r;
 	}
 	close(3);
+	if (argc > 3) start_compressor(argv + 4);
 	if (parse() == UNKNOWN) {
 		/* Once a page is gone, a CONTINUE record passed on as it is may name the wrong block. */
 		if (pages > kept) {
@@ -333,9 +359,22 @@ int main(int argc, char **argv) {
 		write_all(in, (size_t)r);
 		bytes_out += (uint64_t)r;
 	}
+	double cpu = 0;
+	if (compressor > 0) {
+		/* Its end of input: it finishes, and its exit is this one's. */
+		close(out_fd);
+		int status;
+		struct rusage cru;
+		if (wait4(compressor, &status, 0, &cru) < 0) die("wait");
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			errno = 0;
+			die("the compressor failed");
+		}
+		cpu += (double)(cru.ru_utime.tv_sec + cru.ru_stime.tv_sec) + (double)(cru.ru_utime.tv_usec + cru.ru_stime.tv_usec) / 1e6;
+	}
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
-	double cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+	cpu += (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 	fprintf(stderr, "pages %llu kept %llu passed %d in %llu out %llu cpu %.6f\n", (unsigned long long)pages, (unsigned long long)kept, passed,
 		(unsigned long long)bytes_in, (unsigned long long)bytes_out, cpu);
 	return 0;

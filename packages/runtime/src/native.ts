@@ -62,11 +62,13 @@ export function hasNativePageFilter(): boolean {
  * `keepChangedPages` in its bitmap mode, natively: QEMU's migration stream comes straight
  * from the socket `from` (the helper reads it; Node never does), the filtered stream out.
  * `from` must not have been read (a server with `pauseOnConnect`); it is closed here.
+ * `compressor`: a command the filtered stream goes through (stdin to stdout) before it comes
+ * out (`stats.bytesOut` still counts the filtered bytes; its CPU is counted with the filter's).
  */
-export async function* nativeKeepChangedPages(from: Socket, changed: Uint8Array, ramBytes: number, stats: PageFilterStats, block = "ram"): AsyncGenerator<Buffer> {
+export async function* nativeKeepChangedPages(from: Socket, changed: Uint8Array, ramBytes: number, stats: PageFilterStats, compressor?: string[], block = "ram"): AsyncGenerator<Buffer> {
   const bin = pageFilterBin;
   if (!bin) throw new Error("the native page filter is not built");
-  const child = spawn(bin, [block, String(ramBytes)], { stdio: [from, "pipe", "pipe", "pipe"] });
+  const child = spawn(bin, [block, String(ramBytes), ...(compressor?.length ? ["--", ...compressor] : [])], { stdio: [from, "pipe", "pipe", "pipe"] });
   // The helper holds its own copy of the connection now.
   from.destroy();
   let said = "";

@@ -19,7 +19,14 @@ import { hasNativePageFilter, nativeKeepChangedPages } from "./native.js";
 import { UNHASHED, type FileDigest } from "./snapshot.js";
 
 /** Where a saved state goes instead of a file: consumes the whole stream, or fails. */
-export type StateSink = (source: AsyncIterable<Buffer>) => Promise<void>;
+/**
+ * Where a saved state goes as QEMU writes it (the store, compressing it on the way). With
+ * `compressed`, the sink also takes it compressed by that command (which reads stdin and
+ * writes stdout): the native page filter then runs it, so the raw bytes never pass through Node.
+ */
+export type StateSink = ((source: AsyncIterable<Buffer>) => Promise<void>) & {
+  compressed?: { command: string[]; put: (source: AsyncIterable<Buffer>) => Promise<void> };
+};
 
 /** A pipeline stage that counts what passes through it, and hashes it when given a hash. */
 function digesting(into: { size: number; hash?: ReturnType<typeof createHash> }) {
@@ -221,8 +228,13 @@ export class Vm {
       // Into a file, or into the caller's sink (a cold hibernate compresses it into the store as it comes).
       const out = typeof stateFile === "string" ? createWriteStream(stateFile) : stateFile;
       const changed = opts.changed;
-      written = base && changed && hasNativePageFilter()
-        ? pipeline(nativeKeepChangedPages(c, changed.pages, changed.ramBytes, stats), digesting(digest), out)
+      const native = base && changed && hasNativePageFilter();
+      const packed = native && typeof stateFile !== "string" ? stateFile.compressed : undefined;
+      written = packed
+        // Compressed by the filter's own pipeline: the state's size is what the filter wrote.
+        ? packed.put(nativeKeepChangedPages(c, changed!.pages, changed!.ramBytes, stats, packed.command)).then(() => void (digest.size = stats.bytesOut))
+        : native
+        ? pipeline(nativeKeepChangedPages(c, changed!.pages, changed!.ramBytes, stats), digesting(digest), out)
         : base
           ? pipeline(c, (source: AsyncIterable<Buffer>) => keepChangedPages(source, base, stats, "ram", changed?.pages), digesting(digest), out)
           : pipeline(c, digesting(digest), out);

@@ -9,6 +9,7 @@ import { sandboxFixture } from "./helpers.js";
 import { changedPages } from "../src/pagemap.js";
 import { hasNativePageFilter, nativeKeepChangedPages, prepareNativeTools } from "../src/native.js";
 import net from "node:net";
+import { spawnSync } from "node:child_process";
 
 // ---- a small writer and loader of QEMU 7.2 migration streams (only what RAM needs) ----
 
@@ -96,6 +97,19 @@ async function filtered(input: Buffer, baseRam: string, chunking: (n: number) =>
   return { out: Buffer.concat(parts), stats };
 }
 
+/** The filtered stream `out` loads into the same memory as `input` (the vectors' 4 of 8 pages kept), its tail unchanged. */
+function loadsLikeInput(input: Buffer, out: Buffer, stats: PageFilterStats, initial: Record<string, Buffer>): void {
+    const want = load(input, initial);
+    const got = load(out, initial);
+    assert.deepEqual(got.ram.ram, want.ram.ram);
+    assert.deepEqual(got.ram["pc.bios"], want.ram["pc.bios"]);
+    assert.deepEqual(got.tail, want.tail, "everything after the RAM passes unchanged");
+    assert.deepEqual({ pages: stats.pages, kept: stats.kept, passedThrough: stats.passedThrough }, { pages: 8, kept: 4, passedThrough: false });
+    assert.equal(stats.bytesIn, input.length);
+    assert.equal(stats.bytesOut, out.length);
+    assert.ok(out.length <= input.length - 2 * PAGE_SIZE, `${out.length} of ${input.length} bytes`);
+}
+
 /** A template's RAM (pages 0-3 hold data, 4-7 are zero) and a stream's RAM records over it: pages 1, 2, 5 and 6 differ. */
 function vectors(seed: number) {
   const rand = mulberry32(seed);
@@ -132,15 +146,7 @@ describe("a saved state keeps only the pages that differ from the template's RAM
   for (const [name, chunking] of [["one chunk", (n: number) => n], ["1-byte chunks", () => 1], ["random chunks", () => 1 + Math.floor(rand() * 700)]] as const) {
     test(`loads into the same memory as the whole stream, with the same device state (${name})`, async () => {
       const { out, stats } = await filtered(input, baseRam, chunking);
-      const want = load(input, initial);
-      const got = load(out, initial);
-      assert.deepEqual(got.ram.ram, want.ram.ram);
-      assert.deepEqual(got.ram["pc.bios"], want.ram["pc.bios"]);
-      assert.deepEqual(got.tail, want.tail, "everything after the RAM passes unchanged");
-      assert.deepEqual({ pages: stats.pages, kept: stats.kept, passedThrough: stats.passedThrough }, { pages: 8, kept: 4, passedThrough: false });
-      assert.equal(stats.bytesIn, input.length);
-      assert.equal(stats.bytesOut, out.length);
-      assert.ok(out.length <= input.length - 2 * PAGE_SIZE, `${out.length} of ${input.length} bytes`);
+      loadsLikeInput(input, out, stats, initial);
     });
   }
 
@@ -168,7 +174,7 @@ describe("a saved state keeps only the pages that differ from the template's RAM
 });
 
 /** `input` through the native filter as QEMU would send it: over a unix socket the helper reads itself. */
-async function nativeFiltered(input: Buffer, changed: Uint8Array, ramBytes: number, dir: string): Promise<{ out: Buffer; stats: PageFilterStats }> {
+async function nativeFiltered(input: Buffer, changed: Uint8Array, ramBytes: number, dir: string, compressor?: string[]): Promise<{ out: Buffer; stats: PageFilterStats }> {
   const stats: PageFilterStats = { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 };
   const path = join(dir, `in-${Math.random().toString(36).slice(2)}.sock`);
   const server = net.createServer({ pauseOnConnect: true });
@@ -178,7 +184,7 @@ async function nativeFiltered(input: Buffer, changed: Uint8Array, ramBytes: numb
     const client = net.connect(path);
     client.end(input);
     const parts: Buffer[] = [];
-    for await (const b of nativeKeepChangedPages(await accepted, changed, ramBytes, stats)) parts.push(b);
+    for await (const b of nativeKeepChangedPages(await accepted, changed, ramBytes, stats, compressor)) parts.push(b);
     return { out: Buffer.concat(parts), stats };
   } finally {
     server.close();
@@ -201,15 +207,18 @@ describe("the native page filter does what keepChangedPages does with the kernel
   test("its stream loads into the same memory as the whole stream, with the same device state", async () => {
     const input = stream([["ram", template.length], ["pc.bios", PAGE_SIZE]], recs);
     const { out, stats } = await nativeFiltered(input, changed, template.length, tmp);
-    const want = load(input, initial);
-    const got = load(out, initial);
-    assert.deepEqual(got.ram.ram, want.ram.ram);
-    assert.deepEqual(got.ram["pc.bios"], want.ram["pc.bios"]);
-    assert.deepEqual(got.tail, want.tail, "everything after the RAM passes unchanged");
-    assert.deepEqual({ pages: stats.pages, kept: stats.kept, passedThrough: stats.passedThrough }, { pages: 8, kept: 4, passedThrough: false });
-    assert.equal(stats.bytesIn, input.length);
-    assert.equal(stats.bytesOut, out.length);
-    assert.ok(out.length <= input.length - 2 * PAGE_SIZE, `${out.length} of ${input.length} bytes`);
+    loadsLikeInput(input, out, stats, initial);
+  });
+
+  test("with a compressor, what comes out is the same stream compressed; a compressor that fails fails it", async () => {
+    const input = stream([["ram", template.length], ["pc.bios", PAGE_SIZE]], recs);
+    const plain = await nativeFiltered(input, changed, template.length, tmp);
+    const packed = await nativeFiltered(input, changed, template.length, tmp, ["zstd", "-1", "-q", "-c"]);
+    const unpacked = spawnSync("zstd", ["-d", "-q", "-c"], { input: packed.out });
+    assert.equal(unpacked.status, 0);
+    assert.deepEqual(unpacked.stdout, plain.out);
+    assert.equal(packed.stats.bytesOut, plain.out.length, "bytesOut counts the filtered bytes");
+    await assert.rejects(nativeFiltered(input, changed, template.length, tmp, ["sh", "-c", "cat >/dev/null; exit 3"]), /compressor failed/);
   });
 
   test("a stream it does not fully understand passes unchanged", async () => {

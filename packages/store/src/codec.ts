@@ -39,8 +39,11 @@ export function codecCpuSeconds(): number {
   return childSeconds;
 }
 
+/** How the store compresses with zstd: a command that reads stdin and writes stdout (another process may run it for the store). */
+export const ZSTD_COMMAND: readonly string[] = ["zstd", "-1", "-q", "-c", "--no-progress"];
+
 export function compress(c: Compression): Stage {
-  return c === "zstd" ? viaTool("zstd", ["-1", "-q", "-c", "--no-progress"]) : createGzip({ level: 1 });
+  return c === "zstd" ? viaTool(ZSTD_COMMAND[0]!, ZSTD_COMMAND.slice(1)) : createGzip({ level: 1 });
 }
 
 /**
@@ -49,7 +52,7 @@ export function compress(c: Compression): Stage {
  */
 export function compressedFile(c: Compression, path: string): AsyncIterable<Buffer> {
   if (c === "gzip") return createReadStream(path, { highWaterMark: 1 << 20 }).pipe(createGzip({ level: 1 }));
-  return viaTool("zstd", ["-1", "-q", "-c", "--no-progress", "--", path], "ignore")(emptySource());
+  return viaTool(ZSTD_COMMAND[0]!, [...ZSTD_COMMAND.slice(1), "--", path], "ignore")(emptySource());
 }
 
 /**

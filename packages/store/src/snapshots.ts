@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { PassThrough, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { DenError } from "@den/protocol";
-import { compress, compressedFile, decompressToFd, decompressToFile, preferredCompression, SUFFIX, type Compression } from "./codec.js";
+import { compress, compressedFile, decompressToFd, decompressToFile, preferredCompression, SUFFIX, ZSTD_COMMAND, type Compression } from "./codec.js";
 import { faultPoint } from "./faults.js";
 import type { ObjectStore, TransferProgress } from "./object-store.js";
 
@@ -94,9 +94,17 @@ async function putCompressed(store: ObjectStore, objectKey: string, source: Asyn
  * One file of a snapshot whose bytes are not in a file (a saved state streaming out of its
  * VM), put as `name` under the snapshot's `key`: uploadSnapshot takes it in `uploaded`.
  */
-export function putSnapshotFile(store: ObjectStore, key: string, name: string, source: AsyncIterable<Buffer>, onProgress?: (p: TransferProgress) => void): Promise<PutObject> {
-  const compression = preferredCompression();
-  return putCompressed(store, `${key}/${name}${SUFFIX[compression]}`, source, compression, onProgress);
+export function putSnapshotFile(store: ObjectStore, key: string, name: string, source: AsyncIterable<Buffer>, onProgress?: (p: TransferProgress) => void, opts: { compressed?: Compression } = {}): Promise<PutObject> {
+  const compression = opts.compressed ?? preferredCompression();
+  return putCompressed(store, `${key}/${name}${SUFFIX[compression]}`, source, compression, onProgress, { compressed: opts.compressed !== undefined });
+}
+
+/**
+ * How a state streaming into the store may come compressed already (the command its
+ * producer runs, as `compress` would), or undefined where the store compresses in process.
+ */
+export function streamCompression(): { compression: Compression; command: string[] } | undefined {
+  return preferredCompression() === "zstd" ? { compression: "zstd", command: [...ZSTD_COMMAND] } : undefined;
 }
 
 /**
