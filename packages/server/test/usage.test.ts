@@ -85,7 +85,7 @@ describe("metering", () => {
 });
 
 describe("admission control", () => {
-  test("with room for two 512 MiB sandboxes the third is a 503; cold-hibernating one makes room; the first two keep working", async () => {
+  test("with room for two 512 MiB sandboxes the third is a 503; cold-hibernating one makes room; a wake on a full host makes room; the first two keep working", async () => {
     const server = await testServer({ DEN_CAPACITY_MEMORY_MB: "1280" });
     const api = client(server.url);
     try {
@@ -109,10 +109,18 @@ describe("admission control", () => {
       const c = await api("POST", "/v1/sandboxes", {});
       assert.equal(c.status, 201, c.text);
       await works(b.id, "/etc/hostname", (await api("POST", `/v1/sandboxes/${b.id}/exec`, { cmd: "cat /etc/hostname" })).body.stdout);
-      // Waking a while the host is full is refused, and a stays as it was.
+      // Waking a while the host is full makes room: the least recently active other sandbox
+      // (c: b was used after c was created) goes cold, and a wakes with its state.
       const wake = await api("POST", `/v1/sandboxes/${a.id}/exec`, { cmd: "cat /workspace/a" });
-      assert.equal(wake.status, 503, wake.text);
-      assert.equal((await api("GET", `/v1/sandboxes/${a.id}`)).body.state, "hibernated");
+      assert.equal(wake.status, 200, wake.text);
+      assert.equal(wake.body.stdout, "a-state\n");
+      const cNow = (await api("GET", `/v1/sandboxes/${c.body.id}`)).body;
+      assert.equal(cNow.state, "hibernated", JSON.stringify(cNow));
+      assert.equal(cNow.hibernate_mode, "cold", JSON.stringify(cNow));
+      assert.equal((await api("GET", `/v1/sandboxes/${b.id}`)).body.state, "running");
+      assert.equal((await api("GET", "/v1/host")).body.used.memory_mb, 1024);
+      // New creates are still refused while full.
+      assert.equal((await api("POST", "/v1/sandboxes", {})).status, 503);
       await api("DELETE", `/v1/sandboxes/${c.body.id}`);
       await works(a.id, "/workspace/a", "a-state\n");
       await works(b.id, "/workspace/../etc/hostname", (await api("POST", `/v1/sandboxes/${b.id}/exec`, { cmd: "cat /etc/hostname" })).body.stdout);
