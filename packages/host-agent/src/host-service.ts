@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { chmod, mkdtemp, readFile, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { canStreamStoredFile, downloadSnapshot, faultPoint, putSnapshotFile, streamCompression, streamStoredFile, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type PutObject, type TransferProgress } from "@den/store";
+import { canStreamStoredFile, downloadSnapshot, faultPoint, putSnapshotFile, putSnapshotFileFromFd, streamCompression, streamStoredFile, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type PutObject, type TransferProgress } from "@den/store";
 import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, hostProfile, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type StateSink, type TemplateInfo } from "@den/runtime";
 import { Admission, diskOvercommit, diskPromisedMb, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
@@ -200,6 +200,12 @@ export class LocalHostAgent implements HostAgent {
           command: packed.command,
           put: async (source) => void (uploaded[TEMPLATE_FILES.state] = await putSnapshotFile(this.store, to.key, TEMPLATE_FILES.state, source, progress, { compressed: packed.compression })),
         };
+        // A local store takes the filter's output straight into its file.
+        if (this.store.putFromFd) {
+          streamTo.compressed.putTo = async (write) => {
+            uploaded[TEMPLATE_FILES.state] = await putSnapshotFileFromFd(this.store, to.key, TEMPLATE_FILES.state, packed.compression, write, progress)!;
+          };
+        }
       }
       let snap: SnapshotInfo;
       try {

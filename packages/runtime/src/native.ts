@@ -66,9 +66,32 @@ export function hasNativePageFilter(): boolean {
  * out (`stats.bytesOut` still counts the filtered bytes; its CPU is counted with the filter's).
  */
 export async function* nativeKeepChangedPages(from: Socket, changed: Uint8Array, ramBytes: number, stats: PageFilterStats, compressor?: string[], block = "ram"): AsyncGenerator<Buffer> {
+  const run = startPageFilter(from, changed, ramBytes, compressor, block, "pipe");
+  try {
+    for await (const chunk of run.child.stdout!) yield chunk as Buffer;
+    await run.done(stats);
+  } finally {
+    run.stop();
+  }
+}
+
+/**
+ * The same, with the output written by the helper (or its compressor) straight into
+ * descriptor `to` (a store's file): not a byte of the state passes through Node.
+ */
+export async function nativeKeepChangedPagesTo(to: number, from: Socket, changed: Uint8Array, ramBytes: number, stats: PageFilterStats, compressor?: string[], block = "ram"): Promise<void> {
+  const run = startPageFilter(from, changed, ramBytes, compressor, block, to);
+  try {
+    await run.done(stats);
+  } finally {
+    run.stop();
+  }
+}
+
+function startPageFilter(from: Socket, changed: Uint8Array, ramBytes: number, compressor: string[] | undefined, block: string, out: "pipe" | number) {
   const bin = pageFilterBin;
   if (!bin) throw new Error("the native page filter is not built");
-  const child = spawn(bin, [block, String(ramBytes), ...(compressor?.length ? ["--", ...compressor] : [])], { stdio: [from, "pipe", "pipe", "pipe"] });
+  const child = spawn(bin, [block, String(ramBytes), ...(compressor?.length ? ["--", ...compressor] : [])], { stdio: [from, out, "pipe", "pipe"] });
   // The helper holds its own copy of the connection now.
   from.destroy();
   let said = "";
@@ -81,18 +104,22 @@ export async function* nativeKeepChangedPages(from: Socket, changed: Uint8Array,
   const bitmap = Buffer.alloc(Math.ceil(ramBytes / 4096 / 8));
   bitmap.set(changed.subarray(0, bitmap.length));
   bitmapIn.end(bitmap);
-  try {
-    for await (const chunk of child.stdout!) yield chunk as Buffer;
-    const code = await Promise.race([closed, failed]);
-    const m = /pages (\d+) kept (\d+) passed (\d) in (\d+) out (\d+) cpu ([\d.]+)\s*$/.exec(said);
-    if (code !== 0 || !m) throw new Error(`den-pagefilter failed (exit ${code}): ${said.trim().split("\n")[0] ?? ""}`);
-    stats.pages += Number(m[1]);
-    stats.kept += Number(m[2]);
-    stats.passedThrough ||= m[3] === "1";
-    stats.bytesIn += Number(m[4]);
-    stats.bytesOut += Number(m[5]);
-    cpuSeconds += Number(m[6]);
-  } finally {
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-  }
+  return {
+    child,
+    /** Waits for the helper's exit and adds what it says it did to `stats`. */
+    async done(stats: PageFilterStats): Promise<void> {
+      const code = await Promise.race([closed, failed]);
+      const m = /pages (\d+) kept (\d+) passed (\d) in (\d+) out (\d+) cpu ([\d.]+)\s*$/.exec(said);
+      if (code !== 0 || !m) throw new Error(`den-pagefilter failed (exit ${code}): ${said.trim().split("\n")[0] ?? ""}`);
+      stats.pages += Number(m[1]);
+      stats.kept += Number(m[2]);
+      stats.passedThrough ||= m[3] === "1";
+      stats.bytesIn += Number(m[4]);
+      stats.bytesOut += Number(m[5]);
+      cpuSeconds += Number(m[6]);
+    },
+    stop(): void {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    },
+  };
 }

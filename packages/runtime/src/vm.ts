@@ -15,7 +15,7 @@ import { cpuCeiling } from "./jail/cgroups.js";
 import { connectUnixRetry } from "./qmp.js";
 import { sleep } from "./util.js";
 import { keepChangedPages, type PageFilterStats } from "./migration-stream.js";
-import { hasNativePageFilter, nativeKeepChangedPages } from "./native.js";
+import { hasNativePageFilter, nativeKeepChangedPages, nativeKeepChangedPagesTo } from "./native.js";
 import { UNHASHED, type FileDigest } from "./snapshot.js";
 
 /** Where a saved state goes instead of a file: consumes the whole stream, or fails. */
@@ -25,7 +25,12 @@ import { UNHASHED, type FileDigest } from "./snapshot.js";
  * writes stdout): the native page filter then runs it, so the raw bytes never pass through Node.
  */
 export type StateSink = ((source: AsyncIterable<Buffer>) => Promise<void>) & {
-  compressed?: { command: string[]; put: (source: AsyncIterable<Buffer>) => Promise<void> };
+  compressed?: {
+    command: string[];
+    put: (source: AsyncIterable<Buffer>) => Promise<void>;
+    /** Where the sink is a local file: it hands `write` the descriptor the filter writes into itself. */
+    putTo?: (write: (fd: number) => Promise<void>) => Promise<void>;
+  };
 };
 
 /** A pipeline stage that counts what passes through it, and hashes it when given a hash. */
@@ -230,7 +235,10 @@ export class Vm {
       const changed = opts.changed;
       const native = base && changed && hasNativePageFilter();
       const packed = native && typeof stateFile !== "string" ? stateFile.compressed : undefined;
-      written = packed
+      written = packed?.putTo
+        // Compressed by the filter's own pipeline straight into the store's file.
+        ? packed.putTo((fd) => nativeKeepChangedPagesTo(fd, c, changed!.pages, changed!.ramBytes, stats, packed.command)).then(() => void (digest.size = stats.bytesOut))
+        : packed
         // Compressed by the filter's own pipeline: the state's size is what the filter wrote.
         ? packed.put(nativeKeepChangedPages(c, changed!.pages, changed!.ramBytes, stats, packed.command)).then(() => void (digest.size = stats.bytesOut))
         : native

@@ -105,6 +105,13 @@ export function decompressToFd(fd: number): (source: AsyncIterable<Buffer>) => P
   };
 }
 
+/** zstd from descriptor `from` (a stored file, read from its offset) into descriptor `to`: no byte through Den. */
+export async function decompressFdToFd(from: number, to: number): Promise<void> {
+  for await (const _ of viaTool("zstd", ["-d", "-q", "-c", "--no-progress"], to, from)(emptySource())) {
+    // (the tool's stdout is `to`: nothing comes back)
+  }
+}
+
 async function* emptySource(): AsyncGenerator<Buffer> {}
 
 /** The children's user + system seconds in a POSIX shell's `times` output (its second line). */
@@ -116,13 +123,13 @@ export function childTimes(out: string): number {
 
 /**
  * A pipeline stage that pipes the chunks through a tool's stdin and stdout (with `io` a
- * descriptor, its stdout is that file; with "ignore", it reads no stdin and the source is
- * not read). The tool runs under a shell that reports its CPU (`times`) once it has
+ * descriptor, its stdout is that file; with "ignore", or with `input` a descriptor that is its
+ * stdin, the source is not read). The tool runs under a shell that reports its CPU (`times`) once it has
  * succeeded; a tool that fails is the stage's error, with what it said.
  */
-function viaTool(cmd: string, args: string[], io: number | "ignore" | "pipe" = "pipe"): (source: AsyncIterable<Buffer>) => AsyncGenerator<Buffer> {
+function viaTool(cmd: string, args: string[], io: number | "ignore" | "pipe" = "pipe", input?: number): (source: AsyncIterable<Buffer>) => AsyncGenerator<Buffer> {
   return async function* (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-    const stdin = io === "ignore" ? "ignore" : "pipe";
+    const stdin = input ?? (io === "ignore" ? "ignore" : "pipe");
     const stdout = typeof io === "number" ? io : "pipe";
     const child = spawn("sh", ["-c", `"$0" "$@" && times >&2`, cmd, ...args], { stdio: [stdin, stdout, "pipe"] });
     let said = "";

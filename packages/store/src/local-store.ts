@@ -1,10 +1,11 @@
 import { createReadStream, createWriteStream } from "node:fs";
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile, type FileHandle } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { randomBytes } from "node:crypto";
 import { DenError } from "@den/protocol";
+import { hashOpenFile } from "./file-hash.js";
 import { withProgress } from "./progress.js";
 import { checkKey, checkPrefix, type ObjectInfo, type ObjectStore, type TransferProgress } from "./object-store.js";
 
@@ -74,6 +75,30 @@ export class LocalDirStore implements ObjectStore {
 
   async putStream(key: string, stream: Readable, onProgress?: (p: TransferProgress) => void): Promise<void> {
     await this.atomicWrite(key, (tmp) => pipeline(withProgress(stream, key, undefined, onProgress), createWriteStream(tmp)));
+  }
+
+  async putFromFd(key: string, write: (fd: number) => Promise<void>, onProgress?: (p: TransferProgress) => void): Promise<{ size: number; sha256: string }> {
+    let made = { size: 0, sha256: "" };
+    await this.atomicWrite(key, async (tmp) => {
+      const fh = await open(tmp, "w+", 0o600);
+      try {
+        await write(fh.fd);
+        made = await hashOpenFile(fh);
+      } finally {
+        await fh.close();
+      }
+    });
+    onProgress?.({ key, bytes: made.size, total: made.size });
+    return made;
+  }
+
+  async openFile(key: string): Promise<FileHandle> {
+    try {
+      return await open(this.path(key), "r");
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new DenError("snapshot_not_found", `no object ${key} in the store`);
+      throw e;
+    }
   }
 
   async putBytes(key: string, data: Buffer): Promise<void> {

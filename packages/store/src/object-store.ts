@@ -1,3 +1,4 @@
+import type { FileHandle } from "node:fs/promises";
 import type { Readable } from "node:stream";
 import { DenError } from "@den/protocol";
 
@@ -36,6 +37,14 @@ export interface ObjectStore {
    * in sight: S3 leaves incomplete multipart uploads to the bucket's lifecycle rule.
    */
   sweepAbandoned?(prefix: string): Promise<number>;
+  /**
+   * A store of local files only: an object made by a writer straight into a descriptor (a
+   * native tool's output, so its bytes never pass through Den), read back once to hash it.
+   * Absent where the bytes must be sent anyway (S3).
+   */
+  putFromFd?(key: string, write: (fd: number) => Promise<void>, onProgress?: (p: TransferProgress) => void): Promise<{ size: number; sha256: string }>;
+  /** A store of local files only: the object's file, open for reading (a tool reads it straight). */
+  openFile?(key: string): Promise<FileHandle>;
 }
 
 const KEY = /^[a-z0-9][a-z0-9._-]*(\/[a-z0-9][a-z0-9._-]*)*$/i;

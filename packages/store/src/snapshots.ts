@@ -5,8 +5,9 @@ import { join } from "node:path";
 import { PassThrough, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { DenError } from "@den/protocol";
-import { compress, compressedFile, decompressToFd, decompressToFile, preferredCompression, SUFFIX, ZSTD_COMMAND, type Compression } from "./codec.js";
+import { compress, compressedFile, decompressFdToFd, decompressToFd, decompressToFile, preferredCompression, SUFFIX, ZSTD_COMMAND, type Compression } from "./codec.js";
 import { faultPoint } from "./faults.js";
+import { hashOpenFile } from "./file-hash.js";
 import type { ObjectStore, TransferProgress } from "./object-store.js";
 
 export const STORE_MANIFEST = "store-manifest.json";
@@ -97,6 +98,17 @@ async function putCompressed(store: ObjectStore, objectKey: string, source: Asyn
 export function putSnapshotFile(store: ObjectStore, key: string, name: string, source: AsyncIterable<Buffer>, onProgress?: (p: TransferProgress) => void, opts: { compressed?: Compression } = {}): Promise<PutObject> {
   const compression = opts.compressed ?? preferredCompression();
   return putCompressed(store, `${key}/${name}${SUFFIX[compression]}`, source, compression, onProgress, { compressed: opts.compressed !== undefined });
+}
+
+/**
+ * Like putSnapshotFile, for a producer that writes the compressed file itself into a
+ * descriptor (a native tool): the object's bytes never pass through Den. Undefined where
+ * the store cannot take it so (S3: the bytes must be sent through Den anyway).
+ */
+export function putSnapshotFileFromFd(store: ObjectStore, key: string, name: string, compression: Compression, write: (fd: number) => Promise<void>, onProgress?: (p: TransferProgress) => void): Promise<PutObject> | undefined {
+  if (!store.putFromFd) return undefined;
+  const objectKey = `${key}/${name}${SUFFIX[compression]}`;
+  return store.putFromFd(objectKey, write, onProgress).then((made) => ({ key: objectKey, size: made.size, sha256: made.sha256, compression }));
 }
 
 /**
@@ -207,7 +219,21 @@ export async function streamStoredFile(store: ObjectStore, m: StoredSnapshot, na
   checkEntry(m, name);
   const obj = m.files[name]!;
   if (!canStreamStoredFile(m, name)) throw new DenError("snapshot_corrupt", `stored object ${obj.key} cannot be streamed (${obj.compression})`);
-  await fetchChecked(store, obj, decompressToFd(fd), onProgress);
+  if (!store.openFile) return fetchChecked(store, obj, decompressToFd(fd), onProgress);
+  // A local file: zstd reads it itself while it is hashed here by position (the same open
+  // file, so what is hashed is what was decompressed); both must hold.
+  const fh = await store.openFile(obj.key);
+  try {
+    // Both run to their end before the file is closed (a read in flight on a closed descriptor would fail).
+    const [hashed, unpacked] = await Promise.allSettled([hashOpenFile(fh, obj.size), decompressFdToFd(fh.fd, fd)]);
+    if (hashed.status === "rejected") throw /more than/.test((hashed.reason as Error).message) ? new DenError("snapshot_corrupt", `stored object ${obj.key} is longer than its manifest says`) : hashed.reason;
+    const sum = hashed.value;
+    if (sum.sha256 !== obj.sha256 || sum.size !== obj.size) throw new DenError("snapshot_corrupt", `stored object ${obj.key} fails its sha256 check`);
+    if (unpacked.status === "rejected") throw new DenError("snapshot_corrupt", `stored object ${obj.key} does not decompress (${(unpacked.reason as Error).message.slice(0, 200)})`);
+    onProgress?.({ key: obj.key, bytes: sum.size, total: obj.size });
+  } finally {
+    await fh.close();
+  }
 }
 
 function checkEntry(m: StoredSnapshot, name: string): void {

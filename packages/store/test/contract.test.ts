@@ -3,7 +3,8 @@ import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { createReadStream, createWriteStream, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { open as openFh } from "node:fs/promises";
+import { createReadStream, createWriteStream, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -11,7 +12,7 @@ import { pipeline } from "node:stream/promises";
 import S3rver from "s3rver";
 import { DenError } from "@den/protocol";
 import {
-  LocalDirStore, S3Store, STORE_MANIFEST, deleteStoredSnapshot, listStoredSnapshots, snapshotKey, downloadSnapshot, storedBytes, uploadSnapshot, type ObjectStore,
+  LocalDirStore, S3Store, STORE_MANIFEST, canStreamStoredFile, deleteStoredSnapshot, putSnapshotFileFromFd, streamStoredFile, listStoredSnapshots, snapshotKey, downloadSnapshot, storedBytes, uploadSnapshot, type ObjectStore,
 } from "../src/index.js";
 
 const isCode = (code: string) => (e: unknown) => e instanceof DenError && e.code === code;
@@ -120,6 +121,56 @@ function contract(name: string, open: () => Promise<{ store: ObjectStore; corrup
       assert.equal(existsSync(join(work, "restored4")), false, "nothing left behind");
       await deleteStoredSnapshot(h.store, snapshotKey("snap_bbbbbbbbbbbbbbbb"));
       await deleteStoredSnapshot(h.store, snapshotKey("snap_cccccccccccccccc"));
+    });
+
+    test("a state streams into a descriptor verified (a local store's zstd reads the file itself), and a descriptor's writer makes an object", async () => {
+      const src = join(work, "snap-streamed");
+      rmSync(src, { recursive: true, force: true });
+      mkdirSync(src);
+      const state = Buffer.concat([randomBytes(3 << 20), Buffer.alloc(2 << 20)]);
+      writeFileSync(join(src, "state.bin"), state);
+      const key = snapshotKey("snap_ssssssssssssssss");
+      const sum = (b: Buffer) => createHash("sha256").update(b).digest("hex");
+      const m = await uploadSnapshot(h.store, key, src, ["state.bin"], {}, undefined, { "state.bin": { size: state.length, sha256: sum(state) } });
+      assert.ok(canStreamStoredFile(m, "state.bin"), "stored as zstd");
+      const into = async (name: string, stored = m) => {
+        const fh = await openFh(join(work, name), "w");
+        try {
+          await streamStoredFile(h.store, stored, "state.bin", fh.fd);
+        } finally {
+          await fh.close();
+        }
+        return readFileSync(join(work, name));
+      };
+      assert.ok((await into("streamed.bin")).equals(state));
+      // Another object of the same size in its place: its sum is wrong, so it is refused.
+      const obj = m.files["state.bin"]!;
+      const good = await h.store.getBytes(obj.key);
+      const other = Buffer.from(good);
+      other[other.length >> 1] = other[other.length >> 1]! ^ 0xff;
+      await h.store.putBytes(obj.key, other);
+      await assert.rejects(into("streamed2.bin"), isCode("snapshot_corrupt"));
+      // The same altered bytes with a manifest that vouches for them: zstd's own checksum refuses them.
+      await assert.rejects(into("streamed3.bin", { ...m, files: { "state.bin": { ...obj, sha256: sum(other) } } }), isCode("snapshot_corrupt"));
+      // Longer than the manifest says.
+      await h.store.putBytes(obj.key, Buffer.concat([good, Buffer.alloc(10)]));
+      await assert.rejects(into("streamed4.bin"), isCode("snapshot_corrupt"));
+      await deleteStoredSnapshot(h.store, key);
+
+      // A writer into a descriptor: local stores take it (the object hashed as it lands), S3 does not.
+      const body = randomBytes(1 << 20);
+      const made = putSnapshotFileFromFd(h.store, key, "state.bin", "zstd", async (fd) => {
+        const child = spawn("zstd", ["-1", "-q", "-c"], { stdio: ["pipe", fd, "inherit"] });
+        child.stdin!.end(body);
+        assert.equal((await once(child, "close"))[0], 0);
+      });
+      if (h.store.kind === "s3") assert.equal(made, undefined);
+      else {
+        const put = await made!;
+        const stored = await h.store.getBytes(put.key);
+        assert.deepEqual({ key: put.key, size: put.size, sha256: put.sha256 }, { key: `${key}/state.bin.zst`, size: stored.length, sha256: sum(stored) });
+        await deleteStoredSnapshot(h.store, key);
+      }
     });
 
     test("an upload that never wrote its manifest is not a snapshot", async () => {
