@@ -295,9 +295,10 @@ export class LocalHostAgent implements HostAgent {
       const local = await this.rt.importSnapshot(staging, { owned: true, absent: streamed });
       try {
         const feed = streamed.length ? (fd: number) => streamStoredFile(this.store, stored, TEMPLATE_FILES.state, fd, progress) : undefined;
-        return info(await this.rt.restore(local.id, { id }, feed));
+        // The downloaded snapshot is deleted below: its disk becomes the sandbox's own.
+        return info(await this.rt.restore(local.id, { id, adoptDisk: true }, feed));
       } finally {
-        // Kept on disk while the restored sandbox's overlay sits on it.
+        // (Its disk lives on as the sandbox's.)
         await this.rt.deleteSnapshot(local.id);
       }
     } finally {

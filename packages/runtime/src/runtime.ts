@@ -1,5 +1,5 @@
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { copyFile, cp, mkdir, open, symlink, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { copyFile, cp, link, mkdir, open, symlink, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { spawn } from "node:child_process";
 import { join, resolve } from "node:path";
 import { DenError } from "@den/protocol";
@@ -346,17 +346,20 @@ export class Runtime {
    * Restores a new sandbox from a snapshot (by id). `feedState`: its saved state is not in
    * the snapshot's directory but written by the feed as the VM loads it (a cold wake
    * decompressing from the store); the VM runs only once the feed has checked all of it.
+   * `adoptDisk`: the snapshot is deleted right after this (a download's, owned by the caller):
+   * its disk becomes the sandbox's own instead of the backing of a new overlay, so the chain
+   * stays one level above the template's disk with no overlay made now or rebased later.
    */
-  async restore(snapshotId: string, opts: CreateOptions = {}, feedState?: StateFeed): Promise<Sandbox> {
+  async restore(snapshotId: string, opts: CreateOptions & { adoptDisk?: boolean } = {}, feedState?: StateFeed): Promise<Sandbox> {
     const snap = await this.getSnapshot(snapshotId);
     checkCompatible(snap.manifest, this.host);
     if (!this.templates.has(snap.manifest.template)) {
       throw new DenError("template_not_found", `snapshot ${snapshotId} needs template ${snap.manifest.template.name}@${snap.manifest.template.version}, which is not on this host`);
     }
-    return this.restoreFrom(snap.dir, snap.manifest, snap.manifest.template, snapshotId, opts, feedState);
+    return this.restoreFrom(snap.dir, snap.manifest, snap.manifest.template, opts.adoptDisk ? undefined : snapshotId, opts, feedState, undefined, opts.adoptDisk);
   }
 
-  private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions, feedState?: StateFeed, shape?: PoolShape): Promise<Sandbox> {
+  private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions, feedState?: StateFeed, shape?: PoolShape, adoptDisk = false): Promise<Sandbox> {
     const record: SandboxRecord = {
       id: this.newSandboxId(opts.id), instance: this.instance, state: "starting", createdAt: new Date().toISOString(), template: tpl,
       ...(backingSnapshot ? { backingSnapshot } : {}),
@@ -370,7 +373,7 @@ export class Runtime {
     // guest has run then, and the sources are untouched: the restore is tried once more.
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.restoreOnce(record, srcDir, m, memoryFile, feedState, shape && this.pool.take(shape));
+        return await this.restoreOnce(record, srcDir, m, memoryFile, feedState, shape && this.pool.take(shape), adoptDisk);
       } catch (e) {
         if (attempt >= 2 || !qemuDroppedAtStart(e)) throw e;
         process.emitWarning(`restore of ${record.id}: QEMU went away as it started (${(e as Error).message.slice(0, 200)}); trying once more`, "DenRestoreWarning");
@@ -379,7 +382,7 @@ export class Runtime {
   }
 
   /** `pooled`: a QEMU spawned for this (the template's state and disk, not a fed state). */
-  private restoreOnce(record: SandboxRecord, srcDir: string, m: SnapshotManifest, memoryFile: string, feedState?: StateFeed, pooled?: PooledVm): Promise<Sandbox> {
+  private restoreOnce(record: SandboxRecord, srcDir: string, m: SnapshotManifest, memoryFile: string, feedState?: StateFeed, pooled?: PooledVm, adoptDisk = false): Promise<Sandbox> {
     return this.startSandbox(record, join(srcDir, TEMPLATE_FILES.disk), m.vm.diskMb, async (dir) => {
       // A fed state arrives through a pipe as it is decompressed: QEMU loads it meanwhile.
       const pipe = feedState ? await openStatePipe(dir, feedState) : undefined;
@@ -400,7 +403,7 @@ export class Runtime {
       // Connect before resuming: the snapshot says "host connected", and if the guest ran
       // before we connected, QEMU would flap the port closed and open under the new hello.
       return { vm, resume: () => vm.cont() };
-    }, pooled);
+    }, pooled, adoptDisk);
   }
 
   /**
@@ -468,6 +471,7 @@ export class Runtime {
     sourceDiskMb: number,
     launch: (dir: string) => Promise<{ vm: Vm; resume?: () => Promise<void>; bootTimeoutMs?: number }>,
     pooled?: PooledVm,
+    adoptDisk = false,
   ): Promise<Sandbox> {
     const dir = this.sandboxDir(record.id);
     if (pooled) {
@@ -487,6 +491,7 @@ export class Runtime {
     let vm: Vm | undefined = pooled?.vm;
     try {
       if (pooled) await pooled.vm.claim(dir);
+      else if (adoptDisk) await adopt(backingDisk, join(dir, VM_FILES.disk));
       else await this.overlays.create(backingDisk, join(dir, VM_FILES.disk));
       const launched = await launch(dir);
       vm = launched.vm;
@@ -852,5 +857,18 @@ export class Runtime {
   /** Destroys every sandbox of this runtime. */
   async destroyAll(): Promise<void> {
     await Promise.all([...this.sandboxes.values()].map((s) => s.destroy()));
+  }
+}
+
+/**
+ * Makes `disk` (a snapshot's, about to be deleted) the file at `dest` too: a second name
+ * for the same file (its snapshot's name goes with the snapshot), or a copy across filesystems.
+ */
+async function adopt(disk: string, dest: string): Promise<void> {
+  try {
+    await link(disk, dest);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "EXDEV") throw e;
+    await copyFile(disk, dest);
   }
 }
