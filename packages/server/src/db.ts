@@ -250,6 +250,29 @@ class StaticProvider implements MigrationProvider {
 /** Postgres' int8 (counts, epoch ms, bytes) and numeric (sums) as JS numbers, as SQLite gives them: every such value here is far below 2^53. */
 const PG_TYPES = { getTypeParser: ((oid: number, format?: string) => (oid === 20 || oid === 1700 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format as "text"))) as typeof pg.types.getTypeParser };
 
+/** Prepared statements kept per database, by SQL text (the least recently used go first). */
+const KEPT_STATEMENTS = 500;
+
+/**
+ * better-sqlite3 as kysely's SQLite dialect sees it, with each statement prepared once:
+ * kysely prepares every query anew, and a prepare costs more than most of Den's queries
+ * take to run. (Den never streams a query, which would hold a kept statement busy.)
+ */
+function keptStatements(db: SQLite.Database): { close(): void; prepare(sql: string): SQLite.Statement } {
+  const kept = new Map<string, SQLite.Statement>();
+  return {
+    close: () => db.close(),
+    prepare(sql) {
+      let st = kept.get(sql);
+      if (st) kept.delete(sql);
+      else st = db.prepare(sql);
+      kept.set(sql, st);
+      if (kept.size > KEPT_STATEMENTS) kept.delete(kept.keys().next().value!);
+      return st;
+    },
+  };
+}
+
 /** Opens (and migrates) the control plane's database: SQLite in the data dir, or Postgres. */
 export async function openDatabase(dataDir: string, config: DatabaseConfig = { kind: "sqlite" }): Promise<Kysely<Database>> {
   let dialect;
@@ -267,7 +290,7 @@ export async function openDatabase(dataDir: string, config: DatabaseConfig = { k
     sqlite.pragma("foreign_keys = ON");
     // Sandboxes' env vars (users' secrets) are in it: its owner's alone, whatever the umask was.
     for (const f of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
-    dialect = new SqliteDialect({ database: sqlite });
+    dialect = new SqliteDialect({ database: keptStatements(sqlite) });
   }
   const db = new Kysely<Database>({ dialect });
   try {
