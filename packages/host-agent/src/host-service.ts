@@ -198,6 +198,7 @@ export class LocalHostAgent implements HostAgent {
       if (packed) {
         streamTo.compressed = {
           command: packed.command,
+          ...(packed.zstdLevel ? { zstdLevel: packed.zstdLevel } : {}),
           put: async (source) => void (uploaded[TEMPLATE_FILES.state] = await putSnapshotFile(this.store, to.key, TEMPLATE_FILES.state, source, progress, { compressed: packed.compression })),
         };
         // A local store takes the filter's output straight into its file.

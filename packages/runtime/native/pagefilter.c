@@ -6,10 +6,13 @@
  * stream is loaded. Written in C so the ~150 MB a 512 MiB guest's stream carries never
  * pass through Node (one read and one write per MiB here, no object per chunk there).
  *
- *   den-pagefilter BLOCK RAM_BYTES [-- COMPRESSOR ARGS...] <stream >filtered 3<bitmap
+ *   den-pagefilter BLOCK RAM_BYTES [--zstd LEVEL | -- COMPRESSOR ARGS...] <stream >filtered 3<bitmap
  *
  * With a compressor (`zstd -1 -c`, say), the filtered stream goes into its stdin and its
  * stdout is this program's: what comes out is compressed, and Node never sees the raw bytes.
+ * Built with libzstd (-DDEN_ZSTD -lzstd), `--zstd LEVEL` compresses here instead, into one
+ * zstd frame with its content checksum, as `zstd -LEVEL -c` writes it: no second process and
+ * no pipe between them.
  *
  * Whatever it does not understand before it dropped a page it passes on unchanged from
  * there on (the output then loads like the input); a surprise after a page was dropped is
@@ -25,6 +28,9 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#ifdef DEN_ZSTD
+#include <zstd.h>
+#endif
 
 #define FILE_MAGIC 0x5145564du
 #define SECTION_START 0x01
@@ -67,7 +73,7 @@ static void die(const char *what) {
 	exit(2);
 }
 
-static void write_all(const unsigned char *p, size_t n) {
+static void write_fd(const unsigned char *p, size_t n) {
 	while (n) {
 		ssize_t w = write(out_fd, p, n);
 		if (w < 0) {
@@ -77,6 +83,38 @@ static void write_all(const unsigned char *p, size_t n) {
 		p += w;
 		n -= (size_t)w;
 	}
+}
+
+#ifdef DEN_ZSTD
+static ZSTD_CCtx *zc;
+static unsigned char zbuf[1u << 20];
+
+/* Feeds `n` bytes to the compressor (ZSTD_e_end: and ends its frame), writing what it makes. */
+static void compress_out(const unsigned char *p, size_t n, ZSTD_EndDirective mode) {
+	ZSTD_inBuffer in_b = { p, n, 0 };
+	for (;;) {
+		ZSTD_outBuffer out_b = { zbuf, sizeof zbuf, 0 };
+		size_t left = ZSTD_compressStream2(zc, &out_b, &in_b, mode);
+		if (ZSTD_isError(left)) {
+			errno = 0;
+			fprintf(stderr, "den-pagefilter: zstd: %s\n", ZSTD_getErrorName(left));
+			exit(2);
+		}
+		write_fd(zbuf, out_b.pos);
+		if (mode == ZSTD_e_end ? left == 0 : in_b.pos == in_b.size) return;
+	}
+}
+#endif
+
+/* Every output byte goes through here: to the output (or the compressor's pipe), or compressed first. */
+static void write_all(const unsigned char *p, size_t n) {
+#ifdef DEN_ZSTD
+	if (zc) {
+		compress_out(p, n, ZSTD_e_continue);
+		return;
+	}
+#endif
+	write_fd(p, n);
 }
 
 static void flush_out(void) {
@@ -317,8 +355,19 @@ static void start_compressor(char **cmd) {
 }
 
 int main(int argc, char **argv) {
-	if (argc < 3 || (argc > 3 && (strcmp(argv[3], "--") != 0 || argc < 5))) {
-		fprintf(stderr, "usage: den-pagefilter BLOCK RAM_BYTES [-- COMPRESSOR ARGS...] <stream >filtered 3<bitmap\n");
+	int zstd_level = 0;
+	if (argc == 5 && strcmp(argv[3], "--zstd") == 0) {
+		zstd_level = atoi(argv[4]);
+		if (zstd_level < 1 || zstd_level > 19) {
+			fprintf(stderr, "den-pagefilter: bad zstd level\n");
+			return 64;
+		}
+#ifndef DEN_ZSTD
+		fprintf(stderr, "den-pagefilter: built without libzstd\n");
+		return 64;
+#endif
+	} else if (argc < 3 || (argc > 3 && (strcmp(argv[3], "--") != 0 || argc < 5))) {
+		fprintf(stderr, "usage: den-pagefilter BLOCK RAM_BYTES [--zstd LEVEL | -- COMPRESSOR ARGS...] <stream >filtered 3<bitmap\n");
 		return 64;
 	}
 	block = argv[1];
@@ -337,7 +386,17 @@ int main(int argc, char **argv) {
 		got += (size_t)r;
 	}
 	close(3);
-	if (argc > 3) start_compressor(argv + 4);
+#ifdef DEN_ZSTD
+	if (zstd_level) {
+		zc = ZSTD_createCCtx();
+		if (!zc || ZSTD_isError(ZSTD_CCtx_setParameter(zc, ZSTD_c_compressionLevel, zstd_level)) ||
+		    ZSTD_isError(ZSTD_CCtx_setParameter(zc, ZSTD_c_checksumFlag, 1))) {
+			fprintf(stderr, "den-pagefilter: zstd: cannot set up level %d\n", zstd_level);
+			return 64;
+		}
+	}
+#endif
+	if (argc > 3 && !zstd_level) start_compressor(argv + 4);
 	if (parse() == UNKNOWN) {
 		/* Once a page is gone, a CONTINUE record passed on as it is may name the wrong block. */
 		if (pages > kept) {
@@ -360,6 +419,9 @@ int main(int argc, char **argv) {
 		bytes_out += (uint64_t)r;
 	}
 	double cpu = 0;
+#ifdef DEN_ZSTD
+	if (zc) compress_out(NULL, 0, ZSTD_e_end);
+#endif
 	if (compressor > 0) {
 		/* Its end of input: it finishes, and its exit is this one's. */
 		close(out_fd);

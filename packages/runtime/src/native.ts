@@ -17,6 +17,8 @@ import type { PageFilterStats } from "./migration-stream.js";
 const SOURCE_DIR = fileURLToPath(new URL("../../native/", import.meta.url));
 
 let pageFilterBin: string | undefined;
+/** Whether that build compresses with libzstd itself (`--zstd LEVEL`). */
+let pageFilterZstd = false;
 let cpuSeconds = 0;
 
 /** CPU seconds the native helpers have used in this process's lifetime (Den's work as much as its own threads'). */
@@ -26,31 +28,40 @@ export function nativeCpuSeconds(): number {
 
 /** Compiles the helpers into `<dataDir>/bin` if they are not there yet (a runtime's open). */
 export function prepareNativeTools(dataDir: string): void {
-  if (process.env.DEN_NATIVE === "0") {
-    pageFilterBin = undefined;
-    return;
+  pageFilterBin = undefined;
+  pageFilterZstd = false;
+  if (process.env.DEN_NATIVE === "0") return;
+  // With libzstd's headers (Debian's libzstd-dev) the filter compresses in its own process.
+  if (existsSync("/usr/include/zstd.h") && process.env.DEN_NATIVE_ZSTD !== "0") {
+    pageFilterBin = compiled(join(dataDir, "bin"), "pagefilter", ["-DDEN_ZSTD"], ["-lzstd"], "z");
+    pageFilterZstd = pageFilterBin !== undefined;
   }
-  pageFilterBin = compiled(join(dataDir, "bin"), "pagefilter");
+  pageFilterBin ??= compiled(join(dataDir, "bin"), "pagefilter");
 }
 
-function compiled(binDir: string, name: string): string | undefined {
+function compiled(binDir: string, name: string, flags: string[] = [], libs: string[] = [], variant = ""): string | undefined {
   const src = join(SOURCE_DIR, `${name}.c`);
   if (!existsSync(src)) return undefined;
-  const hash = createHash("sha256").update(readFileSync(src)).digest("hex").slice(0, 12);
-  const bin = join(binDir, `den-${name}-${hash}`);
+  const hash = createHash("sha256").update(readFileSync(src)).update(flags.concat(libs).join(" ")).digest("hex").slice(0, 12);
+  const bin = join(binDir, `den-${name}${variant ? `-${variant}` : ""}-${hash}`);
   if (existsSync(bin)) return bin;
   mkdirSync(binDir, { recursive: true, mode: 0o700 });
   const tmp = `${bin}.tmp-${process.pid}`;
-  const r = spawnSync("cc", ["-O2", "-o", tmp, src], { encoding: "utf8", timeout: 60_000 });
+  const r = spawnSync("cc", ["-O2", ...flags, "-o", tmp, src, ...libs], { encoding: "utf8", timeout: 60_000 });
   if (r.status !== 0) {
     rmSync(tmp, { force: true });
     process.emitWarning(`native helper ${name} not built (${(r.error?.message ?? r.stderr ?? "").trim().slice(0, 300)}); Den uses its JavaScript path`, "DenNativeWarning");
     return undefined;
   }
   renameSync(tmp, bin);
-  // Builds of older sources are of no use any more.
+  // Builds of older sources (or the other variant) are of no use any more.
   for (const f of readdirSync(binDir)) if (f.startsWith(`den-${name}-`) && join(binDir, f) !== bin && !f.includes(".tmp-")) rmSync(join(binDir, f), { force: true });
   return bin;
+}
+
+/** Whether the native page filter compresses with its own libzstd (else through a zstd process). */
+export function nativePageFilterCompresses(): boolean {
+  return pageFilterBin !== undefined && pageFilterZstd;
 }
 
 /** Whether the native page filter is there (else `keepChangedPages` does its work). */
@@ -63,9 +74,10 @@ export function hasNativePageFilter(): boolean {
  * from the socket `from` (the helper reads it; Node never does), the filtered stream out.
  * `from` must not have been read (a server with `pauseOnConnect`); it is closed here.
  * `compressor`: a command the filtered stream goes through (stdin to stdout) before it comes
- * out (`stats.bytesOut` still counts the filtered bytes; its CPU is counted with the filter's).
+ * out (`stats.bytesOut` still counts the filtered bytes; its CPU is counted with the filter's),
+ * or the filter's own libzstd at `zstdLevel` where it was built with it.
  */
-export async function* nativeKeepChangedPages(from: Socket, changed: Uint8Array, ramBytes: number, stats: PageFilterStats, compressor?: string[], block = "ram"): AsyncGenerator<Buffer> {
+export async function* nativeKeepChangedPages(from: Socket, changed: Uint8Array, ramBytes: number, stats: PageFilterStats, compressor?: Compressor, block = "ram"): AsyncGenerator<Buffer> {
   const run = startPageFilter(from, changed, ramBytes, compressor, block, "pipe");
   try {
     for await (const chunk of run.child.stdout!) yield chunk as Buffer;
@@ -79,7 +91,7 @@ export async function* nativeKeepChangedPages(from: Socket, changed: Uint8Array,
  * The same, with the output written by the helper (or its compressor) straight into
  * descriptor `to` (a store's file): not a byte of the state passes through Node.
  */
-export async function nativeKeepChangedPagesTo(to: number, from: Socket, changed: Uint8Array, ramBytes: number, stats: PageFilterStats, compressor?: string[], block = "ram"): Promise<void> {
+export async function nativeKeepChangedPagesTo(to: number, from: Socket, changed: Uint8Array, ramBytes: number, stats: PageFilterStats, compressor?: Compressor, block = "ram"): Promise<void> {
   const run = startPageFilter(from, changed, ramBytes, compressor, block, to);
   try {
     await run.done(stats);
@@ -88,10 +100,17 @@ export async function nativeKeepChangedPagesTo(to: number, from: Socket, changed
   }
 }
 
-function startPageFilter(from: Socket, changed: Uint8Array, ramBytes: number, compressor: string[] | undefined, block: string, out: "pipe" | number) {
+/** How the filtered stream is compressed: a command (stdin to stdout), and the same as a zstd level. */
+export interface Compressor {
+  command: string[];
+  zstdLevel?: number;
+}
+
+function startPageFilter(from: Socket, changed: Uint8Array, ramBytes: number, compressor: Compressor | undefined, block: string, out: "pipe" | number) {
   const bin = pageFilterBin;
   if (!bin) throw new Error("the native page filter is not built");
-  const child = spawn(bin, [block, String(ramBytes), ...(compressor?.length ? ["--", ...compressor] : [])], { stdio: [from, out, "pipe", "pipe"] });
+  const packing = compressor?.zstdLevel && pageFilterZstd ? ["--zstd", String(compressor.zstdLevel)] : compressor?.command.length ? ["--", ...compressor.command] : [];
+  const child = spawn(bin, [block, String(ramBytes), ...packing], { stdio: [from, out, "pipe", "pipe"] });
   // The helper holds its own copy of the connection now.
   from.destroy();
   let said = "";

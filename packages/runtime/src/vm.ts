@@ -27,6 +27,8 @@ import { UNHASHED, type FileDigest } from "./snapshot.js";
 export type StateSink = ((source: AsyncIterable<Buffer>) => Promise<void>) & {
   compressed?: {
     command: string[];
+    /** The same compression as a zstd level (the native filter compresses in its own process when it can). */
+    zstdLevel?: number;
     put: (source: AsyncIterable<Buffer>) => Promise<void>;
     /** Where the sink is a local file: it hands `write` the descriptor the filter writes into itself. */
     putTo?: (write: (fd: number) => Promise<void>) => Promise<void>;
@@ -237,10 +239,10 @@ export class Vm {
       const packed = native && typeof stateFile !== "string" ? stateFile.compressed : undefined;
       written = packed?.putTo
         // Compressed by the filter's own pipeline straight into the store's file.
-        ? packed.putTo((fd) => nativeKeepChangedPagesTo(fd, c, changed!.pages, changed!.ramBytes, stats, packed.command)).then(() => void (digest.size = stats.bytesOut))
+        ? packed.putTo((fd) => nativeKeepChangedPagesTo(fd, c, changed!.pages, changed!.ramBytes, stats, packed)).then(() => void (digest.size = stats.bytesOut))
         : packed
         // Compressed by the filter's own pipeline: the state's size is what the filter wrote.
-        ? packed.put(nativeKeepChangedPages(c, changed!.pages, changed!.ramBytes, stats, packed.command)).then(() => void (digest.size = stats.bytesOut))
+        ? packed.put(nativeKeepChangedPages(c, changed!.pages, changed!.ramBytes, stats, packed)).then(() => void (digest.size = stats.bytesOut))
         : native
         ? pipeline(nativeKeepChangedPages(c, changed!.pages, changed!.ramBytes, stats), digesting(digest), out)
         : base

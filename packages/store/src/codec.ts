@@ -39,8 +39,11 @@ export function codecCpuSeconds(): number {
   return childSeconds;
 }
 
+/** The store's zstd level: the fastest (memory images are mostly incompressible or zero pages, which any level takes). */
+export const ZSTD_LEVEL = 1;
+
 /** How the store compresses with zstd: a command that reads stdin and writes stdout (another process may run it for the store). */
-export const ZSTD_COMMAND: readonly string[] = ["zstd", "-1", "-q", "-c", "--no-progress"];
+export const ZSTD_COMMAND: readonly string[] = ["zstd", `-${ZSTD_LEVEL}`, "-q", "-c", "--no-progress"];
 
 export function compress(c: Compression): Stage {
   return c === "zstd" ? viaTool(ZSTD_COMMAND[0]!, ZSTD_COMMAND.slice(1)) : createGzip({ level: 1 });

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { PassThrough, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { DenError } from "@den/protocol";
-import { compress, compressedFile, decompressFdToFd, decompressToFd, decompressToFile, preferredCompression, SUFFIX, ZSTD_COMMAND, type Compression } from "./codec.js";
+import { compress, compressedFile, decompressFdToFd, decompressToFd, decompressToFile, preferredCompression, SUFFIX, ZSTD_COMMAND, ZSTD_LEVEL, type Compression } from "./codec.js";
 import { faultPoint } from "./faults.js";
 import { hashOpenFile } from "./file-hash.js";
 import type { ObjectStore, TransferProgress } from "./object-store.js";
@@ -115,8 +115,8 @@ export function putSnapshotFileFromFd(store: ObjectStore, key: string, name: str
  * How a state streaming into the store may come compressed already (the command its
  * producer runs, as `compress` would), or undefined where the store compresses in process.
  */
-export function streamCompression(): { compression: Compression; command: string[] } | undefined {
-  return preferredCompression() === "zstd" ? { compression: "zstd", command: [...ZSTD_COMMAND] } : undefined;
+export function streamCompression(): { compression: Compression; command: string[]; zstdLevel?: number } | undefined {
+  return preferredCompression() === "zstd" ? { compression: "zstd", command: [...ZSTD_COMMAND], zstdLevel: ZSTD_LEVEL } : undefined;
 }
 
 /**
