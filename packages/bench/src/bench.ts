@@ -130,7 +130,7 @@ async function main(): Promise<void> {
     rmSync(scratch, { recursive: true, force: true });
   }
   // Hibernate, wake, checkpoints and custom templates go through the API, as users see them.
-  const notes = await benchServer({ dataDir: rt.dataDir, runs: RUNS, full: !flags.quick, log });
+  const notes = await benchServer({ dataDir: rt.dataDir, runs: RUNS, full: !flags.quick, log, raw });
   report(notes);
 }
 

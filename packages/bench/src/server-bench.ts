@@ -13,7 +13,8 @@ import { Sandbox as DenSandbox } from "@den/sdk";
 import { Sandbox as E2bSandbox } from "e2b";
 import { findInstanceProcesses, type SnapshotManifest } from "@den/runtime";
 import { privateMemoryMb, processCpuSeconds } from "@den/host-agent";
-import { readStoredManifest, snapshotKey, type ObjectStore } from "@den/store";
+import { downloadSnapshot, readStoredManifest, snapshotKey, type ObjectStore } from "@den/store";
+import { rawDestroy, rawRestore, type RawTemplate } from "./raw-qemu.js";
 import { fmt, pct, row, rows, time } from "./table.js";
 
 /** A Python program that holds exactly `mib` MiB of random memory, then touches `flag`. */
@@ -77,7 +78,7 @@ async function coldBySize(api: Api, made: string[], memoryMb: number, dirtyMib: 
   await api("DELETE", `/v1/sandboxes/${s.id}`);
 }
 
-export async function benchServer(opts: { dataDir: string; runs: number; full?: boolean; log: (s: string) => void }): Promise<string[]> {
+export async function benchServer(opts: { dataDir: string; runs: number; full?: boolean; log: (s: string) => void; raw?: RawTemplate }): Promise<string[]> {
   const notes: string[] = [];
   for (const kind of ["local", "s3"] as const) {
     let s3: S3rver | undefined;
@@ -141,9 +142,13 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
         // What the guest had changed (the filter's kept pages) and what each part stored, from the stored manifest.
         const made = await storedParts(server, sbx.id);
         if (made) parts.push(made);
+        const snap = (await server.cp.store.getSandbox(sbx.id))?.hibernate_snapshot;
         w.den.push(await time(() => exec(sbx.id, "true")));
         cpu.push(denCpuSeconds() - c0);
         cpuHibernate.push(c1 - c0);
+        // The floor: a bare QEMU restoring the same stored state and disk (still in the store for the
+        // collector's grace; decompressed to files first, not timed), after Den's CPU is counted.
+        if (kind === "local" && opts.raw && snap) w.raw.push(await rawColdWake(server, snap, opts.raw, opts.dataDir));
         privateAfter.push(privateMib(opts.dataDir, sbx.id));
       }
       const mib = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MiB`;
@@ -152,6 +157,7 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
         const p50 = (f: (p: (typeof parts)[number]) => number) => pct(parts.map(f), 50);
         notes.push(`of which (${kind} store, p50): state ${mib(p50((p) => p.state))} for ${mib(p50((p) => p.changed))} of pages the guest changed (${(p50((p) => p.state / p.changed)).toFixed(2)}x), disk delta ${mib(p50((p) => p.disk))}`);
       }
+      if (w.raw.length) notes.push(`cold wake -> first exec (${kind} store) vs a bare QEMU restoring the same stored state and disk from files (p50): ${fmt(pct(w.den, 50))} vs ${fmt(pct(w.raw, 50))}; Den adds the store's read and checks, the jail, the agent and one exec through the API (the "exec round trip (API)" row)`);
       notes.push(`Den CPU per cold cycle, hibernate + wake (${kind} store, p50): ${pct(cpu, 50).toFixed(2)} s (hibernate ${pct(cpuHibernate, 50).toFixed(2)} s)${kind === "s3" ? "; s3rver runs in this process, so its CPU is in it" : ""}`);
       notes.push(`private memory of the woken sandbox vs before it hibernated (${kind} store, p50): ${pct(privateAfter, 50).toFixed(0)} MiB vs ${pct(privateBefore, 50).toFixed(0)} MiB (${(pct(privateAfter, 50) / pct(privateBefore, 50)).toFixed(2)}x)`);
       opts.log(`  cold hibernate (${kind}) p50 ${fmt(pct(h.den, 50))}, wake ${fmt(pct(w.den, 50))}`);
@@ -208,6 +214,28 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
     }
   }
   return notes;
+}
+
+/**
+ * A bare QEMU's restore (spawn + migrate-incoming from a file + cont, raw-qemu.ts) of stored
+ * snapshot `snap` (a cold sandbox's) over its template's RAM, with its stored disk: the floor under
+ * Den's cold wake, which adds the store's read and checks, the jail and the agent.
+ */
+async function rawColdWake(server: Awaited<ReturnType<typeof startServer>>, snap: string, raw: RawTemplate, dataDir: string): Promise<number> {
+  const store = (server.cp.hosts.first as unknown as { store?: ObjectStore }).store;
+  if (!store) return NaN;
+  const m = await readStoredManifest(store, snapshotKey(snap, server.cp.deployment));
+  const dir = mkdtempSync(join(dataDir, "bench-raw-wake-"));
+  try {
+    await downloadSnapshot(store, snapshotKey(snap, server.cp.deployment), join(dir, "snap"), undefined, m);
+    const t0 = performance.now();
+    const vm = await rawRestore(raw, join(dir, "vm"), join(dir, "snap", "state.bin"), join(dir, "snap", "disk.qcow2"));
+    const ms = performance.now() - t0;
+    await rawDestroy(vm);
+    return ms;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 /** A cold sandbox's stored snapshot in parts: its state object, its disk object, and the RAM its guest had changed. */

@@ -204,6 +204,12 @@ export class Store {
     await this.db.deleteFrom("template_versions").where("name", "=", name).where("version", "=", version).where("state", "=", state).execute();
   }
 
+  /** `name@version` of every template version a sandboxes row that is not destroyed was made from (it may still go to the store and wake elsewhere). */
+  async sandboxTemplateVersions(): Promise<Set<string>> {
+    const rows = await this.db.selectFrom("sandboxes").select(["template", "template_version"]).distinct().where("state", "!=", "destroyed").execute();
+    return new Set(rows.map((r) => `${r.template}@${r.template_version}`));
+  }
+
   async templateVersions(): Promise<TemplateVersionRow[]> {
     return this.db.selectFrom("template_versions").selectAll().orderBy("created_at").execute();
   }

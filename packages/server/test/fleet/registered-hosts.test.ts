@@ -37,8 +37,18 @@ describe("host agents that register themselves and hold leases", () => {
   const hostEnv = { DEN_CONTROL_PLANE_URL: CP_URL, DEN_HOST_HEARTBEAT_MS: "300" };
   const startA = () => spawnHostAgent(PORT_A, SECRET, { ...env, ...hostEnv });
   const startB = () => spawnHostAgent(PORT_B, SECRET, { ...env, ...hostEnv, DEN_DATA_DIR: dirB, DEN_NET_POOL: "100.97.0.0/16" });
-  const startCp = () => spawnServer(CP_PORT, { ...env, DEN_DATA_DIR: cpDir, DEN_HOST_SECRET: SECRET, DEN_HOST_AGENT_URL: "registered", DEN_HOST_LEASE_SECONDS: "2", DEN_HOST_LOST_GRACE_SECONDS: "2" });
+  const startCp = (extra: Record<string, string> = {}) => spawnServer(CP_PORT, { ...env, DEN_DATA_DIR: cpDir, DEN_HOST_SECRET: SECRET, DEN_HOST_AGENT_URL: "registered", DEN_HOST_LEASE_SECONDS: "2", DEN_HOST_LOST_GRACE_SECONDS: "2", ...extra });
   const hosts = async () => (await api("GET", "/v1/hosts")).body.hosts as Host[];
+  /** The files of every stored version of template `name`. */
+  const storedFiles = (name: string) => {
+    const root = join(cpDir, "store");
+    const out: string[] = [];
+    for (const dep of existsSync(root) ? readdirSync(root) : []) {
+      const dir = join(root, dep, "templates", name);
+      for (const v of existsSync(dir) ? readdirSync(dir) : []) for (const f of readdirSync(join(dir, v))) out.push(`${v}/${f}`);
+    }
+    return out;
+  };
   /** Whether a complete copy of a version of template `name` is in the store (its manifest is written last). */
   const published = (name: string) => {
     const root = join(cpDir, "store");
@@ -183,5 +193,22 @@ describe("host agents that register themselves and hold leases", () => {
     assert.equal(await exec(id, "cat /root/d"), "drained\n");
     assert.ok(onHost(other).includes(id), "it woke on the other host: a draining host takes no sandbox");
     assert.equal((await hosts()).find((h) => h.id === from)?.state, "draining");
+  });
+
+  test("a template deleted through the API leaves the shared store once nothing needs it (while its hosts have it, it stays)", async () => {
+    // The store's collector every second, with no grace.
+    await stop(cpProc, "SIGTERM");
+    cpProc = await startCp({ DEN_STORE_GC_GRACE_SECONDS: "0", DEN_STORE_GC_INTERVAL_SECONDS: "1" });
+    await waitFor("a host up", async () => ((await hosts()).some((h) => h.status === "up" && h.state !== "draining") ? true : undefined), 20_000);
+    const t = await api("POST", "/v1/templates", { name: "gc-probe", setup: ["echo probe > /root/probe"] });
+    assert.equal(t.status, 201, t.text);
+    await waitFor("its version is in the store", async () => (published("gc-probe") ? true : undefined), 120_000, 500);
+    // Several collector passes later it is still there: the host that built it has it.
+    await new Promise((r) => setTimeout(r, 4_000));
+    assert.ok(published("gc-probe"), `kept while a host has it: ${JSON.stringify(storedFiles("gc-probe"))}`);
+    assert.equal((await api("DELETE", "/v1/templates/gc-probe")).status, 204);
+    await waitFor("its stored copy is gone, every file of it", async () => (storedFiles("gc-probe").length === 0 ? true : undefined), 30_000, 500);
+    // base, which the sandboxes here were made from, stays.
+    assert.ok(published("base"));
   });
 });
