@@ -108,7 +108,7 @@ describe("a fleet: two control planes, three hosts, one Postgres, one bucket", (
     }
     await Promise.all(cps.map((c) => stop(c, "SIGTERM")));
     await Promise.all((["a", "b", "c"] as const).map((n) => stop(procs[n], "SIGKILL")));
-    for (const n of ["a", "b", "c"] as const) for (const pid of (ids[n] ? findInstanceProcesses(ids[n]) : new Map()).values()) process.kill(pid, "SIGKILL");
+    for (const n of ["a", "b", "c"] as const) for (const pid of (ids[n] ? findInstanceProcesses(ids[n], { pooled: true }) : new Map()).values()) process.kill(pid, "SIGKILL");
     await db?.end();
     await s3?.close();
     await rm(root, { recursive: true, force: true });

@@ -92,7 +92,8 @@ describe("host agents that register themselves and hold leases", () => {
     for (const h of [a, b]) if (cpProc && h) await api("DELETE", `/v1/hosts/${h}`);
     await stop(cpProc, "SIGTERM");
     await Promise.all([stop(hostA, "SIGKILL"), stop(hostB, "SIGKILL")]);
-    for (const h of [a, b]) for (const pid of findInstanceProcesses(h).values()) process.kill(pid, "SIGKILL");
+    // Pooled QEMUs too: B's data dir goes below, so no later start of B would kill them.
+    for (const h of [a, b]) for (const pid of findInstanceProcesses(h, { pooled: true }).values()) process.kill(pid, "SIGKILL");
     await rm(cpDir, { recursive: true, force: true });
     await rm(dirB, { recursive: true, force: true });
   });
