@@ -42,6 +42,9 @@ export function codecCpuSeconds(): number {
 /** The store's zstd level: the fastest (memory images are mostly incompressible or zero pages, which any level takes). */
 export const ZSTD_LEVEL = 1;
 
+/** zstd's arguments to decompress stdin to stdout (it checks the frames' content checksums as it goes). */
+const ZSTD_DECOMPRESS: readonly string[] = ["-d", "-q", "-c", "--no-progress"];
+
 /** How the store compresses with zstd: a command that reads stdin and writes stdout (another process may run it for the store). */
 export const ZSTD_COMMAND: readonly string[] = ["zstd", `-${ZSTD_LEVEL}`, "-q", "-c", "--no-progress"];
 
@@ -80,7 +83,7 @@ export function decompressToFile(c: Compression, path: string, maxBytes: number)
     }
     const out = await open(path, "w");
     try {
-      const drained = viaTool("prlimit", [`--fsize=${maxBytes}:${maxBytes}`, "zstd", "-d", "-q", "-c", "--no-progress"], out.fd)(source);
+      const drained = viaTool("prlimit", [`--fsize=${maxBytes}:${maxBytes}`, "zstd", ...ZSTD_DECOMPRESS], out.fd)(source);
       for await (const _ of drained) {
         // (the tool's stdout is the file: nothing comes back)
       }
@@ -102,7 +105,7 @@ export function decompressToFile(c: Compression, path: string, maxBytes: number)
  */
 export function decompressToFd(fd: number): (source: AsyncIterable<Buffer>) => Promise<void> {
   return async (source) => {
-    for await (const _ of viaTool("zstd", ["-d", "-q", "-c", "--no-progress"], fd)(source)) {
+    for await (const _ of viaTool("zstd", [...ZSTD_DECOMPRESS], fd)(source)) {
       // (the tool's stdout is the pipe: nothing comes back)
     }
   };
@@ -110,7 +113,7 @@ export function decompressToFd(fd: number): (source: AsyncIterable<Buffer>) => P
 
 /** zstd from descriptor `from` (a stored file, read from its offset) into descriptor `to`: no byte through Den. */
 export async function decompressFdToFd(from: number, to: number): Promise<void> {
-  for await (const _ of viaTool("zstd", ["-d", "-q", "-c", "--no-progress"], to, from)(emptySource())) {
+  for await (const _ of viaTool("zstd", [...ZSTD_DECOMPRESS], to, from)(emptySource())) {
     // (the tool's stdout is `to`: nothing comes back)
   }
 }

@@ -226,7 +226,7 @@ export async function streamStoredFile(store: ObjectStore, m: StoredSnapshot, na
   try {
     // Both run to their end before the file is closed (a read in flight on a closed descriptor would fail).
     const [hashed, unpacked] = await Promise.allSettled([hashOpenFile(fh, obj.size), decompressFdToFd(fh.fd, fd)]);
-    if (hashed.status === "rejected") throw /more than/.test((hashed.reason as Error).message) ? new DenError("snapshot_corrupt", `stored object ${obj.key} is longer than its manifest says`) : hashed.reason;
+    if (hashed.status === "rejected") throw hashed.reason;
     const sum = hashed.value;
     if (sum.sha256 !== obj.sha256 || sum.size !== obj.size) throw new DenError("snapshot_corrupt", `stored object ${obj.key} fails its sha256 check`);
     if (unpacked.status === "rejected") throw new DenError("snapshot_corrupt", `stored object ${obj.key} does not decompress (${(unpacked.reason as Error).message.slice(0, 200)})`);
