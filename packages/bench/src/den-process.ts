@@ -1,6 +1,6 @@
 /** A `den serve` of a benchmark's own (its own process, so its RSS and CPU are its own), and a JSON client for it. */
 import { spawn, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { openSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -30,9 +30,11 @@ export function client(base: string) {
 
 /** Starts `den serve` on `port` with `dataDir` and `env` on top of the benchmark's own; resolves once it answers. */
 export async function spawnDen(port: number, dataDir: string, env: Record<string, string> = {}): Promise<ChildProcess> {
+  // DEN_BENCH_SERVER_LOG=FILE keeps the server's log (JSON lines) for a look afterwards.
+  const logTo = process.env.DEN_BENCH_SERVER_LOG ? openSync(process.env.DEN_BENCH_SERVER_LOG, "a") : "ignore";
   const child = spawn(process.execPath, [CLI, "serve", "--port", String(port)], {
-    env: { ...process.env, DEN_DATA_DIR: dataDir, DEN_API_KEY: KEY, DEN_LOG_LEVEL: "warn", DEN_ENVD_PORT: "0", ...env },
-    stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, DEN_DATA_DIR: dataDir, DEN_API_KEY: KEY, DEN_LOG_LEVEL: process.env.DEN_BENCH_SERVER_LOG ? "info" : "warn", DEN_ENVD_PORT: "0", ...env },
+    stdio: ["ignore", logTo, "pipe"],
   });
   let err = "";
   child.stderr!.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4000)));

@@ -108,6 +108,15 @@ export class Admission {
     return { availableMb: Number.isFinite(a) ? Math.floor(a) : 2 ** 31, reserveMb: this.memory.reserveMb };
   }
 
+  /** What each VM that exists is charged against the host's memory now, and what it holds privately where measured. */
+  charges(): Map<string, { chargedMb: number; privateMb?: number }> {
+    const out = new Map<string, { chargedMb: number; privateMb?: number }>();
+    for (const [id, s] of this.inUse()) {
+      out.set(id, { chargedMb: memoryCharge(s.memoryMb, s.privateMb, this.memoryOvercommit), ...(s.privateMb !== undefined ? { privateMb: s.privateMb } : {}) });
+    }
+    return out;
+  }
+
   used(): Shape & { sandboxes: number } {
     const live = this.inUse();
     let vcpus = 0;
@@ -132,9 +141,10 @@ export class Admission {
     const cap = this.capacity;
     const what = count === 1 ? `a ${shape.memoryMb} MiB, ${shape.vcpus}-vCPU sandbox` : `${count} sandboxes of ${shape.memoryMb} MiB, ${shape.vcpus} vCPU`;
     const hint = "destroy or cold-hibernate a sandbox, or raise the host's capacity";
-    if (used.memoryMb + memoryCharge(shape.memoryMb, 0, this.memoryOvercommit) * count > cap.memoryMb) {
+    const requestedMb = memoryCharge(shape.memoryMb, 0, this.memoryOvercommit) * count;
+    if (used.memoryMb + requestedMb > cap.memoryMb) {
       throw new DenError("capacity_exhausted", `this host cannot hold ${what}: ${used.memoryMb} of ${cap.memoryMb} MiB of guest memory are in use (${used.sandboxes} sandboxes); ${hint}`,
-        { resource: "memory", used_mb: used.memoryMb, capacity_mb: cap.memoryMb });
+        { resource: "memory", used_mb: used.memoryMb, capacity_mb: cap.memoryMb, requested_mb: requestedMb });
     }
     // What is charged is a promise; what the host has left is a fact: under pressure, nothing new.
     const availableMb = Math.floor(this.memory.availableMb());

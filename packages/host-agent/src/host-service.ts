@@ -380,10 +380,16 @@ export class LocalHostAgent implements HostAgent {
   async inventory(): Promise<HostInventory> {
     return {
       instance: this.instance,
-      vms: this.rt.list().map((s) => ({ id: s.id, state: vmState(s), cpuSeconds: s.cpuSeconds() ?? null })),
+      vms: this.vmsHeld(),
       snapshots: (await this.rt.listSnapshots()).map((s) => s.id),
       capacity: await this.capacity(),
     };
+  }
+
+  /** Each VM with what it holds of the host's memory (so the control plane picks whom to evict by what that frees). */
+  private vmsHeld(): HostInventory["vms"] {
+    const charges = this.admission.charges();
+    return this.rt.list().map((s) => ({ id: s.id, state: vmState(s), cpuSeconds: s.cpuSeconds() ?? null, ...charges.get(s.id) }));
   }
 
   /** What a snapshot made here needs of the host it is restored on. */

@@ -471,3 +471,93 @@ export const PortUrl = z.object({
   expires_at: z.string(),
 });
 export type PortUrl = z.infer<typeof PortUrl>;
+
+// ---- webhooks ----
+
+/**
+ * What a webhook can be told. `sandbox.*` and `checkpoint.*` are one sandbox's life, in its
+ * order; `sandbox.refused` is an owner's create, restore or fork refused before any sandbox
+ * existed (quota or capacity; aggregated: at most one per code a minute, with a count);
+ * `network.refused` is aggregated too (the guest's refused connections since the last one).
+ */
+export const WebhookEventType = z.enum([
+  "sandbox.created", "sandbox.hibernated", "sandbox.woken", "sandbox.destroyed", "sandbox.lost", "sandbox.recovered",
+  "sandbox.error", "sandbox.forked", "checkpoint.created", "checkpoint.deleted", "network.refused", "sandbox.refused",
+]);
+export type WebhookEventType = z.infer<typeof WebhookEventType>;
+
+export const WebhookId = z.string().regex(/^wh_[a-z2-7]{16}$/, "not a webhook id");
+export const WebhookDeliveryId = z.string().regex(/^whd_[a-z2-7]{16}$/, "not a webhook delivery id");
+
+export const CreateWebhookRequest = z.strictObject({
+  /**
+   * http or https. The address it resolves to must not be loopback, private, link-local or
+   * otherwise internal, unless the operator allows that network (`DEN_WEBHOOK_ALLOW_NETWORKS`);
+   * checked now and again at every connect. Redirects are not followed.
+   */
+  url: z.string().min(1).max(2048),
+  /** Default: every event type. */
+  events: z.array(WebhookEventType).min(1).max(32).optional(),
+  description: z.string().max(256).optional(),
+});
+export type CreateWebhookRequest = z.infer<typeof CreateWebhookRequest>;
+
+export const Webhook = z.object({
+  id: z.string(),
+  url: z.string(),
+  events: z.array(WebhookEventType),
+  description: z.string().nullable(),
+  created_at: z.string(),
+  /**
+   * Only in the response to create: the signing secret (`whsec_` + base64, the Standard
+   * Webhooks format), shown once. Each delivery carries `webhook-id`, `webhook-timestamp`
+   * and `webhook-signature` (`v1,` + base64 HMAC-SHA256 of `id.timestamp.body`).
+   */
+  secret: z.string().optional(),
+});
+export type Webhook = z.infer<typeof Webhook>;
+
+/** The JSON body of one delivery. */
+export const WebhookPayload = z.object({
+  type: WebhookEventType,
+  /** When the event happened (ISO 8601). */
+  timestamp: z.string(),
+  /**
+   * `sandbox_id` (absent for `sandbox.refused`), `reason` where the change has one
+   * (`user|ttl|idle|error|host_lost|restart|memory_pressure`), and per type: `mode` of a
+   * hibernation or wake, `children` of a fork, `forked_from`/`restored_from` of a created
+   * one, `checkpoint` of checkpoint events, `code`/`message`/`count` of a refusal.
+   */
+  data: z.record(z.string(), z.unknown()),
+});
+export type WebhookPayload = z.infer<typeof WebhookPayload>;
+
+export const WebhookDelivery = z.object({
+  id: z.string(),
+  /** The `webhook-id` header: the same for every attempt and redelivery of one event (dedupe on it). */
+  message_id: z.string(),
+  webhook_id: z.string(),
+  type: WebhookEventType,
+  sandbox_id: z.string().nullable(),
+  /** `pending`: not yet delivered (retried with backoff); `failed`: given up after the retry window. */
+  status: z.enum(["pending", "delivered", "failed"]),
+  attempts: z.number().int(),
+  created_at: z.string(),
+  last_attempt_at: z.string().nullable(),
+  next_attempt_at: z.string().nullable(),
+  delivered_at: z.string().nullable(),
+  /** The receiver's HTTP status at the last attempt (null: no response). */
+  response_status: z.number().int().nullable(),
+  /** Why the last attempt failed. */
+  error: z.string().nullable(),
+  payload: WebhookPayload,
+});
+export type WebhookDelivery = z.infer<typeof WebhookDelivery>;
+
+export const ListWebhooksResponse = z.object({ webhooks: z.array(Webhook) });
+export const ListWebhookDeliveriesResponse = z.object({
+  /** Newest first. */
+  deliveries: z.array(WebhookDelivery),
+  next_cursor: z.string().nullable(),
+});
+export type ListWebhookDeliveriesResponse = z.infer<typeof ListWebhookDeliveriesResponse>;

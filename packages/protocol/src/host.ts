@@ -103,7 +103,13 @@ export const Inventory = z.object({
    * `stopped`: its VM died (or never came up). `off`: shut down on purpose with its disk
    * kept (a disk hibernation): it holds no VM, no memory and no vCPUs, only its disk.
    */
-  vms: z.array(z.object({ id: z.string(), state: z.enum(["running", "paused", "stopped", "off"]), cpuSeconds: z.number().nullable() })),
+  vms: z.array(z.object({
+    id: z.string(), state: z.enum(["running", "paused", "stopped", "off"]), cpuSeconds: z.number().nullable(),
+    /** MiB this VM is charged against the host's memory now (admission's measure; absent: it holds none). */
+    chargedMb: z.number().optional(),
+    /** MiB it holds privately (anon + shmem PSS), where the host measures it (with a memory overcommit). */
+    privateMb: z.number().optional(),
+  })),
   /** Complete local snapshots (warm hibernations). */
   snapshots: z.array(z.string()),
   /** What it may hold and holds now (as `capacity` answers). */

@@ -28,6 +28,14 @@ export { Process, Processes, type LogsOptions, type ProcessLogs, type WaitOption
 export { Filesystem, type ListFilesResult } from "./filesystem.js";
 export { Templates } from "./templates.js";
 export { Keys, type CreateKeyOptions } from "./keys.js";
+export {
+  Webhooks,
+  WEBHOOK_EVENT_TYPES,
+  type CreateWebhookOptions,
+  type WebhookDeliveriesOptions,
+  type AllWebhookDeliveriesOptions,
+  type WebhookDeliveriesPage,
+} from "./webhooks.js";
 export { Hosts, type HostInfo } from "./hosts.js";
 export { Usage, type UsageGroup, type UsageReport, type UsageOptions } from "./usage.js";
 export { DenClient, DEFAULT_API_URL, type DenClientOptions, type RequestOptions } from "./client.js";
@@ -63,6 +71,11 @@ export type {
   SandboxEvent,
   TemplateInfo,
   ApiKeyInfo,
+  WebhookInfo,
+  WebhookDeliveryInfo,
+  WebhookDeliveryStatus,
+  WebhookEventType,
+  WebhookPayload,
   NetworkPolicy,
   NetworkStatus,
 } from "./types.js";

@@ -287,6 +287,107 @@ export function toApiKeyInfo(w: api.ApiKey): ApiKeyInfo {
   return out;
 }
 
+/**
+ * What a webhook can be told: `sandbox.created`, `sandbox.hibernated`, `sandbox.woken`,
+ * `sandbox.destroyed`, `sandbox.lost`, `sandbox.recovered`, `sandbox.error`, `sandbox.forked`,
+ * `checkpoint.created`, `checkpoint.deleted`, `network.refused` or `sandbox.refused`.
+ *
+ * @example
+ * ```ts
+ * const events: WebhookEventType[] = ["sandbox.created", "sandbox.destroyed"];
+ * ```
+ */
+export type WebhookEventType = api.WebhookEventType;
+
+/**
+ * Where a webhook delivery stands: `pending` (not delivered yet; retried with backoff),
+ * `delivered`, or `failed` (given up after the retry window).
+ *
+ * @example
+ * ```ts
+ * const { deliveries } = await Webhooks.deliveries(hook.id, { status: "failed" satisfies WebhookDeliveryStatus });
+ * ```
+ */
+export type WebhookDeliveryStatus = api.WebhookDelivery["status"];
+
+/**
+ * The JSON body a webhook receives (as sent on the wire: `type`, an ISO 8601 `timestamp`, and
+ * the event's `data`, e.g. `sandbox_id` and `reason`).
+ *
+ * @example
+ * ```ts
+ * const payload = new Webhook(secret).verify(body, headers) as WebhookPayload; // npm "standardwebhooks"
+ * if (payload.type === "sandbox.destroyed") console.log(payload.data.sandbox_id, payload.data.reason);
+ * ```
+ */
+export type WebhookPayload = api.WebhookPayload;
+
+/**
+ * A webhook (the `Webhook` body, camelCased). `secret`, the signing secret (`whsec_...`), is
+ * only in the answer to {@link Webhooks.create}.
+ *
+ * @example
+ * ```ts
+ * const hook: WebhookInfo = await Webhooks.create({ url: "https://example.com/den" });
+ * console.log(hook.id, hook.events, hook.secret);
+ * ```
+ */
+export interface WebhookInfo {
+  id: string;
+  url: string;
+  events: WebhookEventType[];
+  description: string | null;
+  createdAt: Date;
+  secret?: string;
+}
+
+/** Maps the wire `Webhook` to {@link WebhookInfo}. */
+export function toWebhookInfo(w: api.Webhook): WebhookInfo {
+  const out: WebhookInfo = { id: w.id, url: w.url, events: w.events, description: w.description, createdAt: new Date(w.created_at) };
+  if (w.secret !== undefined) out.secret = w.secret;
+  return out;
+}
+
+/**
+ * One delivery of an event to a webhook (the `WebhookDelivery` body, camelCased).
+ * `messageId` is the `webhook-id` header the receiver sees: the same for every attempt and
+ * redelivery of one event, so receivers dedupe on it.
+ *
+ * @example
+ * ```ts
+ * const { deliveries } = await Webhooks.deliveries(hook.id, { status: "failed" });
+ * for (const d of deliveries) console.log(d.id, d.type, d.attempts, d.responseStatus, d.error);
+ * ```
+ */
+export interface WebhookDeliveryInfo {
+  id: string;
+  messageId: string;
+  webhookId: string;
+  type: WebhookEventType;
+  /** Null for events of no one sandbox (`sandbox.refused`). */
+  sandboxId: string | null;
+  status: WebhookDeliveryStatus;
+  attempts: number;
+  createdAt: Date;
+  lastAttemptAt: Date | null;
+  nextAttemptAt: Date | null;
+  deliveredAt: Date | null;
+  /** The receiver's HTTP status at the last attempt (null: no response). */
+  responseStatus: number | null;
+  /** Why the last attempt failed. */
+  error: string | null;
+  payload: WebhookPayload;
+}
+
+/** Maps the wire `WebhookDelivery` to {@link WebhookDeliveryInfo}. */
+export function toWebhookDeliveryInfo(w: api.WebhookDelivery): WebhookDeliveryInfo {
+  return {
+    id: w.id, messageId: w.message_id, webhookId: w.webhook_id, type: w.type, sandboxId: w.sandbox_id, status: w.status,
+    attempts: w.attempts, createdAt: new Date(w.created_at), lastAttemptAt: date(w.last_attempt_at), nextAttemptAt: date(w.next_attempt_at),
+    deliveredAt: date(w.delivered_at), responseStatus: w.response_status, error: w.error, payload: w.payload,
+  };
+}
+
 function date(s: string | null): Date | null {
   return s === null ? null : new Date(s);
 }

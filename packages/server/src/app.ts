@@ -1,5 +1,5 @@
 import http from "node:http";
-import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawReplyDefaultExpression, type RawRequestDefaultExpression, type RawServerDefault } from "fastify";
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawReplyDefaultExpression, type RawRequestDefaultExpression, type RawServerDefault } from "fastify";
 import swagger from "@fastify/swagger";
 import websocket from "@fastify/websocket";
 import { hasZodFastifySchemaValidationErrors, jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from "fastify-type-provider-zod";
@@ -13,6 +13,7 @@ import { registerAdminRoutes } from "./routes/admin.js";
 import { registerHostRoutes } from "./routes/hosts.js";
 import { registerPtyRoutes } from "./routes/pty.js";
 import { registerCheckpointRoutes } from "./routes/checkpoints.js";
+import { registerWebhookRoutes } from "./routes/webhooks.js";
 import { registerUsageRoutes } from "./routes/usage.js";
 import { registerPortRoutes } from "./routes/ports.js";
 import { registerHealthRoutes } from "./routes/health.js";
@@ -97,6 +98,8 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
       else handler(req, res);
     }),
     logger: opts.logger ?? false,
+    // One line per request, below (at debug: an agent's forty calls an hour per sandbox must not drown the operator).
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: cp.config.limits.bodyBytes,
     // Ids and paths travel in URLs; keep them bounded.
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
@@ -150,6 +153,17 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   });
   app.setNotFoundHandler((req, reply) => reply.status(404).send(errorBody("route_not_found", `no route ${req.method} ${req.url.split("?")[0]}`)));
 
+  // Every line a request logs names its sandbox, where it has one.
+  app.addHook("preHandler", async (req) => {
+    const id = (req.params as { id?: unknown } | undefined)?.id;
+    if (typeof id === "string" && /^sbx_[a-z2-7]{16}$/.test(id)) req.log = req.log.child({ sandbox: id });
+  });
+  app.addHook("onResponse", async (req, reply) => {
+    const line = { method: req.method, url: req.url.split("?")[0]!.slice(0, 200), status: reply.statusCode, ms: Math.round(reply.elapsedTime) };
+    if (reply.statusCode >= 500) req.log.warn(line, `${req.method} ${line.url} -> ${reply.statusCode}`);
+    else req.log.debug(line, `${req.method} ${line.url} -> ${reply.statusCode}`);
+  });
+
   app.addHook("onRequest", async (req) => {
     if (!req.url.startsWith("/v1/")) return;
     const key = bearerKey(req.headers.authorization);
@@ -182,6 +196,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   registerHostRoutes(typed, cp);
   registerPtyRoutes(typed, cp);
   registerCheckpointRoutes(typed, cp);
+  registerWebhookRoutes(typed, cp);
   registerDashboardRoutes(app);
   if (opts.e2b) await registerE2bRoutes(app, { cp, ...opts.e2b });
   return app;

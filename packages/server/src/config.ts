@@ -72,6 +72,21 @@ export interface ServerConfig {
   };
   /** The snapshot store's garbage collector: released snapshots are deleted after `graceMs`, checked every `intervalMs`. */
   storeGc: { graceMs: number; intervalMs: number };
+  /** Lifecycle webhooks: their delivery and what a tenant's URL may reach. */
+  webhooks: {
+    /** Each delivery is retried with exponential backoff for this long after its event, then marked failed. */
+    retryMs: number;
+    /** The first retry waits `firstBackoffMs`, each next one twice as long, at most `maxBackoffMs`. */
+    firstBackoffMs: number;
+    maxBackoffMs: number;
+    /** One attempt's deadline (connect, send, the receiver's answer). */
+    timeoutMs: number;
+    /** Networks (CIDR) a webhook may reach though they are loopback, private or internal (`DEN_WEBHOOK_ALLOW_NETWORKS`); none by default. */
+    allowNetworks: string[];
+    perOwner: number;
+    /** Delivered and failed deliveries are kept this long for the delivery log. */
+    keepMs: number;
+  };
   /** Where cold-hibernated sandboxes' snapshots go. */
   store:
     | { kind: "local"; dir?: string }
@@ -199,6 +214,15 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     storeGc: {
       graceMs: num(env.DEN_STORE_GC_GRACE_SECONDS, 600) * 1000,
       intervalMs: num(env.DEN_STORE_GC_INTERVAL_SECONDS, 60) * 1000,
+    },
+    webhooks: {
+      retryMs: num(env.DEN_WEBHOOK_RETRY_SECONDS, 24 * 3600) * 1000,
+      firstBackoffMs: num(env.DEN_WEBHOOK_FIRST_BACKOFF_MS, 5000),
+      maxBackoffMs: num(env.DEN_WEBHOOK_MAX_BACKOFF_SECONDS, 3600) * 1000,
+      timeoutMs: num(env.DEN_WEBHOOK_TIMEOUT_SECONDS, 10) * 1000,
+      allowNetworks: (env.DEN_WEBHOOK_ALLOW_NETWORKS ?? "").split(",").map((c) => c.trim()).filter(Boolean),
+      perOwner: num(env.DEN_MAX_WEBHOOKS_PER_OWNER, 20),
+      keepMs: num(env.DEN_WEBHOOK_KEEP_DAYS, 7) * 86_400_000,
     },
     store: env.DEN_STORE === "s3"
       ? {

@@ -21,6 +21,7 @@ import { HostRegistry } from "./control/registry.js";
 import { SharedTemplates } from "./control/shared-templates.js";
 import { Serializer } from "./control/serializer.js";
 import { Templates } from "./control/templates.js";
+import { Webhooks } from "./control/webhooks/service.js";
 
 export { systemClock, type Clock } from "./control/operations.js";
 export { toApiTemplate } from "./control/templates.js";
@@ -52,6 +53,7 @@ export class ControlPlane {
   readonly recovery: Recovery;
   readonly gc: StoreGc;
   readonly registry: HostRegistry;
+  readonly webhooks: Webhooks;
   private readonly ctx: Ctx;
   /** The host agents sandboxes run on, and which one each sandbox is on. */
   readonly hosts: HostPool;
@@ -85,6 +87,9 @@ export class ControlPlane {
     this.metrics = new Metrics(store, () => this.capacity());
     this.ops = new Operations(store, this.meter, this.metrics, clock, config.limits.eventsPerSandbox, replica);
     const log = { info: (o: object, m: string) => this.log.info(o, m), warn: (o: object, m: string) => this.log.warn(o, m) };
+    this.ops.log = log;
+    this.webhooks = new Webhooks(store, config.webhooks, replica, () => clock.now(), log);
+    this.ops.outbox = this.webhooks.outbox;
     const ctx = { store, hosts: this.hosts, objects, deployment, replica, config, clock, ops: this.ops, meter: this.meter, metrics: this.metrics, log } as Omit<Ctx, "shared"> as Ctx;
     ctx.shared = new SharedTemplates(ctx);
     this.ctx = ctx;
@@ -100,7 +105,7 @@ export class ControlPlane {
       follows: new OwnerSlots(l.followsPerOwner, "event follows", "DEN_MAX_FOLLOWS_PER_OWNER"),
     };
     this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => this.activeExecs.has(id), touch: (id) => this.touch(id) });
-    this.lifecycle.makeRoom = (host, mb, except) => this.reaper.makeRoom(host, mb, except);
+    this.lifecycle.makeRoom = (host, mb, except, measure) => this.reaper.makeRoom(host, mb, except, measure);
     this.recovery = new Recovery(this.ctx, this.lifecycle, this.forks, this.network, this.templates, (id) => this.reaper.markLost(id));
     this.gc = new StoreGc(this.ctx);
     this.registry = new HostRegistry(this.ctx, this.queue, this.lifecycle, config.hostLeases, (h) => this.recovery.reconcileHost(h));
@@ -183,7 +188,7 @@ export class ControlPlane {
 
   async create(p: Principal, req: api.CreateSandboxRequest, terms?: Terms): Promise<SandboxRow> {
     await this.templates.checkAccess(p, req.template ?? this.config.defaults.template);
-    return this.lifecycle.create(p, req, terms);
+    return this.refusable(p, "create", () => this.lifecycle.create(p, req, terms));
   }
 
   destroy(id: string, reason: Reason): Promise<SandboxRow> {
@@ -222,7 +227,7 @@ export class ControlPlane {
   /** Forks a running sandbox (woken first if hibernated) into `count` children. */
   async fork(p: Principal, id: string, count: number, ttlSeconds?: number): Promise<SandboxRow[]> {
     await this.guest(id);
-    return this.forks.fork(p, id, count, ttlSeconds);
+    return this.refusable(p, "fork", () => this.forks.fork(p, id, count, ttlSeconds));
   }
 
   async recover(p: Principal, id: string, checkpointId?: string): Promise<SandboxRow> {
@@ -242,6 +247,16 @@ export class ControlPlane {
     return cp ? { checkpoint_id: cp.id, created_at: new Date(cp.created_at).toISOString(), age_seconds: Math.round((this.clock.now() - cp.created_at) / 1000) } : null;
   }
 
+  /** Runs a create, restore or fork; a refusal for quota or capacity (no sandbox exists yet) is told to the owner's webhooks. */
+  private async refusable<T>(p: Principal, operation: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (e) {
+      if (e instanceof DenError && (e.code === "quota_exceeded" || e.code === "capacity_exhausted")) this.webhooks.refused(p.owner, e, operation);
+      throw e;
+    }
+  }
+
   // ---- checkpoints and templates ----
 
   /** A durable checkpoint of a running sandbox (it wakes first if hibernated). */
@@ -259,7 +274,8 @@ export class ControlPlane {
   }
 
   async restoreCheckpoint(p: Principal, id: string, req: api.RestoreCheckpointRequest, terms?: Terms): Promise<SandboxRow> {
-    return this.lifecycle.restore(p, await this.checkpoints.owned(p, id), req, terms);
+    const cp = await this.checkpoints.owned(p, id);
+    return this.refusable(p, "restore", () => this.lifecycle.restore(p, cp, req, terms));
   }
 
   listTemplates(p: Principal): Promise<api.Template[]> {

@@ -212,7 +212,49 @@ export interface TemplateVersionsTable {
   created_at: number;
 }
 
+/** An owner's webhook (migration 016). */
+export interface WebhooksTable {
+  id: string;
+  owner: string;
+  url: string;
+  /** JSON array of event types. */
+  events: string;
+  description: string | null;
+  /** `whsec_` + base64: the key deliveries are signed with. */
+  secret: string;
+  created_at: number;
+}
+
+/** The outbox: one row per event per webhook, written in the transaction of the change it tells of (migration 016). */
+export interface WebhookDeliveriesTable {
+  seq: Generated<number>;
+  id: string;
+  message_id: string;
+  webhook_id: string;
+  owner: string;
+  sandbox_id: string | null;
+  /** Deliveries with one key go out in `seq` order, one at a time (the sandbox, or the owner for owner events). */
+  ordering_key: string;
+  type: string;
+  /** The JSON body, exactly as signed and sent. */
+  payload: string;
+  /** pending | delivered | failed */
+  status: string;
+  attempts: number;
+  created_at: number;
+  next_attempt_at: number;
+  last_attempt_at: number | null;
+  delivered_at: number | null;
+  response_status: number | null;
+  error: string | null;
+  /** The replica sending it now, until when (so two replicas never send one delivery at once). */
+  claimed_by: string | null;
+  claimed_until: number | null;
+}
+
 export interface Database {
+  webhooks: WebhooksTable;
+  webhook_deliveries: WebhookDeliveriesTable;
   template_versions: TemplateVersionsTable;
   replicas: ReplicasTable;
   leases: LeasesTable;

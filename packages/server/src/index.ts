@@ -4,3 +4,4 @@ export { buildApp } from "./app.js";
 export { ControlPlane, type Clock } from "./control-plane.js";
 export { openStore } from "./object-store.js";
 export { buildEnvdServer, EnvdDenied, EnvdUnavailable, checkCredentials, envdSignature, signatureMatches, type EnvdCredentials, type EnvdSandbox, type EnvdSandboxes, type EnvdServerOptions, type EnvdSignature } from "./e2b/envd/index.js";
+export { formatLogLine, logFormat, readableLogStream } from "./log-format.js";

@@ -279,4 +279,44 @@ export const migrations = (dialect: Dialect): Record<string, Migration> => ({
       for (const r of await db.selectFrom("checkpoints").select(["id", "template", "template_version"]).execute()) await set(r.id, r);
     },
   },
+  "016_webhooks": {
+    async up(db: Kysely<any>): Promise<void> {
+      await db.schema
+        .createTable("webhooks")
+        .addColumn("id", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("owner", "varchar(64)", (c) => c.notNull())
+        .addColumn("url", "varchar(2048)", (c) => c.notNull())
+        .addColumn("events", "text", (c) => c.notNull())
+        .addColumn("description", "varchar(256)")
+        .addColumn("secret", "varchar(128)", (c) => c.notNull())
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("webhooks_owner").on("webhooks").column("owner").execute();
+      // The outbox: written with the change it tells of; never pruned before it is delivered or given up.
+      await db.schema
+        .createTable("webhook_deliveries")
+        .addColumn("seq", dialect === "postgres" ? "bigserial" : "integer", (c) => (dialect === "postgres" ? c.primaryKey() : c.primaryKey().autoIncrement()))
+        .addColumn("id", "varchar(64)", (c) => c.notNull().unique())
+        .addColumn("message_id", "varchar(64)", (c) => c.notNull())
+        .addColumn("webhook_id", "varchar(64)", (c) => c.notNull())
+        .addColumn("owner", "varchar(64)", (c) => c.notNull())
+        .addColumn("sandbox_id", "varchar(64)")
+        .addColumn("ordering_key", "varchar(64)", (c) => c.notNull())
+        .addColumn("type", "varchar(32)", (c) => c.notNull())
+        .addColumn("payload", "text", (c) => c.notNull())
+        .addColumn("status", "varchar(16)", (c) => c.notNull())
+        .addColumn("attempts", "integer", (c) => c.notNull())
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .addColumn("next_attempt_at", "bigint", (c) => c.notNull())
+        .addColumn("last_attempt_at", "bigint")
+        .addColumn("delivered_at", "bigint")
+        .addColumn("response_status", "integer")
+        .addColumn("error", "varchar(512)")
+        .addColumn("claimed_by", "varchar(64)")
+        .addColumn("claimed_until", "bigint")
+        .execute();
+      await db.schema.createIndex("webhook_deliveries_queue").on("webhook_deliveries").columns(["status", "next_attempt_at"]).execute();
+      await db.schema.createIndex("webhook_deliveries_order").on("webhook_deliveries").columns(["webhook_id", "ordering_key", "status", "seq"]).execute();
+    },
+  },
 });

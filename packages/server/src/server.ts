@@ -104,6 +104,8 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
     if (await replica.holds(work)) await pass();
   };
   const alive = every(2000, "replica lease renewal", () => replica.renew());
+  // Every replica sends webhook deliveries (each claimed first).
+  cp.webhooks.sender.start();
   // Every replica keeps its view of the hosts current (a heartbeat reaches only one of them).
   const view = every(1000, "host list refresh", () => cp.hosts.refresh());
   // An exec streaming through this replica keeps its sandbox active for whichever replica reaps.
@@ -136,12 +138,15 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
       clearInterval(sampler);
       await envd?.close();
       await app.close();
+      // Its last lifecycle events (the clean stop's hibernations) wait in the outbox for the next start.
+      const stopWebhooks = cp.webhooks.stop();
       // Single node: no VM outlives a clean stop. A control plane of a separate host agent
       // touches none of its VMs when it stops (they keep running, and it finds them again).
       if (config.hostAgent.kind !== "remote") {
         const r = await cp.hibernateAllCold(Date.now() + config.defaults.shutdownTimeoutSeconds * 1000);
         if (r.done || r.left) app.log.info(r, "clean stop: sandboxes cold-hibernated (the rest are adopted at the next start)");
       }
+      await stopWebhooks;
       cp.hosts.close();
       await closeHost();
       await replica.retire().catch(() => undefined);

@@ -5,6 +5,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
+import { api } from "@den/protocol";
 import { ADMIN_KEY, CLI, runCli, serverFixture } from "./helpers.js";
 
 /** Every file under `dir` with its sha256 (and symlinks with their targets), by relative path. */
@@ -268,5 +269,58 @@ print("EXIT", os.waitstatus_to_exitcode(status))
     assert.equal(r.code, 0, r.err);
     assert.match(r.out, /EXIT 7/, "the shell's exit code");
     await ok(["rm", id]);
+  });
+
+  test("webhook add, ls, deliveries, rm", async () => {
+    // A public address (TEST-NET-2) that nothing here sends an event to: this owner's
+    // sandboxes are all gone by now and the webhook is deleted before this test ends.
+    const url = "http://198.51.100.7:9/hook";
+    const added = await json(["webhook", "add", url, "--event", "sandbox.created", "--description", "cli test"]);
+    assert.match(added.id, /^wh_[a-z2-7]{16}$/);
+    assert.equal(added.url, url);
+    assert.deepEqual(added.events, ["sandbox.created"]);
+    assert.equal(added.description, "cli test");
+    assert.match(added.secret, /^whsec_[A-Za-z0-9+/=]{20,}$/, "the signing secret, in the Standard Webhooks format");
+    // Without --json: the secret alone on stdout, the once-only note on stderr.
+    const plain = await ok(["webhook", "add", url]);
+    const secret = plain.out.trim();
+    assert.match(secret, /^whsec_\S+$/);
+    assert.match(plain.err, /^webhook (wh_[a-z2-7]{16}) for .*not shown again\n$/);
+    const plainId = /^webhook (wh_[a-z2-7]{16})/.exec(plain.err)![1]!;
+
+    const listed = await json(["webhook", "ls"]);
+    const mine = listed.find((w: { id: string }) => w.id === added.id);
+    assert.ok(mine, JSON.stringify(listed));
+    assert.equal("secret" in mine, false, "the secret is never listed");
+    assert.deepEqual(mine.events, ["sandbox.created"]);
+    assert.ok(listed.some((w: { id: string; events: string[] }) => w.id === plainId && w.events.length === api.WebhookEventType.options.length), "no --event: every event type");
+    const table = await ok(["webhook", "ls"]);
+    assert.match(table.out, /^ID\s+URL\s+EVENTS\s+CREATED\n/);
+    assert.match(table.out, new RegExp(`${added.id}\\s+${url.replace(/[./]/g, "\\$&")}\\s+sandbox\\.created\\s+\\d{4}-`));
+    assert.match(table.out, new RegExp(`${plainId}\\s+\\S+\\s+all\\s`));
+    assert.doesNotMatch(table.out, /whsec_/);
+
+    assert.deepEqual(await json(["webhook", "deliveries", added.id]), [], "nothing happened since it was added");
+    assert.deepEqual(await json(["webhook", "deliveries", added.id, "--status", "failed", "--limit", "5"]), []);
+    const empty = await ok(["webhook", "deliveries", added.id]);
+    assert.equal(empty.out, "ID  TYPE  SANDBOX  STATUS  ATTEMPTS  HTTP  CREATED  ERROR\n", "an empty table: its header alone");
+    const badStatus = await run(["webhook", "deliveries", added.id, "--status", "lost"]);
+    assert.equal(badStatus.code, 1);
+    assert.match(badStatus.err, /^den: --status wants one of pending, delivered, failed/);
+    const badEvent = await run(["webhook", "add", url, "--event", "sandbox.exploded"]);
+    assert.equal(badEvent.code, 1);
+    assert.match(badEvent.err, /^den: --event wants one of sandbox\.created, /);
+
+    assert.equal((await ok(["webhook", "rm", added.id])).out, `${added.id} deleted\n`);
+    await ok(["webhook", "rm", plainId]);
+    const after = await json(["webhook", "ls"]);
+    assert.ok(!after.some((w: { id: string }) => w.id === added.id || w.id === plainId), JSON.stringify(after));
+    const missing = await run(["webhook", "rm", "wh_aaaaaaaaaaaaaaaa"]);
+    assert.equal(missing.code, 1);
+    assert.equal(missing.err.trim().split("\n").length, 1, "one line, no stack trace");
+    assert.match(missing.err, /^den: \w*not_found: /);
+    const gone = await run(["webhook", "deliveries", added.id]);
+    assert.equal(gone.code, 1);
+    assert.match(gone.err, /^den: \w*not_found: /);
   });
 });

@@ -299,4 +299,97 @@ describe("web dashboard", () => {
       for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
     }
   });
+
+  test("in Chromium: webhooks: add one (its secret shown once), list, its deliveries, delete (confirmed)", {
+    skip: existsSync(CHROMIUM) ? false : `${CHROMIUM} is missing (Debian's chromium package; scripts/install-deps.sh installs it)`,
+    timeout: 180_000,
+  }, async () => {
+    const { chromium } = await import("playwright-core");
+    // An owner without sandboxes: nothing happens that would be delivered (no VM in this test).
+    const created = await f.api("POST", "/v1/keys", { owner: "dashboard-webhooks" });
+    assert.equal(created.status, 201, created.text);
+    const key = created.body.key as string;
+    const api = client(f.server.url, key);
+    const url = "http://198.51.100.7:9/hook"; // TEST-NET-2: public, and never contacted here
+    const problems: string[] = [];
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+    try {
+      const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+      page.setDefaultTimeout(30_000);
+      page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+      page.on("console", (m) => {
+        if (m.type() === "error") problems.push(`console: ${m.text()}`);
+      });
+      await page.goto(`${f.server.url}/dashboard/`);
+      await page.getByLabel("API key").fill(key);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await page.getByRole("heading", { name: "Sandboxes", level: 1 }).waitFor();
+      await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Webhooks" }).click();
+      await page.getByRole("heading", { name: "Webhooks", level: 1 }).waitFor();
+      assert.equal(await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Webhooks" }).getAttribute("aria-current"), "page");
+      await page.getByText("No webhooks yet.").waitFor();
+
+      // Add one for two event types.
+      const form = page.getByRole("form", { name: "Add a webhook" });
+      await form.getByLabel("URL", { exact: true }).fill(url);
+      await form.getByLabel("Description", { exact: true }).fill("from the dashboard");
+      await form.getByRole("button", { name: "None", exact: true }).click();
+      await form.getByRole("button", { name: "Add webhook" }).click();
+      await form.getByText("Pick at least one event.").waitFor();
+      await form.getByLabel("sandbox.created", { exact: true }).check();
+      await form.getByLabel("sandbox.destroyed", { exact: true }).check();
+      await form.getByRole("button", { name: "Add webhook" }).click();
+      const secretBox = page.getByRole("region", { name: "Signing secret" });
+      await secretBox.waitFor();
+      const secret = (await secretBox.locator("code.secret").innerText()).trim();
+      assert.match(secret, /^whsec_\S{20,}$/);
+      assert.match(await secretBox.innerText(), /not shown again/);
+
+      const listed = (await api("GET", "/v1/webhooks")).body.webhooks as { id: string; url: string; events: string[]; description: string | null }[];
+      assert.equal(listed.length, 1, JSON.stringify(listed));
+      const hook = listed[0]!;
+      assert.equal(hook.url, url);
+      assert.deepEqual([...hook.events].sort(), ["sandbox.created", "sandbox.destroyed"]);
+      assert.equal(hook.description, "from the dashboard");
+      assert.equal("secret" in hook, false);
+
+      // The table shows it; its deliveries (none yet) keep the secret on screen.
+      const table = page.getByRole("table", { name: "Webhooks" });
+      const row = table.getByRole("row").filter({ hasText: hook.id });
+      await row.waitFor();
+      const text = await row.innerText();
+      for (const part of [url, "from the dashboard", "sandbox.created", "sandbox.destroyed"]) assert.ok(text.includes(part), `${part} in ${text}`);
+      assert.doesNotMatch(text, /whsec_/);
+      await row.getByRole("button", { name: `Deliveries of ${hook.id}` }).click();
+      await page.waitForFunction(`location.hash === "#/webhooks/${hook.id}"`);
+      await page.getByText("No deliveries yet").waitFor();
+      assert.equal(await secretBox.count(), 1, "looking at deliveries does not lose the secret");
+      await page.getByLabel("Status", { exact: true }).selectOption("failed");
+      await page.getByText("No failed deliveries.").waitFor();
+
+      // A reload comes back to the same deliveries; the secret is gone for good.
+      await page.reload();
+      await page.getByText("No deliveries yet").waitFor();
+      assert.equal(await page.getByRole("region", { name: "Signing secret" }).count(), 0);
+      assert.doesNotMatch(await page.locator("#main").innerText(), /whsec_/);
+
+      // Delete asks first; Cancel keeps it.
+      await row.getByRole("button", { name: `Delete ${hook.id}` }).click();
+      const confirm = page.getByRole("dialog", { name: "Delete webhook" });
+      await confirm.waitFor();
+      assert.match(await confirm.innerText(), new RegExp(`Delete ${hook.id}\\?[\\s\\S]*cannot be undone`));
+      await confirm.getByRole("button", { name: "Cancel" }).click();
+      await confirm.waitFor({ state: "detached" });
+      assert.equal((await api("GET", "/v1/webhooks")).body.webhooks.length, 1);
+      await row.getByRole("button", { name: `Delete ${hook.id}` }).click();
+      await confirm.getByRole("button", { name: "Delete", exact: true }).click();
+      await page.getByText("No webhooks yet.").waitFor();
+      assert.deepEqual((await api("GET", "/v1/webhooks")).body.webhooks, []);
+      assert.equal(await page.evaluate("location.hash"), "#/webhooks");
+      assert.deepEqual(problems, []);
+    } finally {
+      await browser.close();
+      for (const w of (await api("GET", "/v1/webhooks")).body?.webhooks ?? []) await api("DELETE", `/v1/webhooks/${w.id}`);
+    }
+  });
 });

@@ -123,3 +123,52 @@ describe("a host full of sandboxes", () => {
     for (const id of [a, b, c]) assert.notEqual((await stateOf(id)).split("/")[0], "lost");
   });
 });
+
+describe("a host full by its overcommitted promises", () => {
+  let server: RunningServer;
+  let api: ReturnType<typeof client>;
+
+  before(async () => {
+    // Charged: what a VM holds privately plus a quarter of the rest of its RAM (about 160 MiB
+    // for an idle 512 MiB sandbox here, 128 for one being made): five idle ones fit in 900.
+    server = await testServer({ DEN_CAPACITY_MEMORY_MB: "900", DEN_MEMORY_OVERCOMMIT: "4", DEN_VM_POOL: "0" });
+    api = client(server.url);
+  });
+  after(async () => {
+    for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
+    await server?.close();
+  });
+
+  test("a wake far over capacity cold-hibernates at once as many as it takes, by what each is charged", async () => {
+    const { create, exec } = sandboxCalls(api);
+    const used = async () => (await api("GET", "/v1/host")).body.used.memory_mb as number;
+    const [light1, light2, woken, heavy1, heavy2] = [await create(), await create(), await create(), await create(), await create()];
+    for (const [id, n] of [[light1, 1], [light2, 2], [woken, 3]] as const) {
+      assert.equal(await exec(id, `echo state-${n} > /root/f && cat /root/f`), `state-${n}\n`);
+      await new Promise((r) => setTimeout(r, 1100));
+    }
+    // Two of them fill 400 MiB each: the host is now charged far past its 900 MiB (the overcommit's promise).
+    for (const id of [heavy1, heavy2]) {
+      assert.equal(await exec(id, `nohup python3 -c 'import os, time\nb = bytearray(400 << 20)\nfor i in range(0, len(b), 1 << 20): b[i:i + (1 << 20)] = os.urandom(1 << 20)\nopen("/root/held", "w").close()\ntime.sleep(10**6)' >/dev/null 2>&1 & while [ ! -e /root/held ]; do sleep 0.2; done; echo held`), "held\n");
+    }
+    assert.equal((await api("POST", `/v1/sandboxes/${woken}/hibernate`, { mode: "cold" })).status, 200);
+    const before = await used();
+    assert.ok(before + 128 - 900 > 512, `charged ${before} MiB with it cold: its wake needs more than its own RAM freed`);
+
+    // Its exec wakes it: the lights (least recently active, ~160 MiB each) do not free enough,
+    // so a heavy one goes too — all started together, none waiting for another to finish.
+    assert.equal(await exec(woken, "cat /root/f"), "state-3\n");
+    const hibernation = async (id: string) => {
+      const s = (await api("GET", `/v1/sandboxes/${id}`)).body;
+      if (s.state !== "hibernated" || s.state_reason !== "memory_pressure") return undefined;
+      const e = ((await api("GET", `/v1/sandboxes/${id}/events`)).body.events as Array<{ type: string; at: string; data: { ms?: number } }>).reverse().find((x) => x.type === "hibernated")!;
+      return { began: Date.parse(e.at) - (e.data.ms ?? 0), ended: Date.parse(e.at) };
+    };
+    const evicted = (await Promise.all([light1, light2, heavy1, heavy2].map(hibernation))).filter((h) => h !== undefined);
+    assert.ok(evicted.length >= 3, `${evicted.length} cold-hibernated to make room`);
+    assert.ok(Math.max(...evicted.map((h) => h.began)) < Math.min(...evicted.map((h) => h.ended)), `started together: ${JSON.stringify(evicted)}`);
+    assert.equal(await exec(light1, "cat /root/f"), "state-1\n");
+    assert.equal(await exec(light2, "cat /root/f"), "state-2\n");
+    for (const id of [heavy1, heavy2]) assert.equal(await exec(id, "test -e /root/held && echo ok"), "ok\n");
+  });
+});

@@ -1,6 +1,6 @@
 import { privateFiles } from "@den/runtime";
 import type { Command } from "commander";
-import { loadConfig, startServer } from "@den/server";
+import { loadConfig, logFormat, readableLogStream, startServer } from "@den/server";
 import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
 
 export function registerServe(program: Command): void {
@@ -11,7 +11,8 @@ export function registerServe(program: Command): void {
     .option("--host <host>", "address to listen on (env DEN_HOST, default 127.0.0.1)")
     .option("--host-agent <url>", "run no VMs here: use the host agent at URL (`den host run`); repeat it, or separate URLs with commas, for several (env DEN_HOST_AGENT_URL, shared secret in DEN_HOST_SECRET)", (v: string, prev: string[] = []) => [...prev, v])
     .option("--envd-port <port>", "port of the E2B-compatible envd listener (env DEN_ENVD_PORT, default 49983; off: none)")
-    .action(async (opts: { port?: string; host?: string; hostAgent?: string[]; envdPort?: string }, cmd: Command) => {
+    .option("--log-format <format>", "pretty (one readable line per event) or json (JSON lines); default: pretty on a terminal, json otherwise (env DEN_LOG_FORMAT)")
+    .action(async (opts: { port?: string; host?: string; hostAgent?: string[]; envdPort?: string; logFormat?: string }, cmd: Command) => {
       // Everything it writes (database, snapshots, memory images, logs) is for root's eyes only.
       privateFiles();
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
@@ -21,7 +22,8 @@ export function registerServe(program: Command): void {
         ...(root.dataDir ? { dataDir: globalOptions(cmd).dataDir } : {}),
       });
       if (config.hostAgent.kind !== "remote") warnSurplusCapabilities();
-      const server = await startServer(config, { logger: { level: config.logLevel } });
+      const format = logFormat(opts.logFormat);
+      const server = await startServer(config, { logger: { level: config.logLevel, ...(format === "pretty" ? { stream: readableLogStream() } : {}) } });
       logLine(`den: listening on ${server.url} (data dir ${config.dataDir}; host agent${server.cp.hosts.all.length > 1 ? "s" : ""} ${server.cp.hosts.all.map((h) => h.address).join(", ")})`);
       if (server.envdUrl) logLine(`den: E2B API at ${server.url} (E2B_API_URL), envd at ${server.envdUrl} (E2B_SANDBOX_URL)`);
       if (server.createdAdminKey) logLine(`den: created an admin API key (shown once): ${server.createdAdminKey}`);

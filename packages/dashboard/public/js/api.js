@@ -82,3 +82,13 @@ export const portUrl = (id, port) => request("POST", `${sbx(id)}/urls`, { port }
 export const networkStatus = (id) => request("GET", `${sbx(id)}/network`);
 export const usage = (from) => request("GET", `/v1/usage${q({ group_by: "sandbox", from })}`);
 export const restore = (checkpointId) => request("POST", `/v1/checkpoints/${encodeURIComponent(checkpointId)}/restore`, {});
+
+// Webhooks (owner-scoped: a key sees only its owner's).
+const wh = (id) => `/v1/webhooks/${encodeURIComponent(id)}`;
+export const webhooks = () => request("GET", "/v1/webhooks").then((r) => r.webhooks);
+/** The answer's `secret` is only in this response. `events` undefined: every event type. */
+export const createWebhook = ({ url, events, description }) => request("POST", "/v1/webhooks", { url, events, description: description || undefined });
+export const deleteWebhook = (id) => request("DELETE", wh(id));
+/** One page, newest first: { deliveries, next_cursor }. */
+export const webhookDeliveries = (id, { status, limit = 50, cursor } = {}) => request("GET", `${wh(id)}/deliveries${q({ status, limit, cursor })}`);
+export const redeliver = (id, deliveryId) => request("POST", `${wh(id)}/deliveries/${encodeURIComponent(deliveryId)}/redeliver`);

@@ -1,11 +1,13 @@
 // Entry point: sign-in or the signed-in shell, and a hash router between the views.
 //   #/                          sandboxes (with ?state=...&metadata=k=v,k2=v2)
 //   #/sandboxes/<id>            one sandbox
+//   #/webhooks[/<id>]           the owner's webhooks (and one's deliveries)
 import { clearKey, getKey, UNAUTHORIZED } from "./api.js";
 import { mountSignIn } from "./views/signin.js";
 import { mountShell } from "./views/shell.js";
 import { mountSandboxes } from "./views/sandboxes.js";
 import { mountSandbox } from "./views/sandbox.js";
+import { mountWebhooks } from "./views/webhooks.js";
 
 const root = document.getElementById("app");
 let shell = null;
@@ -36,7 +38,10 @@ function route() {
   if (!shell) shell = mountShell(root, { onSignOut: () => signOut() });
   unmountView();
   const { parts, query } = parseHash();
-  if (parts[0] === "sandboxes" && parts[1]) {
+  if (parts[0] === "webhooks") {
+    shell.setSection("webhooks");
+    view = mountWebhooks(shell.main, { id: parts[1] });
+  } else if (parts[0] === "sandboxes" && parts[1]) {
     shell.setSection("sandbox");
     view = mountSandbox(shell.main, { id: parts[1] });
   } else {

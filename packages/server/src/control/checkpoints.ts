@@ -76,6 +76,7 @@ export class Checkpoints {
       });
       await tx.deleteCheckpoint(row.id);
       await tx.releaseStoredSnapshot(row.id, clock.now());
+      await ops.event(row.sandbox_id, "checkpoint.deleted", "user", { checkpoint: row.id, name: row.name }, tx);
     });
   }
 }

@@ -7,6 +7,7 @@ import { networkOf, type CheckpointRow, type OperationRow, type Principal, type 
 import { hostOfId, modeOf, pendingStored, refOf, storedRef, type Ctx, type HibernateMode } from "./context.js";
 import type { NetworkPolicies } from "./network-policy.js";
 import type { Reason } from "./operations.js";
+import type { Measure } from "./reaper.js";
 import type { Serializer } from "./serializer.js";
 
 export type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">;
@@ -38,6 +39,19 @@ export const vmFields = (i: HostSandboxInfo) => ({ template: i.template, templat
  */
 /** How long a cold wake waits for a host short of memory to make room (the reaper's passes relieve it). */
 const WAKE_ROOM_WAIT_MS = 30_000;
+
+/**
+ * MiB to free for a wake a host refused (the refusal's details): its charged memory over
+ * capacity by what it would add, or its shortfall under the reserve plus a quarter of the
+ * guest's RAM (about what a woken sandbox holds, so the wake does not put it short again).
+ */
+function roomToMake(d: Record<string, unknown>, memoryMb: number): number {
+  const n = (k: string) => (typeof d[k] === "number" ? d[k] : undefined);
+  const [used, cap, asked, avail, reserve] = [n("used_mb"), n("capacity_mb"), n("requested_mb"), n("available_mb"), n("reserve_mb")];
+  if (d.resource === "memory" && used !== undefined && cap !== undefined) return Math.max(1, used + (asked ?? memoryMb) - cap);
+  if (d.resource === "memory_pressure" && avail !== undefined && reserve !== undefined) return Math.max(1, reserve - avail) + Math.ceil(memoryMb / 4);
+  return memoryMb;
+}
 
 export class Lifecycle {
   constructor(private readonly ctx: Ctx, private readonly queue: Serializer, private readonly network: NetworkPolicies) {}
@@ -163,18 +177,18 @@ export class Lifecycle {
       } catch (e) {
         // (Details cross the host protocol whole.) Only memory is made room for: a host out of
         // vCPUs or disk says so at once.
-        const resource = e instanceof DenError && e.code === "capacity_exhausted" ? e.details?.resource : undefined;
-        if ((resource !== "memory_pressure" && resource !== "memory") || performance.now() > deadline) throw e;
+        const d = e instanceof DenError && e.code === "capacity_exhausted" ? e.details ?? {} : {};
+        if ((d.resource !== "memory_pressure" && d.resource !== "memory") || performance.now() > deadline) throw e;
         // Room on its last host (where its files may still be cached): its least recently active others go cold.
         const home = this.ctx.hosts.has(row.host_id) ? this.ctx.hosts.of(row).instance : undefined;
-        const waited = home && this.makeRoom ? await this.makeRoom(home, row.memory_mb, row.id) : 0;
+        const waited = home && this.makeRoom ? await this.makeRoom(home, roomToMake(d, row.memory_mb), row.id, d.resource === "memory" ? "charged" : "private") : 0;
         if (!waited) await new Promise((r) => setTimeout(r, 250));
       }
     }
   }
 
   /** Cold-hibernates a host's least recently active sandboxes until `needMb` is free (the reaper's; set by the control plane). */
-  makeRoom?: (hostId: string, needMb: number, except: string) => Promise<number>;
+  makeRoom?: (hostId: string, needMb: number, except: string, measure: Measure) => Promise<number>;
 
   async destroy(id: string, reason: Reason): Promise<SandboxRow> {
     return this.queue.run(id, async () => {

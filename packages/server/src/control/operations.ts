@@ -3,6 +3,7 @@ import { newId } from "@den/runtime";
 import type { Meter } from "../meter.js";
 import type { Metrics } from "../metrics.js";
 import type { OperationRow, SandboxRow, Store } from "../store.js";
+import type { Outbox } from "./webhooks/outbox.js";
 
 export type Reason = api.TransitionReason;
 
@@ -91,9 +92,19 @@ export class Operations {
     };
   }
 
-  /** Appends an event (in `s`, a transaction, when given). */
-  async event(id: string, type: string, reason: Reason | null, data: Record<string, unknown> = {}, s: Store = this.store): Promise<void> {
-    await s.addEvent(id, type, reason, data, this.eventsCap);
+  /** One line per settled change of state and per failed operation (the control plane hands in its logger). */
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void } = { info: () => undefined, warn: () => undefined };
+
+  /** Where lifecycle events become webhook deliveries, in the event's transaction (set by the control plane). */
+  outbox?: Pick<Outbox, "sandboxEvent">;
+
+  /** Appends an event (in `s`, a transaction, when given); `kind`: the operation it settles. */
+  async event(id: string, type: string, reason: Reason | null, data: Record<string, unknown> = {}, s: Store = this.store, kind?: string): Promise<void> {
+    // The event and its webhook deliveries commit together.
+    await s.transaction(async (tx) => {
+      await tx.addEvent(id, type, reason, data, this.eventsCap);
+      await this.outbox?.sandboxEvent(tx, id, type, reason, data, kind);
+    });
   }
 
   /**
@@ -150,7 +161,11 @@ export class Operations {
       return settled;
     });
     this.held(id, -1);
-    if (out.state) this.metrics.transition(out.state, out.reason ?? "user");
+    if (out.state) {
+      this.metrics.transition(out.state, out.reason ?? "user");
+      const mode = typeof out.data?.mode === "string" ? ` ${out.data.mode}` : "";
+      this.log.info({ sandbox: id, op: op.id, kind: op.kind, reason: out.reason ?? "user" }, `sandbox ${id}: ${op.kind}${mode} -> ${out.state} (${out.reason ?? "user"})`);
+    }
     if (out.state && out.state !== "running") this.gone(id);
     return row;
   }
@@ -170,6 +185,7 @@ export class Operations {
       return settled;
     });
     if (id) this.held(id, -1);
+    this.log.warn({ ...(id ? { sandbox: id } : {}), op: op.id, kind: op.kind, ...(out.state ? { state: out.state } : {}) }, `${op.kind}${id ? ` of ${id}` : ""} ${status === "rolled_back" ? "rolled back" : "failed"}: ${message.slice(0, 300)}`);
     if (out.state) this.metrics.transition(out.state, out.reason ?? "error");
     if (id && out.state && out.state !== "running") this.gone(id);
     return row;
@@ -198,7 +214,7 @@ export class Operations {
     if (out.state) Object.assign(patch, { state: out.state, state_reason: out.reason ?? "user" });
     const row = await tx.casSandbox(id, { generation: cur.generation, opId: op.id }, patch);
     if (!row) throw new DenError("internal", `sandbox ${id} changed under operation ${op.id}`);
-    if (out.state) await this.event(id, out.state, out.reason ?? "user", out.data ?? {}, tx);
+    if (out.state) await this.event(id, out.state, out.reason ?? "user", out.data ?? {}, tx, op.kind);
     return row;
   }
 }

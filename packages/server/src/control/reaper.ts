@@ -4,6 +4,12 @@ import { hasVm, modeOf, type Ctx } from "./context.js";
 import type { Lifecycle } from "./lifecycle.js";
 import type { Serializer } from "./serializer.js";
 
+/** What a host says one VM holds of its memory (admission's charge; private memory where measured). */
+type Held = { chargedMb?: number; privateMb?: number };
+
+/** What an eviction frees: admission's charge (a host full by its promises), or private memory (a host short of real memory). */
+export type Measure = "charged" | "private";
+
 /** Hibernations a reaper runs at once (each may move a snapshot to the store). */
 const MAX_ACTIONS_IN_FLIGHT = 8;
 const MAX_DESTROYS_IN_FLIGHT = 32;
@@ -23,8 +29,8 @@ const MAX_DESTROYS_IN_FLIGHT = 32;
 export class Reaper {
   private cpuSamples = new Map<string, { at: number; cpu: number }>();
   /** Actions started by passes and not yet ended, by sandbox. */
-  /** `relief`: a cold hibernation to relieve its host's memory. */
-  private readonly inFlight = new Map<string, { destroy: boolean; relief: boolean; done: Promise<void> }>();
+  /** `relief`: a cold hibernation to relieve its host's memory, with what it frees there. */
+  private readonly inFlight = new Map<string, { destroy: boolean; relief?: Held; done: Promise<void> }>();
 
   constructor(
     private readonly ctx: Ctx,
@@ -40,7 +46,7 @@ export class Reaper {
     const inventories = await hosts.inventories();
     const seen = new Map(inventories.map(({ host, inventory }) => [host.instance, new Map(inventory.vms.map((v) => [v.id, v]))]));
     const live = await store.liveSandboxes();
-    for (const { host, inventory } of inventories) if (inventory.capacity.memory) this.relievePressure(host.instance, inventory.capacity.memory, live);
+    for (const { host, inventory } of inventories) if (inventory.capacity.memory) this.relievePressure(host.instance, inventory.capacity.memory, live, seen.get(host.instance)!);
     for (const row of live) {
       if (row.op_id || this.inFlight.has(row.id)) continue;
       const vms = hosts.has(row.host_id) ? seen.get(hosts.of(row).instance) : undefined;
@@ -91,36 +97,45 @@ export class Reaper {
    * the next call wakes them, on whichever host has room) until what they hold covers the
    * shortfall, counting those already on their way out.
    */
-  private relievePressure(hostId: string, memory: { availableMb: number; reserveMb: number }, live: SandboxRow[]): void {
+  private relievePressure(hostId: string, memory: { availableMb: number; reserveMb: number }, live: SandboxRow[], vms: Map<string, Held>): void {
     const short = memory.reserveMb - memory.availableMb;
     if (short <= 0) return;
-    this.evict(hostId, short, live, undefined, `is short of memory (${memory.availableMb} MiB available, ${memory.reserveMb} MiB reserve)`);
+    this.evict({ hostId, needMb: short, measure: "private", live, vms }, `is short of memory (${memory.availableMb} MiB available, ${memory.reserveMb} MiB reserve)`);
   }
 
   /**
    * Room for a sandbox being woken on a full host (its memory, or the host's reserve, taken):
-   * the host's least recently active other sandboxes are cold-hibernated until they hold
-   * `needMb`, and this resolves once those have gone. The one waking is the most recently
-   * used sandbox there is; refusing it would leave it unreachable while idle ones hold memory.
-   * Returns how many it waited for (0: none to take).
+   * the host's least recently active other sandboxes are cold-hibernated until they free
+   * `needMb` (by admission's charge, or of what they hold privately: `measure`), and this
+   * resolves once those have gone. The one waking is the most recently used sandbox there
+   * is; refusing it would leave it unreachable while idle ones hold memory. Returns how many
+   * it waited for (0: none to take).
    */
-  async makeRoom(hostId: string, needMb: number, except: string): Promise<number> {
+  async makeRoom(hostId: string, needMb: number, except: string, measure: Measure): Promise<number> {
     const live = await this.ctx.store.liveSandboxes();
-    const started = this.evict(hostId, needMb, live, except, `has no room to wake ${except}`);
+    const vms = new Map((await this.ctx.hosts.get(hostId).inventory()).vms.map((v) => [v.id, v]));
+    const started = this.evict({ hostId, needMb, measure, live, vms, except }, `has no room to wake ${except}`);
     await Promise.all(started.map((id) => this.inFlight.get(id)?.done));
     return started.length;
   }
 
   /**
    * Cold-hibernates the least recently active sandboxes with a VM on `hostId` (state kept; the
-   * next call wakes them, on whichever host has room) until what they hold covers `needMb`,
-   * counting those already on their way out. Returns the ones it started.
+   * next call wakes them, on whichever host has room) until what they free covers `needMb`,
+   * counting those already on their way out. What one frees is what its host says it holds
+   * (`vms`): counting every sandbox at its full RAM would take one at a time where many
+   * light ones must go. Returns the ones it started.
    */
-  private evict(hostId: string, needMb: number, live: SandboxRow[], except: string | undefined, why: string): string[] {
-    let short = needMb;
+  private evict(e: { hostId: string; needMb: number; measure: Measure; live: SandboxRow[]; vms: Map<string, Held>; except?: string }, why: string): string[] {
+    const { hostId, measure, vms, except } = e;
+    const frees = (r: SandboxRow, held = vms.get(r.id)) => (measure === "private" ? held?.privateMb : undefined) ?? held?.chargedMb ?? r.memory_mb;
+    let short = e.needMb;
     // (A row of the first host may name none: single-node rows from before hosts had ids.)
-    const onHost = live.filter((r) => this.ctx.hosts.has(r.host_id) && this.ctx.hosts.of(r).instance === hostId);
-    for (const r of onHost) if (this.inFlight.get(r.id)?.relief) short -= r.memory_mb;
+    const onHost = e.live.filter((r) => this.ctx.hosts.has(r.host_id) && this.ctx.hosts.of(r).instance === hostId);
+    for (const r of onHost) {
+      const relief = this.inFlight.get(r.id)?.relief;
+      if (relief) short -= frees(r, relief);
+    }
     const candidates = onHost
       .filter((r) => r.id !== except && !r.op_id && !this.inFlight.has(r.id) && !this.activity.execing(r.id) && (r.state === "running" || (r.state === "hibernated" && modeOf(r) === "warm")))
       .sort((a, b) => a.last_activity_at - b.last_activity_at);
@@ -128,10 +143,11 @@ export class Reaper {
     for (const r of candidates) {
       if (short <= 0) break;
       // Not started: too many in flight (the next pass tries again).
-      if (!this.start(r.id, false, () => this.lifecycle.hibernate(r.id, "memory_pressure", "cold"), true)) break;
+      const held = vms.get(r.id) ?? { chargedMb: r.memory_mb };
+      if (!this.start(r.id, false, () => this.lifecycle.hibernate(r.id, "memory_pressure", "cold"), held)) break;
       this.ctx.log.warn({ host: hostId, sandbox: r.id }, `host ${hostId} ${why}: cold-hibernating ${r.id}, its least recently active sandbox`);
       started.push(r.id);
-      short -= r.memory_mb;
+      short -= frees(r, held);
     }
     // Those on their way out already count.
     if (!started.length) for (const r of onHost) if (this.inFlight.get(r.id)?.relief) started.push(r.id);
@@ -139,11 +155,11 @@ export class Reaper {
   }
 
   /** Starts a pass's action on a sandbox, unless too many are in flight (the next pass tries again); whether it started. */
-  private start(id: string, destroy: boolean, act: () => Promise<unknown>, relief = false): boolean {
+  private start(id: string, destroy: boolean, act: () => Promise<unknown>, relief?: Held): boolean {
     const busy = [...this.inFlight.values()].filter((a) => a.destroy === destroy).length;
     if (busy >= (destroy ? MAX_DESTROYS_IN_FLIGHT : MAX_ACTIONS_IN_FLIGHT)) return false;
     const done = act().then(() => undefined, () => undefined).finally(() => this.inFlight.delete(id));
-    this.inFlight.set(id, { destroy, relief, done });
+    this.inFlight.set(id, { destroy, ...(relief ? { relief } : {}), done });
     return true;
   }
 

@@ -15,12 +15,15 @@ const masked = (k) => (k && k.length > 10 ? `${k.slice(0, 4)}…${k.slice(-4)}` 
 export function mountShell(root, { onSignOut }) {
   const liveText = h("span", { class: "live-text" }, "Connecting…");
   const live = h("span", { class: "live", role: "status", "aria-label": "Live updates" }, h("span", { class: "dot", "aria-hidden": "true" }), liveText);
-  const nav = h("a", { href: "#/", class: "nav-link" }, "Sandboxes");
+  const links = {
+    sandboxes: h("a", { href: "#/", class: "nav-link" }, "Sandboxes"),
+    webhooks: h("a", { href: "#/webhooks", class: "nav-link" }, "Webhooks"),
+  };
   const main = h("main", { id: "main", tabindex: "-1", class: "main" });
   const header = h("header", { class: "topbar" },
     h("div", { class: "topbar-inner" },
       h("a", { href: "#/", class: "brand", "aria-label": "Den home" }, logo(), h("span", {}, "Den")),
-      h("nav", { class: "nav", "aria-label": "Main" }, nav),
+      h("nav", { class: "nav", "aria-label": "Main" }, Object.values(links)),
       h("div", { class: "topbar-right" },
         live,
         h("span", { class: "key-hint", title: "Signed in with this API key" }, h("span", { class: "muted" }, "Key "), h("code", {}, masked(getKey()))),
@@ -46,8 +49,10 @@ export function mountShell(root, { onSignOut }) {
     main,
     /** Marks the current section in the navigation. */
     setSection(name) {
-      if (name === "sandboxes") nav.setAttribute("aria-current", "page");
-      else nav.removeAttribute("aria-current");
+      for (const [section, link] of Object.entries(links)) {
+        if (section === name) link.setAttribute("aria-current", "page");
+        else link.removeAttribute("aria-current");
+      }
     },
     unmount() {
       window.removeEventListener(LIVE, onLive);
