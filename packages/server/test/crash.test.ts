@@ -74,7 +74,10 @@ const MAX_KILL_DELAY_MS = 3000;
 const RUN = `crash-${Date.now().toString(36)}`;
 const TAG = { crash_run: RUN };
 /** Environment of every server this file starts. */
-const BASE_ENV = { DEN_STORE_GC_GRACE_SECONDS: "0", DEN_STORE_GC_INTERVAL_SECONDS: "1" };
+// Webhooks may reach 127.0.0.2, where nothing listens: every delivery stays in the outbox, to be counted.
+const BASE_ENV = { DEN_STORE_GC_GRACE_SECONDS: "0", DEN_STORE_GC_INTERVAL_SECONDS: "1", DEN_WEBHOOK_ALLOW_NETWORKS: "127.0.0.2/32" };
+/** The webhook that hears every round's events (set up before the rounds). */
+let hookId = "";
 const SETTLE_MS = 60_000;
 const GC_WAIT_MS = 20_000;
 const VM_SETTLE_MS = 10_000;
@@ -688,9 +691,36 @@ async function prepare(world: World, p: Plan): Promise<{ label: string; run: () 
  * After a restart: every invariant, for the pool and for whatever the lost calls made.
  * Repairs as it goes (a broken sandbox is destroyed and dropped) so the next round starts clean.
  */
+/**
+ * The outbox against the events log: each tracked sandbox's lifecycle events and its webhook
+ * deliveries are the same sequence (the two commit together, whatever was killed when).
+ */
+async function webhooksMatch(): Promise<string[]> {
+  if (!hookId) return [];
+  const told = new Map<string, string[]>();
+  for (let cursor: string | null = null, first = true; first || cursor; first = false) {
+    const page: any = await callOk("GET", `/v1/webhooks/${hookId}/deliveries?limit=200${cursor ? `&cursor=${cursor}` : ""}`);
+    for (const d of page.deliveries) if (d.sandbox_id) told.set(d.sandbox_id, [d.type, ...(told.get(d.sandbox_id) ?? [])]);
+    cursor = page.next_cursor;
+  }
+  const kinds: Record<string, string> = { hibernated: "sandbox.hibernated", destroyed: "sandbox.destroyed", lost: "sandbox.lost", error: "sandbox.error", forked: "sandbox.forked", checkpoint: "checkpoint.created", "checkpoint.deleted": "checkpoint.deleted" };
+  const problems: string[] = [];
+  for (const id of knownIds) {
+    const r = await call("GET", `/v1/sandboxes/${id}/events`);
+    if (r.status !== 200) continue;
+    const events = (r.body.events as Array<{ type: string }>).filter((e) => e.type === "running" || kinds[e.type]);
+    const got = told.get(id) ?? [];
+    const want = events.map((e) => (e.type === "running" ? "sandbox.created|sandbox.woken|sandbox.recovered" : kinds[e.type]!));
+    const fits = got.length === want.length && got.every((t, i) => want[i]!.split("|").includes(t));
+    if (!fits) problems.push(`${id}: the events log has ${events.map((e) => e.type).join(",") || "none"}, its webhook deliveries ${got.join(",") || "none"}`);
+  }
+  return problems;
+}
+
 async function checkWorld(world: World): Promise<string[]> {
   const problems: string[] = [];
   problems.push(...(await settle()));
+  problems.push(...(await webhooksMatch()));
   problems.push(...(await noBrokenSandboxes()));
   problems.push(...(await staysDestroyed()));
   const listed = await listSandboxes();
@@ -785,6 +815,7 @@ describe(`random kill -9 rounds (DEN_CRASH_SEED=${SEED}, DEN_CRASH_ROUNDS=${ROUN
   const failed: string[] = [];
   before(async () => {
     await start();
+    hookId = (await callOk("POST", "/v1/webhooks", { url: "http://127.0.0.2:9/never-answers" })).id;
     for (let i = 0; i < POOL_MIN; i++) track(world, await newBox());
   });
 
