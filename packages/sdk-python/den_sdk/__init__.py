@@ -14,9 +14,35 @@ Example::
         sbx.wake()
         cp = sbx.snapshot(name="milestone")
         a, b = sbx.fork(count=2)
+
+The asyncio client has the same surface (``den_sdk.aio``)::
+
+    from den_sdk import AsyncSandbox
+
+    async with AsyncSandbox.create(template="base") as sbx:
+        print((await sbx.exec("echo hi")).stdout)
 """
 
 from ._client import DEFAULT_API_URL, Client
+from ._websocket import WebSocket, WebSocketClosed, WebSocketError, WebSocketProtocolError
+from .aio import (
+    AsyncCheckpoint,
+    AsyncCheckpoints,
+    AsyncExecStream,
+    AsyncFilesystem,
+    AsyncHosts,
+    AsyncKeys,
+    AsyncProcess,
+    AsyncProcesses,
+    AsyncPty,
+    AsyncPtys,
+    AsyncSandbox,
+    AsyncStream,
+    AsyncTemplates,
+    AsyncUsage,
+    AsyncWebhooks,
+    AwaitableContext,
+)
 from .checkpoints import Checkpoint, Checkpoints
 from .errors import (
     ERROR_CLASSES,
@@ -51,9 +77,39 @@ from .errors import (
 )
 from .exec import ExecChunk, ExecExit, ExecResult, ExecStream
 from .filesystem import Filesystem, ListFilesResult
+from .hosts import Hosts
+from .keys import Keys
+from .ports import PortForward
 from .processes import Process, Processes, ProcessLogs
+from .pty import Pty, PtyExit, Ptys
 from .sandbox import Sandbox
-from .types import FileInfo, ListeningPort, NetworkPolicy, NetworkStatus, PortUrl, ProcessStatus, SandboxEvent, SandboxInfo
+from .templates import Templates
+from .types import (
+    WEBHOOK_EVENT_TYPES,
+    ApiKey,
+    FileInfo,
+    HostInfo,
+    HostKind,
+    HostResources,
+    ListeningPort,
+    NetworkPolicy,
+    NetworkStatus,
+    PortUrl,
+    ProcessStatus,
+    SandboxEvent,
+    SandboxInfo,
+    Template,
+    UsageCost,
+    UsageGroup,
+    UsagePrices,
+    UsageReport,
+    Webhook,
+    WebhookDeliveriesPage,
+    WebhookDelivery,
+    WebhookPayload,
+)
+from .usage import Usage
+from .webhooks import Webhooks, WebhookVerificationError
 
 __version__ = "0.1.0"
 
@@ -78,6 +134,50 @@ __all__ = [
     "NetworkStatus",
     "ListeningPort",
     "PortUrl",
+    "PortForward",
+    "Pty",
+    "Ptys",
+    "PtyExit",
+    "Templates",
+    "Template",
+    "Keys",
+    "ApiKey",
+    "Usage",
+    "UsageReport",
+    "UsageGroup",
+    "UsageCost",
+    "UsagePrices",
+    "Hosts",
+    "HostInfo",
+    "HostKind",
+    "HostResources",
+    "Webhooks",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookDeliveriesPage",
+    "WebhookPayload",
+    "WebhookVerificationError",
+    "WEBHOOK_EVENT_TYPES",
+    "AsyncSandbox",
+    "AsyncFilesystem",
+    "AsyncProcesses",
+    "AsyncProcess",
+    "AsyncPtys",
+    "AsyncPty",
+    "AsyncExecStream",
+    "AsyncStream",
+    "AsyncCheckpoint",
+    "AsyncCheckpoints",
+    "AsyncTemplates",
+    "AsyncKeys",
+    "AsyncUsage",
+    "AsyncHosts",
+    "AsyncWebhooks",
+    "AwaitableContext",
+    "WebSocket",
+    "WebSocketError",
+    "WebSocketClosed",
+    "WebSocketProtocolError",
     "Client",
     "DEFAULT_API_URL",
     "ERROR_STATUS",

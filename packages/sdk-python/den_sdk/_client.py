@@ -4,17 +4,21 @@ typed errors. Standard library only (``urllib.request``)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
+import ssl
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from contextlib import contextmanager
+from typing import Any, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from .errors import DenConfigError, InvalidResponseError, error_from_response
+from .errors import DenConfigError, InvalidArgumentError, InvalidResponseError, error_from_response
 
-__all__ = ["Client", "DEFAULT_API_URL", "DEFAULT_TIMEOUT", "seg", "iter_ndjson", "UNSET"]
+__all__ = ["Client", "DEFAULT_API_URL", "DEFAULT_TIMEOUT", "seg", "iter_ndjson", "UNSET", "AbortScope", "register_socket"]
 
 #: The API address used when neither ``api_url`` nor ``DEN_API_URL`` is set.
 DEFAULT_API_URL = "http://127.0.0.1:8787"
@@ -25,6 +29,7 @@ DEFAULT_TIMEOUT = 600.0
 MAX_LINE_BYTES = 16 * 1024 * 1024
 
 _VERSION = "0.1.0"
+USER_AGENT = f"den-sdk-python/{_VERSION}"
 
 QueryValue = Union[str, int, float, bool, None]
 Query = Union[Mapping[str, QueryValue], Sequence[Tuple[str, QueryValue]]]
@@ -42,7 +47,10 @@ def seg(s: Union[str, int]) -> str:
 
         path = f"/v1/sandboxes/{seg(sandbox_id)}"
     """
-    return urllib.parse.quote(str(s), safe="")
+    s = str(s)
+    if s == "":  # an empty id would turn /v1/sandboxes/{id} into the list route
+        raise InvalidArgumentError("invalid_argument", "an id must not be empty", 400)
+    return urllib.parse.quote(s, safe="")
 
 
 def _query_string(query: Optional[Query]) -> str:
@@ -77,6 +85,122 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
+# ---------------------------------------------------------------------------- cancellation
+#
+# The asyncio client runs the blocking calls of this module in worker threads. To cancel one
+# (a task cancelled while it awaits a 10-minute exec), it must be able to hang up the
+# connections that call opened: every socket this SDK connects registers with the
+# AbortScope active in its thread, and AbortScope.abort() shuts them down, so the blocked
+# read returns at once instead of when its timeout runs out.
+
+_local = threading.local()
+
+
+class AbortScope:
+    """The sockets a piece of work opened, so that another thread can hang them all up.
+
+    Example::
+
+        scope = AbortScope()
+        with scope.active():          # in the worker thread
+            client.json("GET", "/v1/sandboxes")
+        scope.abort()                 # from any thread: shuts its connections down
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._socks: List[socket.socket] = []
+        self.aborted = False
+
+    @contextmanager
+    def active(self) -> Iterator["AbortScope"]:
+        """Makes this the scope sockets connected in this thread register with.
+
+        Example::
+
+            with scope.active():
+                do_requests()
+        """
+        prev = getattr(_local, "scope", None)
+        _local.scope = self
+        try:
+            yield self
+        finally:
+            _local.scope = prev
+
+    def register(self, sock: socket.socket) -> None:
+        """Adds a connected socket (shut down at once if the scope was already aborted).
+
+        Example::
+
+            scope.register(sock)
+        """
+        with self._lock:
+            if not self.aborted:
+                self._socks = [s for s in self._socks if s.fileno() != -1]
+                self._socks.append(sock)
+                return
+        _hang_up(sock)
+        raise ConnectionAbortedError("the call was cancelled")
+
+    def abort(self) -> None:
+        """Shuts down every socket of the scope (a read blocked on one returns); later ones are
+        shut down as soon as they connect.
+
+        Example::
+
+            scope.abort()
+        """
+        with self._lock:
+            self.aborted = True
+            socks, self._socks = self._socks, []
+        for s in socks:
+            _hang_up(s)
+
+
+def _hang_up(sock: socket.socket) -> None:
+    try:
+        # socket.socket's own shutdown, also for an SSLSocket: its SSL object stays, so a
+        # thread blocked in a read on it gets an error or EOF rather than a crash.
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def register_socket(sock: socket.socket) -> None:
+    """Registers a freshly connected socket with the thread's active :class:`AbortScope`, if any."""
+    scope: Optional[AbortScope] = getattr(_local, "scope", None)
+    if scope is not None:
+        scope.register(sock)
+
+
+_tracked_classes: Dict[type, type] = {}
+
+
+def _tracked(cls: Type[http.client.HTTPConnection]) -> Type[http.client.HTTPConnection]:
+    sub = _tracked_classes.get(cls)
+    if sub is None:
+
+        def connect(self: http.client.HTTPConnection) -> None:
+            cls.connect(self)
+            if self.sock is not None:
+                register_socket(self.sock)
+
+        sub = type("Tracked" + cls.__name__, (cls,), {"connect": connect})
+        _tracked_classes[cls] = sub
+    return sub
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def do_open(self, http_class: Any, req: Any, **kw: Any) -> Any:
+        return super().do_open(_tracked(http_class), req, **kw)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def do_open(self, http_class: Any, req: Any, **kw: Any) -> Any:
+        return super().do_open(_tracked(http_class), req, **kw)
+
+
 class Client:
     """A configured connection to the Den API. Every SDK object holds one; most code never
     builds one directly.
@@ -87,7 +211,13 @@ class Client:
         templates = client.json("GET", "/v1/templates")["templates"]
     """
 
-    def __init__(self, api_url: Optional[str] = None, api_key: Optional[str] = None, timeout: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        api_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: Optional[float] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
         url = api_url or _env("DEN_API_URL") or DEFAULT_API_URL
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -98,9 +228,22 @@ class Client:
             raise DenConfigError("No Den API key: pass api_key=... or set the DEN_API_KEY environment variable")
         self._api_key = key
         self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+        #: The TLS settings for an https API (None: the system's defaults).
+        self.ssl_context = ssl_context
+        self._opener = urllib.request.build_opener(_HTTPHandler(), _HTTPSHandler(context=ssl_context))
 
     def __repr__(self) -> str:
         return f"Client(api_url={self.api_url!r})"
+
+    def auth_headers(self) -> Dict[str, str]:
+        """The headers that authenticate a request made outside :meth:`request` (the PTY's
+        WebSocket, a raw port connection).
+
+        Example::
+
+            headers = client.auth_headers()   # {"Authorization": "Bearer den_...", "User-Agent": ...}
+        """
+        return {"Authorization": f"Bearer {self._api_key}", "User-Agent": USER_AGENT}
 
     def url(self, path: str, query: Optional[Query] = None) -> str:
         """The full URL of ``path`` with ``query``.
@@ -119,7 +262,7 @@ class Client:
         *,
         query: Optional[Query] = None,
         json_body: Any = UNSET,
-        body: Optional[bytes] = None,
+        body: Any = None,
         accept: str = "application/json",
         timeout: Optional[float] = None,
     ):
@@ -131,21 +274,19 @@ class Client:
             with client.request("GET", "/v1/sandboxes", query={"limit": 10}) as res:
                 print(json.load(res))
         """
-        headers = {
-            "Authorization": f"Bearer {self._api_key}",
-            "Accept": accept,
-            "User-Agent": f"den-sdk-python/{_VERSION}",
-        }
-        data: Optional[bytes] = None
+        headers = dict(self.auth_headers(), Accept=accept)
+        data: Any = None
         if json_body is not UNSET:
             headers["Content-Type"] = "application/json"
             data = json.dumps(json_body).encode("utf-8")
         elif body is not None:
             headers["Content-Type"] = "application/octet-stream"
-            data = bytes(body)
+            # bytes as they are; a binary file object or an iterable of bytes is streamed
+            # (chunked transfer encoding), never read whole into memory.
+            data = bytes(body) if isinstance(body, (bytes, bytearray, memoryview)) else body
         req = urllib.request.Request(self.url(path, query), data=data, headers=headers, method=method)
         try:
-            return urllib.request.urlopen(req, timeout=self.timeout if timeout is None else timeout)
+            return self._opener.open(req, timeout=self.timeout if timeout is None else timeout)
         except urllib.error.HTTPError as e:
             try:
                 raw = e.read()
@@ -191,7 +332,7 @@ class Client:
         with self.request(method, path, **kw) as res:
             res.read()
 
-    def ndjson(self, method: str, path: str, **kw: Any) -> Iterator[Dict[str, Any]]:
+    def ndjson(self, method: str, path: str, **kw: Any) -> Generator[Dict[str, Any], None, None]:
         """Sends a request at once and returns an iterator over the objects of its NDJSON body,
         one per line, skipping ``{"type": "keepalive"}`` lines. Closing the iterator (or
         reading it to the end) closes the connection.
@@ -204,7 +345,7 @@ class Client:
         return iter_ndjson(self.request(method, path, **kw))
 
 
-def iter_ndjson(res: Any) -> Iterator[Dict[str, Any]]:
+def iter_ndjson(res: Any) -> Generator[Dict[str, Any], None, None]:
     """The objects of an open NDJSON response, one per line (keepalive lines skipped); the
     response is closed when the iterator ends or is closed.
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Union
+from typing import IO, Iterable, Iterator, List, Union
 
 from ._client import Client, seg
 from .errors import DenFileNotFoundError
@@ -43,6 +43,16 @@ class ListFilesResult:
         return [e.path.rstrip("/").rsplit("/", 1)[-1] for e in self.entries]
 
 
+def _file_chunks(f: IO[bytes], size: int = 256 * 1024) -> Iterator[bytes]:
+    while True:
+        b = f.read(size)
+        if not b:
+            return
+        if isinstance(b, str):
+            raise TypeError("write() takes a file opened in binary mode")
+        yield b
+
+
 class Filesystem:
     """The files of one sandbox (``sbx.filesystem``).
 
@@ -69,6 +79,30 @@ class Filesystem:
         """
         return self._client.raw("GET", self._path(), query={"path": path}, accept="application/octet-stream")
 
+    def read_stream(self, path: str, chunk_bytes: int = 256 * 1024) -> Iterator[bytes]:
+        """Reads a file as chunks of at most ``chunk_bytes``, without holding it in memory (a
+        missing file raises here, before the first chunk). Close the iterator to stop early.
+
+        Example::
+
+            with open("big.tar", "wb") as out:
+                for chunk in sbx.filesystem.read_stream("/workspace/big.tar"):
+                    out.write(chunk)
+        """
+        res = self._client.request("GET", self._path(), query={"path": path}, accept="application/octet-stream")
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                while True:
+                    data = res.read(chunk_bytes)
+                    if not data:
+                        return
+                    yield data
+            finally:
+                res.close()
+
+        return chunks()
+
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """Reads a whole file as text.
 
@@ -78,16 +112,26 @@ class Filesystem:
         """
         return self.read(path).decode(encoding)
 
-    def write(self, path: str, data: Union[str, bytes, bytearray, memoryview]) -> FileInfo:
+    def write(self, path: str, data: Union[str, bytes, bytearray, memoryview, IO[bytes], Iterable[bytes]]) -> FileInfo:
         """Writes a whole file, creating or replacing it (atomically in the guest): a ``str`` is
-        written as UTF-8, bytes as they are. Returns the new file's info.
+        written as UTF-8, bytes as they are, and a binary file object (or an iterable of
+        bytes) is streamed without being read into memory. Returns the new file's info.
 
         Example::
 
             sbx.filesystem.write("/workspace/data.bin", bytes([0, 255, 10]))
             sbx.filesystem.write("/workspace/notes.txt", "hello\\n")
+            with open("big.tar", "rb") as f:
+                sbx.filesystem.write("/workspace/big.tar", f)
         """
-        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        if isinstance(data, str):
+            body: object = data.encode("utf-8")
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            body = bytes(data)
+        elif hasattr(data, "read"):
+            body = _file_chunks(data)  # type: ignore[arg-type]
+        else:
+            body = iter(data)
         w = self._client.json("PUT", self._path(), query={"path": path}, body=body)
         return convert(w, FileInfo.from_wire)
 

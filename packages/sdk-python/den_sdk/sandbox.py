@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Union, overload
 
 from ._client import UNSET, Client, seg
@@ -9,7 +10,9 @@ from .checkpoints import Checkpoint
 from .errors import SandboxNotFoundError
 from .exec import BUFFERED_EXEC_MAX_SECONDS, Command, ExecResult, ExecStream, command_body, exec_buffered, exec_streamed
 from .filesystem import Filesystem
+from .ports import PortForward, connect_port
 from .processes import Process, Processes
+from .pty import Ptys
 from .types import ListeningPort, NetworkPolicy, NetworkStatus, PortUrl, SandboxEvent, SandboxInfo, convert, network_to_wire
 
 __all__ = ["Sandbox"]
@@ -61,6 +64,8 @@ class Sandbox:
         self.filesystem = Filesystem(client, info.id)
         #: The sandbox's background processes (see :class:`Processes`).
         self.processes = Processes(client, info.id)
+        #: The sandbox's interactive terminals: ``sbx.pty.create(...)`` (see :class:`Ptys`).
+        self.pty = Ptys(client, info.id)
 
     def __repr__(self) -> str:
         return f"Sandbox(id={self.id!r}, state={self.state!r})"
@@ -499,6 +504,32 @@ class Sandbox:
             page = urllib.request.urlopen(url).read()
         """
         return self.create_port_url(port, expires_in_seconds).path_url
+
+    def connect_port(self, port: int, timeout: Optional[float] = 30.0) -> socket.socket:
+        """A raw TCP connection to ``port`` inside the sandbox, through the API (an HTTP upgrade
+        to ``den-tcp``): works whatever the sandbox's network policy, and wakes it if
+        hibernated. The socket is blocking, without a timeout; close it when done. Nothing
+        listening there raises :class:`DenConnectionRefusedError`.
+
+        Example::
+
+            with sbx.connect_port(6379) as sock:
+                sock.sendall(b"PING\r\n")
+                print(sock.recv(100))   # b"+PONG\r\n"
+        """
+        return connect_port(self._client, self.id, port, timeout)
+
+    def forward(self, port: int, local_port: int = 0, bind: str = "127.0.0.1") -> PortForward:
+        """Serves ``port`` of the sandbox on ``bind:local_port`` of this machine (0: a free
+        port, see :attr:`PortForward.local_port`), one tunnel through the API per connection
+        (any TCP protocol), until the forwarder is closed: what ``den forward`` does.
+
+        Example::
+
+            with sbx.forward(5432) as fwd:
+                conn = psycopg.connect(host="127.0.0.1", port=fwd.local_port)
+        """
+        return PortForward(lambda: connect_port(self._client, self.id, port), port, local_port=local_port, bind=bind)
 
     # ----------------------------------------------------------------- teardown
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, TypeVar, Union
 
 from .errors import InvalidResponseError
 
@@ -20,6 +20,20 @@ __all__ = [
     "ProcessStatus",
     "ListeningPort",
     "PortUrl",
+    "Template",
+    "ApiKey",
+    "UsageReport",
+    "UsageGroup",
+    "UsageCost",
+    "UsagePrices",
+    "HostInfo",
+    "HostKind",
+    "HostResources",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookPayload",
+    "WebhookDeliveriesPage",
+    "WEBHOOK_EVENT_TYPES",
     "parse_time",
 ]
 
@@ -360,3 +374,429 @@ class PortUrl:
             PortUrl.from_wire(client.json("POST", f"/v1/sandboxes/{id}/urls", json_body={"port": 8000}))
         """
         return cls(port=w["port"], url=w["url"], vhost_url=w["vhost_url"], path_url=w.get("path_url", w["url"]), token=w["token"], expires_at=parse_time(w["expires_at"]))  # type: ignore[arg-type]
+
+
+def _opt_time(s: Optional[str]) -> Optional[datetime]:
+    return None if s is None else parse_time(s)
+
+
+@dataclass
+class Template:
+    """A template version (the ``Template`` body): what ``Sandbox.create(template=...)``
+    starts from. ``current``: whether ``name`` alone resolves to this version; ``owner``:
+    who built it through the API (only they can use it), None for the server's own.
+
+    Example::
+
+        for t in Templates.list():
+            print(f"{t.name}@{t.version}", "(current)" if t.current else "", t.memory_mb)
+    """
+
+    name: str
+    version: str
+    current: bool
+    owner: Optional[str]
+    vcpus: int
+    memory_mb: int
+    disk_mb: int
+    created_at: datetime
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "Template":
+        """Builds a template from its JSON.
+
+        Example::
+
+            Template.from_wire(client.json("GET", "/v1/templates")["templates"][0])
+        """
+        return cls(
+            name=w["name"], version=w["version"], current=bool(w["current"]), owner=w.get("owner"),
+            vcpus=w["vcpus"], memory_mb=w["memory_mb"], disk_mb=w["disk_mb"],
+            created_at=parse_time(w["created_at"]), raw=dict(w),  # type: ignore[arg-type]
+        )
+
+
+@dataclass
+class ApiKey:
+    """An API key (the ``ApiKey`` body). ``key``, the secret, is only in the answer to
+    :meth:`Keys.create` (shown once); ``revoked_at`` is set once it is revoked.
+
+    Example::
+
+        k = Keys.create(owner="ci")
+        print(k.id, k.key)
+    """
+
+    id: str
+    owner: str
+    admin: bool
+    created_at: datetime
+    revoked_at: Optional[datetime]
+    key: Optional[str] = field(default=None, repr=False)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "ApiKey":
+        """Builds a key from its JSON.
+
+        Example::
+
+            ApiKey.from_wire({"id": "key_1", "owner": "ci", "admin": False, "created_at": "2025-01-01T00:00:00Z", "revoked_at": None})
+        """
+        raw = {k: v for k, v in w.items() if k != "key"}
+        return cls(
+            id=w["id"], owner=w["owner"], admin=bool(w["admin"]), created_at=parse_time(w["created_at"]),  # type: ignore[arg-type]
+            revoked_at=_opt_time(w.get("revoked_at")), key=w.get("key"), raw=raw,
+        )
+
+
+@dataclass
+class UsageCost:
+    """What a usage group cost, from the server's price table (``vcpu``, ``memory``,
+    ``storage`` and their ``total``).
+
+    Example::
+
+        g = Usage.get().groups[0]
+        if g.cost is not None:
+            print(g.cost.total)
+    """
+
+    vcpu: float
+    memory: float
+    storage: float
+    total: float
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "UsageCost":
+        """Builds the cost from its JSON.
+
+        Example::
+
+            UsageCost.from_wire({"vcpu": 1.0, "memory": 0.5, "storage": 0.0, "total": 1.5})
+        """
+        return cls(vcpu=w["vcpu"], memory=w["memory"], storage=w["storage"], total=w["total"])
+
+
+@dataclass
+class UsagePrices:
+    """The server's price table: per vCPU-second, per GiB-second of memory, per GB-month stored.
+
+    Example::
+
+        p = Usage.get().prices
+        if p is not None:
+            print(p.vcpu_second, p.gib_second, p.gb_month)
+    """
+
+    vcpu_second: float
+    gib_second: float
+    gb_month: float
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "UsagePrices":
+        """Builds the prices from their JSON.
+
+        Example::
+
+            UsagePrices.from_wire({"vcpu_second": 1e-5, "gib_second": 1e-6, "gb_month": 0.02})
+        """
+        return cls(vcpu_second=w["vcpu_second"], gib_second=w["gib_second"], gb_month=w["gb_month"])
+
+
+@dataclass
+class UsageGroup:
+    """One group of a usage report (``UsageGroup``): an owner, a sandbox or a metadata value
+    (``key``; None for sandboxes without that metadata key), depending on ``group_by``.
+    Seconds in each state; vCPU- and GiB-seconds reserved while running; host CPU its VMs
+    used and CPU Den spent for them; bytes kept in the snapshot store; a cost where the server
+    has prices.
+
+    Example::
+
+        for g in Usage.get(group_by="metadata.task_id").groups:
+            print(g.key, round(g.running_seconds), g.host_cpu_seconds, g.stored_gb_months)
+    """
+
+    key: Optional[str]
+    sandboxes: int
+    running_seconds: float
+    warm_hibernated_seconds: float
+    cold_hibernated_seconds: float
+    vcpu_seconds: float
+    memory_gib_seconds: float
+    host_cpu_seconds: float
+    den_cpu_seconds: float
+    stored_byte_seconds: float
+    stored_gb_months: float
+    cost: Optional[UsageCost]
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "UsageGroup":
+        """Builds the group from its JSON.
+
+        Example::
+
+            UsageGroup.from_wire(report_json["groups"][0])
+        """
+        return cls(
+            key=w.get("key"), sandboxes=w["sandboxes"], running_seconds=w["running_seconds"],
+            warm_hibernated_seconds=w["warm_hibernated_seconds"], cold_hibernated_seconds=w["cold_hibernated_seconds"],
+            vcpu_seconds=w["vcpu_seconds"], memory_gib_seconds=w["memory_gib_seconds"], host_cpu_seconds=w["host_cpu_seconds"],
+            den_cpu_seconds=w["den_cpu_seconds"], stored_byte_seconds=w["stored_byte_seconds"], stored_gb_months=w["stored_gb_months"],
+            cost=None if w.get("cost") is None else UsageCost.from_wire(w["cost"]),
+        )
+
+
+@dataclass
+class UsageReport:
+    """Metered usage over a period (``UsageReport``): ``from_`` (PEP 8's spelling of the wire's
+    ``from``) to ``to``, grouped by ``group_by``.
+
+    Example::
+
+        r = Usage.get(group_by="owner")
+        print(r.from_, r.to, [(g.key, g.running_seconds) for g in r.groups])
+    """
+
+    from_: datetime
+    to: datetime
+    group_by: str
+    prices: Optional[UsagePrices]
+    groups: List[UsageGroup]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "UsageReport":
+        """Builds the report from its JSON.
+
+        Example::
+
+            UsageReport.from_wire(client.json("GET", "/v1/usage"))
+        """
+        return cls(
+            from_=parse_time(w["from"]), to=parse_time(w["to"]), group_by=w["group_by"],  # type: ignore[arg-type]
+            prices=None if w.get("prices") is None else UsagePrices.from_wire(w["prices"]),
+            groups=[UsageGroup.from_wire(g) for g in w["groups"]], raw=dict(w),
+        )
+
+
+@dataclass
+class HostKind:
+    """What a host is: its QEMU version, accelerator (``kvm``, ``tcg``), CPU model and architecture.
+
+    Example::
+
+        h = Hosts.list()[0]
+        print(h.kind.accelerator if h.kind else "unknown")
+    """
+
+    qemu_version: str
+    accelerator: str
+    cpu_model: str
+    arch: str
+
+
+@dataclass
+class HostResources:
+    """Memory (MiB) and vCPUs; in a host's ``capacity`` also the disk it keeps free
+    (``disk_reserve_mb``), in its ``used`` the ``sandboxes`` holding them.
+
+    Example::
+
+        h = Hosts.list()[0]
+        if h.capacity and h.used:
+            print(h.used.memory_mb, "of", h.capacity.memory_mb, "MiB")
+    """
+
+    memory_mb: int
+    vcpus: int
+    disk_reserve_mb: Optional[int] = None
+    sandboxes: Optional[int] = None
+
+
+@dataclass
+class HostInfo:
+    """One host agent as ``GET /v1/hosts`` shows it (``HostEntry``): whether it answers now
+    (``status``: ``up``/``unreachable``), what the operator said (``state``: ``up``,
+    ``draining``, ``removed``), how it is managed (``config`` or ``lease``), its kind,
+    capacity and use (None while it does not answer), and the live sandboxes placed on it.
+
+    Example::
+
+        for h in Hosts.list():
+            print(h.id, h.status, h.state, h.sandboxes)
+    """
+
+    id: str
+    url: str
+    status: str
+    error: Optional[str]
+    state: str
+    managed: str
+    lease_until: Optional[datetime]
+    lost_at: Optional[datetime]
+    kind: Optional[HostKind]
+    capacity: Optional[HostResources]
+    used: Optional[HostResources]
+    sandboxes: int
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "HostInfo":
+        """Builds the host from its JSON.
+
+        Example::
+
+            HostInfo.from_wire(client.json("GET", "/v1/hosts")["hosts"][0])
+        """
+        k, c, u = w.get("kind"), w.get("capacity"), w.get("used")
+        return cls(
+            id=w["id"], url=w["url"], status=w["status"], error=w.get("error"), state=w["state"], managed=w["managed"],
+            lease_until=_opt_time(w.get("lease_until")), lost_at=_opt_time(w.get("lost_at")),
+            kind=None if k is None else HostKind(qemu_version=k["qemuVersion"], accelerator=k["accelerator"], cpu_model=k["cpuModel"], arch=k["arch"]),
+            capacity=None if c is None else HostResources(memory_mb=c["memory_mb"], vcpus=c["vcpus"], disk_reserve_mb=c.get("disk_reserve_mb")),
+            used=None if u is None else HostResources(memory_mb=u["memory_mb"], vcpus=u["vcpus"], sandboxes=u.get("sandboxes")),
+            sandboxes=w["sandboxes"], raw=dict(w),
+        )
+
+
+#: Every event type a webhook can subscribe to (what one created without ``events`` gets).
+WEBHOOK_EVENT_TYPES = (
+    "sandbox.created", "sandbox.hibernated", "sandbox.woken", "sandbox.destroyed", "sandbox.lost", "sandbox.recovered",
+    "sandbox.error", "sandbox.forked", "checkpoint.created", "checkpoint.deleted", "network.refused", "sandbox.refused",
+)
+
+
+@dataclass
+class Webhook:
+    """A webhook (the ``Webhook`` body): where an owner's sandbox events are POSTed. ``secret``
+    (``whsec_...``), which signs the deliveries, is only in the answer to
+    :meth:`Webhooks.create` (shown once).
+
+    Example::
+
+        hook = Webhooks.create(url="https://example.com/den", events=["sandbox.destroyed"])
+        save_secret(hook.secret)
+    """
+
+    id: str
+    url: str
+    events: List[str]
+    description: Optional[str]
+    created_at: datetime
+    secret: Optional[str] = field(default=None, repr=False)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "Webhook":
+        """Builds a webhook from its JSON.
+
+        Example::
+
+            Webhook.from_wire(client.json("GET", f"/v1/webhooks/{hook_id}"))
+        """
+        return cls(
+            id=w["id"], url=w["url"], events=list(w["events"]), description=w.get("description"),
+            created_at=parse_time(w["created_at"]), secret=w.get("secret"),  # type: ignore[arg-type]
+            raw={k: v for k, v in w.items() if k != "secret"},
+        )
+
+
+@dataclass
+class WebhookPayload:
+    """The JSON body a webhook receives: ``type``, when it happened (``timestamp``) and the
+    event's ``data`` (``sandbox_id``, ``reason``, ``mode``, ``children``, ``checkpoint``, ...).
+
+    Example::
+
+        payload = Webhooks.verify(body, headers, secret)
+        if payload.type == "sandbox.destroyed":
+            print(payload.data["sandbox_id"], payload.data.get("reason"))
+    """
+
+    type: str
+    timestamp: datetime
+    data: Dict[str, Any]
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "WebhookPayload":
+        """Builds a payload from its JSON.
+
+        Example::
+
+            WebhookPayload.from_wire(json.loads(body))
+        """
+        return cls(type=w["type"], timestamp=parse_time(w["timestamp"]), data=dict(w.get("data") or {}))  # type: ignore[arg-type]
+
+
+@dataclass
+class WebhookDelivery:
+    """One delivery of an event to a webhook (``WebhookDelivery``). ``status``: ``pending``
+    (not delivered yet; retried with backoff), ``delivered`` or ``failed`` (given up).
+    ``message_id`` is the ``webhook-id`` header the receiver sees: the same for every attempt
+    and redelivery of one event, so receivers dedupe on it.
+
+    Example::
+
+        for d in Webhooks.deliveries(hook.id, status="failed").deliveries:
+            print(d.id, d.type, d.attempts, d.response_status, d.error)
+    """
+
+    id: str
+    message_id: str
+    webhook_id: str
+    type: str
+    #: None for events of no one sandbox (``sandbox.refused``).
+    sandbox_id: Optional[str]
+    status: str
+    attempts: int
+    created_at: datetime
+    last_attempt_at: Optional[datetime]
+    next_attempt_at: Optional[datetime]
+    delivered_at: Optional[datetime]
+    #: The receiver's HTTP status at the last attempt (None: no response).
+    response_status: Optional[int]
+    #: Why the last attempt failed.
+    error: Optional[str]
+    payload: WebhookPayload
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "WebhookDelivery":
+        """Builds a delivery from its JSON.
+
+        Example::
+
+            WebhookDelivery.from_wire(page_json["deliveries"][0])
+        """
+        return cls(
+            id=w["id"], message_id=w["message_id"], webhook_id=w["webhook_id"], type=w["type"], sandbox_id=w.get("sandbox_id"),
+            status=w["status"], attempts=w["attempts"], created_at=parse_time(w["created_at"]),  # type: ignore[arg-type]
+            last_attempt_at=_opt_time(w.get("last_attempt_at")), next_attempt_at=_opt_time(w.get("next_attempt_at")),
+            delivered_at=_opt_time(w.get("delivered_at")), response_status=w.get("response_status"), error=w.get("error"),
+            payload=WebhookPayload.from_wire(w["payload"]), raw=dict(w),
+        )
+
+
+@dataclass
+class WebhookDeliveriesPage:
+    """One page of a webhook's deliveries, newest first; ``next_cursor`` is None on the last
+    page. Iterating it iterates the deliveries.
+
+    Example::
+
+        page = Webhooks.deliveries(hook.id, limit=20)
+        if page.next_cursor:
+            page = Webhooks.deliveries(hook.id, cursor=page.next_cursor)
+    """
+
+    deliveries: List[WebhookDelivery]
+    next_cursor: Optional[str]
+
+    def __iter__(self) -> Iterator[WebhookDelivery]:
+        return iter(self.deliveries)
+
+    def __len__(self) -> int:
+        return len(self.deliveries)

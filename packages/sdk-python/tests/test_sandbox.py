@@ -2,6 +2,7 @@
 ``DEN_API_KEY``; run by ``packages/server/test/python-sdk.test.ts``). One shared sandbox
 carries most tests; restore, fork, the error cases and the context manager make a few more."""
 
+import io
 import os
 import time
 import unittest
@@ -10,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 from den_sdk import (
     AuthenticationError,
+    Client,
     Checkpoint,
     CheckpointNotFoundError,
     Checkpoints,
@@ -23,6 +25,7 @@ from den_sdk import (
     NetworkPolicy,
     Process,
     ProcessNotFoundError,
+    PtyExit,
     Sandbox,
     SandboxInfo,
     SandboxNotFoundError,
@@ -32,6 +35,15 @@ from den_sdk import (
 from ._support import RUN_TAG, require_server
 
 MiB = 1024 * 1024
+
+
+def _info(sandbox_id):
+    """The info of a sandbox that need not exist (to address one the server does not know)."""
+    now = "2025-01-01T00:00:00Z"
+    return SandboxInfo.from_wire({
+        "id": sandbox_id, "state": "running", "template": "base", "template_version": "x", "persistent": False, "idle_timeout_seconds": 1,
+        "on_idle": "destroy", "metadata": {}, "vcpus": 1, "memory_mb": 1, "disk_mb": 1, "created_at": now, "last_activity_at": now,
+    })
 
 
 @require_server
@@ -153,6 +165,14 @@ class SandboxTest(unittest.TestCase):
         fs.write("/work/files/bin/big.bin", big)
         self.assertEqual(fs.read("/work/files/bin/every.bin"), every_byte)
         self.assertEqual(fs.read("/work/files/bin/big.bin"), big)
+        # a file object is streamed up (chunked), and a file can be read back in chunks
+        self.assertEqual(fs.write("/work/files/bin/streamed.bin", io.BytesIO(big)).size, MiB)
+        chunks = list(fs.read_stream("/work/files/bin/streamed.bin", chunk_bytes=100_000))
+        self.assertEqual(b"".join(chunks), big)
+        self.assertGreater(len(chunks), 5)
+        self.assertEqual(fs.write("/work/files/bin/parts.bin", (b"ab" for _ in range(3))).size, 6)
+        fs.remove("/work/files/bin/streamed.bin")
+        fs.remove("/work/files/bin/parts.bin")
         fs.write("/work/files/text.txt", "héllo wörld ✓\n")
         self.assertEqual(fs.read_text("/work/files/text.txt"), "héllo wörld ✓\n")
         self.assertEqual(self.sbx.exec("sha256sum /work/files/bin/big.bin | cut -c1-64").stdout.strip(), __import__("hashlib").sha256(big).hexdigest())
@@ -214,6 +234,104 @@ class SandboxTest(unittest.TestCase):
 
         with self.assertRaises(ProcessNotFoundError):
             sbx.processes.get(99999)
+
+    # -------------------------------------------------------------- an agent loop
+
+    def test_agent_loop_across_turns(self):
+        # A coding agent's turns: each one reconnects by id, runs commands and edits files; what
+        # earlier turns left (files, a git history, a running process) is there for the next.
+        sid = self.sbx.id
+        setup = (
+            "mkdir -p /work/agent && cd /work/agent && git init -q && "
+            "printf 'def add(a, b):\\n    return a - b\\n' > calc.py && "
+            "printf 'from calc import add\\nassert add(2, 3) == 5, add(2, 3)\\nprint(\"pass\")\\n' > test_calc.py && "
+            "git add -A && git -c user.email=a@den -c user.name=agent commit -qm start && echo ready"
+        )
+        turn1 = Sandbox.connect(sid)
+        self.assertEqual(turn1.exec(setup, timeout_seconds=60).stdout, "ready\n")
+        # (written then renamed: a reader never sees the file empty)
+        watcher = turn1.exec("while true; do date +%s%N > /work/agent/.tmp && mv /work/agent/.tmp /work/agent/.alive; sleep 0.2; done", background=True)
+
+        turn2 = Sandbox.connect(sid)  # the tests fail
+        r = turn2.exec("python3 test_calc.py", cwd="/work/agent", timeout_seconds=60)
+        self.assertNotEqual(r.exit_code, 0)
+        self.assertIn("AssertionError: -1", r.stderr)
+
+        turn3 = Sandbox.connect(sid)  # the model's edit, through the file API
+        src = turn3.filesystem.read_text("/work/agent/calc.py")
+        turn3.filesystem.write("/work/agent/calc.py", src.replace("a - b", "a + b"))
+
+        turn4 = Sandbox.connect(sid)  # the tests pass; commit
+        r = turn4.exec(
+            "python3 test_calc.py && git add -A && git -c user.email=a@den -c user.name=agent commit -qm fix && git log --oneline | wc -l",
+            cwd="/work/agent", timeout_seconds=60,
+        )
+        self.assertEqual((r.exit_code, r.stdout), (0, "pass\n2\n"))
+        self.assertTrue(watcher.refresh().running)  # the process of turn 1 still runs
+        first = int(turn4.filesystem.read_text("/work/agent/.alive"))
+        deadline = time.monotonic() + 60
+        while int(turn4.filesystem.read_text("/work/agent/.alive")) <= first:  # it still ticks
+            self.assertLess(time.monotonic(), deadline, "the process of turn 1 stopped writing")
+            time.sleep(0.2)
+        watcher.kill()
+        self.assertFalse(watcher.wait(timeout_seconds=30).running)
+
+    # -------------------------------------------------------------- an interactive terminal
+
+    def test_pty_shell_resize_ctrl_c_exit_code(self):
+        with self.sbx.pty.create(rows=24, cols=80) as term:
+            term.write("echo $((6*7))\n")
+            term.expect(rb"\b42\b", timeout=30)  # the typed line echoes "$((6*7))", not 42
+            term.write("stty size\n")
+            term.expect(r"24 80", timeout=30)
+            term.resize(33, 99)
+            term.write("stty size; echo $GREETING\n")  # the sandbox's env reaches the terminal
+            term.expect(r"33 99\s+hello", timeout=30)
+            term.write("sleep 1000\n")
+            time.sleep(1)
+            term.write("\x03")  # Ctrl-C: SIGINT for the foreground sleep
+            term.write("echo back-$((40+2))\n")
+            term.expect(r"back-42", timeout=30)
+            term.write("exit 9\n")
+            self.assertEqual(term.wait(timeout=60), PtyExit(exit_code=9, signal=None))
+            self.assertTrue(term.done)
+        # a command of our own, in a cwd; iterate its output to the end
+        with self.sbx.pty.create(cmd="pwd; tty; exit 4", cwd="/tmp", rows=10, cols=40) as term:
+            out = b"".join(term).decode()
+        self.assertIn("/tmp", out)
+        self.assertIn("/dev/pts/", out)
+        self.assertEqual(term.exit.exit_code, 4)
+
+    # -------------------------------------------------------------- a tunnel to a port
+
+    def test_forward_and_raw_port_connections(self):
+        sbx = self.sbx
+        sbx.filesystem.write("/srv/fwd/index.html", "forwarded page\n")
+        server = sbx.exec(["python3", "-m", "http.server", "8001", "--directory", "/srv/fwd"], background=True)
+        try:
+            deadline = time.monotonic() + 30
+            while not any(p.port == 8001 for p in sbx.ports()):
+                self.assertLess(time.monotonic(), deadline, "http.server never listened")
+                time.sleep(0.2)
+            with sbx.forward(8001) as fwd:  # a local port, one tunnel per connection
+                for _ in range(3):
+                    with urllib.request.urlopen(f"http://127.0.0.1:{fwd.local_port}/index.html", timeout=60) as res:
+                        self.assertEqual(res.read(), b"forwarded page\n")
+                self.assertEqual((fwd.connections, fwd.errors), (3, []))
+            with sbx.connect_port(8001) as sock:  # raw TCP: speak HTTP by hand
+                sock.sendall(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n")
+                data = b""
+                while True:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            self.assertTrue(data.startswith(b"HTTP/1.0 200"), data[:100])
+            self.assertTrue(data.endswith(b"\r\n\r\nforwarded page\n"), data[-100:])
+        finally:
+            server.kill()
+        with self.assertRaises(DenConnectionRefusedError):
+            sbx.connect_port(9998)
 
     # -------------------------------------------------------------- hibernate / wake
 
@@ -376,6 +494,18 @@ class ErrorsTest(unittest.TestCase):
         self.assertEqual((cm.exception.code, cm.exception.status), ("unauthorized", 401))
         with self.assertRaises(AuthenticationError):
             list(Sandbox.list(api_key="den_wrong_key"))
+        with self.assertRaises(AuthenticationError):  # the PTY's WebSocket handshake too
+            Sandbox(Client(api_key="den_wrong_key"), _info("sbx_aaaaaaaaaaaaaaaa")).pty.create()
+
+    def test_pty_and_port_of_a_missing_sandbox(self):
+        ghost = Sandbox(Client(), _info("sbx_aaaaaaaaaaaaaaaa"))
+        term = ghost.pty.create()
+        with self.assertRaises(SandboxNotFoundError) as cm:
+            term.wait(timeout=60)
+        self.assertEqual(cm.exception.status, 404)
+        term.close()
+        with self.assertRaises(SandboxNotFoundError):
+            ghost.connect_port(8000)
 
     def test_invalid_arguments_and_missing_things(self):
         with self.assertRaises(InvalidArgumentError) as cm:

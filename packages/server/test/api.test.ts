@@ -70,6 +70,16 @@ describe("the /v1 API against real microVMs", () => {
     assert.equal(out, "one\n");
     assert.equal(err, "two\n");
     assert.deepEqual(lines.at(-1), { type: "exit", exit_code: 7, signal: null, timed_out: false });
+    // A client that hangs up mid-stream takes its command with it.
+    const ac = new AbortController();
+    const hung = await fetch(`${server.url}/v1/sandboxes/${id}/exec/stream`, {
+      method: "POST", signal: ac.signal, body: JSON.stringify({ cmd: "sleep 611.5" }),
+      headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json" },
+    });
+    const reader = hung.body!.getReader();
+    assert.match(new TextDecoder().decode((await reader.read()).value), /"type":"start"/);
+    ac.abort();
+    await waitFor("the command killed", async () => ((await admin("POST", `/v1/sandboxes/${id}/exec`, { cmd: "pgrep -f 'sleep 61[1]' || echo none" })).body.stdout === "none\n" ? true : undefined), 15_000, 500);
   });
 
   test("files up and down, binary-safe; list, stat, mkdir, rename, remove", async () => {

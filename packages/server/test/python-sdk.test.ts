@@ -75,14 +75,50 @@ describe("the Python SDK against a real server", () => {
     assertPassed("python3 --version", r);
   });
 
-  test("the unittest suite passes, nothing skipped", { timeout: 5 * 60_000 }, async () => {
-    const r = await python(["-m", "unittest", "discover", "-v", "-s", "tests", "-t", "."], pyEnv(), 5 * 60_000);
+  test("the unittest suite passes, nothing skipped", { timeout: 10 * 60_000 }, async () => {
+    const r = await python(["-m", "unittest", "discover", "-v", "-s", "tests", "-t", "."], pyEnv(), 10 * 60_000);
     assertPassed("python unittest suite", r);
     assert.match(r.output, /\nOK\s*$/, r.output.slice(-3000));
     assert.doesNotMatch(r.output, /skipped/i, `tests were skipped:\n${r.output}`);
     const ran = Number(/Ran (\d+) tests?/.exec(r.output)?.[1] ?? 0);
-    assert.ok(ran >= 25, `only ${ran} tests ran:\n${r.output}`);
-    for (const name of ["test_every_protocol_code_maps_to_a_typed_class", "test_hibernate_and_wake_warm_and_cold_keep_state", "test_snapshot_restore_and_fork", "test_with_destroys_on_exception_and_reraises", "test_bad_key", "test_missing_sandbox"]) {
+    assert.ok(ran >= 70, `only ${ran} tests ran:\n${r.output}`);
+    for (const name of [
+      // errors, offline
+      "test_every_protocol_code_maps_to_a_typed_class",
+      // the blocking client against real microVMs
+      "test_agent_loop_across_turns",
+      "test_hibernate_and_wake_warm_and_cold_keep_state",
+      "test_snapshot_restore_and_fork",
+      "test_pty_shell_resize_ctrl_c_exit_code",
+      "test_forward_and_raw_port_connections",
+      "test_timeout_events_network_and_ports",
+      "test_background_processes",
+      "test_templates_list_build_use_delete",
+      "test_keys_create_use_revoke",
+      "test_usage_and_hosts",
+      "test_webhooks_create_list_deliveries_delete",
+      "test_with_destroys_on_exception_and_reraises",
+      "test_bad_key",
+      "test_missing_sandbox",
+      // the asyncio client against real microVMs
+      "test_async_agent_loop_across_turns",
+      "test_async_hibernate_warm_and_cold_keep_state",
+      "test_async_checkpoint_restore_fork",
+      "test_async_pty",
+      "test_async_ports_url_forward_and_raw",
+      "test_async_background_processes_and_events",
+      "test_async_cancelled_exec_returns_promptly_and_the_sandbox_stays_usable",
+      "test_async_with_destroys_on_exit_and_on_exception",
+      "test_async_templates_keys_usage_hosts",
+      "test_async_webhooks",
+      "test_async_bad_key",
+      "test_async_missing_sandbox",
+      // the WebSocket client and the asyncio bridge, offline
+      "test_fragmented_message_with_a_ping_inside_and_a_server_close",
+      "test_message_over_the_bound_closes_with_1009",
+      "test_wss",
+      "test_cancelling_hangs_up_instead_of_leaving_a_thread_blocked",
+    ]) {
       assert.match(r.output, new RegExp(`${name} .*\\.\\.\\. ok`), `${name} did not pass:\n${r.output}`);
     }
   });

@@ -65,11 +65,12 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
       release();
       throw e;
     }
-    req.raw.once("close", release);
+    // The response's close (its end, or the client gone): a request's own close comes as soon as its body is read.
+    reply.raw.once("close", release);
     await cp.recordExec(row.id, "exec.started", { cmd: typeof cmd === "string" ? cmd.slice(0, 200) : cmd.slice(0, 8), streamed: true });
     // A client that goes away takes its command with it.
     let finished = false;
-    req.raw.on("close", () => {
+    reply.raw.on("close", () => {
       if (!finished) p.kill().catch(() => undefined);
     });
     async function* lines(): AsyncGenerator<string> {

@@ -89,7 +89,7 @@ export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {
     if (req.query.follow !== "true") return { events: (await cp.events(row, after)).events };
     const release = cp.slots.follows.take(row.owner);
     let open = true;
-    req.raw.on("close", () => {
+    reply.raw.on("close", () => {
       open = false;
       release();
     });
