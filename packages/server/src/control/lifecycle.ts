@@ -169,8 +169,7 @@ export class Lifecycle {
    * cold-hibernated, rather than failing: the sandbox being woken is the most recently used
    * one there is.
    */
-  private async placeForWake(row: SandboxRow): Promise<HostAgent> {
-    const deadline = performance.now() + WAKE_ROOM_WAIT_MS;
+  private async placeForWake(row: SandboxRow, deadline: number): Promise<HostAgent> {
     for (;;) {
       try {
         return await this.placeStored(row, row.host_id);
@@ -388,7 +387,25 @@ export class Lifecycle {
     });
   }
 
+  /**
+   * A wake; a cold one whose host refused it for memory after all (another wake took the room
+   * made for it between placement and restore; nothing was restored) is placed again, room
+   * made again, until WAKE_ROOM_WAIT_MS is over.
+   */
   private async wakeNow(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
+    const deadline = performance.now() + WAKE_ROOM_WAIT_MS;
+    for (;;) {
+      try {
+        return await this.wakeAttempt(id, reason, deadline, timeoutSeconds);
+      } catch (e) {
+        const resource = e instanceof DenError && e.code === "capacity_exhausted" ? e.details?.resource : undefined;
+        const cold = modeOf((await this.ctx.store.getSandbox(id))!) === "cold";
+        if (!cold || (resource !== "memory" && resource !== "memory_pressure") || performance.now() > deadline) throw e;
+      }
+    }
+  }
+
+  private async wakeAttempt(id: string, reason: Reason, deadline: number, timeoutSeconds?: number): Promise<SandboxRow> {
     const { store, ops, metrics, meter, clock } = this.ctx;
     const row = (await store.getSandbox(id))!;
     if (row.state === "running") return row;
@@ -398,7 +415,7 @@ export class Lifecycle {
     if (mode === "cold" && !snapshot) throw new DenError("sandbox_not_running", `sandbox ${id} has no snapshot to wake from`);
     // Warm and disk: on its host (its memory snapshot or its disk is there). Cold: everything
     // is in the store, so any compatible host with room will do, its last one first.
-    const host = mode === "cold" ? await this.placeForWake(row) : this.ctx.hosts.of(row);
+    const host = mode === "cold" ? await this.placeForWake(row, deadline) : this.ctx.hosts.of(row);
     const op = { ...ops.newOp("wake", id, reason, { mode, snapshot, host: host.instance }), host: host.instance };
     // The row names the host before the host is asked: a crash leaves nothing it cannot find.
     await ops.begin(row, op, host.instance !== row.host_id ? (tx) => tx.updateSandbox(id, { host_id: host.instance }).then(() => undefined) : undefined);
