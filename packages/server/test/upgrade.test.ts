@@ -6,7 +6,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { loadConfig, startServer, type RunningServer } from "../src/index.js";
+import { migrations } from "../src/migrations.js";
 import { ADMIN_KEY, CLI, client } from "./helpers.js";
+
+const UNDONE = ["009_operations", "010_sandbox_hosts", "011_deadlines", "012_hosts", "013_replicas", "014_template_versions", "015_stored_templates", "016_webhooks"];
 
 /**
  * A data dir as the version before operations and deployment ids left it: its database
@@ -15,6 +18,8 @@ import { ADMIN_KEY, CLI, client } from "./helpers.js";
  * version writes them and the test moves them back to where the earlier one kept them.
  */
 function downgrade(dir: string): void {
+  const later = Object.keys(migrations("sqlite")).filter((m) => m > "008~");
+  assert.deepEqual(later, UNDONE, "downgrade() undoes every migration after 008: add the new one's undo here");
   const store = join(dir, "store");
   const db = new Database(join(dir, "den.db"));
   try {
@@ -30,6 +35,7 @@ function downgrade(dir: string): void {
     db.exec(`
       DROP TABLE operations; DROP TABLE stored_snapshots; DROP TABLE settings;
       DROP TABLE hosts; DROP TABLE replicas; DROP TABLE leases; DROP TABLE template_versions;
+      DROP TABLE webhooks; DROP TABLE webhook_deliveries;
       ALTER TABLE sandboxes DROP COLUMN generation; ALTER TABLE sandboxes DROP COLUMN op_id;
       ALTER TABLE sandboxes DROP COLUMN op_kind; ALTER TABLE sandboxes DROP COLUMN op_since;
       ALTER TABLE sandboxes DROP COLUMN host_id;
@@ -37,7 +43,7 @@ function downgrade(dir: string): void {
       ALTER TABLE sandboxes DROP COLUMN deadline_mode; ALTER TABLE sandboxes DROP COLUMN on_deadline;
       ALTER TABLE sandboxes DROP COLUMN run_timeout_seconds; ALTER TABLE sandboxes DROP COLUMN auto_resume;
       ALTER TABLE sandboxes DROP COLUMN surface; ALTER TABLE sandboxes DROP COLUMN public_ports;
-      DELETE FROM kysely_migration WHERE name IN ('009_operations', '010_sandbox_hosts', '011_deadlines', '012_hosts', '013_replicas', '014_template_versions', '015_stored_templates');`);
+      DELETE FROM kysely_migration WHERE name IN (${UNDONE.map((m) => `'${m}'`).join(", ")});`);
   } finally {
     db.close();
   }
