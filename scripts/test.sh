@@ -44,6 +44,7 @@ bounded node --test --test-concurrency=1 --test-reporter=spec \
   packages/runtime/dist/test/*.test.js \
   packages/host-agent/dist/test/*.test.js \
   packages/sdk/dist/test/*.test.js \
+  packages/mcp/dist/test/*.test.js \
   packages/server/dist/test/*.test.js \
   packages/bench/dist/test/*.test.js
 # The same API tests once more, on Postgres (a throwaway server, scripts/with-postgres.sh)

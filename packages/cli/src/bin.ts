@@ -11,6 +11,7 @@ import { registerHostRun } from "./commands/host-run.js";
 import { registerUsage } from "./commands/usage.js";
 import { registerPort } from "./commands/port.js";
 import { registerForward } from "./commands/forward.js";
+import { registerMcp } from "./commands/mcp.js";
 import { registerCreate } from "./commands/create.js";
 import { registerLs } from "./commands/ls.js";
 import { registerExec } from "./commands/exec.js";
@@ -84,6 +85,7 @@ registerHostRun(program.command("host").description("run this machine's host age
 registerUsage(program);
 registerPort(program);
 registerForward(program);
+registerMcp(program);
 
 /** Error messages on one line (some carry JSON), bounded. */
 const oneLine = (m: string) => m.replace(/\s*\n\s*/g, " ").slice(0, 1000);

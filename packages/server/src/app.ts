@@ -20,6 +20,7 @@ import { registerHealthRoutes } from "./routes/health.js";
 import { PortProxy } from "./ports/proxy.js";
 import { PortTokens } from "./ports/tokens.js";
 import { registerDashboardRoutes } from "./routes/dashboard.js";
+import { registerMcpRoutes } from "./routes/mcp.js";
 import { registerE2bRoutes, type E2bSurface } from "./e2b/index.js";
 import { validationMessage } from "./validation.js";
 
@@ -164,12 +165,15 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
     else req.log.debug(line, `${req.method} ${line.url} -> ${reply.statusCode}`);
   });
 
-  app.addHook("onRequest", async (req) => {
-    if (!req.url.startsWith("/v1/")) return;
+  /** A Den key (`Authorization: Bearer`), on /v1 and /mcp: a missing or wrong one is a 401 before any handler runs. */
+  const authenticate = async (req: FastifyRequest) => {
     const key = bearerKey(req.headers.authorization);
     const p = key ? await cp.store.findKey(key) : undefined;
     if (!p) throw new DenError("unauthorized", key ? "invalid or revoked API key" : "missing API key (Authorization: Bearer <key>)");
     req.principal = p;
+  };
+  app.addHook("onRequest", async (req) => {
+    if (req.url.startsWith("/v1/")) await authenticate(req);
   });
 
   registerHealthRoutes(app, cp);
@@ -198,6 +202,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   registerCheckpointRoutes(typed, cp);
   registerWebhookRoutes(typed, cp);
   registerDashboardRoutes(app);
+  registerMcpRoutes(app, cp, authenticate);
   if (opts.e2b) await registerE2bRoutes(app, { cp, ...opts.e2b });
   return app;
 }
