@@ -144,6 +144,13 @@ int op_sys_entropy(struct req *r);
 int op_sys_limits(struct req *r);
 int op_sys_info(struct req *r);
 int op_sys_metrics(struct req *r);
+/* ---- vol.c: Den volumes in the VM's disk slots ---- */
+int op_vol_mount(struct req *r);
+int op_vol_release(struct req *r);
+int op_vol_detach(struct req *r);
+int op_vol_grow(struct req *r);
+/* files.c: path and missing parents (made owned by u, if given); 0 or -errno */
+int mkdir_p(const char *path, mode_t mode, const struct guser *u);
 
 /* ---- init.c ---- */
 int init_main(char *self);

@@ -191,7 +191,7 @@ static int own(const char *path, const struct guser *u)
 }
 
 /* Creates path and its missing parents (those it makes owned by u, if given). 0 or -errno. */
-static int mkdir_p(const char *path, mode_t mode, const struct guser *u)
+int mkdir_p(const char *path, mode_t mode, const struct guser *u)
 {
 	char *p = xstrdup(path);
 	int e = 0;

@@ -155,6 +155,8 @@ static const struct {
 	{"file.remove", op_file_remove}, {"file.rename", op_file_rename}, {"stream.cancel", op_stream_cancel},
 	{"tcp.connect", op_tcp_connect}, {"net.ports", op_net_ports}, {"file.setxattr", op_file_setxattr},
 	{"file.getxattrs", op_file_getxattrs}, {"sys.metrics", op_sys_metrics},
+	{"vol.mount", op_vol_mount}, {"vol.release", op_vol_release}, {"vol.detach", op_vol_detach},
+	{"vol.grow", op_vol_grow},
 };
 
 static void handle_req(uint32_t id, const char *p, size_t n)

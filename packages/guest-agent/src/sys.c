@@ -113,6 +113,7 @@ int op_sys_hello(struct req *r)
 	jw_str(r->w, "file.owner");
 	jw_str(r->w, "file.xattr");
 	jw_str(r->w, "sys.metrics");
+	jw_str(r->w, "volumes");
 	jw_end_arr(r->w);
 	return 0;
 }

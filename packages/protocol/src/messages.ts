@@ -91,7 +91,7 @@ export interface HelloReply {
 }
 
 /** Agent features (the hello's `features`) the host checks before relying on them. */
-export type AgentFeature = "exec.user" | "file.owner" | "file.xattr" | "sys.metrics";
+export type AgentFeature = "exec.user" | "file.owner" | "file.xattr" | "sys.metrics" | "volumes";
 
 /** Reply to `sys.metrics`: raw counters; CPU in USER_HZ ticks since boot over all CPUs. */
 export interface SysMetrics {
@@ -159,6 +159,14 @@ export interface AgentOps {
   "file.setxattr": { req: { path: string; attrs: Record<string, string> }; res: Record<string, never> };
   "file.getxattrs": { req: { path: string }; res: { attrs: Record<string, string>; truncated: boolean } };
   "sys.metrics": { req: Record<string, never>; res: SysMetrics };
+  /** Mounts the ext4 of volume slot `slot` (virtio-blk serial den-vol-<slot>) at `path`. */
+  "vol.mount": { req: { slot: number; path: string; read_only: boolean }; res: Record<string, never> };
+  /** Flushes and unmounts; `released: false` when a process still holds files on it (it stays mounted). */
+  "vol.release": { req: { path: string }; res: { released: boolean } };
+  /** Lazily unmounts a mount whose media is gone; `free`: nothing holds the slot's device any more. */
+  "vol.detach": { req: { slot: number; path: string }; res: { free: boolean } };
+  /** Grows a mounted read-write volume's filesystem to `bytes`. */
+  "vol.grow": { req: { path: string; bytes: number }; res: Record<string, never> };
   "file.remove": { req: { path: string; recursive: boolean }; res: Record<string, never> };
   "file.rename": { req: { from: string; to: string }; res: Record<string, never> };
   "tcp.connect": { req: { port: number; host?: string; window?: number }; res: TcpConnectReply };

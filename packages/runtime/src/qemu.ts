@@ -6,6 +6,7 @@ import { DenError } from "@den/protocol";
 import { ID_PATTERN } from "./util.js";
 import type { HostProfile } from "./host.js";
 import { JAIL_DIR, ROUTER_JAIL, jailArgs, prepareJail, vmIdentity } from "./jail/identity.js";
+import { SLOT_BYTES, VOLUME_SLOTS, type VolumeAttachment } from "./volumes.js";
 
 /** Socket and file names inside a sandbox directory. */
 export const VM_FILES = {
@@ -46,6 +47,8 @@ export interface VmSpec {
   incomingFd?: number;
   macAddress: string;
   tag: { instance: string; sandbox: string };
+  /** Volumes in their slots (the other slots are empty). */
+  volumes?: VolumeAttachment[];
 }
 
 /**
@@ -66,7 +69,52 @@ function deviceArgs(spec: VmSpec): string[] {
     "-device", `virtio-net-device,netdev=net0,mac=${spec.macAddress}`,
     "-object", "rng-random,id=rng0,filename=/dev/urandom",
     "-device", "virtio-rng-device,rng=rng0",
+    // Volume slots (volumes.ts): fixed, whatever each holds.
+    ...Array.from({ length: VOLUME_SLOTS }, (_, i) => ["-device", `virtio-blk-device,drive=vol${i},serial=den-vol-${i}`]).flat(),
   ];
+}
+
+/** The first descriptor of the volumes' (spawnQemu's stdio, after the incoming state's). */
+const VOLUME_FD = 6;
+
+/**
+ * Each slot's medium: a volume's qcow2 through inherited descriptors (as the root disk: a
+ * chrooted QEMU cannot open paths), read-only in QEMU itself for a read-only mount (the
+ * guest is root: only the host can hold it to that), or nothing.
+ */
+function slotArgs(volumes: VolumeAttachment[]): string[] {
+  const args: string[] = [];
+  let fd = VOLUME_FD;
+  for (let slot = 0; slot < VOLUME_SLOTS; slot++) {
+    const v = volumes.find((x) => x.slot === slot);
+    if (!v) {
+      args.push("-blockdev", `driver=null-co,node-name=vol${slot},size=${SLOT_BYTES},read-zeroes=on`);
+      continue;
+    }
+    const set = 2 + slot;
+    args.push("-add-fd", `fd=${fd++},set=${set}`);
+    if (!v.readOnly) args.push("-add-fd", `fd=${fd++},set=${set}`);
+    args.push("-blockdev", `driver=qcow2,node-name=volq${slot},read-only=${v.readOnly ? "on" : "off"},file.driver=file,file.filename=/dev/fdset/${set},file.locking=off,discard=unmap,detect-zeroes=unmap`);
+    args.push("-blockdev", `driver=throttle,node-name=vol${slot},read-only=${v.readOnly ? "on" : "off"},throttle-group=volumes,file=volq${slot}`);
+  }
+  // One ceiling for all of a VM's volumes, the root disk's again.
+  if (volumes.length) args.unshift("-object", `throttle-group,id=volumes,${diskThrottle().replace(/throttling\.(bps|iops)-total/g, "x-$1-total")}`);
+  return args;
+}
+
+/** The descriptors slotArgs names, in its order: [read-only] or [read-write, read-only] per volume. */
+function openVolumeFds(volumes: VolumeAttachment[]): number[] {
+  const fds: number[] = [];
+  try {
+    for (const v of [...volumes].sort((a, b) => a.slot - b.slot)) {
+      if (v.readOnly) fds.push(openSync(v.image, "r"));
+      else fds.push(openSync(v.image, "r"), openSync(v.image, "r+"));
+    }
+    return fds;
+  } catch (e) {
+    for (const fd of fds) closeSync(fd);
+    throw e;
+  }
 }
 
 /** Identifies the device set and machine shape (not paths) for snapshot compatibility. */
@@ -76,7 +124,8 @@ export function deviceSetId(): string {
     macAddress: "", tag: { instance: "", sandbox: "" },
   };
   const shape = deviceArgs(sample).map((a) => a.replace(/path=[^,]*/g, "path=").replace(/mac=[^,]*/g, "mac="));
-  return createHash("sha256").update(["microvm", "x-option-roms=off,rtc=on", ...shape].join("\0")).digest("hex").slice(0, 16);
+  // A guest that probed its volume slots knows their size: it is part of the shape.
+  return createHash("sha256").update(["microvm", "x-option-roms=off,rtc=on", ...shape, `slots=${SLOT_BYTES}`].join("\0")).digest("hex").slice(0, 16);
 }
 
 /** Throws unless every socket of a VM in `dir` fits a unix socket path. */
@@ -110,6 +159,7 @@ export function qemuArgs(spec: VmSpec, host: HostProfile): string[] {
     // locking, since the two would lock each other out, and the overlay is this VM's alone)
     "-add-fd", `fd=${DISK_FD},set=1`, "-add-fd", `fd=${DISK_FD + 1},set=1`,
     "-drive", `id=root,if=none,format=qcow2,file.driver=file,file.filename=/dev/fdset/1,file.locking=off,discard=unmap,detect-zeroes=unmap,werror=report,rerror=report,${diskThrottle()}`,
+    ...slotArgs(spec.volumes ?? []),
     ...deviceArgs(spec),
     "-qmp", `unix:${join(spec.dir, VM_FILES.qmp)},server=on,wait=off`,
     "-pidfile", join(spec.dir, VM_FILES.pid),
@@ -150,11 +200,12 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
   const disk = openSync(spec.disk, "r+");
   const diskRo = openSync(spec.disk, "r");
   const state = spec.incomingFd ?? (spec.incomingState ? openSync(spec.incomingState, "r") : undefined);
+  const volumeFds = openVolumeFds(spec.volumes ?? []);
   try {
     const child = spawn(host.qemuBinary, args, {
       cwd: spec.dir,
       detached: true,
-      stdio: ["ignore", log, log, disk, diskRo, state ?? "ignore"],
+      stdio: ["ignore", log, log, disk, diskRo, state ?? "ignore", ...volumeFds],
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin", DEN_INSTANCE: spec.tag.instance, DEN_SANDBOX: spec.tag.sandbox },
     });
     child.on("error", () => undefined);
@@ -165,6 +216,7 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
     closeSync(log);
     closeSync(disk);
     closeSync(diskRo);
+    for (const fd of volumeFds) closeSync(fd);
     if (state !== undefined && spec.incomingFd === undefined) closeSync(state);
   }
 }

@@ -6,6 +6,7 @@ import { DenError } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
 import { capAppendLog } from "./console-log.js";
 import { hostProfile, type HostProfile } from "./host.js";
+import { planSlots, type SnapshotVolume, type VolumeAttachment, type VolumeRequest } from "./volumes.js";
 import { POOL_TAG_PREFIX, VM_FILES, bootCommandLine, checkSocketPaths, findInstanceProcesses, isAlive, killAndWait, type VmSpec } from "./qemu.js";
 import { Sandbox, writeRecord, type SandboxRecord } from "./sandbox.js";
 import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
@@ -40,6 +41,8 @@ export interface CreateOptions {
   diskMb?: number;
   /** Max processes inside the guest (cgroup pids.max of the exec tree). */
   pidsMax?: number;
+  /** Volumes to mount (their images on this host; volumes.ts). */
+  volumes?: VolumeRequest[];
 }
 
 export interface SnapshotInfo {
@@ -334,10 +337,10 @@ export class Runtime {
   }
 
   /** A VM that restores a saved state over `memoryFile` (copy-on-write), its disk the overlay in `dir`. */
-  private restoreSpec(dir: string, tag: string, shape: { vcpus: number; memoryMb: number; memoryFile: string }, state: { incomingFd: number } | { incomingState: string }): VmSpec {
+  private restoreSpec(dir: string, tag: string, shape: { vcpus: number; memoryMb: number; memoryFile: string }, state: { incomingFd: number } | { incomingState: string }, volumes?: VolumeAttachment[]): VmSpec {
     return {
       dir, vcpus: shape.vcpus, memoryMb: shape.memoryMb, memoryFile: shape.memoryFile, shareMemory: false,
-      disk: join(dir, VM_FILES.disk), incoming: true, ...state,
+      disk: join(dir, VM_FILES.disk), incoming: true, ...state, ...(volumes?.length ? { volumes } : {}),
       macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: tag },
     };
   }
@@ -360,11 +363,17 @@ export class Runtime {
   }
 
   private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions, feedState?: StateFeed, shape?: PoolShape, adoptDisk = false): Promise<Sandbox> {
+    const id = this.newSandboxId(opts.id);
+    // A wake (the same sandbox) gets back the volumes its guest kept mounted; others' mounts are stale.
+    const slots = planSlots(m.volumes ?? [], opts.volumes ?? [], id === m.sourceSandbox);
     const record: SandboxRecord = {
-      id: this.newSandboxId(opts.id), instance: this.instance, state: "starting", createdAt: new Date().toISOString(), template: tpl,
+      id, instance: this.instance, state: "starting", createdAt: new Date().toISOString(), template: tpl,
       ...(backingSnapshot ? { backingSnapshot } : {}),
       vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb, diskMb: checkDiskMb(opts.diskMb, m.vm.diskMb), pidsMax: checkPidsMax(opts.pidsMax),
+      ...volumeFields(slots.attach, slots.stale),
     };
+    // A pooled QEMU was spawned with its slots empty.
+    if (slots.attach.length) shape = undefined;
     // RAM is either a file in the source (template, cold-booted sandbox) or a stream over the template's RAM.
     const memoryFile = m.memory === "file" ? join(srcDir, TEMPLATE_FILES.memory) : join(this.templates.dir(tpl), TEMPLATE_FILES.memory);
     // QEMU 7.2 now and then segfaults in the `cont` that starts a restored VM (object_get_class(NULL)
@@ -373,7 +382,7 @@ export class Runtime {
     // guest has run then, and the sources are untouched: the restore is tried once more.
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.restoreOnce(record, srcDir, m, memoryFile, feedState, shape && this.pool.take(shape), adoptDisk);
+        return await this.restoreOnce(record, srcDir, m, memoryFile, feedState, shape && this.pool.take(shape), adoptDisk, slots.mount);
       } catch (e) {
         if (attempt >= 2 || !qemuDroppedAtStart(e)) throw e;
         process.emitWarning(`restore of ${record.id}: QEMU went away as it started (${(e as Error).message.slice(0, 200)}); trying once more`, "DenRestoreWarning");
@@ -382,14 +391,14 @@ export class Runtime {
   }
 
   /** `pooled`: a QEMU spawned for this (the template's state and disk, not a fed state). */
-  private restoreOnce(record: SandboxRecord, srcDir: string, m: SnapshotManifest, memoryFile: string, feedState?: StateFeed, pooled?: PooledVm, adoptDisk = false): Promise<Sandbox> {
+  private restoreOnce(record: SandboxRecord, srcDir: string, m: SnapshotManifest, memoryFile: string, feedState?: StateFeed, pooled?: PooledVm, adoptDisk = false, mount: VolumeAttachment[] = []): Promise<Sandbox> {
     return this.startSandbox(record, join(srcDir, TEMPLATE_FILES.disk), m.vm.diskMb, async (dir) => {
       // A fed state arrives through a pipe as it is decompressed: QEMU loads it meanwhile.
       const pipe = feedState ? await openStatePipe(dir, feedState) : undefined;
       let vm: Vm;
       try {
         vm = pooled?.vm ?? await Vm.launch(this.restoreSpec(dir, record.id, { ...record, memoryFile },
-          pipe ? { incomingFd: pipe.readFd } : { incomingState: join(srcDir, TEMPLATE_FILES.state) }), this.host);
+          pipe ? { incomingFd: pipe.readFd } : { incomingState: join(srcDir, TEMPLATE_FILES.state) }, record.volumes), this.host);
       } finally {
         await pipe?.closeRead();
       }
@@ -403,7 +412,7 @@ export class Runtime {
       // Connect before resuming: the snapshot says "host connected", and if the guest ran
       // before we connected, QEMU would flap the port closed and open under the new hello.
       return { vm, resume: () => vm.cont() };
-    }, pooled, adoptDisk);
+    }, pooled, adoptDisk, mount);
   }
 
   /**
@@ -422,13 +431,15 @@ export class Runtime {
       template: { name: tpl.name, version: tpl.version }, ramFile: true,
       vcpus, memoryMb, diskMb: checkDiskMb(opts.diskMb, tpl.manifest.vm.diskMb), pidsMax: checkPidsMax(opts.pidsMax),
     };
+    const { attach } = planSlots([], opts.volumes ?? [], false);
+    Object.assign(record, volumeFields(attach, []));
     return this.startSandbox(record, join(tpl.dir, TEMPLATE_FILES.disk), tpl.manifest.vm.diskMb, async (dir) => ({
       vm: await Vm.launch(this.bootSpec({
         dir, id: record.id, kernel: join(tpl.dir, TEMPLATE_FILES.kernel), initrd: join(tpl.dir, TEMPLATE_FILES.initrd),
-        disk: join(dir, VM_FILES.disk), memoryFile: join(dir, TEMPLATE_FILES.memory), vcpus, memoryMb,
+        disk: join(dir, VM_FILES.disk), memoryFile: join(dir, TEMPLATE_FILES.memory), vcpus, memoryMb, volumes: attach,
       }), this.host),
       bootTimeoutMs: BOOT_TIMEOUT_MS,
-    }));
+    }), undefined, false, attach);
   }
 
   /**
@@ -455,6 +466,7 @@ export class Runtime {
     const vm = await Vm.launch(this.bootSpec({
       dir: sbx.dir, id, kernel: join(tplDir, TEMPLATE_FILES.kernel), initrd: join(tplDir, TEMPLATE_FILES.initrd),
       disk: join(sbx.dir, VM_FILES.disk), memoryFile: join(sbx.dir, TEMPLATE_FILES.memory), vcpus: i.vcpus, memoryMb: i.memoryMb,
+      volumes: i.volumes ?? [],
     }), this.host);
     await sbx.bootedFromDisk(vm, BOOT_TIMEOUT_MS);
     return sbx;
@@ -472,6 +484,7 @@ export class Runtime {
     launch: (dir: string) => Promise<{ vm: Vm; resume?: () => Promise<void>; bootTimeoutMs?: number }>,
     pooled?: PooledVm,
     adoptDisk = false,
+    mount: VolumeAttachment[] = [],
   ): Promise<Sandbox> {
     const dir = this.sandboxDir(record.id);
     if (pooled) {
@@ -497,6 +510,7 @@ export class Runtime {
       vm = launched.vm;
       const sbx = new Sandbox(dir, record, vm, this.context());
       await sbx.connectAgent(launched.resume, launched.bootTimeoutMs, true);
+      await sbx.settleVolumes(mount);
       await sbx.setState("running");
       this.sandboxes.set(record.id, sbx);
       if (record.diskMb > sourceDiskMb) await sbx.growDisk(record.diskMb);
@@ -514,8 +528,9 @@ export class Runtime {
     }
   }
 
-  private bootSpec(opts: { dir: string; id: string; kernel: string; initrd: string; disk: string; memoryFile: string; vcpus: number; memoryMb: number }): VmSpec {
+  private bootSpec(opts: { dir: string; id: string; kernel: string; initrd: string; disk: string; memoryFile: string; vcpus: number; memoryMb: number; volumes?: VolumeAttachment[] }): VmSpec {
     return {
+      ...(opts.volumes?.length ? { volumes: opts.volumes } : {}),
       dir: opts.dir, vcpus: opts.vcpus, memoryMb: opts.memoryMb, memoryFile: opts.memoryFile, shareMemory: true,
       disk: opts.disk, boot: { kernel: opts.kernel, initrd: opts.initrd, append: bootCommandLine(this.host) },
       incoming: false, macAddress: GUEST_MAC, tag: { instance: this.instance, sandbox: opts.id },
@@ -543,7 +558,7 @@ export class Runtime {
    * Takes a snapshot of a sandbox into the snapshot store. The sandbox keeps running,
    * or with `keepRunning: false` stays paused (a warm hibernate).
    */
-  async snapshot(sandboxId: string, opts: { keepRunning?: boolean; ignoreShared?: boolean; id?: string; stateSink?: StateSink; ramAsFile?: boolean } = {}): Promise<SnapshotInfo> {
+  async snapshot(sandboxId: string, opts: { keepRunning?: boolean; ignoreShared?: boolean; id?: string; stateSink?: StateSink; ramAsFile?: boolean; releaseVolumes?: boolean } = {}): Promise<SnapshotInfo> {
     const sbx = this.get(sandboxId);
     const id = this.newSnapshotId(opts.id);
     const dir = this.snapshotDir(id);
@@ -553,6 +568,7 @@ export class Runtime {
       const r = await sbx.snapshot(dir, {
         id, keepRunning: opts.keepRunning ?? true, ...(opts.ignoreShared === false ? { ignoreShared: false } : {}), ...(opts.stateSink ? { stateSink: opts.stateSink } : {}),
         ...(opts.ramAsFile ? { ramFile: join(this.ramDir, `${id}.ram`) } : {}),
+        ...(opts.releaseVolumes ? { releaseVolumes: true } : {}),
       });
       return { id, dir, manifest: r.manifest };
     } catch (e) {
@@ -871,4 +887,9 @@ async function adopt(disk: string, dest: string): Promise<void> {
     if ((e as NodeJS.ErrnoException).code !== "EXDEV") throw e;
     await copyFile(disk, dest);
   }
+}
+
+/** A record's volume fields (absent when empty, as records before volumes were). */
+function volumeFields(attach: VolumeAttachment[], stale: SnapshotVolume[]): Pick<SandboxRecord, "volumes" | "staleVolumes"> {
+  return { ...(attach.length ? { volumes: attach } : {}), ...(stale.length ? { staleVolumes: stale } : {}) };
 }

@@ -16,6 +16,7 @@ import type { StateSink, Vm } from "./vm.js";
 import { changedPages, copyChangedPages } from "./pagemap.js";
 import type { PageFilterStats } from "./migration-stream.js";
 import type { HostProfile } from "./host.js";
+import { detachStale, mountVolumes, releaseVolumes, snapshotVolumes, type SnapshotVolume, type VolumeAttachment } from "./volumes.js";
 
 /** `stopped`: its VM is shut down and its disk overlay kept (a disk hibernation); it boots again from that disk. */
 export type SandboxState = "starting" | "running" | "paused" | "stopped" | "destroyed";
@@ -24,6 +25,8 @@ export type SandboxState = "starting" | "running" | "paused" | "stopped" | "dest
 const CLOCK_TICKS = 100;
 /** How long the guest may take to flush its filesystems before a disk hibernation gives up. */
 const SYNC_TIMEOUT_MS = 60_000;
+/** How long a destroy waits for the guest to flush its read-write volumes. */
+const VOLUME_FLUSH_MS = 30_000;
 /** A cold-booted sandbox's RAM file in its directory. */
 const RAM_FILE = "memory.bin";
 
@@ -42,6 +45,10 @@ export interface SandboxRecord {
   memoryMb: number;
   diskMb: number;
   pidsMax: number;
+  /** Volumes in this VM's slots (volumes.ts), mounted by its guest. */
+  volumes?: VolumeAttachment[];
+  /** Mounts its guest kept from a snapshot whose media was not put back: their slots stay empty. */
+  staleVolumes?: SnapshotVolume[];
 }
 
 export interface SnapshotResult {
@@ -270,90 +277,153 @@ export class Sandbox {
    * a fork's children map the file and share every page none of them writes. Where the
    * kernel cannot say (a VM whose RAM is not its template's), the snapshot is as without it.
    */
-  snapshot(dir: string, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean; stateSink?: StateSink; ramFile?: string } = { id: "" }): Promise<SnapshotResult> {
+  snapshot(dir: string, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean; stateSink?: StateSink; ramFile?: string; releaseVolumes?: boolean } = { id: "" }): Promise<SnapshotResult> {
     return this.lifecycle.run(async () => {
       this.assertUsable();
       const vm = this.requireVm();
-      const wasRunning = this.record.state === "running";
-      await mkdir(dir, { recursive: true });
-      const agent = wasRunning ? await this.agent() : undefined;
-      await agent?.quiesce();
-      const t0 = performance.now();
-      let pauseMs = 0;
-      let changedOnly = false;
-      let stateDigest: FileDigest | undefined;
-      const filtered: PageFilterStats = { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 };
-      const base = this.ctx.templateMemory(this.record.template);
-      const bytes = this.record.memoryMb * 1024 * 1024;
-      let asFile = false;
-      // The template's part of the RAM file is copied before the pause (it never changes).
-      const ramFile = opts.ramFile && !this.record.ramFile ? opts.ramFile : undefined;
-      if (ramFile) await runTool("cp", ["--sparse=always", "--", base, ramFile]);
+      // A hibernation lets go of the volumes it can, so others may use them meanwhile (a wake mounts them again).
+      const released = opts.releaseVolumes ? await this.releaseVolumes(vm) : [];
       try {
-        if (wasRunning) await vm.stop();
-        else if ((await vm.status()) === "postmigrate") {
-          // QEMU will not migrate a VM a previous migration paused: let it take one breath.
-          await vm.cont();
-          await vm.stop();
-        }
-        // A stream is restored over its template's RAM: it need carry only the pages that differ
-        // (not for a stream a helper loads into an empty RAM file: `ignoreShared: false`).
-        changedOnly = !this.record.ramFile && opts.ignoreShared !== false && process.env.DEN_SNAPSHOT_ALL_PAGES !== "1";
-        // Which pages it wrote, from the kernel, while it is stopped (undefined: compare instead).
-        let changed = changedOnly || ramFile ? await changedPages(vm.pid, base, bytes) : undefined;
-        if (ramFile && changed && (await copyChangedPages(vm.pid, base, bytes, changed, ramFile)) !== undefined) {
-          // Every page is in the file: the stream keeps none of them.
-          asFile = true;
-          changedOnly = true;
-          changed = new Uint8Array(changed.length);
-        }
-        // (With a sink, the state is the sink's: the manifest names it, the directory has no copy.)
-        stateDigest = await vm.saveState(opts.stateSink ?? join(dir, "state.bin"), {
-          ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
-          ...(changedOnly ? { changedAgainst: base, stats: filtered } : {}),
-          ...(changed ? { changed: { pages: changed, ramBytes: bytes } } : {}),
-        });
-        await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
-        // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.
-        if (this.record.ramFile) await copyFile(join(this.dir, RAM_FILE), join(dir, "memory.bin"));
-        // (Not hashed: such a snapshot is internal, gone once the children run.)
-        if (asFile) await symlink(ramFile!, join(dir, "memory.bin"));
+        return await this.snapshotNow(dir, vm, opts, released);
       } catch (e) {
-        if (ramFile) await rm(ramFile, { force: true });
+        await this.remount(vm, released).catch(() => undefined);
         throw e;
-      } finally {
-        if (ramFile && !asFile) await rm(ramFile, { force: true });
-        if (wasRunning && opts.keepRunning !== false) {
-          await vm.cont();
-          pauseMs = performance.now() - t0;
-          agent?.unhold();
-          await this.syncClock().catch(() => undefined);
-        } else {
-          pauseMs = performance.now() - t0;
-          if (wasRunning) await this.setState("paused");
-        }
       }
-      if (this.record.backingSnapshot) {
-        // Keep every snapshot one level above the template's disk, so chains stay short.
-        await runTool("qemu-img", ["rebase", "-q", "-f", "qcow2", "-b", this.ctx.templateDisk(this.record.template), "-F", "qcow2", join(dir, "disk.qcow2")], "qemu_error");
-      }
-      const manifest: SnapshotManifest = {
-        format: 1,
-        kind: "sandbox",
-        id: opts.id,
-        createdAt: new Date().toISOString(),
-        template: this.record.template,
-        memory: this.record.ramFile || asFile ? "file" : "stream",
-        ...(changedOnly && !asFile ? { changedPagesOnly: true, pages: { total: filtered.pages, kept: filtered.kept } } : {}),
-        host: hostSection(this.ctx.host),
-        vm: { vcpus: this.record.vcpus, memoryMb: this.record.memoryMb, diskMb: this.record.diskMb },
-        pauseMs: Math.round(pauseMs * 10) / 10,
-        sourceSandbox: this.id,
-        files: { "state.bin": stateDigest!, ...(await digestFiles(dir, this.record.ramFile ? ["disk.qcow2", "memory.bin"] : ["disk.qcow2"])) },
-      };
-      await writeManifest(dir, manifest);
-      return { dir, manifest };
     });
+  }
+
+  private async snapshotNow(dir: string, vm: Vm, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean; stateSink?: StateSink; ramFile?: string }, released: VolumeAttachment[]): Promise<SnapshotResult> {
+    const wasRunning = this.record.state === "running";
+    await mkdir(dir, { recursive: true });
+    const agent = wasRunning ? await this.agent() : undefined;
+    await agent?.quiesce();
+    const t0 = performance.now();
+    let pauseMs = 0;
+    let changedOnly = false;
+    let stateDigest: FileDigest | undefined;
+    const filtered: PageFilterStats = { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 };
+    const base = this.ctx.templateMemory(this.record.template);
+    const bytes = this.record.memoryMb * 1024 * 1024;
+    let asFile = false;
+    // The template's part of the RAM file is copied before the pause (it never changes).
+    const ramFile = opts.ramFile && !this.record.ramFile ? opts.ramFile : undefined;
+    if (ramFile) await runTool("cp", ["--sparse=always", "--", base, ramFile]);
+    try {
+      if (wasRunning) await vm.stop();
+      else if ((await vm.status()) === "postmigrate") {
+        // QEMU will not migrate a VM a previous migration paused: let it take one breath.
+        await vm.cont();
+        await vm.stop();
+      }
+      // A stream is restored over its template's RAM: it need carry only the pages that differ
+      // (not for a stream a helper loads into an empty RAM file: `ignoreShared: false`).
+      changedOnly = !this.record.ramFile && opts.ignoreShared !== false && process.env.DEN_SNAPSHOT_ALL_PAGES !== "1";
+      // Which pages it wrote, from the kernel, while it is stopped (undefined: compare instead).
+      let changed = changedOnly || ramFile ? await changedPages(vm.pid, base, bytes) : undefined;
+      if (ramFile && changed && (await copyChangedPages(vm.pid, base, bytes, changed, ramFile)) !== undefined) {
+        // Every page is in the file: the stream keeps none of them.
+        asFile = true;
+        changedOnly = true;
+        changed = new Uint8Array(changed.length);
+      }
+      // (With a sink, the state is the sink's: the manifest names it, the directory has no copy.)
+      stateDigest = await vm.saveState(opts.stateSink ?? join(dir, "state.bin"), {
+        ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
+        ...(changedOnly ? { changedAgainst: base, stats: filtered } : {}),
+        ...(changed ? { changed: { pages: changed, ramBytes: bytes } } : {}),
+      });
+      await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
+      // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.
+      if (this.record.ramFile) await copyFile(join(this.dir, RAM_FILE), join(dir, "memory.bin"));
+      // (Not hashed: such a snapshot is internal, gone once the children run.)
+      if (asFile) await symlink(ramFile!, join(dir, "memory.bin"));
+    } catch (e) {
+      if (ramFile) await rm(ramFile, { force: true });
+      throw e;
+    } finally {
+      if (ramFile && !asFile) await rm(ramFile, { force: true });
+      if (wasRunning && opts.keepRunning !== false) {
+        await vm.cont();
+        pauseMs = performance.now() - t0;
+        agent?.unhold();
+        await this.syncClock().catch(() => undefined);
+      } else {
+        pauseMs = performance.now() - t0;
+        if (wasRunning) await this.setState("paused");
+      }
+    }
+    if (this.record.backingSnapshot) {
+      // Keep every snapshot one level above the template's disk, so chains stay short.
+      await runTool("qemu-img", ["rebase", "-q", "-f", "qcow2", "-b", this.ctx.templateDisk(this.record.template), "-F", "qcow2", join(dir, "disk.qcow2")], "qemu_error");
+    }
+    const manifest: SnapshotManifest = {
+      format: 1,
+      kind: "sandbox",
+      id: opts.id,
+      createdAt: new Date().toISOString(),
+      template: this.record.template,
+      memory: this.record.ramFile || asFile ? "file" : "stream",
+      ...(changedOnly && !asFile ? { changedPagesOnly: true, pages: { total: filtered.pages, kept: filtered.kept } } : {}),
+      host: hostSection(this.ctx.host),
+      vm: { vcpus: this.record.vcpus, memoryMb: this.record.memoryMb, diskMb: this.record.diskMb },
+      pauseMs: Math.round(pauseMs * 10) / 10,
+      sourceSandbox: this.id,
+      ...this.mountsToRecord(released),
+      files: { "state.bin": stateDigest!, ...(await digestFiles(dir, this.record.ramFile ? ["disk.qcow2", "memory.bin"] : ["disk.qcow2"])) },
+    };
+    await writeManifest(dir, manifest);
+    return { dir, manifest };
+  }
+
+  /** The manifest's `volumes`: what the guest still has mounted once `released` are not. */
+  private mountsToRecord(released: VolumeAttachment[]): Pick<SnapshotManifest, "volumes"> {
+    const mounted = (this.record.volumes ?? []).filter((v) => !released.includes(v));
+    const all = snapshotVolumes(mounted, this.record.staleVolumes ?? []);
+    return all.length ? { volumes: all } : {};
+  }
+
+  /** Releases the guest's volumes (a paused VM runs for it a moment); returns those it let go of. */
+  private async releaseVolumes(vm: Vm): Promise<VolumeAttachment[]> {
+    const volumes = this.record.volumes ?? [];
+    if (!volumes.length) return [];
+    return this.whileRunning(vm, (agent) => releaseVolumes(agent, volumes));
+  }
+
+  /** After a failed hibernation: the guest gets back the volumes it released. */
+  private async remount(vm: Vm, released: VolumeAttachment[]): Promise<void> {
+    if (released.length) await this.whileRunning(vm, (agent) => mountVolumes(agent, released));
+  }
+
+  /** Runs `fn` with the agent, letting a paused VM run for it and pausing it again after. */
+  private async whileRunning<T>(vm: Vm, fn: (agent: AgentClient) => Promise<T>): Promise<T> {
+    if (this.record.state === "running") return fn(await this.agent());
+    await vm.cont();
+    await this.setState("running");
+    try {
+      const agent = await this.agent();
+      agent.unhold();
+      const r = await fn(agent);
+      await agent.quiesce(5_000).catch(() => undefined);
+      return r;
+    } finally {
+      await vm.stop();
+      await this.setState("paused");
+    }
+  }
+
+  /**
+   * After a start: lets go of a snapshot's stale mounts (their media was not put back), and
+   * mounts `mount`, the volumes just put in their slots.
+   */
+  async settleVolumes(mount: VolumeAttachment[]): Promise<void> {
+    const stale = this.record.staleVolumes ?? [];
+    if (!mount.length && !stale.length) return;
+    const agent = await this.agent();
+    const kept = await detachStale(agent, stale);
+    await mountVolumes(agent, mount);
+    const { staleVolumes: _, ...rest } = this.record;
+    this.record = { ...rest, ...(kept.length ? { staleVolumes: kept } : {}) };
+    await writeRecord(this.dir, this.record);
   }
 
   /**
@@ -373,6 +443,8 @@ export class Sandbox {
         (await this.agentConn?.catch(() => undefined))?.unhold();
       }
       try {
+        // Volumes unmounted cleanly (a reader of a read-only one cannot replay a journal).
+        await releaseVolumes(await this.agent(), this.record.volumes ?? []);
         // A guest flush reaches QEMU's qcow2 caches too: after it the overlay holds every write.
         const r = await runToCompletion(await this.agent(), ["/bin/sync"], { timeoutMs: SYNC_TIMEOUT_MS });
         if (r.exitCode !== 0 || r.timedOut) throw new DenError("io_error", `sandbox ${this.id}: the guest could not flush its disk (${r.timedOut ? "timed out" : `exit ${r.exitCode}`})`);
@@ -412,8 +484,11 @@ export class Sandbox {
       this.vm = vm;
       try {
         await this.connectAgent(undefined, timeoutMs, true);
+        // A new kernel: nothing is mounted, nothing stale.
+        await mountVolumes(await this.agent(), this.record.volumes ?? []);
+        const { staleVolumes: _, ...rest } = this.record;
         // Its RAM is now a file in its directory, as a cold boot's: its snapshots carry it.
-        this.record = { ...this.record, ramFile: true };
+        this.record = { ...rest, ramFile: true };
         await this.setState("running");
       } catch (e) {
         await this.toStopped(vm, (v) => v.kill());
@@ -423,7 +498,8 @@ export class Sandbox {
   }
 
   /** Stops the VM and removes everything it owned on the host. Idempotent. */
-  destroy(): Promise<void> {
+  async destroy(): Promise<void> {
+    await this.flushVolumes();
     // A lifecycle step waiting on a wedged guest fails now instead of at its deadline.
     void this.agentConn?.then((a) => a.close(), () => undefined);
     return this.lifecycle.run(async () => {
@@ -434,6 +510,22 @@ export class Sandbox {
       await rm(this.dir, { recursive: true, force: true });
       await this.ctx.onDestroyed(this.id);
     });
+  }
+
+  /**
+   * Before a destroy: what the guest wrote to its read-write volumes reaches their images
+   * (they outlive it), within VOLUME_FLUSH_MS; a guest that does not answer loses what it
+   * had not flushed, as a machine losing power would.
+   */
+  private async flushVolumes(): Promise<void> {
+    const rw = (this.record.volumes ?? []).filter((v) => !v.readOnly);
+    const vm = this.vm;
+    if (!rw.length || !vm || (this.record.state !== "running" && this.record.state !== "paused")) return;
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, VOLUME_FLUSH_MS)));
+    const flush = this.lifecycle.run(() => this.whileRunning(vm, (agent) => releaseVolumes(agent, rw))).catch(() => undefined);
+    await Promise.race([flush, deadline]);
+    clearTimeout(timer);
   }
 
   /** Drops host connections without stopping the VM (runtime shutdown). */

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { DenError } from "@den/protocol";
 import type { HostProfile } from "./host.js";
 import { deviceSetId } from "./qemu.js";
+import type { SnapshotVolume } from "./volumes.js";
 
 export const SNAPSHOT_FORMAT = 1;
 export const MANIFEST = "manifest.json";
@@ -60,6 +61,8 @@ export interface SnapshotManifest {
   baseTemplate?: TemplateRef;
   /** Templates only: how many overlays deep its disk is (0: standalone). */
   diskDepth?: number;
+  /** Volume mounts its guest still had (volumes.ts): their slots are not free at a restore. */
+  volumes?: SnapshotVolume[];
   files: Record<string, FileDigest>;
 }
 
