@@ -4,7 +4,7 @@ import { chmod, mkdtemp, readFile, readdir, rename, rm } from "node:fs/promises"
 import { join } from "node:path";
 import { canStreamStoredFile, downloadSnapshot, faultPoint, putSnapshotFile, putSnapshotFileFromFd, streamCompression, streamStoredFile, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type PutObject, type TransferProgress } from "@den/store";
 import { DenError, type api, type host } from "@den/protocol";
-import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, hostProfile, newId, reuseTemplate, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type StateSink, type TemplateInfo } from "@den/runtime";
+import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, createVolumeImage, hostProfile, newId, reuseTemplate, volumeImagePath, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type StateSink, type TemplateInfo, type VolumeRequest } from "@den/runtime";
 import { Admission, diskOvercommit, diskPromisedMb, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
 import { PrivateMemoryCache, availableMemoryMb } from "./host-memory.js";
 
@@ -33,6 +33,8 @@ function throttled(emit: (p: TransferProgress) => void): (p: TransferProgress) =
 }
 
 const DOWNLOAD_PREFIX = "download-";
+/** Where a helper VM mounts the volume it grows. */
+const HELPER_MOUNT = "/mnt/den-volume";
 /** Answers kept for repeated asks; an operation is re-asked within moments, not days. */
 const JOURNAL_SIZE = 1024;
 
@@ -129,11 +131,51 @@ export class LocalHostAgent implements HostAgent {
         // A template snapshot fixes vCPUs and memory: another shape restores a snapshot of that
         // shape, baked once on first use (concurrent first uses share one bake).
         const source = vcpus === tpl.manifest.vm.vcpus && memoryMb === tpl.manifest.vm.memoryMb ? tpl : await this.variant(tpl, vcpus, memoryMb);
-        const sbx = await this.rt.create({ id: spec.id, template: `${source.name}@${source.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}) });
+        const volumes = this.volumeRequests(spec.volumes);
+        const sbx = await this.rt.create({ id: spec.id, template: `${source.name}@${source.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}), ...(volumes.length ? { volumes } : {}) });
         await this.withNetwork(spec.id, spec.network);
         return { ...info(sbx), template: tpl.name, templateVersion: tpl.version };
       } finally {
         release();
+      }
+    });
+  }
+
+  /** Volumes to put in a VM, by their images on this host (each must have been made here). */
+  private volumeRequests(volumes: host.VolumeSpec[] | undefined): VolumeRequest[] {
+    return (volumes ?? []).map((v) => {
+      const image = this.volumeImage(v.volume);
+      if (!existsSync(image)) throw new DenError("volume_not_found", `volume ${v.volume} has no image on this host`);
+      return { volume: v.volume, image, path: v.path, readOnly: v.readOnly };
+    });
+  }
+
+  private volumeImage(id: string): string {
+    if (!/^vol_[a-z2-7]{16}$/.test(id)) throw new DenError("invalid_argument", `not a volume id: ${JSON.stringify(id.slice(0, 100))}`);
+    return volumeImagePath(join(this.rt.dataDir, "volumes"), id);
+  }
+
+  createVolume(op: string, id: string, sizeMb: number): Promise<void> {
+    return this.once(op, async () => {
+      const image = this.volumeImage(id);
+      // Asked again (a retried create): the image made the first time is kept, whatever was written to it since.
+      if (existsSync(image)) return;
+      await createVolumeImage(image, sizeMb);
+    });
+  }
+
+  async deleteVolume(id: string): Promise<void> {
+    await rm(join(this.volumeImage(id), ".."), { recursive: true, force: true });
+  }
+
+  growVolume(op: string, id: string, sizeMb: number, helper: string): Promise<void> {
+    return this.once(op, async () => {
+      // Grown by a guest (online ext4 resize) in a VM of its own, gone after.
+      await this.create(newId("op"), { id: helper, template: "base", volumes: [{ volume: id, path: HELPER_MOUNT, readOnly: false }] });
+      try {
+        await this.rt.get(helper).growVolume(id, sizeMb);
+      } finally {
+        await this.destroy(helper);
       }
     });
   }
@@ -181,9 +223,13 @@ export class LocalHostAgent implements HostAgent {
     });
   }
 
-  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number }> {
+  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }> {
     return this.once(op, async () => {
       const sbx = this.rt.has(id) ? this.rt.get(id) : undefined;
+      // A warm VM with volumes still mounts them all (its warm snapshot was taken so): while
+      // its QEMU is there, it lets go of them now in a snapshot of its own, as from running.
+      if (fromWarm && sbx?.vmAlive() && sbx.info.volumes?.length) fromWarm = undefined;
+      const wasPaused = sbx?.state === "paused";
       // From warm, the snapshot taken when it paused is the one to store (nothing ran since,
       // and the VM may even be gone). From running, a snapshot leaves the VM paused.
       // From running, its saved state goes into the store as QEMU writes it (compressed on the
@@ -210,19 +256,22 @@ export class LocalHostAgent implements HostAgent {
       }
       let snap: SnapshotInfo;
       try {
-        snap = fromWarm ? await this.rt.getSnapshot(fromWarm) : await this.rt.snapshot(id, { keepRunning: false, stateSink: streamTo });
+        snap = fromWarm ? await this.rt.getSnapshot(fromWarm) : await this.rt.snapshot(id, { keepRunning: false, stateSink: streamTo, releaseVolumes: true });
       } catch (e) {
-        // The store failing mid-stream fails the snapshot, which left the VM paused: resume it.
-        if (!fromWarm) await sbx?.resume().catch(() => undefined);
+        // The store failing mid-stream fails the snapshot, which left the VM paused: resume it
+        // (a warm one stays paused).
+        if (!fromWarm && !wasPaused) await sbx?.resume().catch(() => undefined);
         throw e;
       }
       faultPoint("hibernate-cold-after-snapshot");
       try {
         const stored = await this.toStore(snap, id, to, uploaded);
-        return { storedBytes: manifestBytes(stored) };
+        // What the guest still has mounted in the stored state (not stale): the wake puts them back in their slots.
+        const heldVolumes = (snap.manifest.volumes ?? []).filter((v) => !v.stale).map((v) => v.volume);
+        return { storedBytes: manifestBytes(stored), ...(heldVolumes.length ? { heldVolumes } : {}) };
       } catch (e) {
-        // Nothing is lost: the VM is still there, paused; put it back to work.
-        if (!fromWarm) await sbx?.resume().catch(() => undefined);
+        // Nothing is lost: the VM is still there, paused; put it back to work (a warm one stays paused).
+        if (!fromWarm && !wasPaused) await sbx?.resume().catch(() => undefined);
         throw e;
       } finally {
         // A snapshot taken for the upload is of no use after it, either way.
@@ -238,11 +287,13 @@ export class LocalHostAgent implements HostAgent {
         return;
       }
       if (!snapshotId || !this.rt.hasSnapshot(snapshotId)) throw new DenError("sandbox_not_running", `sandbox ${id} has no VM and no snapshot to wake from`);
-      // The VM died while warm: bring it back from its snapshot under the same id.
+      // The VM died while warm: bring it back from its snapshot under the same id, its volumes
+      // in the slots they had (the snapshot's guest still mounts them).
+      const volumes = this.rt.has(id) ? (this.rt.get(id).info.volumes ?? []).map(({ slot: _, ...v }) => v) : [];
       await this.destroy(id);
       const release = this.admission.reserve(id, (await this.rt.getSnapshot(snapshotId)).manifest.vm);
       try {
-        await this.rt.restore(snapshotId, { id });
+        await this.rt.restore(snapshotId, { id, ...(volumes.length ? { volumes } : {}) });
       } finally {
         release();
       }
@@ -270,17 +321,18 @@ export class LocalHostAgent implements HostAgent {
     });
   }
 
-  restore(op: string, id: string, snapshot: StoredRef, network?: api.NetworkPolicy): Promise<HostSandboxInfo> {
+  restore(op: string, id: string, snapshot: StoredRef, network?: api.NetworkPolicy, volumes?: host.VolumeSpec[]): Promise<HostSandboxInfo> {
     return this.once(op, async () => {
+      const requests = this.volumeRequests(volumes);
       await this.destroy(id);
-      const made = await this.restoreStored(id, snapshot);
+      const made = await this.restoreStored(id, snapshot, requests);
       await this.withNetwork(id, network);
       return made;
     });
   }
 
   /** Downloads a stored snapshot, verifies it, and restores it as sandbox `id`. */
-  private async restoreStored(id: string, snapshot: StoredRef): Promise<HostSandboxInfo> {
+  private async restoreStored(id: string, snapshot: StoredRef, volumes: VolumeRequest[] = []): Promise<HostSandboxInfo> {
     // Room first: a wake that cannot fit fails before it downloads anything.
     const stored = await readStoredManifest(this.store, snapshot.key);
     const release = this.admission.reserve(id, (stored.snapshot as SnapshotManifest).vm);
@@ -297,7 +349,7 @@ export class LocalHostAgent implements HostAgent {
       try {
         const feed = streamed.length ? (fd: number) => streamStoredFile(this.store, stored, TEMPLATE_FILES.state, fd, progress) : undefined;
         // The downloaded snapshot is deleted below: its disk becomes the sandbox's own.
-        return info(await this.rt.restore(local.id, { id, adoptDisk: true }, feed));
+        return info(await this.rt.restore(local.id, { id, adoptDisk: true, ...(volumes.length ? { volumes } : {}) }, feed));
       } finally {
         // (Its disk lives on as the sandbox's.)
         await this.rt.deleteSnapshot(local.id);
@@ -335,12 +387,13 @@ export class LocalHostAgent implements HostAgent {
     }
   }
 
-  fork(op: string, id: string, children: string[], network?: api.NetworkPolicy): Promise<HostSandboxInfo[]> {
+  fork(op: string, id: string, children: string[], network?: api.NetworkPolicy, volumes?: host.VolumeSpec[]): Promise<HostSandboxInfo[]> {
     return this.once(op, async () => {
       const p = this.rt.get(id).info;
+      const requests = this.volumeRequests(volumes);
       const release = this.admission.reserve(undefined, { vcpus: p.vcpus, memoryMb: p.memoryMb }, children.length);
       try {
-        const kids = await this.rt.fork(id, children.length, { ids: children });
+        const kids = await this.rt.fork(id, children.length, { ids: children, ...(requests.length ? { volumes: requests } : {}) });
         try {
           // Each child gets a network of its own with the parent's policy.
           if (network && network.egress !== "none") for (const k of kids) await this.setNetwork(k.id, network);

@@ -19,6 +19,12 @@ export const API_LIMITS = {
   maxExecTimeoutSeconds: 24 * 3600,
   maxStdinBytes: 8 * 1024 * 1024,
   maxPageSize: 200,
+  /** A volume's size (MiB): at least this... */
+  minVolumeMb: 16,
+  /** ...and at most 1 TiB (the size of every VM's volume slot). */
+  maxVolumeMb: 1024 * 1024,
+  /** Volumes one sandbox mounts (a restore may need as many slots again for its snapshot's own mounts). */
+  maxVolumesPerSandbox: 4,
 } as const;
 
 export const SandboxId = z.string().regex(/^sbx_[a-z2-7]{16}$/, "not a sandbox id");
@@ -93,6 +99,76 @@ export const NetworkStatus = z.object({
 });
 export type NetworkStatus = z.infer<typeof NetworkStatus>;
 
+// ---- volumes ----
+
+export const VolumeName = z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, "volume names are 1 to 63 lowercase letters, digits and -, not starting with -");
+export const VolumeId = z.string().regex(/^vol_[a-z2-7]{16}$/, "not a volume id");
+
+/** Where the guest may not mount a volume: the system's own directories (the guest agent refuses them too). */
+const SYSTEM_DIRS = ["/proc", "/sys", "/dev", "/run", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/usr", "/boot"];
+
+/** A volume's mount point in the guest: absolute, plain segments (no `.` or `..`), not `/`, not a system directory. */
+export const VolumeMountPath = z
+  .string()
+  .min(2)
+  .max(255)
+  .regex(/^(\/[A-Za-z0-9_@+,.=-]+)+$/, "a mount path is absolute, of letters, digits and _ @ + , . = -, with no trailing /")
+  .refine((p) => !p.split("/").some((seg) => seg === "." || seg === ".."), "a mount path has no . or .. segments")
+  .refine((p) => !SYSTEM_DIRS.some((d) => p === d || p.startsWith(`${d}/`)), `a volume cannot be mounted at or under ${SYSTEM_DIRS.join(", ")}`);
+
+/** One volume mounted into a sandbox. */
+export const VolumeMount = z.strictObject({
+  /** The volume's name (one of yours). */
+  name: VolumeName,
+  /** Where the guest mounts it (made if missing). */
+  path: VolumeMountPath,
+  /** Default false: one read-write mount at a time, or any number of read-only ones, never both. */
+  read_only: z.boolean().optional(),
+});
+export type VolumeMount = z.infer<typeof VolumeMount>;
+
+const under = (a: string, b: string) => a === b || a.startsWith(`${b}/`);
+
+/** The volumes of one create, restore or fork: each volume once, each mount point its own (none inside another). */
+export const VolumeMounts = z
+  .array(VolumeMount)
+  .max(API_LIMITS.maxVolumesPerSandbox)
+  .refine((v) => new Set(v.map((m) => m.name)).size === v.length, "each volume at most once")
+  .refine((v) => v.every((a, i) => v.every((b, j) => i === j || !under(a.path, b.path))), "mount paths must be distinct and not inside one another");
+
+export const CreateVolumeRequest = z.strictObject({
+  name: VolumeName,
+  /** The filesystem's size in MiB (it takes host disk only as it is written). */
+  size_mb: z.number().int().min(API_LIMITS.minVolumeMb).max(API_LIMITS.maxVolumeMb),
+});
+export type CreateVolumeRequest = z.infer<typeof CreateVolumeRequest>;
+
+export const GrowVolumeRequest = z.strictObject({
+  /** The new size in MiB: larger than the current one (a volume never shrinks). */
+  size_mb: z.number().int().min(API_LIMITS.minVolumeMb).max(API_LIMITS.maxVolumeMb),
+});
+export type GrowVolumeRequest = z.infer<typeof GrowVolumeRequest>;
+
+export const Volume = z.object({
+  id: z.string(),
+  name: z.string(),
+  size_mb: z.number().int(),
+  created_at: z.string(),
+  /**
+   * Sandboxes (not destroyed) it is mounted in. `held`: the mount holds the volume now (its
+   * sandbox runs or is warm-hibernated, or a cold-hibernated sandbox's process kept files
+   * open on it); a cold-hibernated sandbox that let it go gets it back at its wake.
+   */
+  mounts: z.array(z.object({ sandbox_id: z.string(), path: z.string(), read_only: z.boolean(), held: z.boolean() })),
+});
+export type Volume = z.infer<typeof Volume>;
+
+export const ListVolumesResponse = z.object({ volumes: z.array(Volume) });
+export type ListVolumesResponse = z.infer<typeof ListVolumesResponse>;
+
+/** A path inside a volume (from its root) for the volume file routes. */
+export const VolumeFilePath = GuestPath.refine((p) => !p.split("/").some((seg) => seg === ".."), "a volume path has no .. segments");
+
 export const CreateSandboxRequest = z.strictObject({
   template: TemplateSpec.optional(),
   persistent: z.boolean().optional(),
@@ -106,6 +182,8 @@ export const CreateSandboxRequest = z.strictObject({
   disk_mb: z.number().int().min(1024).max(256 * 1024).optional(),
   env: EnvVars.optional(),
   network: NetworkPolicy.optional(),
+  /** Volumes to mount; a read-write one another sandbox holds (or a read-only one a writer holds) is a 409 `volume_in_use`. */
+  volumes: VolumeMounts.optional(),
 });
 export type CreateSandboxRequest = z.infer<typeof CreateSandboxRequest>;
 
@@ -422,13 +500,19 @@ export const RestoreCheckpointRequest = z.strictObject({
   metadata: Metadata.optional(),
   /** Default: the network policy the sandbox had when the checkpoint was taken. */
   network: NetworkPolicy.optional(),
+  /** Volumes to mount. A checkpoint holds none: the volumes its sandbox had are not part of it (their mounts are gone in the restored guest). */
+  volumes: VolumeMounts.optional(),
 });
 export type RestoreCheckpointRequest = z.infer<typeof RestoreCheckpointRequest>;
 
 export const RecoverRequest = z.strictObject({ checkpoint_id: CheckpointId.optional() });
 export const RecoveryPoint = z.object({ checkpoint_id: z.string(), created_at: z.string(), age_seconds: z.number().int() });
 
-export const ForkRequest = z.strictObject({ count: z.number().int().min(1).max(16).optional() });
+export const ForkRequest = z.strictObject({
+  count: z.number().int().min(1).max(16).optional(),
+  /** Volumes every child mounts (the parent's own mounts are not carried over); a read-write one can go to one child only. */
+  volumes: VolumeMounts.optional(),
+});
 export const ForkResponse = z.object({ sandboxes: z.array(Sandbox) });
 
 /** A TCP port listening inside a sandbox. */

@@ -13,6 +13,7 @@ export const ERROR_STATUS = {
   snapshot_not_found: 404,
   proc_not_found: 404,
   file_not_found: 404,
+  volume_not_found: 404,
   not_found: 404,
   cwd_not_found: 400,
   not_a_directory: 400,
@@ -20,6 +21,8 @@ export const ERROR_STATUS = {
   unreadable: 400,
   already_exists: 409,
   not_empty: 409,
+  /** A volume is mounted where the request needs it free: read-write elsewhere (or read-only, for a writer), or at all (a delete, a grow). */
+  volume_in_use: 409,
   /** The sandbox's own disk is full (its guest said ENOSPC): the caller's to free, not a server fault. */
   disk_full: 409,
   permission_denied: 403,

@@ -9,7 +9,7 @@
  */
 import type { Duplex } from "node:stream";
 import { z } from "zod";
-import { NetworkPolicy, NetworkStatus } from "./api.js";
+import { API_LIMITS, NetworkPolicy, NetworkStatus, VolumeMountPath } from "./api.js";
 import type { DirEntry, FileStat, ListeningPort, ProcInfo, ProcReadReply, ProcWaitReply, PtySize } from "./messages.js";
 
 /** The protocol's version: a client refuses a host that speaks another. */
@@ -56,6 +56,14 @@ export const CapacityReport = z.object({
 });
 export type CapacityReport = z.infer<typeof CapacityReport>;
 
+/**
+ * A volume to put in a VM: the volume's id (its image is on this host, made by
+ * `createVolume`), where the guest mounts it, and whether read-only (enforced by QEMU).
+ */
+export const VolumeSpec = z.object({ volume: Id, path: VolumeMountPath, readOnly: z.boolean() });
+export type VolumeSpec = z.infer<typeof VolumeSpec>;
+const VolumeSpecs = z.array(VolumeSpec).max(API_LIMITS.maxVolumesPerSandbox);
+
 export const CreateSpec = z.object({
   id: Id,
   /** `name` or `name@version`. */
@@ -65,6 +73,7 @@ export const CreateSpec = z.object({
   diskMb: Positive.optional(),
   /** Brought up with the VM; a network that cannot come up takes the VM with it. */
   network: NetworkPolicy.optional(),
+  volumes: VolumeSpecs.optional(),
 });
 export type HostCreateSpec = z.infer<typeof CreateSpec>;
 export const CheckCreateSpec = CreateSpec.omit({ id: true });
@@ -168,15 +177,15 @@ const route = <const R extends RouteDef>(r: R): R => r;
 export const control = {
   info: route({ method: "GET", path: "/host/v1/info", response: HostInfo }),
   create: route({ method: "POST", path: "/host/v1/vms", body: z.object({ ...OpBody, spec: CreateSpec }), response: SandboxInfo }),
-  restore: route({ method: "POST", path: "/host/v1/vms/:id/restore", body: z.object({ ...OpBody, snapshot: StoredRef, network: NetworkPolicy.optional() }), response: SandboxInfo }),
+  restore: route({ method: "POST", path: "/host/v1/vms/:id/restore", body: z.object({ ...OpBody, snapshot: StoredRef, network: NetworkPolicy.optional(), volumes: VolumeSpecs.optional() }), response: SandboxInfo }),
   destroy: route({ method: "DELETE", path: "/host/v1/vms/:id", response: Ok }),
   hibernateWarm: route({ method: "POST", path: "/host/v1/vms/:id/hibernate-warm", body: z.object({ ...OpBody, snapshotId: Id }), response: Ok }),
-  upload: route({ method: "POST", path: "/host/v1/vms/:id/upload", body: z.object({ ...OpBody, to: StoredRef, fromWarm: Id.optional() }), response: z.object({ storedBytes: Count }) }),
+  upload: route({ method: "POST", path: "/host/v1/vms/:id/upload", body: z.object({ ...OpBody, to: StoredRef, fromWarm: Id.optional() }), response: z.object({ storedBytes: Count, heldVolumes: z.array(Id).max(64).optional() }) }),
   wakeWarm: route({ method: "POST", path: "/host/v1/vms/:id/wake-warm", body: z.object({ ...OpBody, snapshotId: Id.nullable() }), response: Ok }),
   hibernateDisk: route({ method: "POST", path: "/host/v1/vms/:id/hibernate-disk", body: z.object(OpBody), response: Ok }),
   wakeDisk: route({ method: "POST", path: "/host/v1/vms/:id/wake-disk", body: z.object(OpBody), response: Ok }),
   checkpoint: route({ method: "POST", path: "/host/v1/vms/:id/checkpoint", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ pauseMs: z.number().min(0), storedBytes: Count }) }),
-  fork: route({ method: "POST", path: "/host/v1/vms/:id/fork", body: z.object({ ...OpBody, children: z.array(Id).min(1).max(64), network: NetworkPolicy.optional() }), response: z.object({ children: z.array(SandboxInfo) }) }),
+  fork: route({ method: "POST", path: "/host/v1/vms/:id/fork", body: z.object({ ...OpBody, children: z.array(Id).min(1).max(64), network: NetworkPolicy.optional(), volumes: VolumeSpecs.optional() }), response: z.object({ children: z.array(SandboxInfo) }) }),
   resume: route({ method: "POST", path: "/host/v1/vms/:id/resume", response: Ok }),
   cpuSeconds: route({ method: "GET", path: "/host/v1/vms/:id/cpu", response: z.object({ cpuSeconds: z.number().nullable() }) }),
   setNetwork: route({ method: "PUT", path: "/host/v1/vms/:id/network", body: z.object({ policy: NetworkPolicy }), response: Ok }),
@@ -193,6 +202,9 @@ export const control = {
   deleteTemplate: route({ method: "DELETE", path: "/host/v1/templates/:name", response: Ok }),
   buildTemplate: route({ method: "POST", path: "/host/v1/templates/builds", body: z.object({ ...OpBody, spec: TemplateBuildSpec }), response: BuiltTemplate }),
   publishTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/publish", body: z.object({ ...OpBody, key: StoredRef.shape.key }), response: z.object({ storedBytes: Count }) }),
+  createVolume: route({ method: "POST", path: "/host/v1/volumes", body: z.object({ ...OpBody, id: Id, sizeMb: z.number().int().min(API_LIMITS.minVolumeMb).max(API_LIMITS.maxVolumeMb) }), response: Ok }),
+  deleteVolume: route({ method: "DELETE", path: "/host/v1/volumes/:id", response: Ok }),
+  growVolume: route({ method: "POST", path: "/host/v1/volumes/:id/grow", body: z.object({ ...OpBody, sizeMb: z.number().int().min(API_LIMITS.minVolumeMb).max(API_LIMITS.maxVolumeMb), helper: Id }), response: Ok }),
   fetchTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/fetch", body: z.object({ ...OpBody, key: StoredRef.shape.key, current: z.boolean() }), response: Ok }),
 } as const;
 export type ControlRoutes = typeof control;
@@ -263,8 +275,12 @@ export interface HostAgent {
   /** Where the control plane reaches it: "local" (this process) or its base URL. */
   readonly address: string;
   create(op: string, spec: HostCreateSpec): Promise<HostSandboxInfo>;
-  /** A sandbox `id` from a stored snapshot (a checkpoint, or a lost sandbox's recovery); any VM of that id goes first. */
-  restore(op: string, id: string, snapshot: StoredRef, network?: NetworkPolicy): Promise<HostSandboxInfo>;
+  /**
+   * A sandbox `id` from a stored snapshot (a checkpoint, a cold sandbox's wake, a lost
+   * sandbox's recovery); any VM of that id goes first. `volumes` are mounted; the
+   * snapshot's own mounts come back only on a wake of the same sandbox (volumes it held).
+   */
+  restore(op: string, id: string, snapshot: StoredRef, network?: NetworkPolicy, volumes?: VolumeSpec[]): Promise<HostSandboxInfo>;
   /** Throws `capacity_exhausted` if a create of this spec would not fit now (checked again by `create`). */
   checkCreate(spec: Omit<HostCreateSpec, "id">): Promise<void>;
   /** Throws `capacity_exhausted` if a VM of this shape would not fit now. */
@@ -279,8 +295,10 @@ export interface HostAgent {
    * Cold, the first half: the VM's snapshot (or its warm snapshot `fromWarm`) goes to the
    * store under `to`; the VM stays paused (or absent) for the control plane to destroy once
    * it has committed. On failure the VM runs again (from running) and nothing is left.
+   * The guest lets go of its volumes first; `heldVolumes`: those it could not (a process
+   * kept files open on them), still mounted in the stored snapshot.
    */
-  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number }>;
+  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }>;
   /** Warm wake: resume in place, or restore from its local snapshot if the VM died. */
   wakeWarm(op: string, id: string, snapshotId: string | null): Promise<void>;
   /**
@@ -293,8 +311,18 @@ export interface HostAgent {
   wakeDisk(op: string, id: string): Promise<void>;
   /** A durable checkpoint in the store under `to`; the sandbox keeps running. */
   checkpoint(op: string, id: string, to: StoredRef): Promise<{ pauseMs: number; storedBytes: number }>;
-  /** Forks a running sandbox into children with the given ids (each gets `network`). */
-  fork(op: string, id: string, children: string[], network?: NetworkPolicy): Promise<HostSandboxInfo[]>;
+  /** Forks a running sandbox into children with the given ids (each gets `network` and mounts `volumes`; the parent's mounts are not theirs). */
+  fork(op: string, id: string, children: string[], network?: NetworkPolicy, volumes?: VolumeSpec[]): Promise<HostSandboxInfo[]>;
+  /** Makes volume `id`'s image (an empty ext4 of `sizeMb`) on this host; one already there is kept. */
+  createVolume(op: string, id: string, sizeMb: number): Promise<void>;
+  /** Removes volume `id`'s image from this host (nothing if it has none). */
+  deleteVolume(id: string): Promise<void>;
+  /**
+   * Grows volume `id`'s filesystem to `sizeMb`, in a helper VM `helper` that mounts it
+   * read-write (the image is never parsed on the host); the control plane holds the volume
+   * for `helper` meanwhile.
+   */
+  growVolume(op: string, id: string, sizeMb: number, helper: string): Promise<void>;
   /** Deletes a local snapshot (a warm hibernation's), if it is there. */
   dropLocalSnapshot(snapshotId: string): Promise<void>;
   /** Lets go of the template version a stored snapshot needed (it is gone from the store). */

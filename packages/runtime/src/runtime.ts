@@ -686,7 +686,8 @@ export class Runtime {
   // ---- fork ----
 
   /** Forks a running sandbox into `count` new, independent sandboxes (copy-on-write disks). */
-  async fork(sandboxId: string, count = 1, opts: { ids?: string[] } = {}): Promise<Sandbox[]> {
+  /** `volumes`: what each child mounts (the parent's mounts are stale in them and let go of). */
+  async fork(sandboxId: string, count = 1, opts: { ids?: string[]; volumes?: VolumeRequest[] } = {}): Promise<Sandbox[]> {
     if (!Number.isInteger(count) || count < 1 || count > 16) throw new DenError("invalid_argument", "fork count must be an integer in 1..16");
     if (opts.ids && opts.ids.length !== count) throw new DenError("invalid_argument", "fork: one id per child");
     const parent = this.get(sandboxId);
@@ -705,13 +706,13 @@ export class Runtime {
     return this.forkFrom(parent, count, false, opts);
   }
 
-  private async forkFrom(parent: Sandbox, count: number, shared: boolean, opts: { ids?: string[] }): Promise<Sandbox[]> {
+  private async forkFrom(parent: Sandbox, count: number, shared: boolean, opts: { ids?: string[]; volumes?: VolumeRequest[] }): Promise<Sandbox[]> {
     // Shared: the parent's RAM becomes a file the children map (where the kernel cannot say
     // which pages the parent changed, the snapshot is a stream each child loads).
     const snap = await this.snapshot(parent.id, shared ? { ramAsFile: true } : {});
     try {
       const children: Sandbox[] = [];
-      const results = await Promise.allSettled(Array.from({ length: count }, (_, i) => this.restore(snap.id, { pidsMax: parent.info.pidsMax, ...(opts.ids ? { id: opts.ids[i]! } : {}) })));
+      const results = await Promise.allSettled(Array.from({ length: count }, (_, i) => this.restore(snap.id, { pidsMax: parent.info.pidsMax, ...(opts.ids ? { id: opts.ids[i]! } : {}), ...(opts.volumes?.length ? { volumes: opts.volumes } : {}) })));
       for (const r of results) if (r.status === "fulfilled") children.push(r.value);
       const failed = results.find((r) => r.status === "rejected");
       if (failed) {

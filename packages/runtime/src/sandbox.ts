@@ -16,7 +16,7 @@ import type { StateSink, Vm } from "./vm.js";
 import { changedPages, copyChangedPages } from "./pagemap.js";
 import type { PageFilterStats } from "./migration-stream.js";
 import type { HostProfile } from "./host.js";
-import { detachStale, mountVolumes, releaseVolumes, snapshotVolumes, type SnapshotVolume, type VolumeAttachment } from "./volumes.js";
+import { SLOT_BYTES, detachStale, mountVolumes, releaseVolumes, snapshotVolumes, type SnapshotVolume, type VolumeAttachment } from "./volumes.js";
 
 /** `stopped`: its VM is shut down and its disk overlay kept (a disk hibernation); it boots again from that disk. */
 export type SandboxState = "starting" | "running" | "paused" | "stopped" | "destroyed";
@@ -568,6 +568,23 @@ export class Sandbox {
         `i=0; while [ $(( $(cat /sys/block/vda/size) * 512 )) -lt ${bytes} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; resize2fs /dev/vda 2>&1`,
       ], { timeoutMs: 120_000 });
       if (r.exitCode !== 0) throw new DenError("io_error", `growing the guest filesystem failed: ${r.stdout.toString().slice(-500)}`);
+    });
+  }
+
+  /**
+   * Grows a volume this VM mounts read-write to `sizeMb`: the guest resizes its ext4 online
+   * (the image is a slot's full size already, so only the filesystem grows; nothing of a
+   * guest-written image is parsed on the host).
+   */
+  growVolume(volume: string, sizeMb: number): Promise<void> {
+    return this.lifecycle.run(async () => {
+      this.assertUsable();
+      const v = (this.record.volumes ?? []).find((x) => x.volume === volume);
+      if (!v || v.readOnly) throw new DenError("invalid_state", `sandbox ${this.id} has no read-write mount of volume ${volume}`);
+      if (!Number.isInteger(sizeMb) || sizeMb < 16 || sizeMb * 1024 * 1024 > SLOT_BYTES) throw new DenError("invalid_argument", `a volume's size must be a whole number of MiB in 16..${SLOT_BYTES / 1024 / 1024}`);
+      const agent = await this.agent();
+      agent.requireFeature("volumes", "volumes");
+      await agent.request("vol.grow", { path: v.path, bytes: sizeMb * 1024 * 1024 });
     });
   }
 

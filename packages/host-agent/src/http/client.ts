@@ -21,6 +21,8 @@ const TIMEOUTS: Record<keyof Routes, number> = {
   create: 15 * MINUTE, hibernateWarm: 10 * MINUTE, wakeWarm: 10 * MINUTE, hibernateDisk: 10 * MINUTE, wakeDisk: 10 * MINUTE,
   upload: 60 * MINUTE, restore: 60 * MINUTE, checkpoint: 60 * MINUTE, fork: 60 * MINUTE, buildTemplate: 3 * 60 * MINUTE,
   publishTemplate: 60 * MINUTE, fetchTemplate: 60 * MINUTE,
+  // A volume's image is made on a sparse file (seconds); a grow boots a helper VM.
+  createVolume: 5 * MINUTE, deleteVolume: 2 * MINUTE, growVolume: 15 * MINUTE,
   // What the host is still doing for an operation: as long as the longest of them.
   settled: 3 * 60 * MINUTE,
 };
@@ -72,8 +74,8 @@ export class HttpHostAgent implements HostAgent {
     return this.call("create", {}, { op, spec });
   }
 
-  restore(op: string, id: string, snapshot: StoredRef, network?: api.NetworkPolicy): Promise<HostSandboxInfo> {
-    return this.call("restore", { id }, { op, snapshot, ...(network ? { network } : {}) });
+  restore(op: string, id: string, snapshot: StoredRef, network?: api.NetworkPolicy, volumes?: host.VolumeSpec[]): Promise<HostSandboxInfo> {
+    return this.call("restore", { id }, { op, snapshot, ...(network ? { network } : {}), ...(volumes?.length ? { volumes } : {}) });
   }
 
   async checkCreate(spec: Omit<HostCreateSpec, "id">): Promise<void> {
@@ -96,7 +98,7 @@ export class HttpHostAgent implements HostAgent {
     await this.call("hibernateWarm", { id }, { op, snapshotId });
   }
 
-  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number }> {
+  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }> {
     return this.call("upload", { id }, { op, to, ...(fromWarm ? { fromWarm } : {}) });
   }
 
@@ -116,8 +118,20 @@ export class HttpHostAgent implements HostAgent {
     return this.call("checkpoint", { id }, { op, to });
   }
 
-  async fork(op: string, id: string, children: string[], network?: api.NetworkPolicy): Promise<HostSandboxInfo[]> {
-    return (await this.call("fork", { id }, { op, children, ...(network ? { network } : {}) })).children;
+  async fork(op: string, id: string, children: string[], network?: api.NetworkPolicy, volumes?: host.VolumeSpec[]): Promise<HostSandboxInfo[]> {
+    return (await this.call("fork", { id }, { op, children, ...(network ? { network } : {}), ...(volumes?.length ? { volumes } : {}) })).children;
+  }
+
+  async createVolume(op: string, id: string, sizeMb: number): Promise<void> {
+    await this.call("createVolume", {}, { op, id, sizeMb });
+  }
+
+  async deleteVolume(id: string): Promise<void> {
+    await this.call("deleteVolume", { id });
+  }
+
+  async growVolume(op: string, id: string, sizeMb: number, helper: string): Promise<void> {
+    await this.call("growVolume", { id }, { op, sizeMb, helper });
   }
 
   async dropLocalSnapshot(snapshotId: string): Promise<void> {
