@@ -252,7 +252,33 @@ export interface WebhookDeliveriesTable {
   claimed_until: number | null;
 }
 
+/** A named volume of an owner (migration 017). */
+export interface VolumesTable {
+  id: string;
+  owner: string;
+  name: string;
+  size_mb: number;
+  /** creating | ready */
+  state: string;
+  host_id: string;
+  created_at: number;
+  deleted_at: number | null;
+}
+
+/** A volume mounted in a sandbox, or held by a helper VM (migration 017). */
+export interface VolumeMountsTable {
+  volume_id: string;
+  sandbox_id: string;
+  path: string;
+  read_only: number;
+  /** 1: it holds the volume now (counts against other mounts). */
+  held: number;
+  created_at: number;
+}
+
 export interface Database {
+  volumes: VolumesTable;
+  volume_mounts: VolumeMountsTable;
   webhooks: WebhooksTable;
   webhook_deliveries: WebhookDeliveriesTable;
   template_versions: TemplateVersionsTable;

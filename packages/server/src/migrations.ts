@@ -1,4 +1,4 @@
-import type { Kysely, Migration } from "kysely";
+import { sql, type Kysely, type Migration } from "kysely";
 import type { Dialect } from "./db.js";
 
 /**
@@ -317,6 +317,41 @@ export const migrations = (dialect: Dialect): Record<string, Migration> => ({
         .execute();
       await db.schema.createIndex("webhook_deliveries_queue").on("webhook_deliveries").columns(["status", "next_attempt_at"]).execute();
       await db.schema.createIndex("webhook_deliveries_order").on("webhook_deliveries").columns(["webhook_id", "ordering_key", "status", "seq"]).execute();
+    },
+  },
+  "017_volumes": {
+    async up(db: Kysely<any>): Promise<void> {
+      // Named per-owner volumes: an image on one host, outliving every sandbox that mounts it.
+      await db.schema
+        .createTable("volumes")
+        .addColumn("id", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("owner", "varchar(64)", (c) => c.notNull())
+        .addColumn("name", "varchar(64)", (c) => c.notNull())
+        .addColumn("size_mb", "integer", (c) => c.notNull())
+        /** creating (its image is being made) | ready */
+        .addColumn("state", "varchar(16)", (c) => c.notNull())
+        /** The host its image is on. */
+        .addColumn("host_id", "varchar(128)", (c) => c.notNull())
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        /** Deleted: its name is free again; the row goes once its image is removed. */
+        .addColumn("deleted_at", "bigint")
+        .execute();
+      // One live volume per owner and name (a deleted one's row may linger until its image is gone).
+      await db.schema.createIndex("volumes_owner_name").unique().on("volumes").columns(["owner", "name"]).where(sql.ref("deleted_at"), "is", null).execute();
+      // A volume mounted in a sandbox (or held by an internal helper VM: a sandbox id with no row).
+      // `held`: it holds the volume now (one writer or many readers); a cold-hibernated sandbox
+      // that let it go keeps the row, and takes the hold again at its wake.
+      await db.schema
+        .createTable("volume_mounts")
+        .addColumn("volume_id", "varchar(64)", (c) => c.notNull())
+        .addColumn("sandbox_id", "varchar(64)", (c) => c.notNull())
+        .addColumn("path", "varchar(255)", (c) => c.notNull())
+        .addColumn("read_only", "integer", (c) => c.notNull())
+        .addColumn("held", "integer", (c) => c.notNull())
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .addPrimaryKeyConstraint("volume_mounts_pk", ["volume_id", "sandbox_id"])
+        .execute();
+      await db.schema.createIndex("volume_mounts_sandbox").on("volume_mounts").column("sandbox_id").execute();
     },
   },
 });
