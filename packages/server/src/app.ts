@@ -14,6 +14,7 @@ import { registerHostRoutes } from "./routes/hosts.js";
 import { registerPtyRoutes } from "./routes/pty.js";
 import { registerCheckpointRoutes } from "./routes/checkpoints.js";
 import { registerWebhookRoutes } from "./routes/webhooks.js";
+import { registerVolumeRoutes } from "./routes/volumes.js";
 import { registerUsageRoutes } from "./routes/usage.js";
 import { registerPortRoutes } from "./routes/ports.js";
 import { registerHealthRoutes } from "./routes/health.js";
@@ -201,6 +202,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   registerPtyRoutes(typed, cp);
   registerCheckpointRoutes(typed, cp);
   registerWebhookRoutes(typed, cp);
+  registerVolumeRoutes(typed, cp);
   registerDashboardRoutes(app);
   registerMcpRoutes(app, cp, authenticate);
   if (opts.e2b) await registerE2bRoutes(app, { cp, ...opts.e2b });

@@ -44,6 +44,11 @@ export interface ServerConfig {
     templatesPerOwner: number;
     /** A template build's TTL: all its setup commands together (its sandbox counts as one of the owner's meanwhile). */
     templateBuildSeconds: number;
+    /** Volumes an owner may have, and their sizes summed (MiB). */
+    volumesPerOwner: number;
+    volumeMbPerOwner: number;
+    /** Volume file transfers and grows at once per owner (each runs a helper VM). */
+    volumeTransfersPerOwner: number;
   };
   /** What this host may hold (admission control). */
   capacity: Capacity;
@@ -181,6 +186,9 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       storedBytesPerOwner: num(env.DEN_MAX_STORED_BYTES_PER_OWNER, 100 * 1024 ** 3),
       templatesPerOwner: num(env.DEN_MAX_TEMPLATES_PER_OWNER, 20),
       templateBuildSeconds: num(env.DEN_TEMPLATE_BUILD_TTL_SECONDS, 3600),
+      volumesPerOwner: num(env.DEN_MAX_VOLUMES_PER_OWNER, 20),
+      volumeMbPerOwner: num(env.DEN_MAX_VOLUME_MB_PER_OWNER, 100 * 1024),
+      volumeTransfersPerOwner: num(env.DEN_MAX_VOLUME_TRANSFERS_PER_OWNER, 2),
       bufferedExecsPerOwner: num(env.DEN_MAX_BUFFERED_EXECS_PER_OWNER, 8),
       streamsPerOwner: num(env.DEN_MAX_STREAMS_PER_OWNER, 64),
       followsPerOwner: num(env.DEN_MAX_FOLLOWS_PER_OWNER, 16),

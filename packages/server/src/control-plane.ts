@@ -22,6 +22,7 @@ import { SharedTemplates } from "./control/shared-templates.js";
 import { Serializer } from "./control/serializer.js";
 import { Templates } from "./control/templates.js";
 import { Webhooks } from "./control/webhooks/service.js";
+import { Volumes } from "./control/volumes.js";
 
 export { systemClock, type Clock } from "./control/operations.js";
 export { toApiTemplate } from "./control/templates.js";
@@ -54,7 +55,10 @@ export class ControlPlane {
   readonly gc: StoreGc;
   readonly registry: HostRegistry;
   readonly webhooks: Webhooks;
+  readonly volumes: Volumes;
   private readonly ctx: Ctx;
+  /** When this process started: volume holds of helper VMs older than this are a dead process's. */
+  private readonly startedAt: number;
   /** The host agents sandboxes run on, and which one each sandbox is on. */
   readonly hosts: HostPool;
 
@@ -98,6 +102,8 @@ export class ControlPlane {
     this.forks = new Forks(this.ctx, this.queue, this.lifecycle);
     this.checkpoints = new Checkpoints(this.ctx, this.queue, this.lifecycle);
     this.templates = new Templates(this.ctx, this.checkpoints);
+    this.volumes = new Volumes(this.ctx);
+    this.startedAt = clock.now();
     const l = config.limits;
     this.slots = {
       bufferedExecs: new OwnerSlots(l.bufferedExecsPerOwner, "buffered execs", "DEN_MAX_BUFFERED_EXECS_PER_OWNER"),
@@ -225,9 +231,9 @@ export class ControlPlane {
   }
 
   /** Forks a running sandbox (woken first if hibernated) into `count` children. */
-  async fork(p: Principal, id: string, count: number, ttlSeconds?: number): Promise<SandboxRow[]> {
+  async fork(p: Principal, id: string, count: number, ttlSeconds?: number, volumes?: api.VolumeMount[]): Promise<SandboxRow[]> {
     await this.guest(id);
-    return this.refusable(p, "fork", () => this.forks.fork(p, id, count, ttlSeconds));
+    return this.refusable(p, "fork", () => this.forks.fork(p, id, count, ttlSeconds, volumes));
   }
 
   async recover(p: Principal, id: string, checkpointId?: string): Promise<SandboxRow> {
@@ -419,6 +425,8 @@ export class ControlPlane {
   /** After a (re)start: finish or roll back what was in flight, make host and database agree, collect garbage. */
   async reconcile(): Promise<void> {
     await this.recovery.run();
+    // After the reconcile destroyed VMs no row knows (helpers among them): their holds go.
+    await this.volumes.sweep(this.startedAt);
     await this.gc.collect();
   }
 

@@ -118,7 +118,11 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   // Any replica settles operations of replicas that are gone (each one is claimed first); one collects garbage.
   const gc = every(config.storeGc.intervalMs, "store garbage collection", async () => {
     await cp.recovery.retry();
-    if (await replica.holds("gc")) await cp.gc.collect();
+    if (await replica.holds("gc")) {
+      await cp.gc.collect();
+      // Images of deleted volumes a failed removal left.
+      await cp.volumes.sweep();
+    }
   });
   // A replica that dies mid-operation: the others settle what it left within a few seconds of its lease running out.
   const orphans = every(REPLICA_LEASE_MS / 2, "operations of replicas that are gone", () => cp.recovery.retry({ othersOnly: true }));

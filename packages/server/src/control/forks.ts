@@ -8,6 +8,8 @@ import { pendingStored, refOf, type Ctx } from "./context.js";
 import { termsOf, vmFields, type Lifecycle, type Settings, type Terms } from "./lifecycle.js";
 import type { Reason } from "./operations.js";
 import type { Serializer } from "./serializer.js";
+import { resolveMounts, specsOf, volumeStore } from "./volumes.js";
+import type { api } from "@den/protocol";
 
 /**
  * Forks: a running sandbox into children with its exact state. On its host they share its
@@ -21,8 +23,10 @@ export class Forks {
    * rows (ids chosen here) are written with the intent; each child has the parent's TTL
    * counted from its own creation (or `ttlSeconds`), and the parent's metadata plus `forked_from`.
    */
-  async fork(p: Principal, id: string, count: number, ttlSeconds?: number): Promise<SandboxRow[]> {
+  async fork(p: Principal, id: string, count: number, ttlSeconds?: number, volumes?: api.VolumeMount[]): Promise<SandboxRow[]> {
     await this.lifecycle.quota(p, count);
+    // What each child mounts (the parent's mounts are not carried over); a writer's hold goes to one child at most.
+    const vols = await resolveMounts(this.ctx, p.owner, volumes);
     return this.queue.run(id, async () => {
       const { store, ops, metrics, meter, clock } = this.ctx;
       const parent = (await store.getSandbox(id))!;
@@ -31,11 +35,14 @@ export class Forks {
       if (parent.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${parent.state}`);
       const ids = Array.from({ length: count }, () => newId("sbx"));
       const network = networkOf(parent);
+      if (vols.host && vols.host !== host.instance) throw new DenError("invalid_argument", `sandbox ${id} runs on host ${host.instance}, its fork's volumes are on ${vols.host}: a sandbox mounts volumes of its own host only`);
       const elsewhere = await this.forkTargets(parent, ids);
+      if (elsewhere && vols.holds.length) throw new DenError("capacity_exhausted", `the host of sandbox ${id} has no room for ${count} more, and children mounting volumes cannot go elsewhere (a volume lives on one host)`);
       if (elsewhere) return this.forkElsewhere(p, parent, ids, elsewhere, ttlSeconds);
       const op = ops.newOp("fork", id, "user", { children: ids });
       await ops.begin(parent, op, async (tx) => {
         for (const c of ids) {
+          await volumeStore(tx).take(c, vols.holds, clock.now());
           await tx.insertSandbox(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, host.instance, this.forkTerms(parent, ttlSeconds)), this.ctx.config.limits.sandboxesPerOwner);
           await ops.event(c, "creating", "user", { forked_from: id }, tx);
         }
@@ -43,7 +50,7 @@ export class Forks {
       faultPoint("fork-after-intent");
       let kids: HostSandboxInfo[];
       try {
-        kids = await metrics.time("fork", "", () => meter.work(id, () => host.fork(op.id, id, ids, network.egress === "none" ? NO_NETWORK : network)));
+        kids = await metrics.time("fork", "", () => meter.work(id, () => host.fork(op.id, id, ids, network.egress === "none" ? NO_NETWORK : network, vols.holds.length ? specsOf(vols.holds) : undefined)));
       } catch (e) {
         await ops.fail(op, id, e, {}, (tx) => this.dropChildren(tx, op, ids, "error", (e as Error).message));
         throw e;

@@ -155,6 +155,8 @@ export class HostPool {
     prefer?: string | null; exclude?: string; reserved?: Map<string, number>; kind?: string;
     /** The template is in the shared store: a host that lacks it may be chosen, and pulls it first. */
     pull?: (h: HostAgent) => Promise<void>;
+    /** This host or none (where the sandbox's volumes are: a volume's image lives on one host). */
+    only?: string | null;
   } = {}): Promise<HostAgent> {
     const pulls = new Set<string>();
     const check = async (h: HostAgent) => {
@@ -170,7 +172,8 @@ export class HostPool {
       return h;
     };
     // `kind` (a HostKind's JSON): only hosts of that kind (a host of unknown kind, configured, is tried).
-    const fit = (h: HostAgent) => this.open_(h) && h.instance !== opts.exclude && (opts.kind === undefined || (this.rows.get(h.instance)?.kind ?? opts.kind) === opts.kind);
+    const fit = (h: HostAgent) => this.open_(h) && h.instance !== opts.exclude && (opts.kind === undefined || (this.rows.get(h.instance)?.kind ?? opts.kind) === opts.kind)
+      && (!opts.only || h.instance === opts.only);
     let candidates = this.all.filter(fit);
     if (!candidates.length) {
       // A host may have registered through another replica a moment ago.
@@ -178,6 +181,7 @@ export class HostPool {
       candidates = this.all.filter(fit);
     }
     if (!candidates.length) {
+      if (opts.only) throw new DenError("capacity_exhausted", `the host of its volumes (${opts.only}) cannot take a sandbox now${opts.kind ? ` (or is not of the kind its snapshot was made on)` : ""}`);
       throw new DenError("capacity_exhausted", opts.kind ? `no host agent of the kind this snapshot was made on (${opts.kind}) can take it now` : "no host agent can take a sandbox now (none is up and open)");
     }
     const preferred = opts.reserved?.size ? undefined : candidates.find((h) => h.instance === opts.prefer);

@@ -9,6 +9,7 @@ import type { NetworkPolicies } from "./network-policy.js";
 import type { Reason } from "./operations.js";
 import type { Measure } from "./reaper.js";
 import type { Serializer } from "./serializer.js";
+import { resolveMounts, specsOf, volumeStore, type ResolvedMounts } from "./volumes.js";
 
 export type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">;
 
@@ -95,9 +96,11 @@ export class Lifecycle {
   }
 
   /** Records a new sandbox and its operation together, then makes its VM; a failure leaves it in `error`. */
-  private async materialize(row: SandboxRow, op: OperationRow, make: () => Promise<HostSandboxInfo>, data: Record<string, unknown>): Promise<SandboxRow> {
+  private async materialize(row: SandboxRow, op: OperationRow, make: () => Promise<HostSandboxInfo>, data: Record<string, unknown>, vols?: ResolvedMounts): Promise<SandboxRow> {
     const { store, ops, clock } = this.ctx;
     await store.transaction(async (tx) => {
+      // Its volumes are held with its row: of two racing creates, one gets a writer's hold.
+      if (vols?.holds.length) await volumeStore(tx).take(row.id, vols.holds, clock.now());
       await tx.insertSandbox(row, this.ctx.config.limits.sandboxesPerOwner);
       await tx.insertOperation(op);
       await ops.event(row.id, "creating", "user", data, tx);
@@ -122,32 +125,35 @@ export class Lifecycle {
     if ((req.memory_mb ?? 0) > lim.memoryMbPerSandbox) throw new DenError("invalid_argument", `memory_mb: at most ${lim.memoryMbPerSandbox} on this server`);
     if ((req.disk_mb ?? 0) > lim.diskMbPerSandbox) throw new DenError("invalid_argument", `disk_mb: at most ${lim.diskMbPerSandbox} on this server`);
     await this.quota(p);
+    const vols = await resolveMounts(this.ctx, p.owner, req.volumes);
     const template = req.template ?? config.defaults.template;
     const shape = { ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}) };
     // A create no host can hold is refused before it leaves a record behind.
     const pull = await this.ctx.shared.pullFor(template);
-    const host = await hosts.place({ template, ...shape }, pull ? { pull } : {});
+    const host = await hosts.place({ template, ...shape }, { ...(pull ? { pull } : {}), only: vols.host });
     const network = effectivePolicy(req.network, config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("create", id, "user", { template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}) }), host: host.instance };
     const row = this.newRow(p, id, req, template, network, op, host.instance, deadline);
     return this.materialize(row, op, () => metrics.time("create", "", () => host.create(op.id, {
-      id, template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}), network,
-    })), { template });
+      id, template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}), network, ...(vols.holds.length ? { volumes: specsOf(vols.holds) } : {}),
+    })), { template }, vols);
   }
 
   /** A new, independent sandbox with the checkpoint's state. */
   async restore(p: Principal, cp: CheckpointRow, req: api.RestoreCheckpointRequest, deadline: Terms = V1_TERMS): Promise<SandboxRow> {
     const { config, ops, metrics, meter } = this.ctx;
     await this.quota(p);
+    // The checkpoint's own mounts are not carried: its volumes are not part of it. It mounts what is named here.
+    const vols = await resolveMounts(this.ctx, p.owner, req.volumes);
     // Preferably on the host of the sandbox it was taken from (it surely has the template version); else any that has it and room.
-    const host = await this.placeStored(cp, (await this.ctx.store.getSandbox(cp.sandbox_id))?.host_id ?? null);
+    const host = await this.placeStored(cp, (await this.ctx.store.getSandbox(cp.sandbox_id))?.host_id ?? null, undefined, vols.host);
     const network = effectivePolicy(req.network ?? networkOf(cp), config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("restore", id, "user", { checkpoint: cp.id }), host: host.instance };
     const row = this.newRow(p, id, { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template, network, op, host.instance, deadline);
     const from = await storedRef(this.ctx, cp.id);
-    return this.materialize(row, op, () => metrics.time("restore", "", () => meter.work(id, () => host.restore(op.id, id, from, network))), { checkpoint: cp.id });
+    return this.materialize(row, op, () => metrics.time("restore", "", () => meter.work(id, () => host.restore(op.id, id, from, network, vols.holds.length ? specsOf(vols.holds) : undefined))), { checkpoint: cp.id }, vols);
   }
 
   /**
@@ -156,11 +162,11 @@ export class Lifecycle {
    * room; else any host of the same kind (QEMU version, accelerator, CPU model, arch: what a
    * snapshot needs of the host it is restored on) that has its template version and room.
    */
-  async placeStored(s: Pick<SandboxRow, "template" | "template_version" | "vcpus" | "memory_mb">, origin: string | null, reserved?: Map<string, number>): Promise<HostAgent> {
+  async placeStored(s: Pick<SandboxRow, "template" | "template_version" | "vcpus" | "memory_mb">, origin: string | null, reserved?: Map<string, number>, only?: string | null): Promise<HostAgent> {
     const kind = origin ? (await this.ctx.store.getHost(origin))?.kind ?? undefined : undefined;
     const template = `${s.template}@${s.template_version}`;
     const pull = await this.ctx.shared.pullFor(template);
-    return this.ctx.hosts.place({ template, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer: origin, ...(kind ? { kind } : {}), ...(reserved ? { reserved } : {}), ...(pull ? { pull } : {}) });
+    return this.ctx.hosts.place({ template, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer: origin, ...(kind ? { kind } : {}), ...(reserved ? { reserved } : {}), ...(pull ? { pull } : {}), ...(only ? { only } : {}) });
   }
 
   /**
@@ -169,10 +175,10 @@ export class Lifecycle {
    * cold-hibernated, rather than failing: the sandbox being woken is the most recently used
    * one there is.
    */
-  private async placeForWake(row: SandboxRow, deadline: number): Promise<HostAgent> {
+  private async placeForWake(row: SandboxRow, deadline: number, only: string | null): Promise<HostAgent> {
     for (;;) {
       try {
-        return await this.placeStored(row, row.host_id);
+        return await this.placeStored(row, row.host_id, undefined, only);
       } catch (e) {
         // (Details cross the host protocol whole.) Only memory is made room for: a host out of
         // vCPUs or disk says so at once.
@@ -319,7 +325,7 @@ export class Lifecycle {
     await ops.begin(row, op, (tx) => tx.insertStoredSnapshot(stored));
     faultPoint("hibernate-cold-after-intent");
     const t0 = performance.now();
-    let up: { storedBytes: number };
+    let up: { storedBytes: number; heldVolumes?: string[] };
     try {
       up = await metrics.time("hibernate", "cold", () => meter.work(row.id, () => host.upload(op.id, row.id, refOf(stored), fromWarm ?? undefined)));
     } catch (e) {
@@ -336,6 +342,9 @@ export class Lifecycle {
       // The quota holds what the upload actually wrote, checked with the commit.
       await tx.checkStoredQuota(row.owner, up.storedBytes, max);
       await tx.completeStoredSnapshot(stored.id, up.storedBytes);
+      // The volumes its guest let go of are free for others while it sleeps (its mounts stay,
+      // for the wake); those a process kept files open on stay held by it.
+      await volumeStore(tx).release(row.id, up.heldVolumes ?? []);
     }).catch(async (e: unknown) => {
       if (!(e instanceof DenError && e.code === "quota_exceeded")) throw e;
       // Refused: the record stays as it was, the copy is released, and a VM the upload left
@@ -413,12 +422,21 @@ export class Lifecycle {
     const mode = modeOf(row);
     const snapshot = row.hibernate_snapshot;
     if (mode === "cold" && !snapshot) throw new DenError("sandbox_not_running", `sandbox ${id} has no snapshot to wake from`);
+    // A cold wake mounts its volumes again: those it let go of are held again with the intent
+    // (a 409 if another sandbox holds one as a writer meanwhile), those it kept come back in their slots.
+    const mounts = mode === "cold" ? await volumeStore(store).mountsOf(id) : [];
+    const heldBefore = mounts.filter((m) => m.held === 1).map((m) => m.volume_id);
+    const volumeHost = mounts.length ? (await volumeStore(store).byId(mounts[0]!.volume_id))?.host_id ?? null : null;
     // Warm and disk: on its host (its memory snapshot or its disk is there). Cold: everything
-    // is in the store, so any compatible host with room will do, its last one first.
-    const host = mode === "cold" ? await this.placeForWake(row, deadline) : this.ctx.hosts.of(row);
-    const op = { ...ops.newOp("wake", id, reason, { mode, snapshot, host: host.instance }), host: host.instance };
+    // is in the store, so any compatible host with room will do, its last one first (the
+    // host of its volumes, if it has any).
+    const host = mode === "cold" ? await this.placeForWake(row, deadline, volumeHost) : this.ctx.hosts.of(row);
+    const op = { ...ops.newOp("wake", id, reason, { mode, snapshot, host: host.instance, ...(mounts.length ? { held_volumes: heldBefore } : {}) }), host: host.instance };
     // The row names the host before the host is asked: a crash leaves nothing it cannot find.
-    await ops.begin(row, op, host.instance !== row.host_id ? (tx) => tx.updateSandbox(id, { host_id: host.instance }).then(() => undefined) : undefined);
+    await ops.begin(row, op, async (tx) => {
+      if (host.instance !== row.host_id) await tx.updateSandbox(id, { host_id: host.instance });
+      if (mounts.length) await volumeStore(tx).retake(id);
+    });
     if (mode === "cold") faultPoint("wake-cold-after-intent");
     const t0 = performance.now();
     try {
@@ -426,12 +444,12 @@ export class Lifecycle {
         if (mode === "warm") await host.wakeWarm(op.id, id, snapshot);
         // A failed boot leaves it shut down, its disk as it was.
         else if (mode === "disk") await host.wakeDisk(op.id, id);
-        else await host.restore(op.id, id, await storedRef(this.ctx, snapshot!));
+        else await host.restore(op.id, id, await storedRef(this.ctx, snapshot!), undefined, mounts.length ? specsOf(mounts.map((m) => ({ volumeId: m.volume_id, path: m.path, readOnly: m.read_only === 1 }))) : undefined);
       }));
     } catch (e) {
-      // It stays hibernated: its snapshot is untouched.
+      // It stays hibernated: its snapshot is untouched, and what it held again is let go of.
       if (mode === "cold") await host.destroy(id).catch(() => undefined);
-      await ops.fail(op, id, e);
+      await ops.fail(op, id, e, {}, mounts.length ? (tx) => volumeStore(tx).release(id, heldBefore) : undefined);
       throw e;
     }
     if (mode === "cold") faultPoint("wake-cold-after-restore");
@@ -477,7 +495,11 @@ export class Lifecycle {
       // Its host may be the one that was lost: any host with the checkpoint's template version and room.
       const host = await this.placeStored(cp, row.host_id);
       const op = { ...ops.newOp("recover", id, "user", { checkpoint: cp.id, host: host.instance }), host: host.instance };
-      await ops.begin(row, op, host.instance !== row.host_id ? (tx) => tx.updateSandbox(id, { host_id: host.instance }).then(() => undefined) : undefined);
+      await ops.begin(row, op, async (tx) => {
+        if (host.instance !== row.host_id) await tx.updateSandbox(id, { host_id: host.instance });
+        // It comes back without volumes (a checkpoint holds none): its mounts, and their holds, go.
+        await volumeStore(tx).drop(id);
+      });
       let info: HostSandboxInfo;
       try {
         info = await host.restore(op.id, id, await storedRef(this.ctx, cp.id));

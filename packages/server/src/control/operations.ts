@@ -4,6 +4,7 @@ import type { Meter } from "../meter.js";
 import type { Metrics } from "../metrics.js";
 import type { OperationRow, SandboxRow, Store } from "../store.js";
 import type { Outbox } from "./webhooks/outbox.js";
+import { VolumeStore } from "../volume-store.js";
 
 export type Reason = api.TransitionReason;
 
@@ -214,6 +215,10 @@ export class Operations {
     if (out.state) Object.assign(patch, { state: out.state, state_reason: out.reason ?? "user" });
     const row = await tx.casSandbox(id, { generation: cur.generation, opId: op.id }, patch);
     if (!row) throw new DenError("internal", `sandbox ${id} changed under operation ${op.id}`);
+    // A sandbox that ended holds no volume: every way it ends (a destroy, a failed create,
+    // a rolled-back fork child) lets go of its mounts here, in the transaction that ends it
+    // (a destroy's, only once its host has destroyed the VM).
+    if (out.state === "destroyed" || out.state === "error") await new VolumeStore(tx).drop(id);
     if (out.state) await this.event(id, out.state, out.reason ?? "user", out.data ?? {}, tx, op.kind);
     return row;
   }

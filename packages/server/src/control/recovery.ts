@@ -8,6 +8,7 @@ import type { Forks } from "./forks.js";
 import type { NetworkPolicies } from "./network-policy.js";
 import { argsOf, type Reason } from "./operations.js";
 import type { Templates } from "./templates.js";
+import { volumeStore } from "./volumes.js";
 
 const STOPPED = "the server stopped during this operation";
 
@@ -133,7 +134,7 @@ export class Recovery {
         return;
       }
       case "wake": {
-        const a = argsOf<{ mode: "warm" | "cold" | "disk"; snapshot: string | null }>(op);
+        const a = argsOf<{ mode: "warm" | "cold" | "disk"; snapshot: string | null; held_volumes?: string[] }>(op);
         if (hasVm(vm)) {
           // It came back before the stop: the record follows the VM.
           await host.resume(id);
@@ -143,9 +144,10 @@ export class Recovery {
           await this.network.restore(done);
           return;
         }
-        // It stays hibernated: its snapshot (or its disk, shut down) was never touched.
+        // It stays hibernated: its snapshot (or its disk, shut down) was never touched, and the
+        // volumes a cold wake held again are let go of (those it kept through its sleep stay held).
         if (a.mode === "cold") await host.destroy(id);
-        await rollBack();
+        await rollBack({}, a.held_volumes ? (tx) => volumeStore(tx).release(id, a.held_volumes!) : undefined);
         return;
       }
       case "recover": {

@@ -17,7 +17,7 @@ export function registerCheckpointRoutes(app: TypedApp, cp: ControlPlane): void 
     schema: { summary: "Fork a running sandbox into independent copy-on-write children", params: IdParams, body: api.ForkRequest.nullish(), response: { 201: api.ForkResponse } },
   }, async (req, reply) => {
     const row = await cp.owned(principal(req), req.params.id);
-    return reply.status(201).send({ sandboxes: (await cp.fork(principal(req), row.id, req.body?.count ?? 1)).map(toApiSandbox) });
+    return reply.status(201).send({ sandboxes: (await cp.fork(principal(req), row.id, req.body?.count ?? 1, undefined, req.body?.volumes)).map(toApiSandbox) });
   });
 
   app.get("/v1/sandboxes/:id/recovery", {

@@ -16,13 +16,19 @@ function stat(path: string, s: GuestStat | DirEntry): api.FileStat {
 }
 
 /** Counts bytes through an upload and fails it past `limit`, so no client can fill the guest's disk through us unbounded. */
-async function* limited(source: AsyncIterable<Buffer>, limit: number): AsyncGenerator<Buffer> {
+export async function* limited(source: AsyncIterable<Buffer>, limit: number): AsyncGenerator<Buffer> {
   let total = 0;
   for await (const chunk of source) {
     total += chunk.length;
     if (total > limit) throw new DenError("payload_too_large", `upload exceeds ${limit} bytes`);
     yield chunk;
   }
+}
+
+/** A raw upload's body as chunks: the request stream itself (octet-stream), or what another parser made of it. */
+export function bodySource(body: unknown): AsyncIterable<Buffer> {
+  return body && typeof body === "object" && Symbol.asyncIterator in body ? (body as AsyncIterable<Buffer>)
+    : (async function* () { if (body !== undefined) yield Buffer.from(typeof body === "string" ? body : JSON.stringify(body)); })();
 }
 
 export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
@@ -51,11 +57,7 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
     // Refused before a byte is read: Node then discards the body and the client gets the 413.
     if (declared > cp.config.limits.uploadBytes) throw new DenError("payload_too_large", `upload of ${declared} bytes exceeds ${cp.config.limits.uploadBytes}`);
     const guest = await cp.guest(row.id);
-    const body = req.body as unknown;
-    const source: AsyncIterable<Buffer> =
-      body && typeof body === "object" && Symbol.asyncIterator in body ? (body as AsyncIterable<Buffer>)
-        : (async function* () { if (body !== undefined) yield Buffer.from(typeof body === "string" ? body : JSON.stringify(body)); })();
-    await guest.files.write(req.query.path, limited(source, cp.config.limits.uploadBytes));
+    await guest.files.write(req.query.path, limited(bodySource(req.body), cp.config.limits.uploadBytes));
     return stat(req.query.path, await guest.files.stat(req.query.path));
   });
 
