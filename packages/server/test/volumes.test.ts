@@ -108,7 +108,11 @@ describe("volumes", () => {
     assert.equal(made.status, 201, made.text);
     assert.match(made.body.id, /^vol_[a-z2-7]{16}$/);
     assert.deepEqual(made.body.mounts, []);
-    const a = await create([{ name: "data", path: "/data" }]);
+    // Two creates racing for the writer's hold: one gets it.
+    const racing = await Promise.all([0, 1].map(() => api("POST", "/v1/sandboxes", { persistent: true, volumes: [{ name: "data", path: "/data" }] })));
+    assert.deepEqual(racing.map((r) => r.status).sort(), [201, 409], racing.map((r) => r.text).join("\n"));
+    assert.equal(racing.find((r) => r.status === 409)!.body.error.code, "volume_in_use");
+    const a = racing.find((r) => r.status === 201)!.body.id as string;
     await ok(a, "head -c 50000000 /dev/urandom > /data/blob && sha256sum /data/blob | cut -d' ' -f1 > /root/sum");
     sum = await ok(a, "cat /root/sum");
     await ok(a, `python3 -c "import sqlite3; c=sqlite3.connect('/data/db.sqlite'); c.execute('create table t(v)'); c.executemany('insert into t values(?)', [(i,) for i in range(1000)]); c.commit()"`);
