@@ -36,6 +36,10 @@ import { registerHostsLs } from "./commands/hosts-ls.js";
 import { registerHostsDrain } from "./commands/hosts-drain.js";
 import { registerHostsRm } from "./commands/hosts-rm.js";
 import { registerHostsUndrain } from "./commands/hosts-undrain.js";
+import { registerVolumeCreate } from "./commands/volume-create.js";
+import { registerVolumeLs } from "./commands/volume-ls.js";
+import { registerVolumeRm } from "./commands/volume-rm.js";
+import { registerVolumeCp } from "./commands/volume-cp.js";
 import { UsageError } from "./output.js";
 
 // `den usage --json | head` closes the pipe early: that is the reader's choice, not an error.
@@ -70,6 +74,11 @@ registerWebhookLs(webhook);
 registerWebhookRm(webhook);
 registerWebhookDeliveries(webhook);
 registerWebhookRedeliver(webhook);
+const volume = program.command("volume").description("volumes: named filesystems that outlive every sandbox that mounts them");
+registerVolumeCreate(volume);
+registerVolumeLs(volume);
+registerVolumeRm(volume);
+registerVolumeCp(volume);
 const hosts = program.command("hosts").description("the host agents sandboxes run on (needs an admin key)");
 registerHostsLs(hosts);
 registerHostsDrain(hosts);

@@ -37,6 +37,7 @@ export {
   type WebhookDeliveriesPage,
 } from "./webhooks.js";
 export { Hosts, type HostInfo } from "./hosts.js";
+export { Volumes, type CreateVolumeOptions } from "./volumes.js";
 export { Usage, type UsageGroup, type UsageReport, type UsageOptions } from "./usage.js";
 export { DenClient, DEFAULT_API_URL, type DenClientOptions, type RequestOptions } from "./client.js";
 export { readNdjson, DEFAULT_MAX_LINE_BYTES, type NdjsonOptions } from "./ndjson.js";
@@ -78,6 +79,8 @@ export type {
   WebhookPayload,
   NetworkPolicy,
   NetworkStatus,
+  VolumeInfo,
+  VolumeMount,
 } from "./types.js";
 export type { ListeningPort, PortUrl, PortUrlOptions } from "./ports.js";
 export { Pty, type PtyOptions } from "./pty.js";

@@ -26,9 +26,11 @@ import {
   type WireInput,
   type NetworkPolicy,
   type NetworkStatus,
+  type VolumeMount,
   toNetworkPolicy,
   toSandboxEvent,
   toSandboxInfo,
+  toWireMounts,
   toWireNetwork,
 } from "./types.js";
 import type { Duplex } from "node:stream";
@@ -62,6 +64,8 @@ export interface CreateSandboxOptions extends DenClientOptions, RequestOptions {
   env?: Record<string, string>;
   /** Its network (default: egress `none`). */
   network?: NetworkPolicy;
+  /** Volumes to mount (see {@link Volumes}); at most 4. */
+  volumes?: VolumeMount[];
 }
 
 /**
@@ -184,6 +188,7 @@ export class Sandbox {
     if (opts.diskMb !== undefined) body.disk_mb = opts.diskMb;
     if (opts.env !== undefined) body.env = opts.env;
     if (opts.network !== undefined) body.network = toWireNetwork(opts.network);
+    if (opts.volumes !== undefined) body.volumes = toWireMounts(opts.volumes);
     const w = await client.json({ method: "POST", path: "/v1/sandboxes", json: body, signal: opts.signal }, api.Sandbox.parse);
     return new Sandbox(client, toSandboxInfo(w));
   }
@@ -357,7 +362,8 @@ export class Sandbox {
 
   /**
    * Forks the running sandbox: new, independent sandboxes with its exact state (files,
-   * processes, memory), copy-on-write. `count` defaults to 1.
+   * processes, memory), copy-on-write. `count` defaults to 1. The children do not get the
+   * parent's volumes; `volumes` are what each of them mounts (a read-write one: one child).
    *
    * @example
    * ```ts
@@ -365,21 +371,24 @@ export class Sandbox {
    * await Promise.all([a.exec("try-approach-a"), b.exec("try-approach-b")]);
    * ```
    */
-  async fork(opts: RequestOptions & { count?: number } = {}): Promise<Sandbox[]> {
-    const body = opts.count !== undefined ? { count: opts.count } : {};
+  async fork(opts: RequestOptions & { count?: number; volumes?: VolumeMount[] } = {}): Promise<Sandbox[]> {
+    const body: WireInput<typeof api.ForkRequest> = {};
+    if (opts.count !== undefined) body.count = opts.count;
+    if (opts.volumes !== undefined) body.volumes = toWireMounts(opts.volumes);
     const w = await this.#client.json({ method: "POST", path: `/v1/sandboxes/${seg(this.id)}/fork`, json: body, signal: opts.signal }, api.ForkResponse.parse);
     return w.sandboxes.map((s) => new Sandbox(this.#client, toSandboxInfo(s)));
   }
 
   /**
    * Creates a new sandbox from a checkpoint (by id or as returned by {@link Sandbox.snapshot}).
+   * A checkpoint holds no volume: the restored sandbox mounts only `volumes`.
    *
    * @example
    * ```ts
    * const again = await Sandbox.restore(cp, { ttlSeconds: 600 });
    * ```
    */
-  static async restore(checkpoint: string | { id: string }, opts: DenClientOptions & RequestOptions & { persistent?: boolean; ttlSeconds?: number | null; idleTimeoutSeconds?: number; onIdle?: "hibernate" | "destroy"; metadata?: Record<string, string>; network?: NetworkPolicy } = {}): Promise<Sandbox> {
+  static async restore(checkpoint: string | { id: string }, opts: DenClientOptions & RequestOptions & { persistent?: boolean; ttlSeconds?: number | null; idleTimeoutSeconds?: number; onIdle?: "hibernate" | "destroy"; metadata?: Record<string, string>; network?: NetworkPolicy; volumes?: VolumeMount[] } = {}): Promise<Sandbox> {
     const client = new DenClient(opts);
     const id = typeof checkpoint === "string" ? checkpoint : checkpoint.id;
     const body: Record<string, unknown> = {};
@@ -389,6 +398,7 @@ export class Sandbox {
     if (opts.onIdle !== undefined) body.on_idle = opts.onIdle;
     if (opts.metadata !== undefined) body.metadata = opts.metadata;
     if (opts.network !== undefined) body.network = toWireNetwork(opts.network);
+    if (opts.volumes !== undefined) body.volumes = toWireMounts(opts.volumes);
     const w = await client.json({ method: "POST", path: `/v1/checkpoints/${seg(id)}/restore`, json: body, signal: opts.signal }, api.Sandbox.parse);
     return new Sandbox(client, toSandboxInfo(w));
   }

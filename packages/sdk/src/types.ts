@@ -391,3 +391,51 @@ export function toWebhookDeliveryInfo(w: api.WebhookDelivery): WebhookDeliveryIn
 function date(s: string | null): Date | null {
   return s === null ? null : new Date(s);
 }
+
+/**
+ * A volume mounted into a sandbox at create, restore or fork: the volume's name, where the
+ * guest mounts it, and whether read-only (default read-write: one writer or many readers,
+ * never both; a conflicting mount is a {@link ConflictError} `volume_in_use`).
+ *
+ * @example
+ * ```ts
+ * const mounts: VolumeMount[] = [{ name: "datasets", path: "/data", readOnly: true }, { name: "work", path: "/work" }];
+ * ```
+ */
+export interface VolumeMount {
+  name: string;
+  path: string;
+  readOnly?: boolean;
+}
+
+/** Maps {@link VolumeMount}s to the wire's. */
+export function toWireMounts(mounts: VolumeMount[]): api.VolumeMount[] {
+  return mounts.map((m) => ({ name: m.name, path: m.path, ...(m.readOnly !== undefined ? { read_only: m.readOnly } : {}) }));
+}
+
+/**
+ * A volume (the `Volume` body, camelCased): its size and the sandboxes (not destroyed) it is
+ * mounted in; `held` says whether a mount holds it now (a cold-hibernated sandbox that let
+ * it go holds it again at its wake).
+ *
+ * @example
+ * ```ts
+ * const v: VolumeInfo = await Volumes.get("work");
+ * console.log(v.sizeMb, v.mounts.map((m) => `${m.sandboxId}:${m.path}${m.held ? "" : " (asleep)"}`));
+ * ```
+ */
+export interface VolumeInfo {
+  id: string;
+  name: string;
+  sizeMb: number;
+  createdAt: Date;
+  mounts: Array<{ sandboxId: string; path: string; readOnly: boolean; held: boolean }>;
+}
+
+/** Maps the wire `Volume` to {@link VolumeInfo}. */
+export function toVolumeInfo(w: api.Volume): VolumeInfo {
+  return {
+    id: w.id, name: w.name, sizeMb: w.size_mb, createdAt: new Date(w.created_at),
+    mounts: w.mounts.map((m) => ({ sandboxId: m.sandbox_id, path: m.path, readOnly: m.read_only, held: m.held })),
+  };
+}

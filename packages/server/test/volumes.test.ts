@@ -9,8 +9,12 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ConflictError, NotFoundError, Sandbox, Volumes } from "@den/sdk";
 import type { RunningServer } from "../src/server.js";
-import { ADMIN_KEY, client, testServer } from "./helpers.js";
+import { ADMIN_KEY, client, runCli, testServer } from "./helpers.js";
 
 const OTHER_OWNER = "volume-test-other";
 
@@ -219,5 +223,44 @@ describe("volumes", () => {
     // Nothing mounts it now: it can go.
     assert.equal((await api("DELETE", "/v1/volumes/data")).status, 204);
     await refused(await api("GET", "/v1/volumes/data"), 404, "volume_not_found");
+  });
+
+  test("the SDK and the CLI: create, write, mount, read, conflict, copy, delete", async () => {
+    const opts = { apiUrl: server.url, apiKey: ADMIN_KEY };
+    const env = { DEN_API_URL: server.url, DEN_API_KEY: ADMIN_KEY };
+    const v = await Volumes.create({ name: "sdk-vol", sizeMb: 64, ...opts });
+    assert.equal(v.sizeMb, 64);
+    assert.equal((await Volumes.writeFile("sdk-vol", "/in/hello.txt", "hello from the SDK\n", opts)).size, 19);
+    await assert.rejects(Volumes.get("sdk-vol", { ...opts, signal: AbortSignal.abort() }), (e: unknown) => (e as Error).name === "AbortError");
+    const sbx = await Sandbox.create({ persistent: true, volumes: [{ name: "sdk-vol", path: "/v" }], ...opts });
+    assert.equal((await sbx.exec("cat /v/in/hello.txt && echo from-sandbox > /v/out.txt")).stdout, "hello from the SDK\n");
+    await assert.rejects(Sandbox.create({ volumes: [{ name: "sdk-vol", path: "/v" }], ...opts }), (e: unknown) => e instanceof ConflictError && e.code === "volume_in_use");
+    assert.deepEqual((await Volumes.list(opts)).map((x) => [x.name, x.mounts.map((m) => m.sandboxId)]), [["sdk-vol", [sbx.id]]]);
+    const inUse = await runCli(["volume", "rm", "sdk-vol"], env);
+    assert.notEqual(inUse.code, 0);
+    assert.match(inUse.err, /volume_in_use|mounted by sandbox/);
+    await sbx.destroy();
+    assert.equal(await Volumes.readText("sdk-vol", "/out.txt", opts), "from-sandbox\n");
+
+    const dir = mkdtempSync(join(tmpdir(), "den-volume-cp-"));
+    try {
+      writeFileSync(join(dir, "up.bin"), Buffer.alloc(300_000, 7));
+      const up = await runCli(["volume", "cp", join(dir, "up.bin"), "sdk-vol:/up.bin"], env);
+      assert.equal(up.code, 0, up.err);
+      const down = await runCli(["volume", "cp", "sdk-vol:/out.txt", dir], env);
+      assert.equal(down.code, 0, down.err);
+      assert.equal(readFileSync(join(dir, "out.txt"), "utf8"), "from-sandbox\n");
+      const made = await runCli(["create", "--persistent", "--volume", "sdk-vol:/ro:ro"], env);
+      assert.equal(made.code, 0, made.err);
+      const id = made.out.trim();
+      assert.equal(await ok(id, "stat -c %s /ro/up.bin; touch /ro/x 2>/dev/null || echo read-only"), "300000\nread-only");
+      const ls = JSON.parse((await runCli(["volume", "ls", "--json"], env)).out) as Array<{ name: string; mounts: Array<{ sandboxId: string; readOnly: boolean }> }>;
+      assert.deepEqual(ls.map((x) => [x.name, x.mounts]), [["sdk-vol", [{ sandboxId: id, path: "/ro", readOnly: true, held: true }]]]);
+      await api("DELETE", `/v1/sandboxes/${id}`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    assert.equal((await runCli(["volume", "rm", "sdk-vol"], env)).out, "sdk-vol deleted\n");
+    await assert.rejects(Volumes.get("sdk-vol", opts), (e: unknown) => e instanceof NotFoundError && e.code === "volume_not_found");
   });
 });
