@@ -44,9 +44,34 @@ static int slot_device(int64_t slot, char *dev, size_t cap)
 	return found;
 }
 
+/* Whether `path` is where a Den volume slot is mounted: release and detach never unmount
+ * anything else (mountinfo escapes whitespace, which volume paths never have). */
+static int is_volume_mount(const char *path)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[1024], mp[512], src[256], serial[64], sys[300];
+	int found = 0;
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof line, f)) {
+		const char *sep = strstr(line, " - ");
+		if (!sep || sscanf(line, "%*s %*s %*s %*s %511s", mp) != 1 || strcmp(mp, path))
+			continue;
+		if (sscanf(sep + 3, "%*s %255s", src) != 1 || strncmp(src, "/dev/vd", 7) || strchr(src + 5, '/'))
+			continue;
+		snprintf(sys, sizeof sys, "/sys/block/%s/serial", src + 5);
+		found = read_small(sys, serial, sizeof serial) > 0 && !strncmp(serial, "den-vol-", 8);
+	}
+	fclose(f);
+	return found;
+}
+
 /* A mount point the host asked for: not the root, nothing the system needs, no "..". */
 static int volume_path_ok(const char *p)
 {
+	for (const char *c = p; *c; c++)
+		if (*c <= ' ' || *c == '\\' || *c == 127)
+			return 0;
 	static const char *const system[] = {"/proc", "/sys", "/dev", "/run", "/etc", "/bin", "/sbin", "/lib", "/usr", "/boot"};
 	if (p[0] != '/' || !p[1] || strstr(p, "/../") || strstr(p, "/./") || strlen(p) >= 256)
 		return 0;
@@ -109,6 +134,10 @@ int op_vol_release(struct req *r)
 	if (arg_path(r, "path", &path) < 0)
 		return -1;
 	sync();
+	if (!is_volume_mount(path)) {
+		jw_kbool(r->w, "released", 1); /* not a volume's mount: nothing of it to let go of */
+		return 0;
+	}
 	if (umount2(path, 0)) {
 		if (errno == EINVAL || errno == ENOENT) {
 			jw_kbool(r->w, "released", 1); /* not mounted: nothing holds it */
@@ -135,7 +164,7 @@ int op_vol_detach(struct req *r)
 		return -1;
 	if (slot < 0 || slot >= VOL_SLOTS_MAX)
 		return req_err(r, "invalid_argument", "bad slot");
-	if (umount2(path, MNT_DETACH) && errno != EINVAL && errno != ENOENT)
+	if (is_volume_mount(path) && umount2(path, MNT_DETACH) && errno != EINVAL && errno != ENOENT)
 		return req_errno(r, errno, "umount");
 	int free_ = 0;
 	if (!slot_device(slot, dev, sizeof dev)) {

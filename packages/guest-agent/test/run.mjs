@@ -49,7 +49,23 @@ test('hello', async () => {
   assert.equal((await host.req('nope')).code, 'unknown_op');
   const info = await host.req('sys.info');
   assert.ok(info.mem_total_kb > 0 && info.uptime_ms > 0);
-  assert.deepEqual(r.features, ['exec.user', 'file.owner', 'file.xattr', 'sys.metrics']);
+  assert.deepEqual(r.features, ['exec.user', 'file.owner', 'file.xattr', 'sys.metrics', 'volumes']);
+});
+
+// (On the host there are no volume slots: only the refusals and the no-ops can be seen here.)
+test('vol.*: bad slots and mount points are refused; nothing not a volume is ever unmounted', async () => {
+  for (const p of ['/etc', '/usr/local/x', '/', '/proc', '/a/../b', '/a/./b', '/trailing/', '/with space', 'relative']) {
+    assert.equal((await host.req('vol.mount', { slot: 0, path: p, read_only: false })).code, 'invalid_argument', p);
+  }
+  assert.equal((await host.req('vol.mount', { slot: 99, path: '/data', read_only: false })).code, 'invalid_argument');
+  const missing = path.join(os.tmpdir(), `den-vol-test-${process.pid}`);
+  const r = await host.req('vol.mount', { slot: 3, path: missing, read_only: true });
+  assert.equal(r.ok, false, 'no slot device here');
+  assert.equal(fs.existsSync(missing), false, 'nothing is made for a mount that cannot happen');
+  // /proc is mounted, but it is not a volume: release and detach leave it alone.
+  assert.deepEqual(await host.req('vol.release', { path: '/proc' }), { ok: true, released: true });
+  assert.deepEqual(await host.req('vol.detach', { slot: 0, path: '/proc' }), { ok: true, free: false });
+  assert.ok(fs.existsSync('/proc/self/status'), '/proc is still mounted');
 });
 
 test('exec exit 42', async () => {

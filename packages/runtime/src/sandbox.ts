@@ -483,9 +483,9 @@ export class Sandbox {
       if (this.record.state !== "stopped") throw new DenError("invalid_state", `sandbox ${this.id} is ${this.record.state}, not shut down`);
       this.vm = vm;
       try {
-        await this.connectAgent(undefined, timeoutMs, true);
+        const agent = await this.connectAgent(undefined, timeoutMs, true);
         // A new kernel: nothing is mounted, nothing stale.
-        await mountVolumes(await this.agent(), this.record.volumes ?? []);
+        await mountVolumes(agent, this.record.volumes ?? []);
         const { staleVolumes: _, ...rest } = this.record;
         // Its RAM is now a file in its directory, as a cold boot's: its snapshots carry it.
         this.record = { ...rest, ramFile: true };

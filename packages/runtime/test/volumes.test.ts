@@ -111,6 +111,15 @@ describe("volumes in a VM's disk slots", () => {
     await rt.deleteSnapshot(cp.id);
   });
 
+  test("a disk hibernation unmounts the volume cleanly, and the boot from disk mounts it again", async () => {
+    const s = await start(() => rt.create({ volumes: [vol("/keep")] }));
+    await ok(s, "echo unsynced > /keep/disk-hib");
+    await rt.stopKeepingDisk(s.id);
+    const booted = await rt.bootFromDisk(s.id);
+    assert.equal(await ok(booted, "cat /keep/disk-hib"), "unsynced");
+    await booted.destroy();
+  });
+
   test("mount points the system needs are refused", async () => {
     await assert.rejects(rt.create({ volumes: [vol("/etc")] }), isCode("invalid_argument"));
   });
