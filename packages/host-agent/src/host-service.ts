@@ -213,23 +213,55 @@ export class LocalHostAgent implements HostAgent {
   }
 
   async destroy(id: string): Promise<void> {
+    await this.cancelWarmSnapshot(id);
     if (this.rt.has(id)) await this.rt.get(id).destroy();
     await rm(join(this.rt.dataDir, "sandboxes", id), { recursive: true, force: true });
   }
 
+  /**
+   * Warm: the VM pauses in place, and that is the hibernation; its local snapshot (for a VM
+   * that dies while paused, and for a later move to the store) is written behind the answer,
+   * while nothing runs. A wake meanwhile cancels it; a move to the store waits for it.
+   */
   hibernateWarm(op: string, id: string, snapshotId: string): Promise<void> {
     return this.once(op, async () => {
-      await this.rt.snapshot(id, { keepRunning: false, id: snapshotId });
+      const sbx = this.rt.get(id);
+      await sbx.pause();
+      const job = this.rt.snapshot(id, { keepRunning: false, id: snapshotId }).then(() => undefined, (err: unknown) => {
+        if (sbx.state !== "destroyed" && this.warmSnapshots.get(id) === job) process.emitWarning(`sandbox ${id}: its warm snapshot failed (${(err as Error).message.slice(0, 300)}); it stays paused in place`, "DenWarmSnapshotWarning");
+      }).finally(() => {
+        if (this.warmSnapshots.get(id) === job) this.warmSnapshots.delete(id);
+      });
+      this.warmSnapshots.set(id, job);
     });
   }
 
-  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }> {
+  /** Warm snapshots being written behind their hibernations' answers, by sandbox. */
+  private readonly warmSnapshots = new Map<string, Promise<void>>();
+
+  /** Lets go of a warm snapshot still being written (it fails, leaving nothing). */
+  private async cancelWarmSnapshot(id: string): Promise<void> {
+    const job = this.warmSnapshots.get(id);
+    if (!job) return;
+    this.warmSnapshots.delete(id);
+    if (this.rt.has(id)) await this.rt.get(id).cancelSnapshot();
+    await job;
+  }
+
+  upload(op: string, id: string, to: StoredRef, warmSnapshot?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }> {
     return this.once(op, async () => {
       const sbx = this.rt.has(id) ? this.rt.get(id) : undefined;
+      const alive = sbx?.vmAlive() ?? false;
       // A warm VM with volumes still mounts them all (its warm snapshot was taken so): while
       // its QEMU is there, it lets go of them now in a snapshot of its own, as from running.
-      if (fromWarm && sbx?.vmAlive() && sbx.info.volumes?.length) fromWarm = undefined;
-      const wasPaused = sbx?.state === "paused";
+      const release = alive && !!sbx!.info.volumes?.length;
+      // Else a warm snapshot still being written is the one to store; one that never got
+      // written (cancelled, failed) is replaced by a snapshot of the paused VM.
+      if (release) await this.cancelWarmSnapshot(id);
+      else await this.warmSnapshots.get(id);
+      const fromWarm = warmSnapshot && !release && (this.rt.hasSnapshot(warmSnapshot) || !alive) ? warmSnapshot : undefined;
+      // (A warm one stays paused if the move fails.)
+      const wasRunning = sbx?.state === "running";
       // From warm, the snapshot taken when it paused is the one to store (nothing ran since,
       // and the VM may even be gone). From running, a snapshot leaves the VM paused.
       // From running, its saved state goes into the store as QEMU writes it (compressed on the
@@ -258,9 +290,8 @@ export class LocalHostAgent implements HostAgent {
       try {
         snap = fromWarm ? await this.rt.getSnapshot(fromWarm) : await this.rt.snapshot(id, { keepRunning: false, stateSink: streamTo, releaseVolumes: true });
       } catch (e) {
-        // The store failing mid-stream fails the snapshot, which left the VM paused: resume it
-        // (a warm one stays paused).
-        if (!fromWarm && !wasPaused) await sbx?.resume().catch(() => undefined);
+        // The store failing mid-stream fails the snapshot, which left the VM paused: resume it.
+        if (wasRunning) await sbx?.resume().catch(() => undefined);
         throw e;
       }
       faultPoint("hibernate-cold-after-snapshot");
@@ -270,8 +301,8 @@ export class LocalHostAgent implements HostAgent {
         const heldVolumes = (snap.manifest.volumes ?? []).filter((v) => !v.stale).map((v) => v.volume);
         return { storedBytes: manifestBytes(stored), ...(heldVolumes.length ? { heldVolumes } : {}) };
       } catch (e) {
-        // Nothing is lost: the VM is still there, paused; put it back to work (a warm one stays paused).
-        if (!fromWarm && !wasPaused) await sbx?.resume().catch(() => undefined);
+        // Nothing is lost: the VM is still there, paused; put it back to work.
+        if (wasRunning) await sbx?.resume().catch(() => undefined);
         throw e;
       } finally {
         // A snapshot taken for the upload is of no use after it, either way.
@@ -282,6 +313,7 @@ export class LocalHostAgent implements HostAgent {
 
   wakeWarm(op: string, id: string, snapshotId: string | null): Promise<void> {
     return this.once(op, async () => {
+      await this.cancelWarmSnapshot(id);
       if (this.rt.has(id) && this.rt.get(id).vmAlive()) {
         await this.rt.get(id).resume();
         return;
@@ -302,6 +334,8 @@ export class LocalHostAgent implements HostAgent {
 
   hibernateDisk(op: string, id: string): Promise<void> {
     return this.once(op, async () => {
+      // From warm: its memory snapshot is of no use once the disk holds it.
+      await this.cancelWarmSnapshot(id);
       await this.rt.stopKeepingDisk(id);
     });
   }

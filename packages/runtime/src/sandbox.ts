@@ -72,6 +72,8 @@ export interface SandboxContext {
  */
 export class Sandbox {
   private lifecycle = new SerialQueue();
+  /** The VM whose state a snapshot is saving now, if one is. */
+  private snapshotting: Vm | undefined;
   private agentConn: Promise<AgentClient> | undefined;
   /** Agent connections dropped because the guest broke the protocol (a hostile or broken guest). */
   agentProtocolErrors = 0;
@@ -284,12 +286,23 @@ export class Sandbox {
       // A hibernation lets go of the volumes it can, so others may use them meanwhile (a wake mounts them again).
       const released = opts.releaseVolumes ? await this.releaseVolumes(vm) : [];
       try {
+        this.snapshotting = vm;
         return await this.snapshotNow(dir, vm, opts, released);
       } catch (e) {
         await this.remount(vm, released).catch(() => undefined);
         throw e;
+      } finally {
+        this.snapshotting = undefined;
       }
     });
+  }
+
+  /**
+   * Stops a snapshot in progress (it fails, leaving nothing; the VM stays as it was): a
+   * wake or destroy need not wait for a warm hibernation's local snapshot.
+   */
+  async cancelSnapshot(): Promise<void> {
+    await this.snapshotting?.qmp.execute("migrate_cancel").catch(() => undefined);
   }
 
   private async snapshotNow(dir: string, vm: Vm, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean; stateSink?: StateSink; ramFile?: string }, released: VolumeAttachment[]): Promise<SnapshotResult> {

@@ -5,7 +5,7 @@ import { existsSync } from "node:fs";
 import type { RunningServer } from "../src/index.js";
 import WebSocket from "ws";
 import { Validator } from "@seriousme/openapi-schema-validator";
-import { ADMIN_KEY, client, testServer, vmPid, waitFor } from "./helpers.js";
+import { ADMIN_KEY, client, testServer, untilWarmSnapshot, vmPid, waitFor } from "./helpers.js";
 
 describe("the /v1 API against real microVMs", () => {
   let server: RunningServer;
@@ -131,11 +131,32 @@ describe("the /v1 API against real microVMs", () => {
     for (const t of ["creating", "running", "hibernated", "exec.started", "exec.ended"]) assert.ok(types.includes(t), `event ${t}`);
   });
 
+  test("a warm hibernate answers once paused; a wake or a move to the store right after it, while its snapshot is written, loses nothing", async () => {
+    const localBefore = (await server.cp.hosts.first!.inventory()).snapshots;
+    const c = await admin("POST", "/v1/sandboxes", {});
+    const cid = c.body.id;
+    await admin("POST", `/v1/sandboxes/${cid}/exec`, { cmd: "echo one > /workspace/f; nohup sleep 1000 >/dev/null 2>&1 &" });
+    // Woken at once: the snapshot being written is let go of.
+    assert.equal((await admin("POST", `/v1/sandboxes/${cid}/hibernate`, { mode: "warm" })).body.hibernate_mode, "warm");
+    assert.equal((await admin("POST", `/v1/sandboxes/${cid}/wake`)).body.state, "running");
+    assert.equal((await admin("POST", `/v1/sandboxes/${cid}/exec`, { cmd: "echo two >> /workspace/f; cat /workspace/f; pgrep -c -x sleep" })).body.stdout, "one\ntwo\n1\n");
+    // Moved to the store at once: the move takes the warm snapshot once it is written.
+    await admin("POST", `/v1/sandboxes/${cid}/hibernate`, { mode: "warm" });
+    const cold = await admin("POST", `/v1/sandboxes/${cid}/hibernate`, { mode: "cold" });
+    assert.equal(cold.body.hibernate_mode, "cold", cold.text);
+    assert.equal((await admin("POST", `/v1/sandboxes/${cid}/exec`, { cmd: "cat /workspace/f; pgrep -c -x sleep" })).body.stdout, "one\ntwo\n1\n");
+    // No local snapshot is left behind by either.
+    assert.deepEqual((await server.cp.hosts.first!.inventory()).snapshots.filter((s) => !localBefore.includes(s)), []);
+    await admin("DELETE", `/v1/sandboxes/${cid}`);
+  });
+
   test("a crashed warm-hibernated VM wakes from its snapshot with its state", async () => {
     const c = await admin("POST", "/v1/sandboxes", {});
     const cid = c.body.id;
     const pid = (await admin("POST", `/v1/sandboxes/${cid}/exec`, { cmd: "echo before > /workspace/f; nohup sleep 1000 >/dev/null 2>&1 & echo $!" })).body.stdout.trim();
     await admin("POST", `/v1/sandboxes/${cid}/hibernate`);
+    // (A VM that dies before its warm snapshot is written is lost as a running one would be.)
+    await untilWarmSnapshot(server, cid);
     const qemuPid = vmPid(server, cid);
     process.kill(qemuPid, "SIGKILL");
     await new Promise((r) => setTimeout(r, 500));

@@ -1,5 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { after, before } from "node:test";
+import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { findInstanceProcesses } from "@den/runtime";
@@ -133,6 +134,17 @@ export function vmPid(server: RunningServer, id: string): number {
   const pid = findInstanceProcesses(server.cp.hosts.first!.instance).get(id);
   if (pid === undefined) throw new Error(`sandbox ${id} has no QEMU`);
   return pid;
+}
+
+/** Waits until a warm hibernation's local snapshot is written (it is written behind the hibernate's answer). */
+export async function untilWarmSnapshot(server: RunningServer, id: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const snap = (await server.cp.store.getSandbox(id))?.hibernate_snapshot;
+    if (snap && existsSync(join(dataDir(), "snapshots", snap, "manifest.json"))) return;
+    if (Date.now() > deadline) throw new Error(`sandbox ${id}: no warm snapshot after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 export const exited = (c: ChildProcess) => c.exitCode !== null || c.signalCode !== null;
