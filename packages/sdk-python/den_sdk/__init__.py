@@ -21,6 +21,16 @@ The asyncio client has the same surface (``den_sdk.aio``)::
 
     async with AsyncSandbox.create(template="base") as sbx:
         print((await sbx.exec("echo hi")).stdout)
+
+Volumes outlive the sandboxes that mount them::
+
+    from den_sdk import VolumeMount, Volumes
+
+    Volumes.create("work", size_mb=1024)
+    Volumes.write_file("work", "/task.md", "refactor auth")
+    with Sandbox.create(volumes=[VolumeMount("work", "/work")]) as sbx:
+        sbx.exec("cat /work/task.md > /work/notes.txt")
+    print(Volumes.read_text("work", "/notes.txt"))
 """
 
 from ._client import DEFAULT_API_URL, Client
@@ -40,6 +50,7 @@ from .aio import (
     AsyncStream,
     AsyncTemplates,
     AsyncUsage,
+    AsyncVolumes,
     AsyncWebhooks,
     AwaitableContext,
 )
@@ -73,6 +84,8 @@ from .errors import (
     TemplateNotFoundError,
     UnauthorizedError,
     UnavailableError,
+    VolumeInUseError,
+    VolumeNotFoundError,
     error_class_for,
 )
 from .exec import ExecChunk, ExecExit, ExecResult, ExecStream
@@ -109,6 +122,7 @@ from .types import (
     WebhookPayload,
 )
 from .usage import Usage
+from .volumes import Volume, VolumeMount, VolumeMountInfo, Volumes
 from .webhooks import Webhooks, WebhookVerificationError
 
 __version__ = "0.1.0"
@@ -158,6 +172,10 @@ __all__ = [
     "WebhookPayload",
     "WebhookVerificationError",
     "WEBHOOK_EVENT_TYPES",
+    "Volumes",
+    "Volume",
+    "VolumeMount",
+    "VolumeMountInfo",
     "AsyncSandbox",
     "AsyncFilesystem",
     "AsyncProcesses",
@@ -173,6 +191,7 @@ __all__ = [
     "AsyncUsage",
     "AsyncHosts",
     "AsyncWebhooks",
+    "AsyncVolumes",
     "AwaitableContext",
     "WebSocket",
     "WebSocketError",
@@ -196,7 +215,9 @@ __all__ = [
     "CheckpointNotFoundError",
     "ProcessNotFoundError",
     "DenFileNotFoundError",
+    "VolumeNotFoundError",
     "ConflictError",
+    "VolumeInUseError",
     "InvalidStateError",
     "SnapshotError",
     "SetupFailedError",

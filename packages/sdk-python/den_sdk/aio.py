@@ -96,6 +96,7 @@ from .types import (
     WebhookDelivery,
 )
 from .usage import Instant, Usage
+from .volumes import DEFAULT_CHUNK_BYTES, Volume, VolumeMountLike, Volumes, WriteData
 from .webhooks import Webhooks
 
 __all__ = [
@@ -114,6 +115,7 @@ __all__ = [
     "AsyncUsage",
     "AsyncHosts",
     "AsyncWebhooks",
+    "AsyncVolumes",
     "AwaitableContext",
     "MAX_WORKER_THREADS",
 ]
@@ -1136,6 +1138,7 @@ class AsyncSandbox:
         disk_mb: Optional[int] = None,
         env: Optional[Mapping[str, str]] = None,
         network: Optional[Network] = None,
+        volumes: Optional[Sequence[VolumeMountLike]] = None,
         *,
         api_url: Optional[str] = None,
         api_key: Optional[str] = None,
@@ -1149,7 +1152,7 @@ class AsyncSandbox:
                 await scratch.exec("true")
         """
         return cls._opening(lambda: Sandbox.create(
-            template, persistent, ttl_seconds, metadata, idle_timeout_seconds, on_idle, vcpus, memory_mb, disk_mb, env, network,
+            template, persistent, ttl_seconds, metadata, idle_timeout_seconds, on_idle, vcpus, memory_mb, disk_mb, env, network, volumes,
             api_url=api_url, api_key=api_key,
         ))
 
@@ -1198,6 +1201,7 @@ class AsyncSandbox:
         on_idle: Optional[str] = None,
         metadata: Optional[Mapping[str, str]] = None,
         network: Optional[Network] = None,
+        volumes: Optional[Sequence[VolumeMountLike]] = None,
         *,
         api_url: Optional[str] = None,
         api_key: Optional[str] = None,
@@ -1210,7 +1214,7 @@ class AsyncSandbox:
             back = await AsyncSandbox.restore(cp, ttl_seconds=600)
         """
         return cls._opening(lambda: Sandbox.restore(
-            checkpoint, persistent, ttl_seconds, idle_timeout_seconds, on_idle, metadata, network,
+            checkpoint, persistent, ttl_seconds, idle_timeout_seconds, on_idle, metadata, network, volumes,
             api_url=api_url, api_key=api_key, _client=_client,
         ))
 
@@ -1356,14 +1360,15 @@ class AsyncSandbox:
         """
         return AsyncCheckpoint.of(await _call(self._sync.snapshot, name))
 
-    async def fork(self, count: int = 1) -> List["AsyncSandbox"]:
-        """Forks the sandbox into ``count`` independent copies.
+    async def fork(self, count: int = 1, volumes: Optional[Sequence[VolumeMountLike]] = None) -> List["AsyncSandbox"]:
+        """Forks the sandbox into ``count`` independent copies (each mounting ``volumes``, as
+        :meth:`Sandbox.fork`).
 
         Example::
 
             a, b = await sbx.fork(count=2)
         """
-        return [AsyncSandbox(s) for s in await _call(self._sync.fork, count)]
+        return [AsyncSandbox(s) for s in await _call(self._sync.fork, count, volumes)]
 
     async def set_timeout(self, seconds: int) -> SandboxInfo:
         """Sets the deadline to ``seconds`` from now.
@@ -1590,6 +1595,120 @@ class AsyncTemplates:
             await AsyncTemplates.delete("myproject")
         """
         await _call(Templates.delete, name, api_url=api_url, api_key=api_key)
+
+
+class AsyncVolumes:
+    """The caller's volumes, as coroutines (see :class:`Volumes`; same arguments and errors).
+
+    Example::
+
+        await AsyncVolumes.create("work", size_mb=1024)
+        await AsyncVolumes.write_file("work", "/input.txt", "hello\n")
+        async with AsyncSandbox.create(volumes=[VolumeMount("work", "/work")]) as sbx:
+            await sbx.exec("wc -c /work/input.txt > /work/out.txt")
+        print(await AsyncVolumes.read_text("work", "/out.txt"))
+    """
+
+    @staticmethod
+    async def create(name: str, size_mb: int, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> Volume:
+        """Creates an empty volume.
+
+        Example::
+
+            v = await AsyncVolumes.create("datasets", size_mb=10_240)
+        """
+        return await _call(Volumes.create, name, size_mb, api_url=api_url, api_key=api_key)
+
+    @staticmethod
+    async def list(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Volume]:
+        """The owner's volumes, each with the sandboxes it is mounted in.
+
+        Example::
+
+            names = [v.name for v in await AsyncVolumes.list()]
+        """
+        return await _call(Volumes.list, api_url=api_url, api_key=api_key)
+
+    @staticmethod
+    async def get(name: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> Volume:
+        """One volume (``VolumeNotFoundError`` if there is none of that name).
+
+        Example::
+
+            v = await AsyncVolumes.get("work")
+        """
+        return await _call(Volumes.get, name, api_url=api_url, api_key=api_key)
+
+    @staticmethod
+    async def delete(name: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> None:
+        """Deletes a volume and its data (``VolumeInUseError`` while a sandbox mounts it).
+
+        Example::
+
+            await AsyncVolumes.delete("scratch")
+        """
+        await _call(Volumes.delete, name, api_url=api_url, api_key=api_key)
+
+    @staticmethod
+    async def grow(name: str, size_mb: int, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> Volume:
+        """Grows a volume's filesystem to ``size_mb``.
+
+        Example::
+
+            v = await AsyncVolumes.grow("work", 4096)
+        """
+        return await _call(Volumes.grow, name, size_mb, api_url=api_url, api_key=api_key)
+
+    @staticmethod
+    async def write_file(name: str, path: str, data: WriteData, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> FileInfo:
+        """Writes a file into a volume without a sandbox (a ``str`` as UTF-8; bytes; a binary
+        file object or iterable of bytes, streamed from a worker thread).
+
+        Example::
+
+            await AsyncVolumes.write_file("work", "/in/task.md", "refactor auth")
+        """
+        return await _call(Volumes.write_file, name, path, data, api_url=api_url, api_key=api_key)
+
+    @staticmethod
+    def read_stream(
+        name: str, path: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES, *, api_url: Optional[str] = None, api_key: Optional[str] = None,
+    ) -> AsyncStream[bytes]:
+        """A file of a volume as an async iterator of chunks, without holding it in memory (a
+        missing file raises at the first ``__anext__``, or on entering ``async with``).
+
+        Example::
+
+            async with AsyncVolumes.read_stream("work", "/results.tar") as chunks:
+                async for chunk in chunks:
+                    out.write(chunk)
+        """
+        return AsyncStream(lambda: Volumes.read_stream(name, path, chunk_bytes, api_url=api_url, api_key=api_key))
+
+    @staticmethod
+    async def read_file(
+        name: str, path: str, max_bytes: Optional[int] = None, *, api_url: Optional[str] = None, api_key: Optional[str] = None,
+    ) -> bytes:
+        """Reads a whole file of a volume as bytes (``max_bytes`` as in :meth:`Volumes.read_file`).
+
+        Example::
+
+            db = await AsyncVolumes.read_file("work", "/app.sqlite")
+        """
+        return await _call(Volumes.read_file, name, path, max_bytes, api_url=api_url, api_key=api_key)
+
+    @staticmethod
+    async def read_text(
+        name: str, path: str, encoding: str = "utf-8", max_bytes: Optional[int] = None, *,
+        api_url: Optional[str] = None, api_key: Optional[str] = None,
+    ) -> str:
+        """Reads a whole file of a volume as text.
+
+        Example::
+
+            log = await AsyncVolumes.read_text("work", "/run.log")
+        """
+        return await _call(Volumes.read_text, name, path, encoding, max_bytes, api_url=api_url, api_key=api_key)
 
 
 class AsyncKeys:

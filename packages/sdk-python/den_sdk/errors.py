@@ -42,7 +42,9 @@ __all__ = [
     "CheckpointNotFoundError",
     "ProcessNotFoundError",
     "DenFileNotFoundError",
+    "VolumeNotFoundError",
     "ConflictError",
+    "VolumeInUseError",
     "InvalidStateError",
     "SnapshotError",
     "SetupFailedError",
@@ -274,8 +276,22 @@ class DenFileNotFoundError(NotFoundError, builtins.FileNotFoundError):
     """
 
 
+class VolumeNotFoundError(NotFoundError):
+    """404 ``volume_not_found``: the owner has no volume of that name (another owner's does
+    not exist for this key).
+
+    Example::
+
+        try:
+            Volumes.get("work")
+        except VolumeNotFoundError:
+            Volumes.create("work", size_mb=1024)
+    """
+
+
 class ConflictError(DenError):
-    """409 ``already_exists`` or ``not_empty`` (file operations).
+    """409 ``already_exists`` (a file, or a volume name the owner has), ``not_empty`` or
+    ``disk_full``; the base of :class:`VolumeInUseError`.
 
     Example::
 
@@ -283,6 +299,20 @@ class ConflictError(DenError):
             sbx.filesystem.mkdir("/workspace", parents=False)
         except ConflictError:
             pass
+    """
+
+
+class VolumeInUseError(ConflictError):
+    """409 ``volume_in_use``: a mount, delete, grow or file transfer of a volume that other
+    mounts hold (one read-write mount or any number of read-only ones, never both);
+    ``details`` name the volume and the sandbox holding it.
+
+    Example::
+
+        try:
+            Sandbox.create(volumes=[VolumeMount("work", "/work")])
+        except VolumeInUseError as e:
+            print("held by", e.details and e.details.get("sandbox_id"))
     """
 
 
@@ -454,10 +484,10 @@ ERROR_CLASSES: Dict[str, Type[DenError]] = {
     "snapshot_not_found": CheckpointNotFoundError,
     "proc_not_found": ProcessNotFoundError,
     "file_not_found": DenFileNotFoundError,
-    "volume_not_found": NotFoundError,
+    "volume_not_found": VolumeNotFoundError,
     "already_exists": ConflictError,
     "not_empty": ConflictError,
-    "volume_in_use": ConflictError,
+    "volume_in_use": VolumeInUseError,
     "disk_full": ConflictError,
     "invalid_state": InvalidStateError,
     "operation_in_progress": InvalidStateError,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Union, overload
+from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, overload
 
 from ._client import UNSET, Client, seg
 from .checkpoints import Checkpoint
@@ -14,6 +14,7 @@ from .ports import PortForward, connect_port
 from .processes import Process, Processes
 from .pty import Ptys
 from .types import ListeningPort, NetworkPolicy, NetworkStatus, PortUrl, SandboxEvent, SandboxInfo, convert, network_to_wire
+from .volumes import VolumeMountLike, mounts_to_wire
 
 __all__ = ["Sandbox"]
 
@@ -33,6 +34,8 @@ def _body(**fields: Any) -> Dict[str, Any]:
             continue
         if k == "network":
             v = network_to_wire(v)
+        elif k == "volumes":
+            v = mounts_to_wire(v)
         elif isinstance(v, Mapping):
             v = dict(v)
         body[k] = v
@@ -86,6 +89,7 @@ class Sandbox:
         disk_mb: Optional[int] = None,
         env: Optional[Mapping[str, str]] = None,
         network: Optional[Network] = None,
+        volumes: Optional[Sequence[VolumeMountLike]] = None,
         *,
         api_url: Optional[str] = None,
         api_key: Optional[str] = None,
@@ -101,6 +105,9 @@ class Sandbox:
         - ``idle_timeout_seconds`` / ``on_idle`` (``"hibernate"`` or ``"destroy"``).
         - ``vcpus``, ``memory_mb``, ``disk_mb``: its shape; ``env``: variables every command
           gets; ``network``: a :class:`NetworkPolicy` or dict (default: no egress).
+        - ``volumes``: volumes to mount, ``[VolumeMount(name, path, read_only=False)]`` (or
+          dicts); one held read-write elsewhere (or, for a writer, held at all) raises
+          :class:`VolumeInUseError`.
 
         Example::
 
@@ -115,7 +122,7 @@ class Sandbox:
         body = _body(
             template=template, persistent=True if persistent else None, ttl_seconds=ttl_seconds,
             idle_timeout_seconds=idle_timeout_seconds, on_idle=on_idle, metadata=metadata,
-            vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb, env=env, network=network,
+            vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb, env=env, network=network, volumes=volumes,
         )
         w = client.json("POST", "/v1/sandboxes", json_body=body)
         return cls(client, convert(w, SandboxInfo.from_wire))
@@ -187,6 +194,7 @@ class Sandbox:
         on_idle: Optional[str] = None,
         metadata: Optional[Mapping[str, str]] = None,
         network: Optional[Network] = None,
+        volumes: Optional[Sequence[VolumeMountLike]] = None,
         *,
         api_url: Optional[str] = None,
         api_key: Optional[str] = None,
@@ -195,19 +203,20 @@ class Sandbox:
         """Creates a new sandbox from a checkpoint (a :class:`Checkpoint` or its id): the exact
         files, processes and memory of the moment it was taken. Its metadata gets
         ``restored_from``; lifecycle settings are as at create; the network defaults to the
-        policy the sandbox had then.
+        policy the sandbox had then. A checkpoint holds no volume: the restored sandbox mounts
+        only ``volumes`` (as at :meth:`create`).
 
         Example::
 
             cp = sbx.snapshot(name="tests-pass")
             back = Sandbox.restore(cp, ttl_seconds=600)
-            same = Sandbox.restore("snap_abcdefghijklmnop")
+            same = Sandbox.restore("snap_abcdefghijklmnop", volumes=[VolumeMount("work", "/work")])
         """
         client = _client if _client is not None else Client(api_url, api_key)
         cp_id = checkpoint if isinstance(checkpoint, str) else checkpoint.id
         body = _body(
             persistent=persistent, ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds,
-            on_idle=on_idle, metadata=metadata, network=network,
+            on_idle=on_idle, metadata=metadata, network=network, volumes=volumes,
         )
         w = client.json("POST", f"/v1/checkpoints/{seg(cp_id)}/restore", json_body=body)
         return cls(client, convert(w, SandboxInfo.from_wire))
@@ -378,17 +387,22 @@ class Sandbox:
         w = self._client.json("POST", self._path("/checkpoints"), json_body=body)
         return convert(w, lambda v: Checkpoint.from_wire(v, self._client))
 
-    def fork(self, count: int = 1) -> List["Sandbox"]:
+    def fork(self, count: int = 1, volumes: Optional[Sequence[VolumeMountLike]] = None) -> List["Sandbox"]:
         """Forks the sandbox: ``count`` (1 to 16) new, independent sandboxes with its exact
         state (files, processes, memory), copy-on-write. Children get the parent's metadata plus
-        ``forked_from``.
+        ``forked_from``. They do not get the parent's volumes: ``volumes`` are what each child
+        mounts (a read-write one can go to one child only).
 
         Example::
 
             a, b = sbx.fork(count=2)
             a.exec("try-approach-a"); b.exec("try-approach-b")
+            readers = sbx.fork(count=3, volumes=[VolumeMount("datasets", "/data", read_only=True)])
         """
-        w = self._client.json("POST", self._path("/fork"), json_body={"count": count})
+        body: Dict[str, Any] = {"count": count}
+        if volumes is not None:
+            body["volumes"] = mounts_to_wire(volumes)
+        w = self._client.json("POST", self._path("/fork"), json_body=body)
         infos = convert(w, lambda v: [SandboxInfo.from_wire(s) for s in v["sandboxes"]])
         return [Sandbox(self._client, i) for i in infos]
 

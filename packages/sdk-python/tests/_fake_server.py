@@ -119,8 +119,24 @@ class Request:
         self.path = u.path
         self.query = dict(urllib.parse.parse_qsl(u.query))
         self.headers = {k.lower(): v for k, v in h.headers.items()}
-        n = int(self.headers.get("content-length") or 0)
-        self.body = h.rfile.read(n) if n else b""
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            self.body = self._read_chunked()
+            self.chunked = True
+        else:
+            n = int(self.headers.get("content-length") or 0)
+            self.body = h.rfile.read(n) if n else b""
+            self.chunked = False
+
+    def _read_chunked(self) -> bytes:
+        parts = []
+        while True:
+            size = int(self.h.rfile.readline(100).split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while self.h.rfile.readline(1000) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            parts.append(self.h.rfile.read(size))
+            self.h.rfile.readline(10)  # the CRLF after the chunk
 
     def json(self, status: int, obj: Any) -> None:
         data = json.dumps(obj).encode()
@@ -130,8 +146,18 @@ class Request:
         self.h.end_headers()
         self.h.wfile.write(data)
 
-    def error(self, status: int, code: str, message: str) -> None:
-        self.json(status, {"error": {"code": code, "message": message}})
+    def error(self, status: int, code: str, message: str, details: Optional[Dict[str, Any]] = None) -> None:
+        err: Dict[str, Any] = {"code": code, "message": message}
+        if details is not None:
+            err["details"] = details
+        self.json(status, {"error": err})
+
+    def raw(self, status: int, data: bytes, content_type: str = "application/octet-stream") -> None:
+        self.h.send_response(status)
+        self.h.send_header("Content-Type", content_type)
+        self.h.send_header("Content-Length", str(len(data)))
+        self.h.end_headers()
+        self.h.wfile.write(data)
 
     def ndjson(self, lines: Any) -> None:
         """Streams NDJSON lines (an iterable; each an object), chunked."""

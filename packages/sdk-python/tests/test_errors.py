@@ -67,6 +67,9 @@ class ErrorMappingTest(unittest.TestCase):
             "proc_not_found": E.ProcessNotFoundError,
             "forbidden": E.PermissionDeniedError,
             "setup_failed": E.SetupFailedError,
+            "volume_not_found": E.VolumeNotFoundError,
+            "volume_in_use": E.VolumeInUseError,
+            "already_exists": E.ConflictError,
         }
         for code, cls in expect.items():
             with self.subTest(code=code):
@@ -74,6 +77,8 @@ class ErrorMappingTest(unittest.TestCase):
         # Subclass relations callers rely on.
         self.assertTrue(issubclass(E.SandboxNotFoundError, E.NotFoundError))
         self.assertTrue(issubclass(E.CapacityError, E.UnavailableError))
+        self.assertTrue(issubclass(E.VolumeNotFoundError, E.NotFoundError))
+        self.assertTrue(issubclass(E.VolumeInUseError, E.ConflictError))
         self.assertTrue(issubclass(E.DenTimeoutError, TimeoutError))
         self.assertTrue(issubclass(E.DenConnectionRefusedError, ConnectionRefusedError))
         self.assertTrue(issubclass(E.DenFileNotFoundError, FileNotFoundError))

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import io
 import json
 import os
 import socket
@@ -20,13 +21,26 @@ from den_sdk import (
     ApiKey,
     AsyncSandbox,
     AsyncUsage,
+    AsyncVolumes,
     AsyncWebhooks,
+    ConflictError,
     DenConnectionRefusedError,
+    DenFileNotFoundError,
     HostInfo,
+    InvalidResponseError,
+    NotFoundError,
+    PayloadTooLargeError,
+    Sandbox,
     SandboxNotFoundError,
     Template,
     Usage,
     UsageReport,
+    Volume,
+    VolumeInUseError,
+    VolumeMount,
+    VolumeMountInfo,
+    VolumeNotFoundError,
+    Volumes,
     Webhook,
     WebhookDelivery,
     Webhooks,
@@ -291,6 +305,143 @@ class UsageQueryTest(FakeServerCase):
         self.assertEqual(r.group_by, "owner")
         Usage.get()
         self.assertEqual(seen, [{"from": "2025-01-01T01:00:00.123Z", "to": "2025-01-02T00:00:00Z", "group_by": "owner"}, {}])
+
+
+VOLUME = {"id": "vol_abcdefghijklmnop", "name": "work", "size_mb": 64, "created_at": "2025-01-01T00:00:00.000Z",
+          "mounts": [{"sandbox_id": SID, "path": "/work", "read_only": False, "held": True}]}
+FILE_STAT = {"path": "/in/a.txt", "type": "file", "size": 5, "mode": 420, "mtime": "2025-01-01T00:00:00Z"}
+
+
+class VolumesOfflineTest(FakeServerCase):
+    """The volume calls' requests and answers, against the scripted server."""
+
+    def test_volume_body_parsing(self):
+        v = Volume.from_wire(VOLUME)
+        self.assertEqual((v.id, v.name, v.size_mb, v.created_at, v.raw), ("vol_abcdefghijklmnop", "work", 64, datetime(2025, 1, 1, tzinfo=timezone.utc), VOLUME))
+        self.assertEqual(v.mounts, [VolumeMountInfo(sandbox_id=SID, path="/work", read_only=False, held=True)])
+        self.assertEqual(Volume.from_wire(dict(VOLUME, mounts=[])).mounts, [])
+        self.den.routes[("GET", "/v1/volumes/work")] = lambda r: r.json(200, dict(VOLUME, mounts=None))
+        with self.assertRaises(InvalidResponseError):
+            Volumes.get("work")
+        self.den.routes[("GET", "/v1/volumes/work")] = lambda r: r.json(200, {k: x for k, x in VOLUME.items() if k != "size_mb"})
+        with self.assertRaises(InvalidResponseError):
+            Volumes.get("work")
+
+    def test_calls_send_what_the_api_takes(self):
+        seen = []
+
+        def route(method, path, answer):
+            self.den.routes[(method, path)] = lambda r: (seen.append((r.method, r.path, r.query, r.body)), answer(r))
+
+        route("POST", "/v1/volumes", lambda r: r.json(201, dict(VOLUME, mounts=[])))
+        route("GET", "/v1/volumes", lambda r: r.json(200, {"volumes": [VOLUME, dict(VOLUME, name="b", id="vol_bbbbbbbbbbbbbbbb", mounts=[])]}))
+        route("GET", "/v1/volumes/work", lambda r: r.json(200, VOLUME))
+        route("POST", "/v1/volumes/work/grow", lambda r: r.json(200, dict(VOLUME, size_mb=128)))
+        route("DELETE", "/v1/volumes/work", lambda r: r.raw(204, b""))
+        self.assertEqual(Volumes.create("work", size_mb=64).mounts, [])
+        self.assertEqual([v.name for v in Volumes.list()], ["work", "b"])
+        self.assertEqual(Volumes.get("work").mounts[0].sandbox_id, SID)
+        self.assertEqual(Volumes.grow("work", 128).size_mb, 128)
+        self.assertIsNone(Volumes.delete("work"))
+        self.assertEqual([(m, p, json.loads(b) if b else None) for m, p, _, b in seen], [
+            ("POST", "/v1/volumes", {"name": "work", "size_mb": 64}),
+            ("GET", "/v1/volumes", None),
+            ("GET", "/v1/volumes/work", None),
+            ("POST", "/v1/volumes/work/grow", {"size_mb": 128}),
+            ("DELETE", "/v1/volumes/work", None),
+        ])
+        # A name is one path segment, whatever it holds.
+        route("GET", "/v1/volumes/a%2Fb", lambda r: r.error(404, "volume_not_found", "no volume a/b"))
+        self.den.routes[("GET", "/v1/volumes/a/b")] = lambda r: self.fail("the name was not escaped")
+        with self.assertRaises(VolumeNotFoundError) as cm:
+            Volumes.get("a/b")
+        self.assertIsInstance(cm.exception, NotFoundError)
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "volume_not_found"))
+
+    def test_files_written_streamed_and_read_bounded(self):
+        writes = []
+        self.den.routes[("PUT", "/v1/volumes/work/files")] = lambda r: (
+            writes.append((r.query, r.body, r.chunked, r.headers.get("content-type"))), r.json(200, dict(FILE_STAT, path=r.query["path"], size=len(r.body))))
+        self.assertEqual(Volumes.write_file("work", "/in/a.txt", "héllo").size, 6)
+        self.assertEqual(Volumes.write_file("work", "/in/b.bin", bytearray(b"\x00\xff")).size, 2)
+        big = os.urandom(700_000)
+        info = Volumes.write_file("work", "/in/big.bin", io.BytesIO(big))
+        self.assertEqual((info.path, info.size), ("/in/big.bin", 700_000))
+        Volumes.write_file("work", "/in/parts", iter([b"ab", b"cd"]))
+        self.assertEqual([(q["path"], b[:6], c, t) for q, b, c, t in writes], [
+            ("/in/a.txt", "héllo".encode(), False, "application/octet-stream"),
+            ("/in/b.bin", b"\x00\xff", False, "application/octet-stream"),
+            ("/in/big.bin", big[:6], True, "application/octet-stream"),   # streamed, chunked
+            ("/in/parts", b"abcd", True, "application/octet-stream"),
+        ])
+        self.assertEqual(writes[2][1], big)
+        with self.assertRaises(TypeError):
+            Volumes.write_file("work", "/t", io.StringIO("text mode"))
+
+        data = bytes(range(256)) * 2000  # 512000 bytes
+        self.den.routes[("GET", "/v1/volumes/work/files")] = lambda r: (
+            r.raw(200, data) if r.query["path"] == "/big" else r.error(404, "file_not_found", "no such file"))
+        chunks = list(Volumes.read_stream("work", "/big", chunk_bytes=100_000))
+        self.assertEqual(b"".join(chunks), data)
+        self.assertTrue(all(len(c) <= 100_000 for c in chunks), [len(c) for c in chunks])
+        self.assertGreaterEqual(len(chunks), 6)
+        self.assertEqual(Volumes.read_file("work", "/big"), data)
+        self.assertEqual(Volumes.read_file("work", "/big", max_bytes=len(data)), data)
+        with self.assertRaises(PayloadTooLargeError):
+            Volumes.read_file("work", "/big", max_bytes=len(data) - 1)
+        with self.assertRaises(DenFileNotFoundError):
+            Volumes.read_stream("work", "/nope")  # raises before the first chunk
+        with self.assertRaises(ValueError):
+            Volumes.read_stream("work", "/big", chunk_bytes=0)
+
+    def test_mounts_on_create_restore_fork(self):
+        bodies = []
+        child = dict(SANDBOX, id="sbx_cccccccccccccccc")
+        self.den.routes[("POST", "/v1/sandboxes")] = lambda r: (bodies.append(json.loads(r.body)), r.json(201, SANDBOX))
+        self.den.routes[("POST", "/v1/checkpoints/snap_aaaaaaaaaaaaaaaa/restore")] = lambda r: (bodies.append(json.loads(r.body)), r.json(201, child))
+        self.den.routes[("POST", f"/v1/sandboxes/{SID}/fork")] = lambda r: (bodies.append(json.loads(r.body)), r.json(201, {"sandboxes": [child]}))
+        sbx = Sandbox.create(volumes=[VolumeMount("work", "/work"), {"name": "data", "path": "/data", "read_only": True}])
+        Sandbox.restore("snap_aaaaaaaaaaaaaaaa", volumes=[VolumeMount("data", "/d", read_only=True)])
+        sbx.fork(count=2, volumes=[])
+        sbx.fork()
+        Sandbox.create()
+        self.assertEqual(bodies, [
+            {"volumes": [{"name": "work", "path": "/work"}, {"name": "data", "path": "/data", "read_only": True}]},
+            {"volumes": [{"name": "data", "path": "/d", "read_only": True}]},
+            {"count": 2, "volumes": []},
+            {"count": 1},
+            {},
+        ])
+        for bad in (VolumeMount("a", "/a"), [{"name": "a"}], [{"name": "a", "path": "/a", "readOnly": True}], [("a", "/a")], [{"name": "a", "path": "/a", "read_only": "yes"}]):
+            with self.subTest(bad=bad), self.assertRaises(TypeError):
+                Sandbox.create(volumes=bad)  # type: ignore[arg-type]
+        self.assertEqual(len(bodies), 5, "a bad mount sends nothing")
+        self.den.routes[("POST", "/v1/sandboxes")] = lambda r: r.error(409, "volume_in_use", "volume work is mounted by sandbox x", {"volume": "work", "sandbox_id": SID})
+        with self.assertRaises(VolumeInUseError) as cm:
+            Sandbox.create(volumes=[VolumeMount("work", "/w")])
+        self.assertIsInstance(cm.exception, ConflictError)
+        self.assertEqual((cm.exception.status, cm.exception.details), (409, {"volume": "work", "sandbox_id": SID}))
+
+    async def test_async_volumes(self):
+        seen = []
+        self.den.routes[("POST", "/v1/volumes")] = lambda r: (seen.append(json.loads(r.body)), r.json(201, dict(VOLUME, mounts=[])))
+        self.den.routes[("GET", "/v1/volumes/work/files")] = lambda r: r.raw(200, b"x" * 300_000) if r.query["path"] == "/f" else r.error(409, "volume_in_use", "held")
+        self.den.routes[("POST", "/v1/sandboxes")] = lambda r: (seen.append(json.loads(r.body)), r.json(201, SANDBOX))
+        v = await AsyncVolumes.create("work", 64)
+        self.assertEqual((v.name, seen[0]), ("work", {"name": "work", "size_mb": 64}))
+        self.assertEqual(await AsyncVolumes.read_file("work", "/f"), b"x" * 300_000)
+        with self.assertRaises(PayloadTooLargeError):
+            await AsyncVolumes.read_text("work", "/f", max_bytes=10)
+        got = []
+        async with AsyncVolumes.read_stream("work", "/f", chunk_bytes=65536) as chunks:
+            async for c in chunks:
+                got.append(c)
+        self.assertEqual((b"".join(got), max(map(len, got)) <= 65536), (b"x" * 300_000, True))
+        with self.assertRaises(VolumeInUseError):
+            async for _ in AsyncVolumes.read_stream("work", "/held"):
+                pass
+        sbx = await AsyncSandbox.create(volumes=[VolumeMount("work", "/w", read_only=True)])
+        self.assertEqual((sbx.id, seen[1]), (SID, {"volumes": [{"name": "work", "path": "/w", "read_only": True}]}))
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ describe("the Python SDK against a real server", () => {
     for (const name of [
       // errors, offline
       "test_every_protocol_code_maps_to_a_typed_class",
+      "test_mounts_on_create_restore_fork",
       // the blocking client against real microVMs
       "test_agent_loop_across_turns",
       "test_hibernate_and_wake_warm_and_cold_keep_state",
@@ -97,6 +98,7 @@ describe("the Python SDK against a real server", () => {
       "test_keys_create_use_revoke",
       "test_usage_and_hosts",
       "test_webhooks_create_list_deliveries_delete",
+      "test_volume_write_mount_conflicts_readers_read_back_grow_delete",
       "test_with_destroys_on_exception_and_reraises",
       "test_bad_key",
       "test_missing_sandbox",
@@ -111,6 +113,7 @@ describe("the Python SDK against a real server", () => {
       "test_async_with_destroys_on_exit_and_on_exception",
       "test_async_templates_keys_usage_hosts",
       "test_async_webhooks",
+      "test_async_volume_write_mount_conflict_read_delete",
       "test_async_bad_key",
       "test_async_missing_sandbox",
       // the WebSocket client and the asyncio bridge, offline
