@@ -243,6 +243,8 @@ class SandboxTest(unittest.TestCase):
         sid = self.sbx.id
         setup = (
             "mkdir -p /work/agent && cd /work/agent && git init -q && "
+            # the watcher's files are not the agent's work: a `git add -A` racing its rename fails (128)
+            "printf '.tmp\\n.alive\\n' >> .git/info/exclude && "
             "printf 'def add(a, b):\\n    return a - b\\n' > calc.py && "
             "printf 'from calc import add\\nassert add(2, 3) == 5, add(2, 3)\\nprint(\"pass\")\\n' > test_calc.py && "
             "git add -A && git -c user.email=a@den -c user.name=agent commit -qm start && echo ready"
