@@ -26,9 +26,13 @@ export interface EntryMeta {
   mode?: number | undefined;
 }
 
+/** The longest volume path: the helper's mount point goes before it, within the guest's 4096. */
+export const MAX_VOLUME_PATH = 4000;
+
 /** A path of a volume as given (relative ones from its root): absolute, no `..`, no `.`, no trailing `/`. */
 export function volumePath(raw: string): string {
   const abs = raw.startsWith("/") ? raw : `/${raw}`;
+  if (abs.length > MAX_VOLUME_PATH) throw new DenError("invalid_argument", `path: at most ${MAX_VOLUME_PATH} characters`);
   const ok = api.VolumeFilePath.safeParse(abs);
   if (!ok.success) throw new DenError("invalid_argument", `path: ${ok.error.issues[0]?.message ?? "not a path"}`);
   const n = posix.normalize(abs);

@@ -58,7 +58,8 @@ export function volumeContentRoutes(volumes: E2bVolumes, opts: { maxUploadBytes:
   const files = volumes.files;
   return async (app: FastifyInstance): Promise<void> => {
     app.setErrorHandler((err: FastifyError | Error, req, reply) => {
-      if (req.method === "PUT" && !req.raw.complete) reply.header("connection", "close");
+      // A body refused before its end: the rest is not read, so the connection cannot carry another request.
+      if ((req.method === "PUT" || req.method === "PATCH") && !req.raw.complete) reply.header("connection", "close");
       if (err instanceof DenError) {
         // A server fault says which, not what (its message may name hosts or paths of the host).
         return send(reply, err.status, err.code, err.status < 500 || err.code === "timeout" ? err.message : `internal error (${err.code})`);

@@ -35,7 +35,7 @@ describe("E2B volumes through the e2b client", () => {
 
   before(async () => {
     // Small volumes: E2B names no size, and the images are made per test run.
-    server = await testServer({ DEN_E2B_VOLUME_MB: "64", DEN_MAX_VOLUMES_PER_OWNER: "3" });
+    server = await testServer({ DEN_E2B_VOLUME_MB: "64", DEN_MAX_VOLUMES_PER_OWNER: "3", DEN_MAX_UPLOAD_BYTES: String(1024 * 1024) });
     api = client(server.url);
     const key = await api("POST", "/v1/keys", { owner: OTHER_OWNER });
     assert.equal(key.status, 201, key.text);
@@ -71,6 +71,7 @@ describe("E2B volumes through the e2b client", () => {
 
     await assert.rejects(Volume.create("e2b-data"), (e: unknown) => e instanceof VolumeError && statusOf(e) === 409);
     await assert.rejects(Volume.create("bad_name!"), (e: unknown) => e instanceof VolumeError && statusOf(e) === 400);
+    await assert.rejects(Volume.create("x".repeat(64)), (e: unknown) => e instanceof VolumeError && statusOf(e) === 400);
     await assert.rejects(Volume.getInfo("vol_aaaaaaaaaaaaaaaa"), VolumeNotFoundError);
     await assert.rejects(Volume.getInfo("e2b-data"), VolumeNotFoundError, "ids, not names");
     assert.equal(await Volume.destroy("vol_aaaaaaaaaaaaaaaa"), false);
@@ -105,7 +106,32 @@ describe("E2B volumes through the e2b client", () => {
     await assert.rejects(vol.makeDir("/docs"), (e: unknown) => e instanceof VolumeError && statusOf(e) === 409, "an existing directory without force");
     console.log(`# 10 content calls (a helper VM each) took ${Date.now() - t0} ms`);
 
-    // Refused before any helper VM: bad paths, and tokens of nothing or of another volume.
+    // A name longer than the guest's filesystem takes: the caller's error, through the helper.
+    await assert.rejects(vol.writeFile(`/${"n".repeat(300)}`, "x"), (e: unknown) => e instanceof VolumeError && statusOf(e) === 400);
+
+    // Refused before any helper VM: bad paths, queries and bodies, and tokens of nothing or of another volume.
+    const q = (route: string, query: string, init: RequestInit = {}) =>
+      fetch(`${server.envdUrl}/volumecontent/${vol.volumeId}/${route}?${query}`, { ...init, headers: { authorization: `Bearer ${vol.token}`, ...(init.headers as Record<string, string>) } });
+    for (const [route, query, init, status] of [
+      ["path", "path=/../etc", {}, 400],
+      ["path", `path=/${"p".repeat(4000)}`, {}, 400],
+      ["path", `path=/${"p".repeat(5000)}`, {}, 400],
+      ["path", "", {}, 400],
+      ["dir", "path=/&depth=0", {}, 400],
+      ["dir", "path=/&depth=x", {}, 400],
+      ["dir", "path=/a&mode=99999", { method: "POST" }, 400],
+      ["dir", "path=/a&force=maybe", { method: "POST" }, 400],
+      ["path", "path=/docs", { method: "PATCH", body: "{not json", headers: { "content-type": "application/json" } }, 400],
+      ["path", "path=/docs", { method: "PATCH", body: JSON.stringify({ mode: "x".repeat(5000) }), headers: { "content-type": "application/json" } }, 413],
+      ["path", "path=/docs", { method: "PATCH", body: JSON.stringify({ uid: -1 }), headers: { "content-type": "application/json" } }, 400],
+      ["file", "path=/big", { method: "PUT", body: new Uint8Array(2 * 1024 * 1024), headers: { "content-type": "application/octet-stream" } }, 413],
+      ["nothing", "path=/", {}, 404],
+    ] as Array<[string, string, RequestInit, number]>) {
+      const r = await q(route, query, init);
+      const body = (await r.json()) as { code: unknown; message: unknown };
+      assert.equal(r.status, status, `${init.method ?? "GET"} ${route}?${query.slice(0, 40)}: ${JSON.stringify(body).slice(0, 200)}`);
+      assert.ok(typeof body.code === "string" || typeof body.code === "number", JSON.stringify(body));
+    }
     const bad = await content(vol.volumeId, "/../etc", vol.token);
     assert.equal(bad.status, 400, await bad.text());
     assert.equal((await content(vol.volumeId, "/", "denvol.9999999999.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")).status, 401);
@@ -126,6 +152,16 @@ describe("E2B volumes through the e2b client", () => {
     assert.equal((await content(vol.volumeId, "/", theirs.token)).status, 401);
     assert.equal((await content(theirs.volumeId, "/", vol.token)).status, 401);
     assert.equal(await Volume.destroy(theirs.volumeId, as), true);
+  });
+
+  test("volumeMounts Den cannot take are 400s", async () => {
+    const refused = (volumeMounts: Record<string, string>) =>
+      assert.rejects(Sandbox.create("base", { volumeMounts, allowInternetAccess: false }), (e: unknown) => e instanceof SandboxError && statusOf(e) === 400, JSON.stringify(volumeMounts));
+    await refused({ "/etc/data": "e2b-data" });
+    await refused({ "data": "e2b-data" });
+    await refused({ "/data": "Bad_Name" });
+    await refused({ "/a": "e2b-data", "/a/b": "theirs" });
+    await refused({ "/a": "v1", "/b": "v2", "/c": "v3", "/d": "v4", "/e": "v5" });
   });
 
   test("a sandbox mounts it and sees its files; a second read-write mount and the content API are 409s meanwhile; destroy after kill", async () => {
