@@ -11,6 +11,8 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { AuthenticationError, Sandbox, SandboxError, Volume, VolumeError, VolumeNotFoundError, VolumePathNotFoundError } from "e2b";
 import type { RunningServer } from "../../src/index.js";
+import { volumeStore } from "../../src/control/volumes.js";
+import { E2bTokens } from "../../src/e2b/tokens.js";
 import { ADMIN_KEY, client, testServer } from "../helpers.js";
 
 const OTHER_OWNER = "e2b-volumes-other";
@@ -139,6 +141,12 @@ describe("E2B volumes through the e2b client", () => {
     assert.equal(none.status, 401);
     assert.equal(((await none.json()) as { code: string }).code, "unauthorized");
     await assert.rejects(new Volume(vol.volumeId, vol.name, "denvol.1.x", vol.domain).readFile("/docs/hello.txt"), AuthenticationError);
+    // Tokens signed with the server's own secret: an expired one, and one naming another owner, open nothing.
+    const tokens = await E2bTokens.open(server.cp.store);
+    const owner = (await volumeStore(server.cp.store).byId(vol.volumeId))!.owner;
+    assert.equal((await content(vol.volumeId, "/docs", tokens.volume(vol.volumeId, owner, Date.now() + 60_000))).status, 200, "a fresh token of the same secret opens it");
+    assert.equal((await content(vol.volumeId, "/docs", tokens.volume(vol.volumeId, owner, Date.now() - 1000))).status, 401, "expired");
+    assert.equal((await content(vol.volumeId, "/docs", tokens.volume(vol.volumeId, OTHER_OWNER, Date.now() + 60_000))).status, 401, "another owner's");
   });
 
   test("another owner sees none of it, and its tokens open only its own volume", async () => {
