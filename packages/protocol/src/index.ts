@@ -10,3 +10,4 @@ export type {
   HostTemplate, StoredRef, TemplateBuildSpec, TransferEvent, VolumeSpec,
 } from "./host.js";
 export * as e2bApi from "./e2b/rest.js";
+export * as e2bVolumes from "./e2b/volume-content.js";

@@ -3,6 +3,11 @@ import { guestError, type AgentClient } from "./agent-client.js";
 
 /** Credit granted for a file download: the most a reader buffers before it reads on. */
 const FILE_WINDOW = 1024 * 1024;
+/**
+ * The codes a failed write's event may carry (the guest agent's errno mapping: a bad name,
+ * a directory in the way, ...): the caller's, so kept; any other is the guest's `io_error`.
+ */
+const WRITE_EVENT_CODES = new Set(["file_not_found", "not_a_directory", "is_a_directory", "already_exists", "permission_denied", "invalid_argument"]);
 
 export type FileSource = Buffer | string | Uint8Array | AsyncIterable<Uint8Array>;
 
@@ -111,7 +116,7 @@ export class GuestFiles {
         onEvent: (ev) => {
           agent.release(id);
           if (ev.event === "done") settle!.resolve(Number(ev.bytes));
-          else settle!.reject(ev.code === "permission_denied" ? new DenError("permission_denied", String(ev.message ?? "write failed")) : guestError("io_error", String(ev.message ?? "write failed")));
+          else settle!.reject(guestError(typeof ev.code === "string" && WRITE_EVENT_CODES.has(ev.code) ? ev.code : "io_error", String(ev.message ?? "write failed")));
         },
         onClose: (e) => settle!.reject(e),
       },

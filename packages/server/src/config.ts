@@ -124,6 +124,10 @@ export interface ServerConfig {
     envdHost: string;
     /** E2B's sandbox domain (`getHost(port)` = `<port>-<id>.<domain>`); default: the ports domain with the API's port. */
     sandboxDomain?: string;
+    /** The size of a volume made through E2B's `Volume.create` (it names none), MiB; /v1 grows it. */
+    volumeMb: number;
+    /** How long a volume content token (E2B's `VolumeAndToken.token`) opens its volume; `Volume.connect` gets a new one. */
+    volumeTokenSeconds: number;
   };
 }
 
@@ -247,6 +251,8 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       envdPort: (flags.envdPort ?? env.DEN_ENVD_PORT) === "off" ? null : num(flags.envdPort ?? env.DEN_ENVD_PORT, 49983),
       envdHost: env.DEN_ENVD_HOST ?? flags.host ?? env.DEN_HOST ?? "127.0.0.1",
       ...(env.DEN_E2B_DOMAIN ? { sandboxDomain: env.DEN_E2B_DOMAIN } : {}),
+      volumeMb: num(env.DEN_E2B_VOLUME_MB, 5 * 1024),
+      volumeTokenSeconds: num(env.DEN_E2B_VOLUME_TOKEN_SECONDS, 86_400),
     },
   };
 }

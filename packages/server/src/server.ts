@@ -9,7 +9,7 @@ import { HttpHostAgent } from "@den/host-agent";
 import { REPLICA_LEASE_MS, Replica } from "./control/replica.js";
 import { openStore } from "./object-store.js";
 import { Store } from "./store.js";
-import { openE2b } from "./e2b/index.js";
+import { openE2b, volumeContentRoutes } from "./e2b/index.js";
 import { DenEnvdSandboxes } from "./e2b/envd-access.js";
 import { buildEnvdServer } from "./e2b/envd/index.js";
 
@@ -76,6 +76,8 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
   try {
     if (config.e2b.envdPort !== null) {
       envd = await buildEnvdServer(new DenEnvdSandboxes(cp, e2b.tokens), { logger: (opts.logger ?? false) as boolean | Record<string, unknown>, maxUploadBytes: config.limits.uploadBytes });
+      // E2B's volume content API: guest bytes too, so on this origin (E2B_VOLUME_API_URL), never the API's.
+      await envd.register(volumeContentRoutes(e2b.volumes, { maxUploadBytes: config.limits.uploadBytes }));
       await envd.listen({ port: config.e2b.envdPort, host: config.e2b.envdHost });
     }
   } catch (e) {

@@ -22,6 +22,10 @@ export const NetworkConfig = z.object({
   maskRequestHost: z.string().max(253).optional(),
 });
 
+/** A volume on a sandbox: `volumeMounts` of a create, and of `GET /sandboxes/{id}`. */
+export const SandboxVolumeMount = z.object({ name: z.string().min(1).max(64), path: z.string().min(1).max(255) });
+export type SandboxVolumeMount = z.infer<typeof SandboxVolumeMount>;
+
 export const NewSandbox = z.object({
   templateID: z.string().min(1).max(128),
   timeout: TimeoutSeconds.optional(),
@@ -37,7 +41,8 @@ export const NewSandbox = z.object({
   secure: z.boolean().optional(),
   mcp: z.unknown().optional(),
   iam: z.unknown().optional(),
-  volumeMounts: z.array(z.unknown()).max(0, "volume mounts are not supported by Den yet").optional(),
+  /** Den volumes to mount read-write (E2B has no read-only mount); names are checked and lower-cased by the service. */
+  volumeMounts: z.array(SandboxVolumeMount).max(4).optional(),
 });
 export type NewSandbox = z.infer<typeof NewSandbox>;
 
@@ -93,6 +98,7 @@ export const SandboxDetail = ListedSandbox.extend({
   allowInternetAccess: z.boolean().nullable().optional(),
   network: NetworkConfig.optional(),
   lifecycle: z.object({ onTimeout: z.enum(["kill", "pause"]), autoResume: z.boolean() }).optional(),
+  volumeMounts: z.array(SandboxVolumeMount).optional(),
 });
 export type SandboxDetail = z.infer<typeof SandboxDetail>;
 
@@ -113,6 +119,23 @@ export const SnapshotInfo = z.object({ snapshotID: z.string(), names: z.array(z.
 export type SnapshotInfo = z.infer<typeof SnapshotInfo>;
 
 export const ForkResult = z.object({ sandbox: Sandbox.optional(), error: z.object({ code: z.number().int(), message: z.string() }).optional() });
+
+// ---- volumes (`/volumes`): Den's volumes; `volumeID` is Den's volume id (`vol_...`) ----
+
+/** E2B's names are letters, digits and hyphens; Den's are lower-case, so a name is lower-cased (as E2B does with secret names). */
+export const NewVolume = z.object({ name: z.string().min(1).max(63) });
+export type NewVolume = z.infer<typeof NewVolume>;
+
+export const Volume = z.object({ volumeID: z.string(), name: z.string() });
+export type Volume = z.infer<typeof Volume>;
+
+/**
+ * What create and get answer: `token` opens only this volume's content API, and `domain`
+ * is always set, so the client's default content URL (`https://api.<domain>`) names Den,
+ * never E2B's own domain.
+ */
+export const VolumeAndToken = Volume.extend({ token: z.string(), domain: z.string().optional() });
+export type VolumeAndToken = z.infer<typeof VolumeAndToken>;
 
 /** Every error: the client decides "not found" and "conflict" from `code` in the body, not the status. */
 export const ErrorBody = z.object({ code: z.number().int(), message: z.string() });

@@ -82,6 +82,13 @@ export class Volumes {
     return v;
   }
 
+  /** The caller's volume by id (what E2B's API names volumes by), or 404 as for `owned`. */
+  async ownedById(p: Principal, id: string): Promise<VolumeRow> {
+    const v = api.VolumeId.safeParse(id).success ? await this.vs.byId(id) : undefined;
+    if (!v || v.owner !== p.owner || v.deleted_at !== null || v.state !== "ready") throw new DenError("volume_not_found", `volume ${JSON.stringify(id.slice(0, 64))} does not exist`);
+    return v;
+  }
+
   async toApi(rows: VolumeRow[]): Promise<api.Volume[]> {
     const mounts = await this.vs.mountsOfVolumes(rows.map((r) => r.id));
     return rows.map((r) => ({
@@ -218,20 +225,30 @@ export class Volumes {
     return { guest: host.guest(id), root: HELPER_MOUNT, close };
   }
 
-  /** Writes a file into a volume (atomically, parents made), in a helper VM; returns its stat. */
-  async writeFile(p: Principal, name: string, path: string, source: AsyncIterable<Buffer>): Promise<api.FileStat> {
-    const v = await this.owned(p, name);
-    const h = await this.helper(p, v, false);
+  /**
+   * Runs `fn` with the volume mounted in a helper VM (read-only for `readOnly`), the VM gone
+   * before this returns; `root` is the volume's root in the helper's guest. Guest errors
+   * name paths of the volume, not of the helper.
+   */
+  async withHelper<T>(p: Principal, v: VolumeRow, readOnly: boolean, fn: (guest: HostGuest, root: string) => Promise<T>): Promise<T> {
+    const h = await this.helper(p, v, readOnly);
     try {
-      const at = h.root + path;
-      await h.guest.files.write(at, source, { parents: true });
-      const s = await h.guest.files.stat(at);
-      return { path, type: s.type, size: s.size, mode: s.mode, mtime: new Date(s.mtime_ms).toISOString() };
+      return await fn(h.guest, h.root);
     } catch (e) {
       throw asVolumePath(e);
     } finally {
       await h.close();
     }
+  }
+
+  /** Writes a file into a volume (atomically, parents made), in a helper VM; returns its stat. */
+  async writeFile(p: Principal, name: string, path: string, source: AsyncIterable<Buffer>): Promise<api.FileStat> {
+    return this.withHelper(p, await this.owned(p, name), false, async (guest, root) => {
+      const at = root + path;
+      await guest.files.write(at, source, { parents: true });
+      const s = await guest.files.stat(at);
+      return { path, type: s.type, size: s.size, mode: s.mode, mtime: new Date(s.mtime_ms).toISOString() };
+    });
   }
 
   /**
@@ -240,7 +257,11 @@ export class Volumes {
    * The first chunk is read here, so a missing file is an error before any byte is sent.
    */
   async readFile(p: Principal, name: string, path: string): Promise<{ body: AsyncGenerator<Buffer>; close: () => Promise<void> }> {
-    const v = await this.owned(p, name);
+    return this.readFileOf(p, await this.owned(p, name), path);
+  }
+
+  /** `readFile` of a volume row the caller already looked up (E2B's content API finds it by id). */
+  async readFileOf(p: Principal, v: VolumeRow, path: string): Promise<{ body: AsyncGenerator<Buffer>; close: () => Promise<void> }> {
     const h = await this.helper(p, v, true);
     try {
       const it = h.guest.files.readStream(h.root + path);

@@ -46,9 +46,11 @@ export class E2bMapper {
     };
   }
 
-  detail(row: SandboxRow): e2bApi.SandboxDetail {
+  /** `mounts`: the volumes it mounts (by name, as the client lists them). */
+  detail(row: SandboxRow, mounts: e2bApi.SandboxVolumeMount[] = []): e2bApi.SandboxDetail {
     const net = e2bNetwork(networkOf(row));
     return {
+      ...(mounts.length ? { volumeMounts: mounts } : {}),
       ...this.listed(row), envdAccessToken: this.tokens.envd(row.id), domain: this.domain, allowInternetAccess: net.allowInternetAccess,
       ...(net.network ? { network: net.network } : {}),
       lifecycle: { onTimeout: row.on_deadline.startsWith("hibernate") ? "pause" : "kill", autoResume: row.auto_resume === 1 },

@@ -8,6 +8,8 @@ import { validationMessage } from "../validation.js";
 import type { E2bMapper } from "./mapping.js";
 import type { MetricsSeries } from "./metrics.js";
 import type { E2bService } from "./service.js";
+import { registerE2bVolumeRoutes } from "./volume-routes.js";
+import type { E2bVolumes } from "./volumes.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -42,11 +44,12 @@ const who = (req: FastifyRequest): Principal => {
 
 /**
  * The E2B control-plane API at the root of Den's origin (its paths never collide with /v1
- * or the dashboard): thin routes that check E2B's bodies, call E2bService, and answer in
- * E2B's shapes, with E2B's error body `{code: <status>, message}` (the client reads `code`).
+ * or the dashboard): thin routes that check E2B's bodies, call E2bService (volumes:
+ * volume-routes.ts, E2bVolumes), and answer in E2B's shapes, with E2B's error body
+ * `{code: <status>, message}` (the client reads `code`).
  */
-export async function registerE2bRoutes(root: FastifyInstance, deps: { cp: ControlPlane; service: E2bService; mapper: E2bMapper; metrics: MetricsSeries }): Promise<void> {
-  const { cp, service, mapper, metrics } = deps;
+export async function registerE2bRoutes(root: FastifyInstance, deps: { cp: ControlPlane; service: E2bService; mapper: E2bMapper; metrics: MetricsSeries; volumes: E2bVolumes }): Promise<void> {
+  const { cp, service, mapper, metrics, volumes } = deps;
   await root.register(async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     app.setErrorHandler((err: FastifyError | Error, req, reply) => {
@@ -103,7 +106,10 @@ export async function registerE2bRoutes(root: FastifyInstance, deps: { cp: Contr
       return rows.map((r) => mapper.listed(r));
     });
 
-    app.get("/sandboxes/:sandboxID", { schema: { ...hide, params: Id } }, async (req) => mapper.detail(await service.live(who(req), req.params.sandboxID)));
+    app.get("/sandboxes/:sandboxID", { schema: { ...hide, params: Id } }, async (req) => {
+      const row = await service.live(who(req), req.params.sandboxID);
+      return mapper.detail(row, await service.volumeMounts(row.id));
+    });
 
     app.delete("/sandboxes/:sandboxID", { schema: { ...hide, params: Id } }, async (req, reply) => {
       if (!(await service.kill(who(req), req.params.sandboxID))) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(req.params.sandboxID)} does not exist`);
@@ -166,6 +172,8 @@ export async function registerE2bRoutes(root: FastifyInstance, deps: { cp: Contr
       const mine = (await cp.store.sandboxesByIds(ids)).filter((r) => r.owner === p.owner).map((r) => r.id);
       return { sandboxes: metrics.latest(mine) };
     });
+
+    registerE2bVolumeRoutes(app, volumes, who);
   });
 }
 

@@ -1,9 +1,11 @@
 import { DenError, api, e2bApi, parseInput } from "@den/protocol";
 import type { ControlPlane } from "../control-plane.js";
 import type { Terms } from "../control/lifecycle.js";
+import { volumeStore } from "../control/volumes.js";
 import type { CheckpointRow, Principal, SandboxRow } from "../store.js";
 import { denStates } from "./mapping.js";
 import { denPolicy, denPolicyUpdate } from "./network.js";
+import { denMounts } from "./volumes.js";
 
 /** E2B's default sandbox timeout, in seconds. */
 export const DEFAULT_TIMEOUT_SECONDS = 300;
@@ -42,10 +44,12 @@ export class E2bService {
       deadline_mode: "running", on_deadline: onDeadline, run_timeout_seconds: timeout,
       auto_resume: b.autoResume?.enabled ? 1 : 0, surface: "e2b", public_ports: b.network?.allowPublicTraffic === false ? 0 : 1,
     };
+    const volumes = denMounts(b.volumeMounts);
     const common = {
       persistent: true, ttl_seconds: timeout,
       ...(b.metadata ? { metadata: b.metadata } : {}),
       network: denPolicy(b.allow_internet_access, b.network),
+      ...(volumes ? { volumes } : {}),
     };
     const checkpoint = await this.snapshotNamed(p, b.templateID);
     if (checkpoint) {
@@ -83,6 +87,11 @@ export class E2bService {
     const row = await this.cp.owned(p, id);
     if (row.state === "destroyed" || row.state === "error") throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(id)} does not exist`);
     return row;
+  }
+
+  /** The volumes a sandbox mounts, as E2B lists them (name and path). */
+  async volumeMounts(id: string): Promise<e2bApi.SandboxVolumeMount[]> {
+    return (await volumeStore(this.cp.store).mountsOf(id)).map((m) => ({ name: m.name, path: m.path }));
   }
 
   async list(p: Principal, q: { states?: e2bApi.SandboxState[]; metadata: Record<string, string>; template?: string; startedAfter?: string; limit?: number; nextToken?: string }): Promise<{ rows: SandboxRow[]; next: string | null }> {
