@@ -60,7 +60,7 @@ mkdir -p "$pg_data/templates"
 cp -a "$DEN_DATA_DIR/templates/base" "$pg_data/templates/"
 # (Three random crash rounds here: the six of the main block cover the same operations.)
 DEN_DATA_DIR="$pg_data" DEN_CRASH_ROUNDS=3 bounded scripts/with-postgres.sh env DEN_HOST_TRANSPORT=loopback node --test --test-concurrency=1 --test-reporter=spec \
-  packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests,templates,quotas,webhooks,crash}.test.js packages/server/dist/test/fleet/*.test.js
+  packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests,templates,quotas,webhooks,volumes,crash}.test.js packages/server/dist/test/fleet/*.test.js
 if [ "$(host_net)" != "$host_net_before" ]; then
   echo "a test outside the network test namespace changed this host's networking:" >&2
   diff <(echo "$host_net_before") <(host_net) >&2 || true
