@@ -35,6 +35,18 @@ QueryValue = Union[str, int, float, bool, None]
 Query = Union[Mapping[str, QueryValue], Sequence[Tuple[str, QueryValue]]]
 
 
+def iter_chunks(res: Any, chunk_bytes: int) -> Iterator[bytes]:
+    """A response body as chunks of at most `chunk_bytes`; the response is closed when the iteration ends or is dropped."""
+    try:
+        while True:
+            data = res.read(chunk_bytes)
+            if not data:
+                return
+            yield data
+    finally:
+        res.close()
+
+
 def _env(name: str) -> Optional[str]:
     v = os.environ.get(name)
     return v if v else None

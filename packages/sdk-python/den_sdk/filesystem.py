@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import IO, Iterable, Iterator, List, Union
 
-from ._client import Client, seg
+from ._client import Client, iter_chunks, seg
 from .errors import DenFileNotFoundError
 from .types import FileInfo, convert
 
@@ -90,18 +90,7 @@ class Filesystem:
                     out.write(chunk)
         """
         res = self._client.request("GET", self._path(), query={"path": path}, accept="application/octet-stream")
-
-        def chunks() -> Iterator[bytes]:
-            try:
-                while True:
-                    data = res.read(chunk_bytes)
-                    if not data:
-                        return
-                    yield data
-            finally:
-                res.close()
-
-        return chunks()
+        return iter_chunks(res, chunk_bytes)
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """Reads a whole file as text.

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
-from ._client import Client, seg
+from ._client import Client, iter_chunks, seg
 from .errors import PayloadTooLargeError
 from .filesystem import _file_chunks
 from .types import FileInfo, convert, parse_time
@@ -301,18 +301,7 @@ class Volumes:
         if chunk_bytes <= 0:
             raise ValueError("chunk_bytes must be positive")
         res = Client(api_url, api_key).request("GET", _path(name, "/files"), query={"path": path}, accept="application/octet-stream")
-
-        def chunks() -> Iterator[bytes]:
-            try:
-                while True:
-                    data = res.read(chunk_bytes)
-                    if not data:
-                        return
-                    yield data
-            finally:
-                res.close()
-
-        return chunks()
+        return iter_chunks(res, chunk_bytes)
 
     @staticmethod
     def read_file(

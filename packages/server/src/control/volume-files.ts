@@ -3,6 +3,7 @@ import { DenError, api, type FileStat, type HostGuest } from "@den/protocol";
 import type { Principal } from "../store.js";
 import type { VolumeRow } from "../volume-store.js";
 import type { Volumes } from "./volumes.js";
+import { mapLimit } from "../e2b/envd/walk.js";
 
 /** Entries one listing may return; past it the call fails rather than answer part of a tree. */
 export const MAX_LIST_ENTRIES = 10_000;
@@ -42,19 +43,6 @@ export function volumePath(raw: string): string {
 const inGuest = (root: string, path: string) => (path === "/" ? root : root + path);
 
 const missing = (e: unknown) => e instanceof DenError && e.code === "file_not_found";
-
-async function mapLimit<T, R>(items: T[], n: number, fn: (t: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let i = 0;
-  const worker = async () => {
-    while (i < items.length) {
-      const k = i++;
-      out[k] = await fn(items[k]!);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(n, items.length) }, worker));
-  return out;
-}
 
 /** chown/chmod in the helper (the guest's file ops set a mode and a user by name, not numeric ids on an existing path). */
 async function applyMeta(guest: HostGuest, at: string, m: EntryMeta): Promise<void> {
