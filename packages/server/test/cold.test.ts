@@ -6,7 +6,7 @@ import { join } from "node:path";
 import S3rver from "s3rver";
 import { findInstanceProcesses } from "@den/runtime";
 import type { RunningServer } from "../src/index.js";
-import { client, dataDir, testServer } from "./helpers.js";
+import { client, dataDir, testServer, untilWarmSnapshot } from "./helpers.js";
 
 /** Deletes every path under the data dir (outside the store and templates) whose name holds one of `needles`. */
 function removeHostFiles(root: string, needles: string[]): string[] {
@@ -236,6 +236,8 @@ describe("warm hibernate", () => {
       await new Promise((r) => setTimeout(r, 1000));
       assert.ok((await cpu()) - b0 > 0.5, "the loop burns CPU while running");
       await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "warm" });
+      // (Once its local snapshot is written: QEMU writes it after the hibernate's answer.)
+      await untilWarmSnapshot(server, id);
       const h0 = await cpu();
       await new Promise((r) => setTimeout(r, 5000));
       const used = (await cpu()) - h0;
