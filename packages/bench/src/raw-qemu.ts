@@ -6,6 +6,7 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { closeSync, mkdirSync, openSync, rmSync } from "node:fs";
 import net from "node:net";
 import { join } from "node:path";
+import { SLOT_BYTES, VOLUME_SLOTS } from "@den/runtime";
 
 class RawQmp {
   private buf = "";
@@ -87,6 +88,10 @@ function args(t: RawTemplate, dir: string, disk: string): string[] {
     "-chardev", `socket,id=console,path=${dir}/console.sock,server=on,wait=off`, "-serial", "chardev:console",
     "-netdev", `stream,id=net0,server=on,addr.type=unix,addr.path=${dir}/net.sock`, "-device", "virtio-net-device,netdev=net0,mac=52:54:00:de:4e:01",
     "-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng0",
+    // The template was baked with its volume slots (empty): a restore needs the same devices.
+    ...Array.from({ length: VOLUME_SLOTS }, (_, i) => [
+      "-blockdev", `driver=null-co,node-name=vol${i},size=${SLOT_BYTES},read-zeroes=on`, "-device", `virtio-blk-device,drive=vol${i},serial=den-vol-${i}`,
+    ]).flat(),
     "-qmp", `unix:${dir}/qmp.sock,server=on,wait=off`, "-incoming", "defer",
   ];
 }

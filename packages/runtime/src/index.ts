@@ -17,4 +17,4 @@ export { type EgressPolicy, GUEST_NET } from "./network/sandbox-network.js";
 export { isCidr } from "./network/addresses.js";
 export type { EgressMode } from "./network/firewall.js";
 export { hasNativePageFilter, nativeCpuSeconds, nativeKeepChangedPages, prepareNativeTools } from "./native.js";
-export { MAX_VOLUMES_PER_SANDBOX, VOLUME_SLOTS, createVolumeImage, volumeImagePath, type SnapshotVolume, type VolumeAttachment, type VolumeRequest } from "./volumes.js";
+export { MAX_VOLUMES_PER_SANDBOX, SLOT_BYTES, VOLUME_SLOTS, createVolumeImage, volumeImagePath, type SnapshotVolume, type VolumeAttachment, type VolumeRequest } from "./volumes.js";
