@@ -74,6 +74,8 @@ export class Sandbox {
   private lifecycle = new SerialQueue();
   /** The VM whose state a snapshot is saving now, if one is. */
   private snapshotting: Vm | undefined;
+  /** A cancel asked of the snapshot in progress. */
+  private snapshotCancelled = false;
   private agentConn: Promise<AgentClient> | undefined;
   /** Agent connections dropped because the guest broke the protocol (a hostile or broken guest). */
   agentProtocolErrors = 0;
@@ -287,6 +289,7 @@ export class Sandbox {
       const released = opts.releaseVolumes ? await this.releaseVolumes(vm) : [];
       try {
         this.snapshotting = vm;
+        this.snapshotCancelled = false;
         return await this.snapshotNow(dir, vm, opts, released);
       } catch (e) {
         await this.remount(vm, released).catch(() => undefined);
@@ -302,7 +305,10 @@ export class Sandbox {
    * wake or destroy need not wait for a warm hibernation's local snapshot.
    */
   async cancelSnapshot(): Promise<void> {
-    await this.snapshotting?.qmp.execute("migrate_cancel").catch(() => undefined);
+    if (!this.snapshotting) return;
+    // Before QEMU's migration has begun a migrate_cancel does nothing: the flag stops it there.
+    this.snapshotCancelled = true;
+    await this.snapshotting.qmp.execute("migrate_cancel").catch(() => undefined);
   }
 
   private async snapshotNow(dir: string, vm: Vm, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean; stateSink?: StateSink; ramFile?: string }, released: VolumeAttachment[]): Promise<SnapshotResult> {
@@ -341,6 +347,7 @@ export class Sandbox {
       }
       // (With a sink, the state is the sink's: the manifest names it, the directory has no copy.)
       stateDigest = await vm.saveState(opts.stateSink ?? join(dir, "state.bin"), {
+        cancelled: () => this.snapshotCancelled,
         ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
         ...(changedOnly ? { changedAgainst: base, stats: filtered } : {}),
         ...(changed ? { changed: { pages: changed, ramBytes: bytes } } : {}),

@@ -215,7 +215,8 @@ export class Vm {
    * `changedAgainst`: a RAM file the state will be loaded over (its template's): the state
    * leaves out every page that equals that file's (migration-stream.ts).
    */
-  async saveState(stateFile: string | StateSink, opts: { ignoreShared?: boolean; changedAgainst?: string; changed?: { pages: Uint8Array; ramBytes: number }; stats?: PageFilterStats } = {}): Promise<FileDigest> {
+  async saveState(stateFile: string | StateSink, opts: { ignoreShared?: boolean; changedAgainst?: string; changed?: { pages: Uint8Array; ramBytes: number }; stats?: PageFilterStats; cancelled?: () => boolean } = {}): Promise<FileDigest> {
+    if (opts.cancelled?.()) throw new DenError("invalid_state", "snapshot cancelled");
     const ignoreShared = opts.ignoreShared ?? true;
     await this.qmp.execute("migrate-set-parameters", { "max-bandwidth": MIGRATE_BANDWIDTH });
     if (!ignoreShared) await this.setIgnoreShared(false);
@@ -259,7 +260,12 @@ export class Vm {
       // The stream's end (QEMU closes the socket) says it is done; the polls only catch a
       // failure meanwhile (each one is a QMP round trip: every 2 ms cost Den ~0.15 s a second).
       const ended = accepted.then(() => written).catch(() => undefined);
-      for (let n = 0; ; n++) {
+      for (let n = 0, cancelling = false; ; n++) {
+        // A cancel asked before the migrate began found nothing to cancel: it is sent now.
+        if (!cancelling && opts.cancelled?.()) {
+          cancelling = true;
+          await this.qmp.execute("migrate_cancel").catch(() => undefined);
+        }
         const m = await this.qmp.execute<{ status?: string; "error-desc"?: string }>("query-migrate");
         if (m.status === "completed") break;
         if (m.status === "failed" || m.status === "cancelled") throw new DenError("qemu_error", `snapshot failed: ${m["error-desc"] ?? m.status}`);
