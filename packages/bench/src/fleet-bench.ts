@@ -133,7 +133,7 @@ async function main(): Promise<void> {
     await single?.close();
     await fleet?.close();
     for (const h of hosts) h.kill("SIGKILL");
-    for (const h of hostIds) for (const pid of findInstanceProcesses(h).values()) process.kill(pid, "SIGKILL");
+    for (const h of hostIds) for (const pid of findInstanceProcesses(h, { pooled: true }).values()) process.kill(pid, "SIGKILL");
     await s3.close();
     rmSync(root, { recursive: true, force: true });
   }
