@@ -72,10 +72,8 @@ export interface SandboxContext {
  */
 export class Sandbox {
   private lifecycle = new SerialQueue();
-  /** The VM whose state a snapshot is saving now, if one is. */
-  private snapshotting: Vm | undefined;
-  /** A cancel asked of the snapshot in progress. */
-  private snapshotCancelled = false;
+  /** The snapshot in progress, if one is: its VM, and whether a cancel was asked of it. */
+  private snapshotting: { vm: Vm; cancelled: boolean } | undefined;
   private agentConn: Promise<AgentClient> | undefined;
   /** Agent connections dropped because the guest broke the protocol (a hostile or broken guest). */
   agentProtocolErrors = 0;
@@ -288,8 +286,7 @@ export class Sandbox {
       // A hibernation lets go of the volumes it can, so others may use them meanwhile (a wake mounts them again).
       const released = opts.releaseVolumes ? await this.releaseVolumes(vm) : [];
       try {
-        this.snapshotting = vm;
-        this.snapshotCancelled = false;
+        this.snapshotting = { vm, cancelled: false };
         return await this.snapshotNow(dir, vm, opts, released);
       } catch (e) {
         await this.remount(vm, released).catch(() => undefined);
@@ -307,8 +304,8 @@ export class Sandbox {
   async cancelSnapshot(): Promise<void> {
     if (!this.snapshotting) return;
     // Before QEMU's migration has begun a migrate_cancel does nothing: the flag stops it there.
-    this.snapshotCancelled = true;
-    await this.snapshotting.qmp.execute("migrate_cancel").catch(() => undefined);
+    this.snapshotting.cancelled = true;
+    await this.snapshotting.vm.qmp.execute("migrate_cancel").catch(() => undefined);
   }
 
   private async snapshotNow(dir: string, vm: Vm, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean; stateSink?: StateSink; ramFile?: string }, released: VolumeAttachment[]): Promise<SnapshotResult> {
@@ -347,7 +344,7 @@ export class Sandbox {
       }
       // (With a sink, the state is the sink's: the manifest names it, the directory has no copy.)
       stateDigest = await vm.saveState(opts.stateSink ?? join(dir, "state.bin"), {
-        cancelled: () => this.snapshotCancelled,
+        cancelled: () => this.snapshotting?.cancelled === true,
         ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
         ...(changedOnly ? { changedAgainst: base, stats: filtered } : {}),
         ...(changed ? { changed: { pages: changed, ramBytes: bytes } } : {}),
