@@ -33,7 +33,10 @@ describe("the /v1 API against real microVMs", () => {
     assert.deepEqual(hit.body.sandboxes.map((s: { id: string }) => s.id), [id]);
     const miss = await admin("GET", "/v1/sandboxes?metadata.task_id=other");
     assert.deepEqual(miss.body.sandboxes, []);
-    const byState = await admin("GET", "/v1/sandboxes?state=hibernated");
+    // Filters combine; scoped to this test's metadata, as the suite's files share one database.
+    const running = await admin("GET", "/v1/sandboxes?state=running&metadata.task_id=refactor-auth");
+    assert.deepEqual(running.body.sandboxes.map((s: { id: string }) => s.id), [id]);
+    const byState = await admin("GET", "/v1/sandboxes?state=hibernated&metadata.task_id=refactor-auth");
     assert.deepEqual(byState.body.sandboxes, []);
   });
 
