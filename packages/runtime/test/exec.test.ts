@@ -46,7 +46,8 @@ describe("exec", () => {
     const r = await f.sbx.exec("nohup python3 -m http.server 8123 --bind 127.0.0.1 >/tmp/srv.log 2>&1 & echo $!");
     assert.equal(r.exitCode, 0);
     const pid = r.stdout.toString().trim();
-    const check = await f.sbx.exec(`sleep 2; kill -0 ${pid} && curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8123/`);
+    // Python's start under TCG on a busy host can take seconds: the server must stay up until it answers.
+    const check = await f.sbx.exec(`for i in $(seq 100); do kill -0 ${pid} || exit 1; c=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8123/); [ "$c" = 200 ] && break; sleep 0.2; done; printf %s "$c"`);
     assert.equal(check.stdout.toString(), "200");
     await f.sbx.exec(`kill ${pid}`);
   });

@@ -45,7 +45,7 @@ describe("den serve survives kill -9", () => {
     assert.ok(events.some((e: { type: string; reason: string }) => e.type === "destroyed" && e.reason === "ttl"));
   });
 
-  test("three running sandboxes are adopted; a VM killed meanwhile is lost; strays are cleaned, others left alone", async () => {
+  test("three running sandboxes are adopted; a VM killed meanwhile is lost; strays are cleaned, others left alone", async (t) => {
     server ??= await spawnServer(PORT);
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) {
@@ -66,11 +66,16 @@ describe("den serve survives kill -9", () => {
     });
     const foreign = spawn("qemu-system-x86_64", ["-M", "none", "-display", "none", "-nodefaults"], { stdio: "ignore" });
     const strayExit = new Promise((r) => stray.once("exit", r));
+    // A failed check must not leave them running: this file's process would wait on them for ever.
+    t.after(() => {
+      for (const q of [stray, foreign]) if (q.exitCode === null && q.signalCode === null) q.kill("SIGKILL");
+    });
     await new Promise((r) => setTimeout(r, 500));
 
     server = await spawnServer(PORT);
     for (const id of ids) {
-      const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "a=$(cat /tmp/tick); sleep 0.6; b=$(cat /tmp/tick); [ \"$a\" != \"$b\" ] && echo ticking" });
+      // Still ticking (within 10 s: three TCG guests and a restarting Den share two cores).
+      const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "a=$(cat /tmp/tick); for i in $(seq 50); do sleep 0.2; [ \"$(cat /tmp/tick)\" != \"$a\" ] && echo ticking && exit 0; done; exit 1" });
       assert.equal(r.body.stdout, "ticking\n", `sandbox ${id} adopted with its background process: ${r.text}`);
     }
     const lost = await api("GET", `/v1/sandboxes/${victim.body.id}`);
