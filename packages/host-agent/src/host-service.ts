@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { chmod, mkdtemp, readFile, readdir, rename, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { chmod, mkdir, mkdtemp, readFile, readdir, rename, rm } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
 import { canStreamStoredFile, downloadSnapshot, faultPoint, putSnapshotFile, putSnapshotFileFromFd, streamCompression, streamStoredFile, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type PutObject, type TransferProgress } from "@den/store";
 import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, createVolumeImage, hostProfile, newId, reuseTemplate, volumeImagePath, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type StateSink, type TemplateInfo, type VolumeRequest } from "@den/runtime";
@@ -176,6 +176,33 @@ export class LocalHostAgent implements HostAgent {
         await this.rt.get(helper).growVolume(id, sizeMb);
       } finally {
         await this.destroy(helper);
+      }
+    });
+  }
+
+  parkVolume(op: string, id: string, to: host.StoredRef): Promise<{ storedBytes: number }> {
+    return this.once(op, async () => {
+      if (await storedSnapshotComplete(this.store, to.key)) return { storedBytes: manifestBytes(await readStoredManifest(this.store, to.key)) };
+      const image = this.volumeImage(id);
+      if (!existsSync(image)) throw new DenError("volume_not_found", `volume ${id} has no image on this host`);
+      // A VM that has it in a slot may be writing it: the copy would be torn.
+      const user = this.rt.list().find((s) => s.state !== "destroyed" && s.info.volumes?.some((v) => v.volume === id));
+      if (user) throw new DenError("volume_in_use", `volume ${id} is in a slot of VM ${user.id} on this host`);
+      return { storedBytes: manifestBytes(await uploadSnapshot(this.store, to.key, dirname(image), [basename(image)], { volume: id })) };
+    });
+  }
+
+  fetchVolume(op: string, id: string, from: host.StoredRef): Promise<void> {
+    return this.once(op, async () => {
+      const image = this.volumeImage(id);
+      // Downloaded (and verified) beside the data dir's other downloads, then put in place in one rename.
+      const staging = await mkdtemp(join(this.rt.dataDir, DOWNLOAD_PREFIX));
+      try {
+        await downloadSnapshot(this.store, from.key, staging);
+        await mkdir(dirname(image), { recursive: true });
+        await rename(join(staging, basename(image)), image);
+      } finally {
+        await rm(staging, { recursive: true, force: true });
       }
     });
   }

@@ -205,6 +205,8 @@ export const control = {
   createVolume: route({ method: "POST", path: "/host/v1/volumes", body: z.object({ ...OpBody, id: Id, sizeMb: z.number().int().min(API_LIMITS.minVolumeMb).max(API_LIMITS.maxVolumeMb) }), response: Ok }),
   deleteVolume: route({ method: "DELETE", path: "/host/v1/volumes/:id", response: Ok }),
   growVolume: route({ method: "POST", path: "/host/v1/volumes/:id/grow", body: z.object({ ...OpBody, sizeMb: z.number().int().min(API_LIMITS.minVolumeMb).max(API_LIMITS.maxVolumeMb), helper: Id }), response: Ok }),
+  parkVolume: route({ method: "POST", path: "/host/v1/volumes/:id/park", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ storedBytes: Count }) }),
+  fetchVolume: route({ method: "POST", path: "/host/v1/volumes/:id/fetch", body: z.object({ ...OpBody, from: StoredRef }), response: Ok }),
   fetchTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/fetch", body: z.object({ ...OpBody, key: StoredRef.shape.key, current: z.boolean() }), response: Ok }),
 } as const;
 export type ControlRoutes = typeof control;
@@ -323,6 +325,15 @@ export interface HostAgent {
    * for `helper` meanwhile.
    */
   growVolume(op: string, id: string, sizeMb: number, helper: string): Promise<void>;
+  /**
+   * Copies volume `id`'s image into the store under `to` (a stored snapshot of one file,
+   * its manifest last), for another host to fetch; the image here is left as it is (the
+   * control plane deletes it once the stored copy is the one its row names). Nothing may
+   * mount it meanwhile: the control plane holds it as moving.
+   */
+  parkVolume(op: string, id: string, to: StoredRef): Promise<{ storedBytes: number }>;
+  /** Makes volume `id`'s image on this host the stored copy at `from` (verified; whole or not at all: one already here is replaced). */
+  fetchVolume(op: string, id: string, from: StoredRef): Promise<void>;
   /** Deletes a local snapshot (a warm hibernation's), if it is there. */
   dropLocalSnapshot(snapshotId: string): Promise<void>;
   /** Lets go of the template version a stored snapshot needed (it is gone from the store). */

@@ -258,11 +258,17 @@ export interface VolumesTable {
   owner: string;
   name: string;
   size_mb: number;
-  /** creating | ready */
+  /** creating | ready | moving (between hosts, through the store: nothing may mount it) */
   state: string;
+  /** The host its image is on (unless its stored copy, `snapshot_id`, is complete: then the host it was parked from). */
   host_id: string;
   created_at: number;
   deleted_at: number | null;
+  /** Its copy in the store (migration 018): pending while uploading, complete once it is the volume. */
+  snapshot_id: string | null;
+  /** A host a download of it is under way to. */
+  move_to: string | null;
+  moved_at: number | null;
 }
 
 /** A volume mounted in a sandbox, or held by a helper VM (migration 017). */

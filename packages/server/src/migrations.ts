@@ -354,4 +354,16 @@ export const migrations = (dialect: Dialect): Record<string, Migration> => ({
       await db.schema.createIndex("volume_mounts_sandbox").on("volume_mounts").column("sandbox_id").execute();
     },
   },
+  "018_volume_moves": {
+    async up(db: Kysely<any>): Promise<void> {
+      // A volume moves between hosts through the store. `snapshot_id`: its copy there (a
+      // stored_snapshots row of kind `volume`): while pending, an upload from `host_id` is under
+      // way and the host's image is still the volume; once complete, the stored copy is (the
+      // host's image is removed after). `move_to`: a host a download is under way to (state
+      // `moving`); `moved_at`: when the move began (a restart finishes moves of dead processes).
+      await db.schema.alterTable("volumes").addColumn("snapshot_id", "varchar(64)").execute();
+      await db.schema.alterTable("volumes").addColumn("move_to", "varchar(128)").execute();
+      await db.schema.alterTable("volumes").addColumn("moved_at", "bigint").execute();
+    },
+  },
 });

@@ -432,7 +432,8 @@ export class Store {
   }
 
   async storedBytes(owner?: string): Promise<number> {
-    let q = this.db.selectFrom("stored_snapshots").select((eb) => eb.fn.sum<number>("bytes").as("n")).where("state", "!=", "released");
+    // A volume's copy (a parked volume) counts against the owner's volume quota, not this one.
+    let q = this.db.selectFrom("stored_snapshots").select((eb) => eb.fn.sum<number>("bytes").as("n")).where("state", "!=", "released").where("kind", "!=", "volume");
     if (owner !== undefined) q = q.where("owner", "=", owner);
     return Number((await q.executeTakeFirstOrThrow()).n ?? 0);
   }

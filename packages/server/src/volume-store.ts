@@ -18,6 +18,19 @@ export interface Hold {
 /** States whose sandbox holds nothing any more (its VM is gone for good). */
 const ENDED = ["destroyed", "error"];
 
+const moving = (name: string) => new DenError("volume_in_use", `volume ${name} is moving between hosts; try again when it is done`, { volume: name });
+
+/** Where a volume's image is: its host, or null while it is parked (only its stored copy is the volume). */
+export const volumeHost = (v: Pick<VolumeRow, "host_id" | "snapshot_id">): string | null => (v.snapshot_id ? null : v.host_id);
+
+/** Throws unless `v` may be mounted on `host` now: not moving, and its image there (it may have moved since the sandbox was placed). */
+function checkOn(v: VolumeRow, name: string, host: string | undefined): void {
+  if (v.state === "moving") throw moving(name);
+  if (host !== undefined && volumeHost(v) !== host) {
+    throw new DenError("volume_in_use", `volume ${name} moved to ${volumeHost(v) ? `host ${v.host_id}` : "the store"} while this sandbox was placed on ${host}; try again`, { volume: name });
+  }
+}
+
 /**
  * The volumes' SQL: their rows and their mounts (in `s`'s transaction, when it is one).
  * The rule it keeps: a volume is held by one writer or by any number of readers, never
@@ -96,6 +109,45 @@ export class VolumeStore {
     await this.db.selectFrom("volumes").select("id").where("id", "in", [...ids].sort()).orderBy("id").forUpdate().execute();
   }
 
+  /**
+   * Marks a ready volume `moving` (nothing may mount it until the move ends), if nothing
+   * holds it but `except` (the sandbox it is moved for) or cold-hibernated sandboxes (their
+   * VMs are gone; they find it where it went). In the caller's transaction.
+   */
+  async beginMove(id: string, except: string | undefined, patch: { snapshot_id: string; move_to: string | null; moved_at: number }): Promise<VolumeRow> {
+    await this.lock([id]);
+    const v = await this.byId(id);
+    if (!v || v.deleted_at !== null || v.state === "creating") throw new DenError("volume_not_found", `volume ${id} does not exist`);
+    if (v.state === "moving") throw moving(v.name);
+    const live = await this.db.selectFrom("volume_mounts as m").leftJoin("sandboxes as s", "s.id", "m.sandbox_id").select(["m.sandbox_id", "s.id as sandbox"])
+      .where("m.volume_id", "=", id).where("m.held", "=", 1).where("m.sandbox_id", "!=", except ?? "")
+      .where((eb) => eb.or([eb("s.id", "is", null), eb.and([eb("s.state", "not in", ENDED), eb.not(eb.and([eb("s.state", "=", "hibernated"), eb("s.hibernate_mode", "=", "cold")]))])]))
+      .executeTakeFirst();
+    if (live) {
+      throw new DenError("volume_in_use", `volume ${v.name} is on host ${v.host_id} and mounted there by ${live.sandbox ? `sandbox ${live.sandbox_id}` : "a transfer of its files or a grow"}: it cannot move to another host while mounted`, {
+        volume: v.name, ...(live.sandbox ? { sandbox_id: live.sandbox_id } : {}),
+      });
+    }
+    await this.db.updateTable("volumes").set({ state: "moving", ...patch }).where("id", "=", id).execute();
+    return { ...v, state: "moving", ...patch };
+  }
+
+  /** A move's step: the row's place fields as given (`state` back to ready when the move is over). */
+  async setPlace(id: string, patch: Partial<Pick<VolumeRow, "state" | "host_id" | "snapshot_id" | "move_to" | "moved_at">>): Promise<void> {
+    await this.db.updateTable("volumes").set(patch).where("id", "=", id).execute();
+  }
+
+  /** Moves begun before `before` (by a process that is gone: a restart finishes or undoes them). */
+  async movesBegunBefore(before: number): Promise<VolumeRow[]> {
+    return this.db.selectFrom("volumes").selectAll().where("state", "=", "moving").where("moved_at", "<", before).execute();
+  }
+
+  /** Volumes whose image is on `host`: not parked in the store, or moving away from it. */
+  async onHost(host: string): Promise<VolumeRow[]> {
+    return this.db.selectFrom("volumes").selectAll().where("host_id", "=", host).where("deleted_at", "is", null)
+      .where((eb) => eb.or([eb.and([eb("state", "=", "ready"), eb("snapshot_id", "is", null)]), eb("state", "=", "moving")])).execute();
+  }
+
   /** Holds of a volume that count against a new one by `except`: held, of sandboxes that have not ended or of helpers. */
   private async holders(volumeId: string, except: string): Promise<Array<{ sandbox_id: string; read_only: number; sandbox: string | null }>> {
     return this.db.selectFrom("volume_mounts as m").leftJoin("sandboxes as s", "s.id", "m.sandbox_id")
@@ -118,14 +170,16 @@ export class VolumeStore {
 
   /**
    * Takes `holds` for `sandboxId` (in the caller's transaction, with the sandbox's own row
-   * or before a helper's VM exists): each volume must be live and ready and free for it.
+   * or before a helper's VM exists): each volume must be live and ready and free for it, and
+   * (with `host`) have its image on that host, where the sandbox was placed.
    */
-  async take(sandboxId: string, holds: Hold[], at: number): Promise<void> {
+  async take(sandboxId: string, holds: Hold[], at: number, host?: string): Promise<void> {
     if (!holds.length) return;
     await this.lock(holds.map((h) => h.volumeId));
     for (const h of holds) {
       const v = await this.byId(h.volumeId);
-      if (!v || v.deleted_at !== null || v.state !== "ready") throw new DenError("volume_not_found", `volume ${h.name} does not exist`);
+      if (!v || v.deleted_at !== null || v.state === "creating") throw new DenError("volume_not_found", `volume ${h.name} does not exist`);
+      checkOn(v, h.name, host);
       await this.checkFree(h, sandboxId);
     }
     await this.db.insertInto("volume_mounts").values(holds.map((h) => ({
@@ -134,10 +188,16 @@ export class VolumeStore {
   }
 
   /** A sandbox's mounts that let go of their volume (a cold hibernation's) hold it again: returns the volume ids taken. */
-  async retake(sandboxId: string): Promise<string[]> {
-    const idle = (await this.mountsOf(sandboxId)).filter((m) => m.held === 0);
+  async retake(sandboxId: string, host?: string): Promise<string[]> {
+    const mounts = await this.mountsOf(sandboxId);
+    await this.lock(mounts.map((m) => m.volume_id));
+    // Every one of its volumes, held or not, must be where it is woken.
+    for (const m of mounts) {
+      const v = await this.byId(m.volume_id);
+      if (v) checkOn(v, m.name, host);
+    }
+    const idle = mounts.filter((m) => m.held === 0);
     if (!idle.length) return [];
-    await this.lock(idle.map((m) => m.volume_id));
     for (const m of idle) await this.checkFree({ volumeId: m.volume_id, name: m.name, path: m.path, readOnly: m.read_only === 1 }, sandboxId);
     const ids = idle.map((m) => m.volume_id);
     await this.db.updateTable("volume_mounts").set({ held: 1 }).where("sandbox_id", "=", sandboxId).where("volume_id", "in", ids).execute();

@@ -23,6 +23,8 @@ const TIMEOUTS: Record<keyof Routes, number> = {
   publishTemplate: 60 * MINUTE, fetchTemplate: 60 * MINUTE,
   // A volume's image is made on a sparse file (seconds); a grow boots a helper VM.
   createVolume: 5 * MINUTE, deleteVolume: 2 * MINUTE, growVolume: 15 * MINUTE,
+  // A volume moving between hosts goes through the store whole (up to its size).
+  parkVolume: 60 * MINUTE, fetchVolume: 60 * MINUTE,
   // What the host is still doing for an operation: as long as the longest of them.
   settled: 3 * 60 * MINUTE,
 };
@@ -132,6 +134,14 @@ export class HttpHostAgent implements HostAgent {
 
   async growVolume(op: string, id: string, sizeMb: number, helper: string): Promise<void> {
     await this.call("growVolume", { id }, { op, sizeMb, helper });
+  }
+
+  parkVolume(op: string, id: string, to: StoredRef): Promise<{ storedBytes: number }> {
+    return this.call("parkVolume", { id }, { op, to });
+  }
+
+  async fetchVolume(op: string, id: string, from: StoredRef): Promise<void> {
+    await this.call("fetchVolume", { id }, { op, from });
   }
 
   async dropLocalSnapshot(snapshotId: string): Promise<void> {

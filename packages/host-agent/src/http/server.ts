@@ -36,6 +36,8 @@ function handlers(agent: HostAgent): Handlers {
     createVolume: async (_p, b) => (await agent.createVolume(b.op, b.id, b.sizeMb), ok),
     deleteVolume: async (p) => (await agent.deleteVolume(id(p)), ok),
     growVolume: async (p, b) => (await agent.growVolume(b.op, id(p), b.sizeMb, b.helper), ok),
+    parkVolume: (p, b) => agent.parkVolume(b.op, id(p), b.to),
+    fetchVolume: async (p, b) => (await agent.fetchVolume(b.op, id(p), b.from), ok),
     resume: async (p) => (await agent.resume(id(p)), ok),
     cpuSeconds: async (p) => ({ cpuSeconds: (await agent.cpuSeconds(id(p))) ?? null }),
     setNetwork: async (p, b) => (await agent.setNetwork(id(p), b.policy), ok),

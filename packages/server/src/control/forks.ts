@@ -8,6 +8,7 @@ import { pendingStored, refOf, type Ctx } from "./context.js";
 import { termsOf, vmFields, type Lifecycle, type Settings, type Terms } from "./lifecycle.js";
 import type { Reason } from "./operations.js";
 import type { Serializer } from "./serializer.js";
+import { VolumeMoves } from "./volume-moves.js";
 import { resolveMounts, specsOf, volumeStore } from "./volumes.js";
 import type { api } from "@den/protocol";
 
@@ -35,14 +36,15 @@ export class Forks {
       if (parent.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${parent.state}`);
       const ids = Array.from({ length: count }, () => newId("sbx"));
       const network = networkOf(parent);
-      if (vols.host && vols.host !== host.instance) throw new DenError("invalid_argument", `sandbox ${id} runs on host ${host.instance}, its fork's volumes are on ${vols.host}: a sandbox mounts volumes of its own host only`);
       const elsewhere = await this.forkTargets(parent, ids);
       if (elsewhere && vols.holds.length) throw new DenError("capacity_exhausted", `the host of sandbox ${id} has no room for ${count} more, and children mounting volumes cannot go elsewhere (a volume lives on one host)`);
+      // The children run on the parent's host: volumes parked in the store or on another host (nothing mounting them) come there first.
+      if (vols.holds.length && vols.host !== host.instance) await new VolumeMoves(this.ctx).bring(vols.holds.map((h) => h.volumeId), host);
       if (elsewhere) return this.forkElsewhere(p, parent, ids, elsewhere, ttlSeconds);
       const op = ops.newOp("fork", id, "user", { children: ids });
       await ops.begin(parent, op, async (tx) => {
         for (const c of ids) {
-          await volumeStore(tx).take(c, vols.holds, clock.now());
+          await volumeStore(tx).take(c, vols.holds, clock.now(), host.instance);
           await tx.insertSandbox(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, host.instance, this.forkTerms(parent, ttlSeconds)), this.ctx.config.limits.sandboxesPerOwner);
           await ops.event(c, "creating", "user", { forked_from: id }, tx);
         }

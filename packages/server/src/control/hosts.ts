@@ -142,7 +142,7 @@ export class HostPool {
   }
 
   /** Whether a host takes new sandboxes (up, not draining). */
-  private open_(h: HostAgent): boolean {
+  takesNew(h: HostAgent): boolean {
     return this.rows.get(h.instance)?.state !== "draining";
   }
 
@@ -172,7 +172,7 @@ export class HostPool {
       return h;
     };
     // `kind` (a HostKind's JSON): only hosts of that kind (a host of unknown kind, configured, is tried).
-    const fit = (h: HostAgent) => this.open_(h) && h.instance !== opts.exclude && (opts.kind === undefined || (this.rows.get(h.instance)?.kind ?? opts.kind) === opts.kind)
+    const fit = (h: HostAgent) => this.takesNew(h) && h.instance !== opts.exclude && (opts.kind === undefined || (this.rows.get(h.instance)?.kind ?? opts.kind) === opts.kind)
       && (!opts.only || h.instance === opts.only);
     let candidates = this.all.filter(fit);
     if (!candidates.length) {

@@ -9,7 +9,7 @@ import type { NetworkPolicies } from "./network-policy.js";
 import type { Reason } from "./operations.js";
 import type { Measure } from "./reaper.js";
 import type { Serializer } from "./serializer.js";
-import { resolveMounts, specsOf, volumeStore, type ResolvedMounts } from "./volumes.js";
+import { imagesHost, placeWithVolumes, resolveMounts, specsOf, volumeStore, type ResolvedMounts } from "./volumes.js";
 
 export type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">;
 
@@ -100,7 +100,7 @@ export class Lifecycle {
     const { store, ops, clock } = this.ctx;
     await store.transaction(async (tx) => {
       // Its volumes are held with its row: of two racing creates, one gets a writer's hold.
-      if (vols?.holds.length) await volumeStore(tx).take(row.id, vols.holds, clock.now());
+      if (vols?.holds.length) await volumeStore(tx).take(row.id, vols.holds, clock.now(), row.host_id ?? undefined);
       await tx.insertSandbox(row, this.ctx.config.limits.sandboxesPerOwner);
       await tx.insertOperation(op);
       await ops.event(row.id, "creating", "user", data, tx);
@@ -130,7 +130,7 @@ export class Lifecycle {
     const shape = { ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}) };
     // A create no host can hold is refused before it leaves a record behind.
     const pull = await this.ctx.shared.pullFor(template);
-    const host = await hosts.place({ template, ...shape }, { ...(pull ? { pull } : {}), only: vols.host });
+    const host = await placeWithVolumes(this.ctx, vols.holds.map((h) => h.volumeId), vols.host, (only, exclude) => hosts.place({ template, ...shape }, { ...(pull ? { pull } : {}), only, ...(exclude ? { exclude } : {}) }));
     const network = effectivePolicy(req.network, config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("create", id, "user", { template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}) }), host: host.instance };
@@ -147,7 +147,8 @@ export class Lifecycle {
     // The checkpoint's own mounts are not carried: its volumes are not part of it. It mounts what is named here.
     const vols = await resolveMounts(this.ctx, p.owner, req.volumes);
     // Preferably on the host of the sandbox it was taken from (it surely has the template version); else any that has it and room.
-    const host = await this.placeStored(cp, (await this.ctx.store.getSandbox(cp.sandbox_id))?.host_id ?? null, undefined, vols.host);
+    const origin = (await this.ctx.store.getSandbox(cp.sandbox_id))?.host_id ?? null;
+    const host = await placeWithVolumes(this.ctx, vols.holds.map((h) => h.volumeId), vols.host, (only, exclude) => this.placeStored(cp, origin, undefined, only, exclude));
     const network = effectivePolicy(req.network ?? networkOf(cp), config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("restore", id, "user", { checkpoint: cp.id }), host: host.instance };
@@ -162,11 +163,11 @@ export class Lifecycle {
    * room; else any host of the same kind (QEMU version, accelerator, CPU model, arch: what a
    * snapshot needs of the host it is restored on) that has its template version and room.
    */
-  async placeStored(s: Pick<SandboxRow, "template" | "template_version" | "vcpus" | "memory_mb">, origin: string | null, reserved?: Map<string, number>, only?: string | null): Promise<HostAgent> {
+  async placeStored(s: Pick<SandboxRow, "template" | "template_version" | "vcpus" | "memory_mb">, origin: string | null, reserved?: Map<string, number>, only?: string | null, exclude?: string): Promise<HostAgent> {
     const kind = origin ? (await this.ctx.store.getHost(origin))?.kind ?? undefined : undefined;
     const template = `${s.template}@${s.template_version}`;
     const pull = await this.ctx.shared.pullFor(template);
-    return this.ctx.hosts.place({ template, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer: origin, ...(kind ? { kind } : {}), ...(reserved ? { reserved } : {}), ...(pull ? { pull } : {}), ...(only ? { only } : {}) });
+    return this.ctx.hosts.place({ template, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer: origin, ...(kind ? { kind } : {}), ...(reserved ? { reserved } : {}), ...(pull ? { pull } : {}), ...(only ? { only } : {}), ...(exclude ? { exclude } : {}) });
   }
 
   /**
@@ -175,10 +176,10 @@ export class Lifecycle {
    * cold-hibernated, rather than failing: the sandbox being woken is the most recently used
    * one there is.
    */
-  private async placeForWake(row: SandboxRow, deadline: number, only: string | null): Promise<HostAgent> {
+  private async placeForWake(row: SandboxRow, deadline: number, only: string | null, exclude?: string): Promise<HostAgent> {
     for (;;) {
       try {
-        return await this.placeStored(row, row.host_id, undefined, only);
+        return await this.placeStored(row, row.host_id, undefined, only, exclude);
       } catch (e) {
         // (Details cross the host protocol whole.) Only memory is made room for: a host out of
         // vCPUs or disk says so at once.
@@ -426,16 +427,18 @@ export class Lifecycle {
     // (a 409 if another sandbox holds one as a writer meanwhile), those it kept come back in their slots.
     const mounts = mode === "cold" ? await volumeStore(store).mountsOf(id) : [];
     const heldBefore = mounts.filter((m) => m.held === 1).map((m) => m.volume_id);
-    const volumeHost = mounts.length ? (await volumeStore(store).byId(mounts[0]!.volume_id))?.host_id ?? null : null;
+    const volumeIds = mounts.map((m) => m.volume_id);
     // Warm and disk: on its host (its memory snapshot or its disk is there). Cold: everything
     // is in the store, so any compatible host with room will do, its last one first (the
-    // host of its volumes, if it has any).
-    const host = mode === "cold" ? await this.placeForWake(row, deadline, volumeHost) : this.ctx.hosts.of(row);
+    // host of its volumes, if it has any: else they are brought where it wakes).
+    const host = mode === "cold"
+      ? await placeWithVolumes(this.ctx, volumeIds, await imagesHost(store, volumeIds), (only, exclude) => this.placeForWake(row, deadline, only, exclude), id)
+      : this.ctx.hosts.of(row);
     const op = { ...ops.newOp("wake", id, reason, { mode, snapshot, host: host.instance, ...(mounts.length ? { held_volumes: heldBefore } : {}) }), host: host.instance };
     // The row names the host before the host is asked: a crash leaves nothing it cannot find.
     await ops.begin(row, op, async (tx) => {
       if (host.instance !== row.host_id) await tx.updateSandbox(id, { host_id: host.instance });
-      if (mounts.length) await volumeStore(tx).retake(id);
+      if (mounts.length) await volumeStore(tx).retake(id, host.instance);
     });
     if (mode === "cold") faultPoint("wake-cold-after-intent");
     const t0 = performance.now();

@@ -3,6 +3,8 @@ import type { SandboxRow } from "../store.js";
 import { modeOf, type Ctx } from "./context.js";
 import type { Lifecycle } from "./lifecycle.js";
 import type { Serializer } from "./serializer.js";
+import { VolumeMoves } from "./volume-moves.js";
+import { volumeStore } from "./volumes.js";
 
 export interface RegistryConfig {
   /** How long a heartbeat's lease lasts. */
@@ -87,9 +89,11 @@ export class HostRegistry {
   }
 
   /**
-   * Drain: the host takes no new sandbox, and each of its running, warm- and disk-hibernated
-   * sandboxes is cold-hibernated so it can wake on another host. Returns how many are left
-   * on it now (the drain goes on in the background; asking again reports progress).
+   * Drain: the host takes no new sandbox, each of its running, warm- and disk-hibernated
+   * sandboxes is cold-hibernated so it can wake on another host, and then its volumes are
+   * parked in the store (so a sandbox that mounts one wakes elsewhere). Returns how many
+   * sandboxes and volumes are left on it now (the drain goes on in the background; asking
+   * again reports progress).
    */
   async drain(id: string): Promise<number> {
     const { store } = this.ctx;
@@ -101,7 +105,7 @@ export class HostRegistry {
       const run = this.drainOnce(id).finally(() => this.draining.delete(id));
       this.draining.set(id, run);
     }
-    return (await this.held(id)).length;
+    return (await this.held(id)).length + (await volumeStore(store).onHost(id)).length;
   }
 
   private async drainOnce(id: string): Promise<void> {
@@ -114,6 +118,7 @@ export class HostRegistry {
         this.ctx.log.warn({ err, sandbox: row.id, host: id }, "drain: a sandbox could not be cold-hibernated; the next drain call tries again");
       }
     }
+    await new VolumeMoves(this.ctx).parkAll(id);
   }
 
   /** Ends a drain: the host takes new sandboxes again. */
@@ -130,6 +135,8 @@ export class HostRegistry {
     if (!row || row.state === "removed") throw new DenError("not_found", `host ${id} is not registered`);
     const held = await this.held(id);
     if (held.length) throw new DenError("invalid_state", `host ${id} still holds ${held.length} sandbox(es) (${held.slice(0, 5).map((r) => r.id).join(", ")}): drain it first`);
+    const vols = await volumeStore(this.ctx.store).onHost(id);
+    if (vols.length) throw new DenError("invalid_state", `host ${id} still has ${vols.length} volume(s) (${vols.slice(0, 5).map((v) => v.id).join(", ")}): drain it first (that parks them in the store)`);
     await this.ctx.store.setHostState(id, "removed");
     await this.ctx.hosts.refresh();
   }

@@ -1,9 +1,10 @@
 import { DenError, api, type HostAgent, type HostGuest, type VolumeSpec } from "@den/protocol";
 import { newId } from "@den/runtime";
 import type { Principal, Store } from "../store.js";
-import { VolumeStore, type Hold, type VolumeRow } from "../volume-store.js";
+import { VolumeStore, volumeHost, type Hold, type VolumeRow } from "../volume-store.js";
 import type { Ctx } from "./context.js";
 import { OwnerSlots } from "./owner-slots.js";
+import { VolumeMoves } from "./volume-moves.js";
 
 /** Where a helper VM mounts the volume whose files it moves. */
 const HELPER_MOUNT = "/mnt/volume";
@@ -15,7 +16,7 @@ export const volumeStore = (s: Store): VolumeStore => new VolumeStore(s);
 /** The volumes of a create, restore or fork, resolved against the owner's: what to hold, where they are. */
 export interface ResolvedMounts {
   holds: Hold[];
-  /** The host their images are on (a sandbox mounting them must run there); null: no volumes. */
+  /** The host their images are on (a sandbox mounting them runs there, or they are moved to where it runs); null: none, or all parked in the store. */
   host: string | null;
 }
 
@@ -27,13 +28,44 @@ export async function resolveMounts(ctx: Ctx, owner: string, mounts: api.VolumeM
   const hosts = new Set<string>();
   for (const m of mounts) {
     const v = await vs.byName(owner, m.name);
-    if (!v || v.state !== "ready") throw new DenError("volume_not_found", `volume ${JSON.stringify(m.name)} does not exist`);
+    if (!v || v.state === "creating") throw new DenError("volume_not_found", `volume ${JSON.stringify(m.name)} does not exist`);
     holds.push({ volumeId: v.id, name: v.name, path: m.path, readOnly: m.read_only ?? false });
-    hosts.add(v.host_id);
+    const at = volumeHost(v);
+    if (at) hosts.add(at);
   }
-  // Single-node volumes: an image lives on one host and a sandbox reads it there.
-  if (hosts.size > 1) throw new DenError("invalid_argument", "these volumes are on different hosts; a sandbox mounts volumes of one host only");
-  return { holds, host: [...hosts][0]! };
+  // One host's images at a time: a sandbox runs where they are (those parked in the store are fetched there).
+  if (hosts.size > 1) throw new DenError("invalid_argument", "these volumes are on different hosts; a sandbox mounts volumes of one host (or parked in the store) only");
+  return { holds, host: [...hosts][0] ?? null };
+}
+
+/** The host that has the images of these volumes (the first one's not parked in the store); null if all are parked. */
+export async function imagesHost(store: Store, volumeIds: readonly string[]): Promise<string | null> {
+  for (const id of volumeIds) {
+    const v = await volumeStore(store).byId(id);
+    const at = v ? volumeHost(v) : null;
+    if (at) return at;
+  }
+  return null;
+}
+
+/**
+ * The host for a sandbox that mounts volumes: where their images are, if it can take it;
+ * else (their host is draining, down or full, or they are parked in the store) wherever
+ * `place` finds room, the volumes brought there first. `except`: the sandbox whose own
+ * holds do not stop a move (a wake's).
+ */
+export async function placeWithVolumes(ctx: Ctx, volumeIds: readonly string[], host: string | null, place: (only: string | null, exclude?: string) => Promise<HostAgent>, except?: string): Promise<HostAgent> {
+  if (!volumeIds.length) return place(null);
+  if (host) {
+    try {
+      return await place(host);
+    } catch (e) {
+      if (!(e instanceof DenError && e.code === "capacity_exhausted")) throw e;
+    }
+  }
+  const to = await place(null, host ?? undefined);
+  await new VolumeMoves(ctx).bring(volumeIds, to, except);
+  return to;
 }
 
 /** What a host is asked to mount. */
@@ -78,14 +110,14 @@ export class Volumes {
   /** The caller's volume, or 404 (another owner's volume does not exist for them). */
   async owned(p: Principal, name: string): Promise<VolumeRow> {
     const v = api.VolumeName.safeParse(name).success ? await this.vs.byName(p.owner, name) : undefined;
-    if (!v || v.state !== "ready") throw new DenError("volume_not_found", `volume ${JSON.stringify(name)} does not exist`);
+    if (!v || v.state === "creating") throw new DenError("volume_not_found", `volume ${JSON.stringify(name)} does not exist`);
     return v;
   }
 
   /** The caller's volume by id (what E2B's API names volumes by), or 404 as for `owned`. */
   async ownedById(p: Principal, id: string): Promise<VolumeRow> {
     const v = api.VolumeId.safeParse(id).success ? await this.vs.byId(id) : undefined;
-    if (!v || v.owner !== p.owner || v.deleted_at !== null || v.state !== "ready") throw new DenError("volume_not_found", `volume ${JSON.stringify(id.slice(0, 64))} does not exist`);
+    if (!v || v.owner !== p.owner || v.deleted_at !== null || v.state === "creating") throw new DenError("volume_not_found", `volume ${JSON.stringify(id.slice(0, 64))} does not exist`);
     return v;
   }
 
@@ -98,7 +130,7 @@ export class Volumes {
   }
 
   async list(p: Principal): Promise<api.Volume[]> {
-    return this.toApi((await this.vs.list(p.owner)).filter((v) => v.state === "ready"));
+    return this.toApi((await this.vs.list(p.owner)).filter((v) => v.state !== "creating"));
   }
 
   async get(p: Principal, name: string): Promise<api.Volume> {
@@ -107,9 +139,18 @@ export class Volumes {
 
   /** The host a new volume's image goes on: the first one that takes new sandboxes. */
   private placeVolume(): HostAgent {
-    const host = this.ctx.hosts.all[0];
+    const host = this.ctx.hosts.all.find((h) => this.ctx.hosts.takesNew(h)) ?? this.ctx.hosts.all[0];
     if (!host) throw new DenError("capacity_exhausted", "no host agent can take a volume now (none is up)");
     return host;
+  }
+
+  /** The host a helper VM for `v` runs on: its image's, or (parked, or its host is gone) a host it is brought to first. */
+  private hostFor(v: VolumeRow): Promise<HostAgent> {
+    return placeWithVolumes(this.ctx, [v.id], volumeHost(v), async (only) => {
+      if (!only) return this.placeVolume();
+      if (!this.ctx.hosts.has(only)) throw new DenError("capacity_exhausted", `host ${only} is not up`);
+      return this.ctx.hosts.get(only);
+    });
   }
 
   /** Refuses what would take the owner past their volume count or size quota (in the caller's transaction, the owner locked). */
@@ -126,7 +167,7 @@ export class Volumes {
   async create(p: Principal, req: api.CreateVolumeRequest): Promise<api.Volume> {
     const { store, clock } = this.ctx;
     const host = this.placeVolume();
-    const row: VolumeRow = { id: newId("vol"), owner: p.owner, name: req.name, size_mb: req.size_mb, state: "creating", host_id: host.instance, created_at: clock.now(), deleted_at: null };
+    const row: VolumeRow = { id: newId("vol"), owner: p.owner, name: req.name, size_mb: req.size_mb, state: "creating", host_id: host.instance, created_at: clock.now(), deleted_at: null, snapshot_id: null, move_to: null, moved_at: null };
     // The name and the quota are taken with the row, before the image is made.
     await store.transaction(async (tx) => {
       await this.quota(tx, p.owner, 1, req.size_mb);
@@ -150,6 +191,8 @@ export class Volumes {
     await this.ctx.store.transaction(async (tx) => {
       const vs = volumeStore(tx);
       await vs.lock([v.id]);
+      const cur = await vs.byId(v.id);
+      if (cur?.state === "moving") throw new DenError("volume_in_use", `volume ${v.name} is moving between hosts; delete it when that is done`, { volume: v.name });
       const m = await vs.inUse(v.id);
       if (m) {
         const by = (await tx.getSandbox(m.sandbox_id)) ? `sandbox ${m.sandbox_id}` : "a transfer of its files or a grow";
@@ -160,10 +203,12 @@ export class Volumes {
     await this.purge(v);
   }
 
-  /** Removes a deleted volume's image, then its row; a failure leaves both for the next sweep. */
+  /** Removes a deleted volume's image (and lets go of its stored copy), then its row; a failure leaves both for the next sweep. */
   private async purge(v: VolumeRow): Promise<void> {
     try {
-      await this.ctx.hosts.get(v.host_id).deleteVolume(v.id);
+      if (v.snapshot_id) await this.ctx.store.releaseStoredSnapshot(v.snapshot_id, this.ctx.clock.now());
+      // A parked volume's old host may be gone for good: its image went when it was parked.
+      if (!v.snapshot_id || this.ctx.hosts.has(v.host_id)) await this.ctx.hosts.get(v.host_id).deleteVolume(v.id);
       await this.vs.forget(v.id);
     } catch (err) {
       this.ctx.log.warn({ err, volume: v.id }, `volume ${v.id}: its image could not be removed yet (retried by the next sweep)`);
@@ -180,8 +225,9 @@ export class Volumes {
     if (startedAt !== undefined) {
       for (const v of await vs.unfinished(startedAt)) await vs.markDeleted(v.id, this.ctx.clock.now());
       await vs.dropHelpers(startedAt);
+      await new VolumeMoves(this.ctx).recover(startedAt);
     }
-    for (const v of await vs.deleted()) if (this.ctx.hosts.has(v.host_id)) await this.purge(v);
+    for (const v of await vs.deleted()) if (v.snapshot_id || this.ctx.hosts.has(v.host_id)) await this.purge(v);
   }
 
   /**
@@ -192,13 +238,15 @@ export class Volumes {
     const release = this.transfers.take(p.owner);
     const id = newId("sbx");
     const hold: Hold = { volumeId: v.id, name: v.name, path: HELPER_MOUNT, readOnly };
+    let host: HostAgent;
     try {
-      await this.ctx.store.transaction((tx) => volumeStore(tx).take(id, [hold], this.ctx.clock.now()));
+      // A parked volume (or one on a host that is gone) is brought to a host that takes sandboxes first.
+      host = await this.hostFor(v);
+      await this.ctx.store.transaction((tx) => volumeStore(tx).take(id, [hold], this.ctx.clock.now(), host.instance));
     } catch (e) {
       release();
       throw e;
     }
-    const host = this.ctx.hosts.get(v.host_id);
     let closing: Promise<void> | undefined;
     const close = () => (closing ??= (async () => {
       try {
@@ -289,14 +337,15 @@ export class Volumes {
     const release = this.transfers.take(p.owner);
     const helper = newId("sbx");
     try {
+      const host = await this.hostFor(v);
       await store.transaction(async (tx) => {
         // The volume's row before the owner's lock, as every mount takes them.
-        await volumeStore(tx).take(helper, [{ volumeId: v.id, name: v.name, path: "/mnt/den-volume", readOnly: false }], clock.now());
+        await volumeStore(tx).take(helper, [{ volumeId: v.id, name: v.name, path: "/mnt/den-volume", readOnly: false }], clock.now(), host.instance);
         await this.quota(tx, p.owner, 0, sizeMb - v.size_mb);
       });
       let answered = true;
       try {
-        await this.ctx.hosts.get(v.host_id).growVolume(newId("op"), v.id, sizeMb, helper);
+        await host.growVolume(newId("op"), v.id, sizeMb, helper);
         await this.vs.setSize(v.id, sizeMb);
       } catch (e) {
         answered = !unanswered(e);

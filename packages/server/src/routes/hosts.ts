@@ -21,7 +21,7 @@ export function registerHostRoutes(app: TypedApp, cp: ControlPlane): void {
   });
 
   app.post("/v1/hosts/:id/drain", {
-    schema: { summary: "Drain a host: no new sandboxes; its own cold-hibernate so they wake on another host (admin)", params: HostParams, response: { 202: z.object({ left: z.number().int() }) } },
+    schema: { summary: "Drain a host: no new sandboxes; its own cold-hibernate and its volumes are parked in the store, so they wake on another host; `left`: sandboxes and volumes still on it (admin)", params: HostParams, response: { 202: z.object({ left: z.number().int() }) } },
   }, async (req, reply) => {
     requireAdmin(req);
     return reply.status(202).send({ left: await cp.registry.drain(req.params.id) });

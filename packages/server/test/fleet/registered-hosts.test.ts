@@ -87,6 +87,7 @@ describe("host agents that register themselves and hold leases", () => {
     if (cpProc) {
       for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
       for (const c of (await api("GET", "/v1/checkpoints")).body?.checkpoints ?? []) await api("DELETE", `/v1/checkpoints/${c.id}`);
+      for (const v of (await api("GET", "/v1/volumes")).body?.volumes ?? []) await api("DELETE", `/v1/volumes/${v.name}`);
     }
     // The suite's database outlives this file: its hosts leave the list.
     for (const h of [a, b]) if (cpProc && h) await api("DELETE", `/v1/hosts/${h}`);
@@ -174,25 +175,38 @@ describe("host agents that register themselves and hold leases", () => {
     assert.equal((await state(id)).state, "running");
   });
 
-  test("den hosts: ls, drain (its sandboxes go cold and wake on the other host), rm only once it holds nothing", async () => {
+  test("den hosts: ls, drain (its sandboxes go cold and wake on the other host, its volumes are parked in the store and follow them), rm only once it holds nothing", async () => {
     const cli = (args: string[]) => runCli(args, { DEN_API_URL: CP_URL, DEN_API_KEY: ADMIN_KEY });
     // The control plane was restarted by the test before: both hosts have renewed their leases with it first.
     await waitFor("both hosts up", async () => ((await hosts()).filter((h) => h.status === "up").length === 2 ? true : undefined), 20_000);
     const ls = await cli(["hosts", "ls", "--json"]);
     assert.equal(ls.code, 0, ls.err);
     assert.deepEqual((JSON.parse(ls.out) as Array<{ id: string; status: string }>).map((h) => [h.id, h.status]).sort(), [[a, "up"], [b, "up"]].sort());
-    const id = await create();
+    // A volume lives on one host's disk: the sandbox mounting it is placed there.
+    assert.equal((await api("POST", "/v1/volumes", { name: "drained-vol", size_mb: 128 })).status, 201);
+    const id = await create({ volumes: [{ name: "drained-vol", path: "/data" }] });
     const from = onHost(a).includes(id) ? a : b;
     const other = from === a ? b : a;
+    const volumeId = (await api("GET", "/v1/volumes/drained-vol")).body.id as string;
+    const imageOn = (host: string) => existsSync(join(host === b ? dirB : dataDir(), "volumes", volumeId, "volume.qcow2"));
+    assert.ok(imageOn(from) && !imageOn(other), "the volume's image is on the sandbox's host only");
     await exec(id, "echo drained > /root/d");
+    const sum = await exec(id, "head -c 20000000 /dev/urandom > /data/blob && sync && sha256sum /data/blob | cut -c1-64");
     const refused = await cli(["hosts", "rm", from]);
     assert.notEqual(refused.code, 0);
     assert.match(refused.err, /drain it first/);
     const drained = await cli(["hosts", "drain", from, "--wait"]);
     assert.equal(drained.code, 0, drained.err);
     assert.deepEqual([(await state(id)).state, (await state(id)).hibernate_mode], ["hibernated", "cold"]);
-    assert.equal(await exec(id, "cat /root/d"), "drained\n");
+    // Drained is the volume too: parked in the store, its image gone from the host.
+    assert.ok(!imageOn(from) && !imageOn(other), "the volume's image left the drained host (parked in the store)");
+    // Written while parked (through the volume API): it is fetched to a host that takes sandboxes, the other one.
+    const put = await api("PUT", "/v1/volumes/drained-vol/files?path=/later", "written while parked", { "content-type": "application/octet-stream" });
+    assert.equal(put.status, 200, put.text);
+    assert.ok(imageOn(other), "the volume's image is on the other host now");
+    assert.equal(await exec(id, "cat /root/d /data/later; echo; sha256sum /data/blob | cut -c1-64"), `drained\nwritten while parked\n${sum}`);
     assert.ok(onHost(other).includes(id), "it woke on the other host: a draining host takes no sandbox");
+    assert.deepEqual((await api("GET", "/v1/volumes/drained-vol")).body.mounts.map((m: { sandbox_id: string; held: boolean }) => [m.sandbox_id, m.held]), [[id, true]]);
     assert.equal((await hosts()).find((h) => h.id === from)?.state, "draining");
   });
 

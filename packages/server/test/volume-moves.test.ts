@@ -1,0 +1,142 @@
+/**
+ * A volume moving through the snapshot store, killed at every step. On one host the whole
+ * path runs: a drain parks the volume (uploaded, the host's image removed), and a read of
+ * its files after the undrain brings it back (downloaded, the stored copy released). The
+ * server (`den serve`, its host agent in-process) dies with SIGKILL at each of the move's
+ * fault points; after a restart the volume has every byte it had, exactly one copy of it is
+ * the volume (the host's image, once it is read back), and the store keeps no copy of it.
+ */
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import type { ChildProcess } from "node:child_process";
+import { randomBytes, createHash } from "node:crypto";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ADMIN_KEY, client, dataDir, sandboxCalls, spawnServer, stopProcess, waitFor } from "./helpers.js";
+
+const PORT = 19281;
+/** The move's points, in the order a park then a bring reaches them. */
+const POINTS = ["volume-move-after-intent", "volume-move-after-upload", "volume-move-after-park", "volume-move-after-fetch", "volume-move-after-commit"] as const;
+/** Points of the bring (the download); the others are the park's. */
+const BRING = new Set<string>(["volume-move-after-fetch", "volume-move-after-commit"]);
+
+const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
+const exited = (c: ChildProcess) => c.exitCode !== null || c.signalCode !== null;
+
+describe("a volume moving through the store survives kill -9 at each step", () => {
+  const api = client(`http://127.0.0.1:${PORT}`);
+  const dir = mkdtempSync(join(tmpdir(), "den-volmove-"));
+  const armFile = join(dir, "armed");
+  const hit = join(dir, "hit");
+  const env = { DEN_FAULT_POINT_FILE: armFile, DEN_FAULT_MARKER: hit, DEN_STORE_GC_INTERVAL_SECONDS: "1" };
+  let server: ChildProcess | undefined;
+  let hostId = "";
+  const start = async () => (server = await spawnServer(PORT, env));
+  const arm = (point?: string) => (point ? writeFileSync(armFile, point) : rmSync(armFile, { force: true }));
+  const image = (id: string) => join(dataDir(), "volumes", id, "volume.qcow2");
+  /** Snapshot ids in the store whose manifest is a copy of volume `id`. */
+  const storedCopies = (id: string) => {
+    const out: string[] = [];
+    const root = join(dataDir(), "store");
+    for (const dep of existsSync(root) ? readdirSync(root) : []) {
+      const snaps = join(root, dep, "snapshots");
+      for (const s of existsSync(snaps) ? readdirSync(snaps) : []) {
+        const m = join(snaps, s, "store-manifest.json");
+        if (existsSync(m) && (JSON.parse(readFileSync(m, "utf8")) as { snapshot?: { volume?: string } }).snapshot?.volume === id) out.push(s);
+      }
+    }
+    return out;
+  };
+  const put = async (name: string, path: string, data: Uint8Array) => {
+    const r = await api("PUT", `/v1/volumes/${name}/files?path=${encodeURIComponent(path)}`, data, { "content-type": "application/octet-stream" });
+    assert.equal(r.status, 200, r.text);
+  };
+  const read = async (name: string, path: string) => {
+    const r = await fetch(`http://127.0.0.1:${PORT}/v1/volumes/${name}/files?path=${encodeURIComponent(path)}`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
+    return { status: r.status, body: new Uint8Array(await r.arrayBuffer()) };
+  };
+  const drainLeft = async () => {
+    const r = await api("POST", `/v1/hosts/${hostId}/drain`, {});
+    assert.equal(r.status, 202, r.text);
+    return r.body.left as number;
+  };
+
+  before(async () => {
+    arm(undefined);
+    await start();
+    const hosts = (await api("GET", "/v1/hosts")).body.hosts as Array<{ id: string }>;
+    assert.equal(hosts.length, 1, JSON.stringify(hosts));
+    hostId = hosts[0]!.id;
+  });
+  after(async () => {
+    arm(undefined);
+    if (!server || exited(server)) await start();
+    await api("POST", `/v1/hosts/${hostId}/undrain`, {});
+    for (const v of (await api("GET", "/v1/volumes")).body?.volumes ?? []) if (v.name.startsWith("mv-")) await api("DELETE", `/v1/volumes/${v.name}`);
+    await stopProcess(server, "SIGTERM");
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  for (const [i, point] of POINTS.entries()) {
+    test(point, async () => {
+      const name = `mv-${i}`;
+      const data = randomBytes(3 << 20);
+      if (!server || exited(server)) await start();
+      const made = await api("POST", "/v1/volumes", { name, size_mb: 64 });
+      assert.equal(made.status, 201, made.text);
+      const id = made.body.id as string;
+      await put(name, "/blob", data);
+      rmSync(hit, { force: true });
+      const armed = server!;
+      const gone = new Promise<void>((r) => (exited(armed) ? r() : armed.once("exit", () => r())));
+      if (!BRING.has(point)) arm(point);
+      // The drain parks it (in the background: the server dies at a park point).
+      await drainLeft().catch(() => undefined);
+      if (BRING.has(point)) {
+        await waitFor("the volume parked", async () => ((await drainLeft()) === 0 ? true : undefined), 60_000, 500);
+        assert.ok(!existsSync(image(id)), "parked: its image left the host");
+        assert.equal(storedCopies(id).length, 1);
+        assert.equal((await api("POST", `/v1/hosts/${hostId}/undrain`, {})).status, 204);
+        arm(point);
+        // A read brings it back to the host: the server dies on the way.
+        await read(name, "/blob").catch(() => undefined);
+      }
+      await Promise.race([gone, new Promise((_, rej) => setTimeout(() => rej(new Error(`${point}: the server kept running`)), 60_000))]);
+      arm(undefined);
+      assert.equal(readFileSync(hit, "utf8").trim(), point, "the point was reached");
+
+      await start();
+      assert.equal((await api("POST", `/v1/hosts/${hostId}/undrain`, {})).status, 204);
+      // Every byte, wherever the last committed step left it (a read brings it back to the host).
+      const back = await read(name, "/blob");
+      assert.equal(back.status, 200);
+      assert.equal(sha(back.body), sha(data));
+      const v = (await api("GET", `/v1/volumes/${name}`)).body;
+      assert.equal(v.id, id);
+      assert.ok(existsSync(image(id)), "on the host again");
+      // Its stored copies (the upload of a move that died, the copy it came back from) are collected.
+      await waitFor("no copy of it left in the store", async () => (storedCopies(id).length === 0 ? true : undefined), 30_000, 500);
+      // Still one volume: writable, and deleted whole.
+      await put(name, "/after", Buffer.from("after"));
+      assert.equal((await api("DELETE", `/v1/volumes/${name}`)).status, 204);
+      assert.ok(!existsSync(join(dataDir(), "volumes", id)), "its image went with it");
+    });
+  }
+
+  test("a sandbox whose volume was parked while it was cold wakes with it", async () => {
+    if (!server || exited(server)) await start();
+    assert.equal((await api("POST", "/v1/volumes", { name: "mv-sbx", size_mb: 64 })).status, 201);
+    const { create, exec } = sandboxCalls(api);
+    const id = await create({ volumes: [{ name: "mv-sbx", path: "/data" }] });
+    const sum = await exec(id, "head -c 5000000 /dev/urandom > /data/blob && sync && sha256sum /data/blob | cut -c1-64");
+    // The drain cold-hibernates it, then parks its volume.
+    await waitFor("drained", async () => ((await drainLeft()) === 0 ? true : undefined), 120_000, 500);
+    const s = (await api("GET", `/v1/sandboxes/${id}`)).body;
+    assert.deepEqual([s.state, s.hibernate_mode], ["hibernated", "cold"]);
+    assert.equal((await api("POST", `/v1/hosts/${hostId}/undrain`, {})).status, 204);
+    assert.equal(await exec(id, "sha256sum /data/blob | cut -c1-64"), sum);
+    assert.equal((await api("DELETE", `/v1/sandboxes/${id}`)).status, 200);
+    assert.equal((await api("DELETE", "/v1/volumes/mv-sbx")).status, 204);
+  });
+});
