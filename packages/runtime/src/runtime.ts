@@ -16,6 +16,7 @@ import { prepareNativeTools } from "./native.js";
 import { Vm, type StateSink } from "./vm.js";
 import { OverlayMaker } from "./overlay.js";
 import { VmPool, type PoolShape, type PooledVm } from "./pool.js";
+import { warmPooledVm } from "./pool-warmup.js";
 import { hostCgroups } from "./jail/host.js";
 import { openStatePipe, type StateFeed } from "./state-pipe.js";
 import { NetworkManager, parseHostsMap } from "./network/manager.js";
@@ -328,12 +329,29 @@ export class Runtime {
     };
   }
 
-  /** A pooled QEMU: what restoreOnce would launch for a create, but not yet any sandbox's. */
+  /**
+   * A pooled QEMU: what restoreOnce would launch for a create, but not yet any sandbox's,
+   * its template's state loaded and its guest run once (warmPooledVm), paused.
+   */
   private async spawnPooled(shape: PoolShape, dir: string, id: string): Promise<Vm> {
     // It will be renamed to a sandbox's directory: that one's sockets must fit too.
     checkSocketPaths(this.sandboxDir(newId("sbx")));
     await this.overlays.create(shape.backingDisk, join(dir, VM_FILES.disk));
-    return Vm.launch(this.restoreSpec(dir, id, shape, { incomingState: shape.stateFile }), this.host, { console: false });
+    // QEMU 7.2 now and then crashes as a restored VM's guest starts (see restoreFrom): a QEMU
+    // that died in its warm-up is started again (twice at most; a template that fails so
+    // every time is left to the pool's backoff).
+    for (let attempt = 1; ; attempt++) {
+      const vm = await Vm.launch(this.restoreSpec(dir, id, shape, { incomingState: shape.stateFile }), this.host, { console: false });
+      try {
+        await warmPooledVm(vm, dir, shape.stateFile);
+        return vm;
+      } catch (e) {
+        const crashed = vm.qmp.closed || !isAlive(vm.pid);
+        await vm.kill();
+        if (attempt >= 3 || !crashed) throw e;
+        process.emitWarning(`VM pool: a QEMU died in its warm-up (${(e as Error).message.slice(0, 200)}); starting another`, "DenPoolWarning");
+      }
+    }
   }
 
   /** A VM that restores a saved state over `memoryFile` (copy-on-write), its disk the overlay in `dir`. */
@@ -404,7 +422,8 @@ export class Runtime {
       }
       try {
         if (pipe) await vm.loadStreamed(pipe.fed, streamedLoadTimeoutMs(record.memoryMb));
-        else await vm.loadState(join(srcDir, TEMPLATE_FILES.state));
+        // (A pooled VM has its template's state loaded already.)
+        else if (!pooled) await vm.loadState(join(srcDir, TEMPLATE_FILES.state));
       } catch (e) {
         await vm.kill();
         throw e;
