@@ -148,7 +148,8 @@ function report(notes: string[]): void {
   const create = pct(rows.find((r) => r.op === "create from template -> first exec")!.den, 50);
   process.stdout.write("\nraw = the same QEMU operation from a bare QMP script: restore = spawn + migrate-incoming + cont (running, no agent);\n" +
     "Den's 'agent ready' adds the agent connection, clock set and RNG reseed; a create takes a QEMU its pool started\n" +
-    "beforehand (DEN_VM_POOL per template; the raw row starts its own), restores and forks start theirs.\n");
+    "beforehand, its template's state loaded and its guest run once (DEN_VM_POOL per template; the raw row starts its own),\n" +
+    "restores, wakes and forks start theirs (a new QEMU's first guest calls pay for TCG's first translations).\n");
   process.stdout.write(`create-from-template vs cold boot, to first exec (p50): ${(cold / create).toFixed(1)}x faster\n`);
   // Waking from zero should cost about what a fresh create does (both through the API).
   const p50 = (op: string) => pct(rows.find((r) => r.op === op)?.den ?? [], 50);

@@ -10,6 +10,8 @@
  * Not part of the suite (it takes minutes and most of the host's memory).
  */
 import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { availableMemoryMb as memAvailableMb } from "@den/host-agent";
 import { client, spawnDen } from "./den-process.js";
@@ -33,6 +35,12 @@ const DIRTY_MIB = Number(flags["dirty-mib"]);
 const dataDir = process.env.DEN_DATA_DIR;
 if (!dataDir) throw new Error("DEN_DATA_DIR is not set");
 const log = (s: string) => process.stderr.write(`${s}\n`);
+
+/** Complete local snapshots in the data dir (a warm hibernation's is written behind its answer, manifest last). */
+const localSnapshots = () => {
+  const dir = join(dataDir, "snapshots");
+  return existsSync(dir) ? readdirSync(dir).filter((s) => existsSync(join(dir, s, "manifest.json"))).length : 0;
+};
 
 /** Host OOM kills so far (the kernel's count). */
 const oomKills = () => Number(/^oom_kill (\d+)/m.exec(spawnSync("cat", ["/proc/vmstat"], { encoding: "utf8" }).stdout)?.[1] ?? 0);
@@ -79,7 +87,13 @@ try {
   });
   lines.push(`each answers an exec: ${answered} of ${ids.length}`);
   const warm = ids.slice(0, Math.floor(ids.length / 2));
+  const snapshotsBefore = localSnapshots();
   await pool(warm, 4, async (id) => void (await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "warm" })));
+  // A warm hibernation answers once its VM is paused; its local snapshot is written behind the
+  // answer. The goal is about a host of idle sandboxes: measured once those writes are done.
+  const settleStart = performance.now();
+  while (localSnapshots() < snapshotsBefore + warm.length && performance.now() - settleStart < 600_000) await new Promise((r) => setTimeout(r, 500));
+  lines.push(`warm hibernations' local snapshots written ${fmt(performance.now() - settleStart)} after the last answer (${localSnapshots() - snapshotsBefore} of ${warm.length})`);
   const loaded = await apiP99();
   lines.push(`API p99 (GET /v1/sandboxes): ${fmt(idle)} idle, ${fmt(loaded)} with ${ids.length - warm.length} running and ${warm.length} warm (${(loaded / idle).toFixed(2)}x; goal <= 2x)`);
   lines.push(`host MemAvailable with them: ${memAvailableMb().toFixed(0)} MiB`);

@@ -363,7 +363,9 @@ export class Sandbox {
         await vm.cont();
         pauseMs = performance.now() - t0;
         agent?.unhold();
-        await this.syncClock().catch(() => undefined);
+        // Not waited for: the agent takes requests in order, so whatever is asked of the guest
+        // next runs after its clock is set; a fork's children need not wait a round trip for it.
+        void this.syncClock().catch(() => undefined);
       } else {
         pauseMs = performance.now() - t0;
         if (wasRunning) await this.setState("paused");
