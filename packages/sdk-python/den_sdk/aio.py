@@ -1799,7 +1799,7 @@ class AsyncHosts:
 
     @staticmethod
     async def drain(host_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> int:
-        """Starts draining a host; returns how many sandboxes are left on it.
+        """Starts draining a host; returns how many sandboxes and volumes are left on it.
 
         Example::
 

@@ -33,8 +33,9 @@ class Hosts:
 
     @staticmethod
     def drain(host_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> int:
-        """Starts draining a host (no new sandboxes; its own go cold) and returns how many
-        sandboxes are still on it (ask again for progress).
+        """Starts draining a host (no new sandboxes; its own go cold, then its volumes are
+        parked in the store) and returns how many sandboxes and volumes are still on it
+        (ask again for progress).
 
         Example::
 

@@ -49,7 +49,7 @@ export const Hosts = {
     return (await client.json({ method: "GET", path: "/v1/hosts", signal: opts.signal }, listOf("hosts", api.HostEntry.parse))).map(toHostInfo);
   },
 
-  /** Starts draining a host; resolves with how many sandboxes are still on it (ask again for progress). */
+  /** Starts draining a host (its sandboxes go cold, then its volumes are parked in the store); resolves with how many sandboxes and volumes are still on it (ask again for progress). */
   async drain(id: string, opts: DenClientOptions & RequestOptions = {}): Promise<{ left: number }> {
     const client = new DenClient(opts);
     return client.json({ method: "POST", path: `/v1/hosts/${seg(id)}/drain`, json: {}, signal: opts.signal }, (v) => ({ left: Number((v as { left: number }).left) }));
