@@ -1,6 +1,6 @@
 import { snapshotKey, type ObjectStore } from "@den/store";
 import type { ServerConfig } from "../config.js";
-import type { HostAgent, StoredRef } from "@den/protocol";
+import { DenError, type HostAgent, type StoredRef } from "@den/protocol";
 import type { HostPool } from "./hosts.js";
 import type { Meter } from "../meter.js";
 import type { Metrics } from "../metrics.js";
@@ -36,6 +36,9 @@ export const modeOf = (row: Pick<SandboxRow, "hibernate_mode">): HibernateMode =
 
 /** Whether a host's inventory entry is a VM that exists (not dead, not shut down to its disk). */
 export const hasVm = (vm: { state: string } | undefined): boolean => vm?.state === "running" || vm?.state === "paused";
+
+/** A host call whose answer was lost: the host may still be at it. */
+export const unanswered = (e: unknown): boolean => e instanceof DenError && (e.code === "agent_unavailable" || e.code === "timeout");
 
 /** A catalog row for a snapshot about to be uploaded (written before the upload starts). */
 export function pendingStored(ctx: Ctx, id: string, of: Pick<SandboxRow, "owner" | "template" | "template_version">, kind: "cold" | "checkpoint"): StoredSnapshotRow {

@@ -3,10 +3,7 @@ import { newId } from "@den/runtime";
 import { faultPoint, snapshotKey } from "@den/store";
 import type { StoredSnapshotRow } from "../store.js";
 import { VolumeStore, volumeHost, type VolumeRow } from "../volume-store.js";
-import type { Ctx } from "./context.js";
-
-/** A host call whose answer was lost: the host may still be at it. */
-const unanswered = (e: unknown) => e instanceof DenError && (e.code === "agent_unavailable" || e.code === "timeout");
+import { unanswered, type Ctx } from "./context.js";
 
 /**
  * Volumes moving between hosts through the snapshot store. A volume's image lives on one
@@ -115,8 +112,8 @@ export class VolumeMoves {
       const copy = v.snapshot_id ? await this.ctx.store.getStoredSnapshot(v.snapshot_id) : undefined;
       const uploaded = copy?.state === "complete";
       await this.undo(v, uploaded, false);
-      // Its upload committed but the host's image may not have been removed yet.
-      if (uploaded && this.ctx.hosts.has(v.host_id)) await this.removeImage(this.ctx.hosts.get(v.host_id), v, "its copy in the store is the volume");
+      // Its upload committed but the host's image may not have been removed yet (undo removed it if the move was back to that host).
+      if (uploaded && v.move_to !== v.host_id && this.ctx.hosts.has(v.host_id)) await this.removeImage(this.ctx.hosts.get(v.host_id), v, "its copy in the store is the volume");
     }
   }
 

@@ -2,7 +2,7 @@ import { DenError, api, type HostAgent, type HostGuest, type VolumeSpec } from "
 import { newId } from "@den/runtime";
 import type { Principal, Store } from "../store.js";
 import { VolumeStore, volumeHost, type Hold, type VolumeRow } from "../volume-store.js";
-import type { Ctx } from "./context.js";
+import { unanswered, type Ctx } from "./context.js";
 import { OwnerSlots } from "./owner-slots.js";
 import { VolumeMoves } from "./volume-moves.js";
 
@@ -71,8 +71,6 @@ export async function placeWithVolumes(ctx: Ctx, volumeIds: readonly string[], h
 /** What a host is asked to mount. */
 export const specsOf = (holds: readonly Pick<Hold, "volumeId" | "path" | "readOnly">[]): VolumeSpec[] => holds.map((h) => ({ volume: h.volumeId, path: h.path, readOnly: h.readOnly }));
 
-/** A host call whose answer was lost: the host may still be at it (its helper VM may still mount the volume). */
-const unanswered = (e: unknown) => e instanceof DenError && (e.code === "agent_unavailable" || e.code === "timeout");
 
 /** A guest's error about a path under the helper's mount, told as a path of the volume. */
 function asVolumePath(e: unknown): unknown {
