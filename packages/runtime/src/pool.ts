@@ -25,6 +25,8 @@ export interface PooledVm {
   dir: string;
   shape: PoolShape;
   vm: Vm;
+  /** A state it has yet to load (a fork's child, started while its parent's state was saved); else it has its template's. */
+  pendingState?: string;
 }
 
 /** Starts a pooled VM of `shape` in `dir` (which exists), tagged `id`. */

@@ -8,7 +8,7 @@ import { capAppendLog } from "./console-log.js";
 import { hostProfile, type HostProfile } from "./host.js";
 import { planSlots, type SnapshotVolume, type VolumeAttachment, type VolumeRequest } from "./volumes.js";
 import { POOL_TAG_PREFIX, VM_FILES, bootCommandLine, checkSocketPaths, findInstanceProcesses, isAlive, killAndWait, type VmSpec } from "./qemu.js";
-import { Sandbox, writeRecord, type SandboxRecord } from "./sandbox.js";
+import { Sandbox, writeRecord, type SandboxRecord, type SnapshotOptions } from "./sandbox.js";
 import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
 import { ID_PATTERN, newId, privateDir, qcow2BackingFile, runTool } from "./util.js";
@@ -371,16 +371,17 @@ export class Runtime {
    * its disk becomes the sandbox's own instead of the backing of a new overlay, so the chain
    * stays one level above the template's disk with no overlay made now or rebased later.
    */
-  async restore(snapshotId: string, opts: CreateOptions & { adoptDisk?: boolean } = {}, feedState?: StateFeed): Promise<Sandbox> {
+  async restore(snapshotId: string, opts: CreateOptions & { adoptDisk?: boolean } = {}, feedState?: StateFeed, prelaunched?: PooledVm): Promise<Sandbox> {
     const snap = await this.getSnapshot(snapshotId);
     checkCompatible(snap.manifest, this.host);
     if (!this.templates.has(snap.manifest.template)) {
       throw new DenError("template_not_found", `snapshot ${snapshotId} needs template ${snap.manifest.template.name}@${snap.manifest.template.version}, which is not on this host`);
     }
-    return this.restoreFrom(snap.dir, snap.manifest, snap.manifest.template, opts.adoptDisk ? undefined : snapshotId, opts, feedState, undefined, opts.adoptDisk);
+    return this.restoreFrom(snap.dir, snap.manifest, snap.manifest.template, opts.adoptDisk ? undefined : snapshotId, opts, feedState, undefined, opts.adoptDisk, prelaunched);
   }
 
-  private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions, feedState?: StateFeed, shape?: PoolShape, adoptDisk = false): Promise<Sandbox> {
+  /** `prelaunched`: a QEMU started for this restore already (a fork's child), else one from the pool for `shape`, else a new one. */
+  private async restoreFrom(srcDir: string, m: SnapshotManifest, tpl: TemplateRef, backingSnapshot: string | undefined, opts: CreateOptions, feedState?: StateFeed, shape?: PoolShape, adoptDisk = false, prelaunched?: PooledVm): Promise<Sandbox> {
     const id = this.newSandboxId(opts.id);
     // A wake (the same sandbox) gets back the volumes its guest kept mounted; others' mounts are stale.
     const slots = planSlots(m.volumes ?? [], opts.volumes ?? [], id === m.sourceSandbox);
@@ -391,7 +392,11 @@ export class Runtime {
       ...volumeFields(slots.attach, slots.stale),
     };
     // A pooled QEMU was spawned with its slots empty.
-    if (slots.attach.length) shape = undefined;
+    if (slots.attach.length) {
+      shape = undefined;
+      if (prelaunched) await this.pool.discard(prelaunched);
+      prelaunched = undefined;
+    }
     // RAM is either a file in the source (template, cold-booted sandbox) or a stream over the template's RAM.
     const memoryFile = m.memory === "file" ? join(srcDir, TEMPLATE_FILES.memory) : join(this.templates.dir(tpl), TEMPLATE_FILES.memory);
     // QEMU 7.2 now and then segfaults in the `cont` that starts a restored VM (object_get_class(NULL)
@@ -400,7 +405,8 @@ export class Runtime {
     // guest has run then, and the sources are untouched: the restore is tried once more.
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.restoreOnce(record, srcDir, m, memoryFile, feedState, shape && this.pool.take(shape), adoptDisk, slots.mount);
+        const vm = attempt === 1 && prelaunched ? prelaunched : shape && this.pool.take(shape);
+        return await this.restoreOnce(record, srcDir, m, memoryFile, feedState, vm, adoptDisk, slots.mount);
       } catch (e) {
         if (attempt >= 2 || !qemuDroppedAtStart(e)) throw e;
         process.emitWarning(`restore of ${record.id}: QEMU went away as it started (${(e as Error).message.slice(0, 200)}); trying once more`, "DenRestoreWarning");
@@ -422,8 +428,8 @@ export class Runtime {
       }
       try {
         if (pipe) await vm.loadStreamed(pipe.fed, streamedLoadTimeoutMs(record.memoryMb));
-        // (A pooled VM has its template's state loaded already.)
-        else if (!pooled) await vm.loadState(join(srcDir, TEMPLATE_FILES.state));
+        // (A pooled VM has its template's state loaded already; a fork's child not yet.)
+        else if (!pooled || pooled.pendingState) await vm.loadState(pooled?.pendingState ?? join(srcDir, TEMPLATE_FILES.state));
       } catch (e) {
         await vm.kill();
         throw e;
@@ -577,7 +583,7 @@ export class Runtime {
    * Takes a snapshot of a sandbox into the snapshot store. The sandbox keeps running,
    * or with `keepRunning: false` stays paused (a warm hibernate).
    */
-  async snapshot(sandboxId: string, opts: { keepRunning?: boolean; ignoreShared?: boolean; id?: string; stateSink?: StateSink; ramAsFile?: boolean; releaseVolumes?: boolean } = {}): Promise<SnapshotInfo> {
+  async snapshot(sandboxId: string, opts: { keepRunning?: boolean; ignoreShared?: boolean; id?: string; stateSink?: StateSink; ramAsFile?: boolean; releaseVolumes?: boolean } & Pick<SnapshotOptions, "beforeSave" | "unhashed"> = {}): Promise<SnapshotInfo> {
     const sbx = this.get(sandboxId);
     const id = this.newSnapshotId(opts.id);
     const dir = this.snapshotDir(id);
@@ -588,6 +594,8 @@ export class Runtime {
         id, keepRunning: opts.keepRunning ?? true, ...(opts.ignoreShared === false ? { ignoreShared: false } : {}), ...(opts.stateSink ? { stateSink: opts.stateSink } : {}),
         ...(opts.ramAsFile ? { ramFile: join(this.ramDir, `${id}.ram`) } : {}),
         ...(opts.releaseVolumes ? { releaseVolumes: true } : {}),
+        ...(opts.beforeSave ? { beforeSave: opts.beforeSave } : {}),
+        ...(opts.unhashed ? { unhashed: true } : {}),
       });
       return { id, dir, manifest: r.manifest };
     } catch (e) {
@@ -726,13 +734,32 @@ export class Runtime {
   }
 
   private async forkFrom(parent: Sandbox, count: number, shared: boolean, opts: { ids?: string[]; volumes?: VolumeRequest[] }): Promise<Sandbox[]> {
+    // Children that each load the stream start their QEMUs while the parent's state is saved
+    // (not with volumes: those QEMUs are spawned with their slots empty; nor for a parent
+    // whose RAM is a file, which its snapshot copies after the state).
+    const early: Array<Promise<PooledVm | undefined>> = [];
+    const launchEarly = !shared && !opts.volumes?.length && !parent.info.volumes?.length && !parent.info.ramFile;
+    const beforeSave = (dir: string, diskReady: Promise<void>) => {
+      for (let i = 0; i < count; i++) early.push(this.launchChild(parent, dir, diskReady).catch(() => undefined));
+    };
     // Shared: the parent's RAM becomes a file the children map (where the kernel cannot say
     // which pages the parent changed, the snapshot is a stream each child loads).
-    const snap = await this.snapshot(parent.id, shared ? { ramAsFile: true } : {});
+    let snap: SnapshotInfo;
+    try {
+      snap = await this.snapshot(parent.id, { unhashed: true, ...(shared ? { ramAsFile: true } : launchEarly ? { beforeSave } : {}) });
+    } catch (e) {
+      await Promise.all(early.map(async (p) => { const vm = await p; if (vm) await this.pool.discard(vm); }));
+      throw e;
+    }
     try {
       const children: Sandbox[] = [];
-      const results = await Promise.allSettled(Array.from({ length: count }, (_, i) => this.restore(snap.id, { pidsMax: parent.info.pidsMax, ...(opts.ids ? { id: opts.ids[i]! } : {}), ...(opts.volumes?.length ? { volumes: opts.volumes } : {}) })));
+      const results = await Promise.allSettled(Array.from({ length: count }, async (_, i) => this.restore(snap.id, { pidsMax: parent.info.pidsMax, ...(opts.ids ? { id: opts.ids[i]! } : {}), ...(opts.volumes?.length ? { volumes: opts.volumes } : {}) }, undefined, await early[i])));
       for (const r of results) if (r.status === "fulfilled") children.push(r.value);
+      // A child whose restore failed before it took its QEMU left that one in the pool's directory.
+      await Promise.all(early.map(async (p, i) => {
+        const vm = await p;
+        if (vm && results[i]!.status === "rejected" && existsSync(vm.dir)) await this.pool.discard(vm);
+      }));
       const failed = results.find((r) => r.status === "rejected");
       if (failed) {
         await Promise.all(children.map((c) => c.destroy()));
@@ -743,6 +770,33 @@ export class Runtime {
     } finally {
       // The fork's snapshot is internal: its disk lives on while children use it.
       await this.deleteSnapshot(snap.id);
+    }
+  }
+
+  /**
+   * A fork child's QEMU, started from the snapshot's directory while the parent's state is
+   * still being saved into it: spawned as the pool spawns (its directory and tag the pool's,
+   * so a kill before a sandbox claims it leaves nothing the next open does not remove), it
+   * loads the state once the snapshot is complete.
+   */
+  private async launchChild(parent: Sandbox, snapDir: string, diskReady: Promise<void>): Promise<PooledVm> {
+    const id = newId(POOL_TAG_PREFIX.slice(0, -1));
+    const dir = join(this.pool.root, id);
+    const stateFile = join(snapDir, TEMPLATE_FILES.state);
+    const { vcpus, memoryMb, template } = parent.info;
+    const shape: PoolShape = {
+      source: snapDir, memoryFile: join(this.templates.dir(template), TEMPLATE_FILES.memory), stateFile,
+      backingDisk: join(snapDir, TEMPLATE_FILES.disk), vcpus, memoryMb,
+    };
+    try {
+      await mkdir(dir, { recursive: true });
+      await diskReady;
+      await this.overlays.create(shape.backingDisk, join(dir, VM_FILES.disk));
+      const vm = await Vm.launch(this.restoreSpec(dir, id, shape, { incomingState: stateFile }), this.host, { console: false });
+      return { id, dir, shape, vm, pendingState: stateFile };
+    } catch (e) {
+      await rm(dir, { recursive: true, force: true });
+      throw e;
     }
   }
 

@@ -51,6 +51,22 @@ export interface SandboxRecord {
   staleVolumes?: SnapshotVolume[];
 }
 
+export interface SnapshotOptions {
+  id: string;
+  keepRunning?: boolean;
+  ignoreShared?: boolean;
+  stateSink?: StateSink;
+  ramFile?: string;
+  /**
+   * Called once the snapshot's disk is in `dir` and its state file exists (still empty),
+   * before the state is saved into it: a fork starts its children's QEMUs meanwhile. Their
+   * disks may overlay the snapshot's once `diskReady` resolves (a rebase may still be under way).
+   */
+  beforeSave?: (dir: string, diskReady: Promise<void>) => void;
+  /** An internal snapshot (a fork's, gone once its children run): its state is not hashed. */
+  unhashed?: boolean;
+}
+
 export interface SnapshotResult {
   dir: string;
   manifest: SnapshotManifest;
@@ -279,7 +295,7 @@ export class Sandbox {
    * a fork's children map the file and share every page none of them writes. Where the
    * kernel cannot say (a VM whose RAM is not its template's), the snapshot is as without it.
    */
-  snapshot(dir: string, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean; stateSink?: StateSink; ramFile?: string; releaseVolumes?: boolean } = { id: "" }): Promise<SnapshotResult> {
+  snapshot(dir: string, opts: SnapshotOptions & { releaseVolumes?: boolean } = { id: "" }): Promise<SnapshotResult> {
     return this.lifecycle.run(async () => {
       this.assertUsable();
       const vm = this.requireVm();
@@ -308,7 +324,7 @@ export class Sandbox {
     await this.snapshotting.vm.qmp.execute("migrate_cancel").catch(() => undefined);
   }
 
-  private async snapshotNow(dir: string, vm: Vm, opts: { id: string; keepRunning?: boolean; ignoreShared?: boolean; stateSink?: StateSink; ramFile?: string }, released: VolumeAttachment[]): Promise<SnapshotResult> {
+  private async snapshotNow(dir: string, vm: Vm, opts: SnapshotOptions, released: VolumeAttachment[]): Promise<SnapshotResult> {
     const wasRunning = this.record.state === "running";
     await mkdir(dir, { recursive: true });
     const agent = wasRunning ? await this.agent() : undefined;
@@ -342,14 +358,27 @@ export class Sandbox {
         changedOnly = true;
         changed = new Uint8Array(changed.length);
       }
+      // Before the state, for a fork whose children start their QEMUs while it is saved: the
+      // disk (the stop flushed it, and nothing writes it until the VM runs again) and the
+      // state's file (empty yet: a child opens it at its spawn and reads it once it is whole).
+      let diskReady: Promise<void> | undefined;
+      if (opts.beforeSave) {
+        await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
+        await writeFile(join(dir, "state.bin"), "");
+        diskReady = this.rebaseOnTemplate(dir);
+        diskReady.catch(() => undefined);
+        opts.beforeSave(dir, diskReady);
+      }
       // (With a sink, the state is the sink's: the manifest names it, the directory has no copy.)
       stateDigest = await vm.saveState(opts.stateSink ?? join(dir, "state.bin"), {
         cancelled: () => this.snapshotting?.cancelled === true,
+        ...(opts.unhashed ? { unhashed: true } : {}),
         ignoreShared: this.record.ramFile ? true : opts.ignoreShared,
         ...(changedOnly ? { changedAgainst: base, stats: filtered } : {}),
         ...(changed ? { changed: { pages: changed, ramBytes: bytes } } : {}),
       });
-      await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
+      if (diskReady) await diskReady;
+      else await copyFile(join(this.dir, VM_FILES.disk), join(dir, "disk.qcow2"));
       // Shared RAM is skipped by the migration (x-ignore-shared): it is the file itself.
       if (this.record.ramFile) await copyFile(join(this.dir, RAM_FILE), join(dir, "memory.bin"));
       // (Not hashed: such a snapshot is internal, gone once the children run.)
@@ -371,10 +400,7 @@ export class Sandbox {
         if (wasRunning) await this.setState("paused");
       }
     }
-    if (this.record.backingSnapshot) {
-      // Keep every snapshot one level above the template's disk, so chains stay short.
-      await runTool("qemu-img", ["rebase", "-q", "-f", "qcow2", "-b", this.ctx.templateDisk(this.record.template), "-F", "qcow2", join(dir, "disk.qcow2")], "qemu_error");
-    }
+    if (!opts.beforeSave) await this.rebaseOnTemplate(dir);
     const manifest: SnapshotManifest = {
       format: 1,
       kind: "sandbox",
@@ -392,6 +418,12 @@ export class Sandbox {
     };
     await writeManifest(dir, manifest);
     return { dir, manifest };
+  }
+
+  /** Keeps every snapshot's disk one level above the template's, so chains stay short. */
+  private async rebaseOnTemplate(dir: string): Promise<void> {
+    if (!this.record.backingSnapshot) return;
+    await runTool("qemu-img", ["rebase", "-q", "-f", "qcow2", "-b", this.ctx.templateDisk(this.record.template), "-F", "qcow2", join(dir, "disk.qcow2")], "qemu_error");
   }
 
   /** The manifest's `volumes`: what the guest still has mounted once `released` are not. */

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { createReadStream, createWriteStream, readlinkSync } from "node:fs";
-import { chown, readFile, rm } from "node:fs/promises";
+import { chown, open, readFile, rm } from "node:fs/promises";
 import net from "node:net";
 import { join, relative } from "node:path";
 import { pipeline } from "node:stream/promises";
@@ -215,7 +215,7 @@ export class Vm {
    * `changedAgainst`: a RAM file the state will be loaded over (its template's): the state
    * leaves out every page that equals that file's (migration-stream.ts).
    */
-  async saveState(stateFile: string | StateSink, opts: { ignoreShared?: boolean; changedAgainst?: string; changed?: { pages: Uint8Array; ramBytes: number }; stats?: PageFilterStats; cancelled?: () => boolean } = {}): Promise<FileDigest> {
+  async saveState(stateFile: string | StateSink, opts: { ignoreShared?: boolean; changedAgainst?: string; changed?: { pages: Uint8Array; ramBytes: number }; stats?: PageFilterStats; cancelled?: () => boolean; unhashed?: boolean } = {}): Promise<FileDigest> {
     if (opts.cancelled?.()) throw new DenError("invalid_state", "snapshot cancelled");
     const ignoreShared = opts.ignoreShared ?? true;
     await this.qmp.execute("migrate-set-parameters", { "max-bandwidth": MIGRATE_BANDWIDTH });
@@ -227,28 +227,34 @@ export class Vm {
     const server = net.createServer({ pauseOnConnect: true });
     // Into a sink (the store), the bytes are hashed there as they are stored, and checked there
     // on every read: a second pass here would hash each byte twice (see UNHASHED).
-    const digest = { size: 0, ...(typeof stateFile === "string" ? { hash: createHash("sha256") } : {}) };
+    // An internal snapshot's (a fork's, gone once its children run) is not hashed at all.
+    const digest = { size: 0, ...(typeof stateFile === "string" && !opts.unhashed ? { hash: createHash("sha256") } : {}) };
     let written: Promise<void> | undefined;
     const accepted = new Promise<void>((resolve) => server.once("connection", (c) => {
       const base = opts.changedAgainst;
       const stats: PageFilterStats = opts.stats ?? { pages: 0, kept: 0, passedThrough: false, bytesIn: 0, bytesOut: 0 };
       // Hashed as it is written: the snapshot's manifest needs no second pass over the file.
       // Into a file, or into the caller's sink (a cold hibernate compresses it into the store as it comes).
-      const out = typeof stateFile === "string" ? createWriteStream(stateFile) : stateFile;
       const changed = opts.changed;
       const native = base && changed && hasNativePageFilter();
       const packed = native && typeof stateFile !== "string" ? stateFile.compressed : undefined;
-      written = packed?.putTo
+      // Unhashed into a file, the filter writes it: not a byte passes through Node.
+      const direct = native && typeof stateFile === "string" && !digest.hash ? stateFile : undefined;
+      const out = typeof stateFile === "string" ? (direct ? undefined : createWriteStream(stateFile)) : stateFile;
+      written = direct
+        ? open(direct, "w").then((fh) => nativeKeepChangedPagesTo(fh.fd, c, changed!.pages, changed!.ramBytes, stats).finally(() => fh.close()))
+          .then(() => void (digest.size = stats.bytesOut))
+        : packed?.putTo
         // Compressed by the filter's own pipeline straight into the store's file.
         ? packed.putTo((fd) => nativeKeepChangedPagesTo(fd, c, changed!.pages, changed!.ramBytes, stats, packed)).then(() => void (digest.size = stats.bytesOut))
         : packed
         // Compressed by the filter's own pipeline: the state's size is what the filter wrote.
         ? packed.put(nativeKeepChangedPages(c, changed!.pages, changed!.ramBytes, stats, packed)).then(() => void (digest.size = stats.bytesOut))
         : native
-        ? pipeline(nativeKeepChangedPages(c, changed!.pages, changed!.ramBytes, stats), digesting(digest), out)
+        ? pipeline(nativeKeepChangedPages(c, changed!.pages, changed!.ramBytes, stats), digesting(digest), out!)
         : base
-          ? pipeline(c, (source: AsyncIterable<Buffer>) => keepChangedPages(source, base, stats, "ram", changed?.pages), digesting(digest), out)
-          : pipeline(c, digesting(digest), out);
+          ? pipeline(c, (source: AsyncIterable<Buffer>) => keepChangedPages(source, base, stats, "ram", changed?.pages), digesting(digest), out!)
+          : pipeline(c, digesting(digest), out!);
       resolve();
     }));
     await new Promise<void>((resolve, reject) => server.once("error", reject).listen(sock.host, () => resolve()));

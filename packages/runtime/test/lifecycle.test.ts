@@ -5,7 +5,7 @@ import { existsSync } from "node:fs";
 import { spawn } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Runtime, Sandbox } from "../src/index.js";
+import { findInstanceProcesses, type Runtime, type Sandbox } from "../src/index.js";
 import { qemuProcesses, sandboxDirs, testRuntime, isCode } from "./helpers.js";
 
 const COUNTER = "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 & echo $!";
@@ -93,6 +93,32 @@ describe("lifecycle", () => {
     const c1 = await counter(parent);
     await new Promise((r) => setTimeout(r, 600));
     assert.ok((await counter(parent)) > c1);
+  });
+
+  test("fork x1: the child's QEMU starts while the parent's state is saved; so does a child's own; a failed fork leaves no QEMU", async () => {
+    const parent = track(await rt.create());
+    await parent.exec(COUNTER);
+    await parent.files.write("/workspace/kept.txt", "from parent");
+    // Held in the guest's memory only: the child has it only if it loaded the parent's state.
+    await parent.exec("echo in-memory > /dev/shm/held");
+    const [child] = track(await rt.fork(parent.id, 1));
+    assert.equal((await child!.files.read("/workspace/kept.txt")).toString(), "from parent");
+    assert.equal((await child!.exec("cat /dev/shm/held")).stdout.toString(), "in-memory\n");
+    const c1 = await counter(child!);
+    await new Promise((r) => setTimeout(r, 600));
+    assert.ok((await counter(child!)) > c1, "the parent's counter runs on in the child");
+    // The child's disk is a copy: its writes are not the parent's.
+    await child!.files.write("/workspace/kept.txt", "from child");
+    assert.equal((await parent.files.read("/workspace/kept.txt")).toString(), "from parent");
+    // A child restored from a snapshot forks too (its snapshot's disk is rebased as its child starts).
+    const [grandchild] = track(await rt.fork(child!.id, 1));
+    assert.equal((await grandchild!.files.read("/workspace/kept.txt")).toString(), "from child");
+    assert.equal((await grandchild!.exec("cat /dev/shm/held")).stdout.toString(), "in-memory\n");
+    // A child that cannot be made (a bad id) fails the fork after its QEMU was started: that QEMU goes.
+    await assert.rejects(rt.fork(parent.id, 1, { ids: ["not-an-id"] }), isCode("invalid_argument"));
+    const settled = () => findInstanceProcesses(rt.instance, { pooled: true }).size === rt.list().length + rt.pooledVms;
+    for (const deadline = Date.now() + 20_000; !settled() && Date.now() < deadline;) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(settled(), `QEMUs: ${findInstanceProcesses(rt.instance, { pooled: true }).size}, sandboxes ${rt.list().length}, pooled ${rt.pooledVms}`);
   });
 
   test("fork x3: each child holds the parent's memory byte for byte, mapping one shared RAM file; so do a child's own children", async () => {
