@@ -156,6 +156,9 @@ function report(notes: string[]): void {
   const wake = p50("cold wake -> first exec (local store)");
   const fresh = p50("create from base -> first exec (API)");
   process.stdout.write(`cold wake -> first exec vs create -> first exec, through the API (p50): ${fmt(wake)} vs ${fmt(fresh)} (${(wake / fresh).toFixed(2)}x)\n`);
+  // The same create without the pool: a QEMU of its own and its first translations, as a wake pays.
+  const unpooled = p50("create from base -> first exec (API), no VM pool");
+  process.stdout.write(`cold wake -> first exec vs a create that starts its own QEMU (no VM pool), through the API (p50): ${fmt(wake)} vs ${fmt(unpooled)} (${(wake / unpooled).toFixed(2)}x)\n`);
   for (const n of notes) process.stdout.write(`${n}\n`);
   if (flags.json) {
     const out = rows.map((r) => ({ op: r.op, runs: r.den.length, den_ms: { p50: pct(r.den, 50), p95: pct(r.den, 95), p99: pct(r.den, 99) }, raw_ms: r.raw.length ? { p50: pct(r.raw, 50), p99: pct(r.raw, 99) } : null }));

@@ -71,6 +71,8 @@ const pool = async <T>(xs: T[], k: number, f: (x: T) => Promise<void>) => {
 };
 try {
   const oom0 = oomKills();
+  // A first pass, not counted, so the idle figure is not that of a server whose code is still cold.
+  await apiP99(50);
   const idle = await apiP99();
   const mem0 = memAvailableMb();
   let refused = "";

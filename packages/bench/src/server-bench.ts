@@ -213,7 +213,39 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
       if (s3dir) rmSync(s3dir, { recursive: true, force: true });
     }
   }
+  await freshCreates(opts.dataDir, opts.runs);
   return notes;
+}
+
+/**
+ * Creates through the API of a server with no VM pool (DEN_VM_POOL=0): each starts its own
+ * QEMU and pays its first TCG translations, as a cold wake does. Beside the pooled create,
+ * it says how much of the gap between a wake and a create is the pool's warm-up.
+ */
+async function freshCreates(dataDir: string, runs: number): Promise<void> {
+  const pool = process.env.DEN_VM_POOL;
+  process.env.DEN_VM_POOL = "0";
+  let server: Awaited<ReturnType<typeof startServer>>;
+  try {
+    server = await startServer(loadConfig({ port: "0", host: "127.0.0.1", dataDir }, { DEN_API_KEY: KEY, DEN_ENVD_PORT: "0" }));
+  } finally {
+    if (pool === undefined) delete process.env.DEN_VM_POOL;
+    else process.env.DEN_VM_POOL = pool;
+  }
+  const api = client(server.url);
+  const r = row("create from base -> first exec (API), no VM pool");
+  try {
+    for (let i = 0; i < runs; i++) {
+      let id = "";
+      r.den.push(await time(async () => {
+        id = (await api("POST", "/v1/sandboxes", {})).id;
+        await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "true" });
+      }));
+      await api("DELETE", `/v1/sandboxes/${id}`);
+    }
+  } finally {
+    await server.close();
+  }
 }
 
 /**
