@@ -454,7 +454,7 @@ export class LocalHostAgent implements HostAgent {
       const requests = this.volumeRequests(volumes);
       const release = this.admission.reserve(undefined, { vcpus: p.vcpus, memoryMb: p.memoryMb }, children.length);
       try {
-        const kids = await this.rt.fork(id, children.length, { ids: children, ...(requests.length ? { volumes: requests } : {}) });
+        const kids = await this.rt.fork(id, children.length, { ids: children, reached: faultPoint, ...(requests.length ? { volumes: requests } : {}) });
         try {
           // Each child gets a network of its own with the parent's policy.
           if (network && network.egress !== "none") for (const k of kids) await this.setNetwork(k.id, network);

@@ -1,4 +1,4 @@
-export { Runtime, defaultDataDir, type CreateOptions, type RuntimeOptions, type SnapshotInfo } from "./runtime.js";
+export { Runtime, defaultDataDir, type CreateOptions, type RuntimeOptions, type SnapshotInfo, type ForkOptions } from "./runtime.js";
 export type { StateFeed } from "./state-pipe.js";
 export type { StateSink } from "./vm.js";
 export { Sandbox, type SandboxRecord, type SandboxState } from "./sandbox.js";

@@ -46,6 +46,12 @@ export interface CreateOptions {
   volumes?: VolumeRequest[];
 }
 
+export interface ForkOptions {
+  ids?: string[];
+  volumes?: VolumeRequest[];
+  reached?: (point: string) => void;
+}
+
 export interface SnapshotInfo {
   id: string;
   dir: string;
@@ -714,7 +720,8 @@ export class Runtime {
 
   /** Forks a running sandbox into `count` new, independent sandboxes (copy-on-write disks). */
   /** `volumes`: what each child mounts (the parent's mounts are stale in them and let go of). */
-  async fork(sandboxId: string, count = 1, opts: { ids?: string[]; volumes?: VolumeRequest[] } = {}): Promise<Sandbox[]> {
+  /** `reached`: told the points a fork passes (the host agent's crash tests kill it at one). */
+  async fork(sandboxId: string, count = 1, opts: ForkOptions = {}): Promise<Sandbox[]> {
     if (!Number.isInteger(count) || count < 1 || count > 16) throw new DenError("invalid_argument", "fork count must be an integer in 1..16");
     if (opts.ids && opts.ids.length !== count) throw new DenError("invalid_argument", "fork: one id per child");
     const parent = this.get(sandboxId);
@@ -733,7 +740,7 @@ export class Runtime {
     return this.forkFrom(parent, count, false, opts);
   }
 
-  private async forkFrom(parent: Sandbox, count: number, shared: boolean, opts: { ids?: string[]; volumes?: VolumeRequest[] }): Promise<Sandbox[]> {
+  private async forkFrom(parent: Sandbox, count: number, shared: boolean, opts: ForkOptions): Promise<Sandbox[]> {
     // Children that each load the stream start their QEMUs while the parent's state is saved
     // (not with volumes: those QEMUs are spawned with their slots empty; nor for a parent
     // whose RAM is a file, which its snapshot copies after the state).
@@ -750,6 +757,11 @@ export class Runtime {
     } catch (e) {
       await Promise.all(early.map(async (p) => { const vm = await p; if (vm) await this.pool.discard(vm); }));
       throw e;
+    }
+    if (early.length) {
+      await Promise.all(early);
+      // The parent's state saved, its children's QEMUs started, none of them a sandbox's yet.
+      opts.reached?.("fork-children-started");
     }
     try {
       const children: Sandbox[] = [];

@@ -52,13 +52,14 @@ export const FAULT_POINTS = [
   "checkpoint-after-upload",
   "checkpoint-after-commit",
   "fork-after-intent",
+  "fork-children-started",
   "fork-after-children",
   "fork-after-commit",
   "snapshot-upload-mid",
 ] as const;
 type FaultPoint = (typeof FAULT_POINTS)[number];
 /** Points inside the host agent's code: in a fleet they kill the host agent, not the control plane. */
-const HOST_POINTS: ReadonlySet<FaultPoint> = new Set(["hibernate-cold-after-snapshot", "wake-cold-after-download", "snapshot-upload-mid"]);
+const HOST_POINTS: ReadonlySet<FaultPoint> = new Set(["hibernate-cold-after-snapshot", "wake-cold-after-download", "snapshot-upload-mid", "fork-children-started"]);
 
 const PORT = 19231;
 const FLEET_HOST_PORTS = [19232, 19233] as const;
