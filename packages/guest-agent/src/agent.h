@@ -140,6 +140,8 @@ void cgroup_setup(void);
 int op_sys_hello(struct req *r);
 int op_sys_ping(struct req *r);
 int op_sys_clock(struct req *r);
+/* ---- netcfg.c ---- */
+int op_net_setup(struct req *r);
 int op_sys_entropy(struct req *r);
 int op_sys_limits(struct req *r);
 int op_sys_info(struct req *r);

@@ -156,7 +156,7 @@ static const struct {
 	{"tcp.connect", op_tcp_connect}, {"net.ports", op_net_ports}, {"file.setxattr", op_file_setxattr},
 	{"file.getxattrs", op_file_getxattrs}, {"sys.metrics", op_sys_metrics},
 	{"vol.mount", op_vol_mount}, {"vol.release", op_vol_release}, {"vol.detach", op_vol_detach},
-	{"vol.grow", op_vol_grow},
+	{"vol.grow", op_vol_grow}, {"net.setup", op_net_setup},
 };
 
 static void handle_req(uint32_t id, const char *p, size_t n)

@@ -135,6 +135,15 @@ export interface ListeningPort {
   process?: string;
 }
 
+export interface NetSetup {
+  dev: string;
+  mac: string;
+  address: string;
+  prefix: number;
+  gateway: string;
+  dns: string;
+}
+
 /** Every op the agent understands, with the reply it gives. */
 export interface AgentOps {
   "sys.hello": { req: { version: number; session: string }; res: HelloReply };
@@ -144,6 +153,8 @@ export interface AgentOps {
   "sys.entropy": { req: { seed: string }; res: Record<string, never> };
   "sys.limits": { req: { pids_max: number }; res: Record<string, never> };
   "sys.info": { req: Record<string, never>; res: SysInfo };
+  /** The NIC's MAC, its address (the primary one, replaced), the default route (replaced) and /etc/resolv.conf. */
+  "net.setup": { req: NetSetup; res: Record<string, never> };
   "proc.list": { req: Record<string, never>; res: { procs: ProcInfo[] } };
   "proc.read": { req: { proc: number; channel: 1 | 2; offset: number; max: number }; res: ProcReadReply };
   "proc.wait": { req: { proc: number; timeout_ms: number }; res: ProcWaitReply };

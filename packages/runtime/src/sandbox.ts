@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { copyFile, mkdir, readFile, rename, rm, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
-import { DenError, type GuestMetrics, type ListeningPort, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
+import { DenError, type GuestMetrics, type NetSetup, type ListeningPort, type ProcInfo, type ProcReadReply, type ProcWaitReply } from "@den/protocol";
 import { AgentClient } from "./agent-client.js";
 import { ExecProcess, execBody, runToCompletion, startExec, type Command, type ExecOptions, type ExecResult } from "./exec.js";
 import { GuestFiles } from "./files.js";
@@ -189,6 +189,20 @@ export class Sandbox {
   }
 
   /** Runs a command to completion and returns its output and exit status. */
+  /**
+   * Configures the guest's NIC through its agent (no program run in the guest); false if the
+   * agent predates `net.setup` (a template baked by an older Den), and the caller runs `ip`.
+   */
+  async setupNetwork(cfg: NetSetup): Promise<boolean> {
+    try {
+      await (await this.agent()).request("net.setup", cfg);
+      return true;
+    } catch (e) {
+      if (e instanceof DenError && e.code === "unknown_op") return false;
+      throw e;
+    }
+  }
+
   async exec(command: Command, opts: ExecOptions = {}): Promise<ExecResult> {
     execBody(command, opts, "stream");
     return runToCompletion(await this.agent(), command, opts);

@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DenError } from "@den/protocol";
+import { DenError, type NetSetup } from "@den/protocol";
 import { runTool } from "../util.js";
 import { SandboxNetwork, type EgressPolicy, type NetworkEnv } from "./sandbox-network.js";
 
@@ -19,6 +19,19 @@ export interface NetworkedGuest {
   id: string;
   dir: string;
   exec(cmd: string, opts?: { timeoutMs?: number }): Promise<{ exitCode: number | null; stderr: Buffer }>;
+  /** Configures the NIC through the agent; false if the agent cannot (then `exec` runs `ip`). */
+  setupNetwork?(cfg: NetSetup): Promise<boolean>;
+}
+
+/** The guest's side of `net`: through its agent where it can, else by running `ip` in it. */
+async function configureGuest(guest: NetworkedGuest, net: SandboxNetwork): Promise<{ exitCode: number | null; stderr: Buffer }> {
+  const failed = (e: unknown) => ({ exitCode: -1, stderr: Buffer.from(String(e)) });
+  try {
+    if (await guest.setupNetwork?.(net.guestConfig())) return { exitCode: 0, stderr: Buffer.alloc(0) };
+  } catch (e) {
+    return failed(e);
+  }
+  return guest.exec(net.guestSetup(), { timeoutMs: 30_000 }).catch(failed);
 }
 
 /** Parses `DEN_NET_HOSTS` ("name=1.2.3.4,other=5.6.7.8"): fixed DNS answers, for tests. */
@@ -120,7 +133,7 @@ export class NetworkManager {
       const slot = this.freeSlot();
       const net = await SandboxNetwork.up(this.instance, guest.id, slot, policy, await this.netEnv(), guest.dir);
       this.nets.set(guest.id, net);
-      const r = await guest.exec(net.guestSetup(), { timeoutMs: 30_000 }).catch((e: unknown) => ({ exitCode: -1, stderr: Buffer.from(String(e)) }));
+      const r = await configureGuest(guest, net);
       if (r.exitCode !== 0) {
         await this.release(guest.id, guest.dir);
         throw new DenError("io_error", `cannot configure the guest's network: ${r.stderr.toString().slice(0, 500)}`);
