@@ -68,6 +68,18 @@ test('vol.*: bad slots and mount points are refused; nothing not a volume is eve
   assert.ok(fs.existsSync('/proc/self/status'), '/proc is still mounted');
 });
 
+test('net.setup: bad arguments are refused before any interface is touched; a missing device is an error', async () => {
+  const ok = { dev: 'den-none0', mac: '02:00:00:00:00:01', address: '10.0.2.15', prefix: 24, gateway: '10.0.2.2', dns: '10.0.2.3' };
+  for (const bad of [{ mac: '02:00:00:00:00' }, { mac: 'zz:00:00:00:00:01' }, { address: '10.0.2' }, { prefix: 0 }, { prefix: 31 }, { gateway: 'x' }, { dns: '' }, { dev: 'a-name-too-long-for-ifnamsiz' }]) {
+    const r = await host.req('net.setup', { ...ok, ...bad });
+    assert.equal(r.code, 'invalid_argument', JSON.stringify(bad));
+  }
+  // (A device this host does not have: the first ioctl fails, so nothing of the host's networking changes.)
+  const r = await host.req('net.setup', ok);
+  assert.equal(r.ok, false);
+  assert.match(r.message, /down/);
+});
+
 test('exec exit 42', async () => {
   const e = host.exec({ cmd: 'exit 42' });
   const res = await e.res;
