@@ -113,7 +113,8 @@ export class SandboxNetwork {
       await n.createLink();
       n.refuser = await Refuser.listen(n.link.host);
       await n.applyFirewall();
-      await n.applyShaping();
+      // (A new link has no qdisc to take off.)
+      if (policy.bandwidthMbps != null) await n.applyShaping();
       n.dns = await SandboxDns.listen(n.link.host, () => n.dnsPolicy());
       await n.startRouter();
       return n;
@@ -126,19 +127,29 @@ export class SandboxNetwork {
   private async createLink(): Promise<void> {
     const { host, guest } = this.link;
     const ns = this.netns;
-    await SandboxNetwork.remove(this.instance, this.sandboxId, this.slot);
+    // (A leftover of an earlier life of this sandbox or slot only: each `ip` is a process.)
+    if (existsSync(join("/run/netns", ns)) || existsSync(join("/sys/class/net", this.hostInterface))) await SandboxNetwork.remove(this.instance, this.sandboxId, this.slot);
     await runTool("ip", ["netns", "add", ns]);
-    await runTool("ip", ["link", "add", this.hostInterface, "type", "veth", "peer", "name", "eth0", "netns", ns]);
-    await runTool("ip", ["addr", "add", `${host}/30`, "dev", this.hostInterface]);
-    await runTool("ip", ["link", "set", this.hostInterface, "up"]);
-    await runTool("ip", ["-n", ns, "addr", "add", `${guest}/30`, "dev", "eth0"]);
-    await runTool("ip", ["-n", ns, "link", "set", "eth0", "up"]);
-    await runTool("ip", ["-n", ns, "link", "set", "lo", "up"]);
+    // The rest in two batches (each stops at its first error), one per side of the link.
+    await this.ipBatch([], [
+      `link add ${this.hostInterface} type veth peer name eth0 netns ${ns}`, `addr add ${host}/30 dev ${this.hostInterface}`, `link set ${this.hostInterface} up`,
+    ]);
+    await this.ipBatch(["-n", ns], [`addr add ${guest}/30 dev eth0`, "link set eth0 up", "link set lo up", `route add default via ${host}`]);
     // Every refused connect is answered by an ICMP error; rate-limited, a burst of refusals
     // (a port scan) would leave the later connects hanging until they time out.
     await runTool("ip", ["netns", "exec", ns, "sysctl", "-qw", "net.ipv4.icmp_ratelimit=0", "net.ipv4.icmp_msgs_per_sec=100000"]).catch(() =>
       runTool("ip", ["netns", "exec", ns, "sysctl", "-qw", "net.ipv4.icmp_ratelimit=0"]));
-    await runTool("ip", ["-n", ns, "route", "add", "default", "via", host]);
+  }
+
+  /** Runs `ip [global] -batch` over `lines` (written to a file in the sandbox's directory). */
+  private async ipBatch(global: string[], lines: string[]): Promise<void> {
+    const file = join(this.dir, "ip.batch");
+    await writeFile(file, lines.join("\n") + "\n");
+    try {
+      await runTool("ip", [...global, "-batch", file]);
+    } finally {
+      await rm(file, { force: true });
+    }
   }
 
   private dnsPolicy() {
