@@ -24,6 +24,9 @@ import { Templates } from "./control/templates.js";
 import { Webhooks } from "./control/webhooks/service.js";
 import { Volumes } from "./control/volumes.js";
 
+/** Sandboxes whose latest activity is kept in memory (the oldest are forgotten first; the database has it to the second). */
+const MAX_TOUCHES_KEPT = 100_000;
+
 export { systemClock, type Clock } from "./control/operations.js";
 export { toApiTemplate } from "./control/templates.js";
 export type { HibernateMode } from "./control/context.js";
@@ -37,7 +40,7 @@ export type { HibernateMode } from "./control/context.js";
  */
 export class ControlPlane {
   private activeExecs = new Map<string, number>();
-  private lastTouch = new Map<string, number>();
+  private lastTouch = new Map<string, { seen: number; written: number }>();
   private lastUnresponsive = new Map<string, number>();
   private readonly queue = new Serializer();
   readonly meter: Meter;
@@ -110,7 +113,7 @@ export class ControlPlane {
       streams: new OwnerSlots(l.streamsPerOwner, "exec streams and PTYs", "DEN_MAX_STREAMS_PER_OWNER"),
       follows: new OwnerSlots(l.followsPerOwner, "event follows", "DEN_MAX_FOLLOWS_PER_OWNER"),
     };
-    this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => this.activeExecs.has(id), touch: (id) => this.touch(id) });
+    this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => this.activeExecs.has(id), touch: (id) => this.touch(id), lastActive: (id) => this.lastActive(id) });
     this.lifecycle.makeRoom = (host, mb, except, measure) => this.reaper.makeRoom(host, mb, except, measure);
     this.recovery = new Recovery(this.ctx, this.lifecycle, this.forks, this.network, this.templates, (id) => this.reaper.markLost(id));
     this.gc = new StoreGc(this.ctx);
@@ -328,12 +331,25 @@ export class ControlPlane {
     await this.ops.event(id, "guest.unresponsive", null, { message });
   }
 
-  /** Marks activity (throttled to one write a second per sandbox). */
+  /**
+   * Marks activity: the database's copy is written at most once a second per sandbox, and
+   * the latest is kept here, so choosing the least recently active (for eviction) is exact
+   * to the call, not to the second.
+   */
   async touch(id: string): Promise<void> {
     const now = this.clock.now();
-    if (now - (this.lastTouch.get(id) ?? 0) < 1000) return;
-    this.lastTouch.set(id, now);
-    await this.store.updateSandbox(id, { last_activity_at: now });
+    const prev = this.lastTouch.get(id);
+    const write = !prev || now - prev.written >= 1000;
+    // Re-inserted, so the map's order is by recency and the oldest go first past the bound.
+    this.lastTouch.delete(id);
+    this.lastTouch.set(id, { seen: now, written: write ? now : prev.written });
+    if (this.lastTouch.size > MAX_TOUCHES_KEPT) this.lastTouch.delete(this.lastTouch.keys().next().value!);
+    if (write) await this.store.updateSandbox(id, { last_activity_at: now });
+  }
+
+  /** The latest activity seen by this replica (newer than the database's by up to a second). */
+  lastActive(id: string): number | undefined {
+    return this.lastTouch.get(id)?.seen;
   }
 
   /**

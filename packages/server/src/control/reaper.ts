@@ -36,7 +36,7 @@ export class Reaper {
     private readonly ctx: Ctx,
     private readonly queue: Serializer,
     private readonly lifecycle: Lifecycle,
-    private readonly activity: { execing(id: string): boolean; touch(id: string): Promise<void> },
+    private readonly activity: { execing(id: string): boolean; touch(id: string): Promise<void>; lastActive(id: string): number | undefined },
   ) {}
 
   async pass(): Promise<void> {
@@ -138,7 +138,9 @@ export class Reaper {
     }
     const candidates = onHost
       .filter((r) => r.id !== except && !r.op_id && !this.inFlight.has(r.id) && !this.activity.execing(r.id) && (r.state === "running" || (r.state === "hibernated" && modeOf(r) === "warm")))
-      .sort((a, b) => a.last_activity_at - b.last_activity_at);
+      .map((r) => ({ r, at: Math.max(r.last_activity_at, this.activity.lastActive(r.id) ?? 0) }))
+      .sort((a, b) => a.at - b.at)
+      .map(({ r }) => r);
     const started: string[] = [];
     for (const r of candidates) {
       if (short <= 0) break;
