@@ -29,8 +29,8 @@ export interface PooledVm {
   pendingState?: string;
 }
 
-/** Starts a pooled VM of `shape` in `dir` (which exists), tagged `id`. */
-export type PoolSpawner = (shape: PoolShape, dir: string, id: string) => Promise<Vm>;
+/** Starts a pooled VM of `shape` in `dir` (which exists), tagged `id`; `closed` says the pool is closing (no retry then). */
+export type PoolSpawner = (shape: PoolShape, dir: string, id: string, closed: () => boolean) => Promise<Vm>;
 
 /** After a spawn fails, the shape is not tried again for this long (a broken template must not spin). */
 const BACKOFF_MS = 30_000;
@@ -57,7 +57,8 @@ export class VmPool {
   /** Shapes in demand, least recently asked for first. */
   private readonly shapes = new Map<string, PoolShape>();
   private readonly failedAt = new Map<string, number>();
-  private filling = false;
+  /** The fill in flight, if any (a close waits for it: see settled). */
+  private filling?: Promise<void>;
   private closed = false;
 
   constructor(
@@ -97,8 +98,12 @@ export class VmPool {
   /** Spawns what the shapes in demand lack, one VM at a time, in the background. */
   refill(): void {
     if (this.filling || this.closed || this.size === 0) return;
-    this.filling = true;
-    void this.fill().finally(() => (this.filling = false));
+    this.filling = this.fill().finally(() => (this.filling = undefined));
+  }
+
+  /** Resolves once no spawn of this pool is in flight (after a close: nothing of it writes any more). */
+  async settled(): Promise<void> {
+    await this.filling;
   }
 
   private async fill(): Promise<void> {
@@ -113,14 +118,16 @@ export class VmPool {
       const dir = join(this.root, id);
       try {
         await mkdir(dir, { recursive: true });
-        const vm = await this.spawn(shape, dir, id);
+        if (this.closed) throw new Error("the pool is closed");
+        const vm = await this.spawn(shape, dir, id, () => this.closed);
         const slot = { id, dir, shape, vm };
         if (this.closed || !this.shapes.has(key)) await this.discard(slot);
         else this.stock.set(key, [...(this.stock.get(key) ?? []), slot]);
       } catch (e) {
         this.failedAt.set(key, Date.now());
         await rm(dir, { recursive: true, force: true });
-        process.emitWarning(`VM pool: cannot start a QEMU for ${shape.source}: ${(e as Error).message.slice(0, 300)}`, "DenPoolWarning");
+        // (A close kills a spawn in flight: that is no failure to tell.)
+        if (!this.closed) process.emitWarning(`VM pool: cannot start a QEMU for ${shape.source}: ${(e as Error).message.slice(0, 300)}`, "DenPoolWarning");
       }
     }
   }

@@ -92,6 +92,9 @@ function lockDataDir(dataDir: string): void {
   throw new DenError("invalid_state", `cannot lock data dir ${dataDir}`);
 }
 
+/** Runtimes of this process being closed, by data dir: what they have yet to finish (a pool spawn in flight). */
+const closing = new Map<string, Promise<void>>();
+
 function unlockDataDir(dataDir: string): void {
   const lock = join(dataDir, "lock");
   try {
@@ -155,13 +158,15 @@ export class Runtime {
   ) {
     this.templates = new TemplateStore(join(dataDir, "templates"));
     this.overlays = new OverlayMaker(join(dataDir, "overlays"));
-    this.pool = new VmPool(join(dataDir, "pool"), (shape, dir, id) => this.spawnPooled(shape, dir, id));
+    this.pool = new VmPool(join(dataDir, "pool"), (shape, dir, id, closed) => this.spawnPooled(shape, dir, id, closed));
     this.networks = new NetworkManager(instance, process.env.DEN_NET_POOL ?? "100.96.0.0/16", parseHostsMap(process.env.DEN_NET_HOSTS), process.env.DEN_NET_MASQUERADE !== "0");
   }
 
   /** Opens a data dir: adopts sandboxes whose QEMU still runs, cleans up what's left of others. */
   static async open(opts: RuntimeOptions = {}): Promise<Runtime> {
     const dataDir = resolve(opts.dataDir ?? defaultDataDir());
+    // A runtime of this process closed on the same data dir may still be ending a pool spawn.
+    await closing.get(dataDir);
     privateDir(dataDir);
     for (const d of ["templates", "sandboxes", "snapshots"]) await mkdir(join(dataDir, d), { recursive: true });
     prepareNativeTools(dataDir);
@@ -339,7 +344,7 @@ export class Runtime {
    * A pooled QEMU: what restoreOnce would launch for a create, but not yet any sandbox's,
    * its template's state loaded and its guest run once (warmPooledVm), paused.
    */
-  private async spawnPooled(shape: PoolShape, dir: string, id: string): Promise<Vm> {
+  private async spawnPooled(shape: PoolShape, dir: string, id: string, closed: () => boolean): Promise<Vm> {
     // It will be renamed to a sandbox's directory: that one's sockets must fit too.
     checkSocketPaths(this.sandboxDir(newId("sbx")));
     await this.overlays.create(shape.backingDisk, join(dir, VM_FILES.disk));
@@ -354,7 +359,7 @@ export class Runtime {
       } catch (e) {
         const crashed = vm.qmp.closed || !isAlive(vm.pid);
         await vm.kill();
-        if (attempt >= 3 || !crashed) throw e;
+        if (attempt >= 3 || !crashed || closed()) throw e;
         process.emitWarning(`VM pool: a QEMU died in its warm-up (${(e as Error).message.slice(0, 200)}); starting another`, "DenPoolWarning");
       }
     }
@@ -939,6 +944,10 @@ export class Runtime {
   /** Disconnects from every VM; the VMs keep running and are adopted by the next `open`. */
   close(): void {
     this.pool.close();
+    const settled = this.pool.settled().catch(() => undefined).finally(() => {
+      if (closing.get(this.dataDir) === settled) closing.delete(this.dataDir);
+    });
+    closing.set(this.dataDir, settled);
     // And one still starting (the pool's spawn is not awaited): nothing of the pool outlives this.
     for (const [tag, pid] of findInstanceProcesses(this.instance, { pooled: true })) {
       if (tag.startsWith(POOL_TAG_PREFIX)) {

@@ -118,4 +118,28 @@ describe("the VM pool (real QEMUs)", () => {
     assert.equal(existsSync(join(dataDir, "pool")), false);
     assert.deepEqual(readdirSync(join(dataDir, "sandboxes")).sort(), before, "no sandbox appeared or went");
   });
+
+  test("a close while a pooled QEMU is being started: no retry, no warning, and an open of the same dir right after finds nothing of it", async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => w.name === "DenPoolWarning" && warnings.push(w.message);
+    process.on("warning", onWarning);
+    try {
+      // At several moments of the spawn: its overlay, its QEMU's start, its warm-up.
+      for (const delayMs of [0, 30, 120, 300]) {
+        rt?.close();
+        rt = await testRuntime();
+        const instance = rt.instance;
+        await rt.prewarm();
+        await sleep(delayMs);
+        rt.close();
+        rt = await testRuntime();
+        assert.equal(waiting(instance).length, 0, `after ${delayMs} ms: no pooled QEMU outlived the close`);
+        assert.equal(existsSync(join(rt.dataDir, "pool")), false, `after ${delayMs} ms: nothing was written to the pool after the open`);
+      }
+      await sleep(200);
+      assert.deepEqual(warnings, [], "a spawn killed by a close is no failure");
+    } finally {
+      process.off("warning", onWarning);
+    }
+  });
 });
