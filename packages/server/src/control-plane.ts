@@ -446,6 +446,11 @@ export class ControlPlane {
     await this.gc.collect();
   }
 
+  /** Work replicas that are gone left: volumes' moves (their operations are the recovery's). */
+  settleOrphanMoves(): Promise<void> {
+    return this.volumes.settleAbandonedMoves(this.startedAt);
+  }
+
   reap(): Promise<void> {
     return this.reaper.pass();
   }

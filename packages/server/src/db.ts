@@ -269,6 +269,8 @@ export interface VolumesTable {
   /** A host a download of it is under way to. */
   move_to: string | null;
   moved_at: number | null;
+  /** The replica running the move (another settles it only once that one's lease has run out). */
+  move_owner: string | null;
 }
 
 /** A volume mounted in a sandbox, or held by a helper VM (migration 017). */

@@ -366,4 +366,11 @@ export const migrations = (dialect: Dialect): Record<string, Migration> => ({
       await db.schema.alterTable("volumes").addColumn("moved_at", "bigint").execute();
     },
   },
+  "019_volume_move_owner": {
+    async up(db: Kysely<any>): Promise<void> {
+      // The replica running a volume's move: a restart of another replica leaves it alone
+      // while that one's lease holds (null: a move begun before replicas said so).
+      await db.schema.alterTable("volumes").addColumn("move_owner", "varchar(64)").execute();
+    },
+  },
 });

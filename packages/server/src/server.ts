@@ -127,7 +127,10 @@ export async function startServer(config: ServerConfig, opts: { clock?: Clock; l
     }
   });
   // A replica that dies mid-operation: the others settle what it left within a few seconds of its lease running out.
-  const orphans = every(REPLICA_LEASE_MS / 2, "operations of replicas that are gone", () => cp.recovery.retry({ othersOnly: true }));
+  const orphans = every(REPLICA_LEASE_MS / 2, "operations of replicas that are gone", async () => {
+    await cp.recovery.retry({ othersOnly: true });
+    await cp.settleOrphanMoves();
+  });
   return {
     app, cp, url: baseUrl(config.host, port),
     ...(envdUrl ? { envdUrl } : {}),

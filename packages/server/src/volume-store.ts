@@ -114,7 +114,7 @@ export class VolumeStore {
    * holds it but `except` (the sandbox it is moved for) or cold-hibernated sandboxes (their
    * VMs are gone; they find it where it went). In the caller's transaction.
    */
-  async beginMove(id: string, except: string | undefined, patch: { snapshot_id: string; move_to: string | null; moved_at: number }): Promise<VolumeRow> {
+  async beginMove(id: string, except: string | undefined, patch: { snapshot_id: string; move_to: string | null; moved_at: number; move_owner: string }): Promise<VolumeRow> {
     await this.lock([id]);
     const v = await this.byId(id);
     if (!v || v.deleted_at !== null || v.state === "creating") throw new DenError("volume_not_found", `volume ${id} does not exist`);
@@ -134,12 +134,23 @@ export class VolumeStore {
 
   /** A move's step: the row's place fields as given (`state` back to ready when the move is over). */
   async setPlace(id: string, patch: Partial<Pick<VolumeRow, "state" | "host_id" | "snapshot_id" | "move_to" | "moved_at">>): Promise<void> {
-    await this.db.updateTable("volumes").set(patch).where("id", "=", id).execute();
+    await this.db.updateTable("volumes").set({ ...patch, ...(patch.state === "ready" ? { move_owner: null } : {}) }).where("id", "=", id).execute();
   }
 
-  /** Moves begun before `before` (by a process that is gone: a restart finishes or undoes them). */
-  async movesBegunBefore(before: number): Promise<VolumeRow[]> {
-    return this.db.selectFrom("volumes").selectAll().where("state", "=", "moving").where("moved_at", "<", before).execute();
+  /**
+   * Moves no live process runs: begun by `me` (or by a replica that did not say) before
+   * `startedAt` (an earlier process of this replica), or by a replica not among `alive`.
+   */
+  async abandonedMoves(me: string, startedAt: number, alive: ReadonlySet<string>): Promise<VolumeRow[]> {
+    const moving = await this.db.selectFrom("volumes").selectAll().where("state", "=", "moving").execute();
+    return moving.filter((v) => (v.move_owner === null || v.move_owner === me ? (v.moved_at ?? 0) < startedAt : !alive.has(v.move_owner)));
+  }
+
+  /** Takes over an abandoned move (compare-and-set on its owner and start): whether this caller got it. */
+  async claimMove(v: Pick<VolumeRow, "id" | "move_owner" | "moved_at">, me: string): Promise<boolean> {
+    const r = await this.db.updateTable("volumes").set({ move_owner: me }).where("id", "=", v.id).where("state", "=", "moving")
+      .where("move_owner", v.move_owner === null ? "is" : "=", v.move_owner).where("moved_at", v.moved_at === null ? "is" : "=", v.moved_at).executeTakeFirst();
+    return Number(r.numUpdatedRows) === 1;
   }
 
   /** Volumes whose image is on `host`: not parked in the store, or moving away from it. */

@@ -49,7 +49,7 @@ export class VolumeMoves {
     const snapshotId = v.snapshot_id ?? newId("snap");
     const ref: StoredRef = { id: snapshotId, key: snapshotKey(snapshotId, this.ctx.deployment) };
     await store.transaction(async (tx) => {
-      await new VolumeStore(tx).beginMove(v.id, except, { snapshot_id: snapshotId, move_to: to?.instance ?? null, moved_at: clock.now() });
+      await new VolumeStore(tx).beginMove(v.id, except, { snapshot_id: snapshotId, move_to: to?.instance ?? null, moved_at: clock.now(), move_owner: this.ctx.replica });
       if (!parked) await tx.insertStoredSnapshot(pendingVolumeCopy(this.ctx, ref, v.owner));
     });
     faultPoint("volume-move-after-intent");
@@ -106,9 +106,16 @@ export class VolumeMoves {
     }
   }
 
-  /** Moves begun before `startedAt` by a process that is gone: each ends where its last committed step left the volume. */
+  /**
+   * Moves whose process is gone (an earlier one of this replica, begun before `startedAt`, or
+   * another replica whose lease ran out): each is claimed, then ends where its last committed
+   * step left the volume. A live replica's move is left to it.
+   */
   async recover(startedAt: number): Promise<void> {
-    for (const v of await this.vs.movesBegunBefore(startedAt)) {
+    const { store, replica, clock } = this.ctx;
+    for (const v of await this.vs.abandonedMoves(replica, startedAt, await store.liveReplicas(clock.now()))) {
+      if (!(await this.vs.claimMove(v, replica))) continue;
+      if (v.move_owner && v.move_owner !== replica) this.ctx.log.warn({ volume: v.id, from: v.move_owner }, `replica ${v.move_owner} is gone: undoing its move of volume ${v.id}`);
       const copy = v.snapshot_id ? await this.ctx.store.getStoredSnapshot(v.snapshot_id) : undefined;
       const uploaded = copy?.state === "complete";
       await this.undo(v, uploaded, false);

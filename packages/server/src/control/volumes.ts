@@ -165,7 +165,7 @@ export class Volumes {
   async create(p: Principal, req: api.CreateVolumeRequest): Promise<api.Volume> {
     const { store, clock } = this.ctx;
     const host = this.placeVolume();
-    const row: VolumeRow = { id: newId("vol"), owner: p.owner, name: req.name, size_mb: req.size_mb, state: "creating", host_id: host.instance, created_at: clock.now(), deleted_at: null, snapshot_id: null, move_to: null, moved_at: null };
+    const row: VolumeRow = { id: newId("vol"), owner: p.owner, name: req.name, size_mb: req.size_mb, state: "creating", host_id: host.instance, created_at: clock.now(), deleted_at: null, snapshot_id: null, move_to: null, moved_at: null, move_owner: null };
     // The name and the quota are taken with the row, before the image is made.
     await store.transaction(async (tx) => {
       await this.quota(tx, p.owner, 1, req.size_mb);
@@ -226,6 +226,11 @@ export class Volumes {
       await new VolumeMoves(this.ctx).recover(startedAt);
     }
     for (const v of await vs.deleted()) if (v.snapshot_id || this.ctx.hosts.has(v.host_id)) await this.purge(v);
+  }
+
+  /** Moves of replicas that are gone (their leases ran out), and of this replica's earlier process, end where they stood. */
+  async settleAbandonedMoves(startedAt: number): Promise<void> {
+    await new VolumeMoves(this.ctx).recover(startedAt);
   }
 
   /**

@@ -9,6 +9,8 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { ChildProcess } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cp as copy, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import pg from "pg";
@@ -52,7 +54,10 @@ describe("a fleet: two control planes, three hosts, one Postgres, one bucket", (
   const startCp = (i: number) => spawnServer(CP_PORTS[i]!, {
     ...env, DEN_DATA_DIR: join(root, `cp${i}`), DEN_HOST_SECRET: SECRET, DEN_HOST_AGENT_URL: "registered",
     DEN_HOST_LEASE_SECONDS: "2", DEN_HOST_LOST_GRACE_SECONDS: "2", DEN_STORE_GC_INTERVAL_SECONDS: "1", DEN_MAX_SANDBOXES_PER_OWNER: "100",
+    // Unarmed until a test writes a point's name there.
+    DEN_FAULT_POINT_FILE: faultFile(i),
   });
+  const faultFile = (i: number) => join(root, `fault-cp${i}`);
   const hosts = async () => (await apis[0]!("GET", "/v1/hosts")).body.hosts as HostEntry[];
   const where = (id: string): Name | undefined => (Object.keys(ids) as Name[]).find((n) => findInstanceProcesses(ids[n]).has(id));
   const runsOn = (id: string, n: Name) => findInstanceProcesses(ids[n]).has(id);
@@ -272,5 +277,50 @@ describe("a fleet: two control planes, three hosts, one Postgres, one bucket", (
       assert.equal(r.body.stdout, `keep-${id}\n`);
     }
     cps[victim] = await startCp(victim);
+  });
+
+  test("a volume moving through one replica: a restart of the other leaves the move alone; the mover killed mid-move: the other undoes it once its lease runs out, every byte kept", async () => {
+    await destroyAll();
+    const made = await apis[0]!("POST", "/v1/volumes", { name: "fleet-vol", size_mb: 64 });
+    assert.equal(made.status, 201, made.text);
+    const id = made.body.id as string;
+    const data = randomBytes(2 << 20);
+    const put = await apis[0]!("PUT", "/v1/volumes/fleet-vol/files?path=/blob", data, { "content-type": "application/octet-stream" });
+    assert.equal(put.status, 200, put.text);
+    const row = async () => (await db.query("SELECT state, host_id, snapshot_id, move_owner FROM volumes WHERE id = $1", [id])).rows[0];
+    const home = (await row()).host_id as string;
+    const mover = readFileSync(join(root, "cp0", "replica-id"), "utf8").trim();
+
+    // Replica 0 drains the volume's host, which parks the volume: it dies once the upload is done, before that commits.
+    writeFileSync(faultFile(0), "volume-move-after-upload");
+    const gone = new Promise((r) => cps[0]!.once("exit", r));
+    await apis[0]!("POST", `/v1/hosts/${home}/drain`, {}).catch(() => undefined);
+    await Promise.race([gone, new Promise((_, rej) => setTimeout(() => rej(new Error("replica 0 did not reach the fault point")), 60_000))]);
+    cps[0] = undefined;
+    rmSync(faultFile(0), { force: true });
+    const left = await row();
+    assert.deepEqual([left.state, left.move_owner], ["moving", mover], "the dead replica's move is left half done");
+
+    // Replica 1 restarts while replica 0's lease still holds: that move is not its to undo.
+    await stop(cps[1], "SIGKILL");
+    cps[1] = await startCp(1);
+    const leaseUntil = Number((await db.query("SELECT lease_until FROM replicas WHERE id = $1", [mover])).rows[0].lease_until);
+    const during = await row();
+    assert.ok(Date.now() < leaseUntil, "the restart ended within the dead replica's lease (else this test cannot tell)");
+    assert.deepEqual([during.state, during.move_owner], ["moving", mover], "a restart of another replica left the move alone");
+
+    // Once that lease has run out, the survivor ends the move where its last commit left it: the host's image is the volume.
+    await waitFor("the survivor undid the move", async () => ((await row()).state === "ready" ? true : undefined), 60_000, 250);
+    const after = await row();
+    assert.deepEqual([after.host_id, after.snapshot_id, after.move_owner], [home, null, null]);
+    const copyRow = (await db.query("SELECT state, released_at FROM stored_snapshots WHERE id = $1", [left.snapshot_id])).rows[0];
+    assert.ok(!copyRow || copyRow.released_at !== null, `the upload that never committed is released: ${JSON.stringify(copyRow)}`);
+    assert.equal((await apis[1]!("POST", `/v1/hosts/${home}/undrain`, {})).status, 204);
+    const back = await fetch(`${CP_URLS[1]}/v1/volumes/fleet-vol/files?path=/blob`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
+    assert.equal(back.status, 200);
+    const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
+    assert.equal(sha(new Uint8Array(await back.arrayBuffer())), sha(data), "every byte");
+    cps[0] = await startCp(0);
+    assert.equal((await apis[0]!("DELETE", "/v1/volumes/fleet-vol")).status, 204);
   });
 });
