@@ -1,5 +1,5 @@
 import { createReadStream, createWriteStream } from "node:fs";
-import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile, type FileHandle } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, rm, rmdir, stat, writeFile, type FileHandle } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -29,10 +29,10 @@ export class LocalDirStore implements ObjectStore {
 
   private async atomicWrite(key: string, write: (tmp: string) => Promise<void>): Promise<void> {
     const final = this.path(key);
-    await mkdir(dirname(final), { recursive: true });
     const tmp = `${final}.tmp-${process.pid}-${randomBytes(6).toString("hex")}`;
     writing.add(tmp);
     try {
+      await this.createIn(tmp);
       await write(tmp);
       await rename(tmp, final);
     } catch (e) {
@@ -40,6 +40,35 @@ export class LocalDirStore implements ObjectStore {
       throw e;
     } finally {
       writing.delete(tmp);
+    }
+  }
+
+  /**
+   * Creates the (empty) file `path` and its folders. A delete removes the folders it empties
+   * (see delete), so one may go between this mkdir and the file's creation: then again. Once
+   * the file is there, its folder is not empty, and no delete removes it.
+   */
+  private async createIn(path: string): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await mkdir(dirname(path), { recursive: true });
+        await writeFile(path, "", { flag: "wx", mode: 0o600 });
+        return;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== "ENOENT" || attempt >= 20) throw e;
+      }
+    }
+  }
+
+  /** Removes `dir` and its parents while they are empty, up to (not including) the root. */
+  private async pruneEmpty(dir: string): Promise<void> {
+    while (dir !== this.root && relative(this.root, dir) && !relative(this.root, dir).startsWith("..")) {
+      try {
+        await rmdir(dir);
+      } catch {
+        return; // not empty (or gone): its parents are not empty either
+      }
+      dir = dirname(dir);
     }
   }
 
@@ -56,7 +85,12 @@ export class LocalDirStore implements ObjectStore {
     const walk = async (dir: string): Promise<void> => {
       for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
         const p = join(dir, e.name);
-        if (e.isDirectory()) await walk(p);
+        if (e.isDirectory()) {
+          await walk(p);
+          // A folder emptied by a delete that died before its prune (or by an older Den).
+          if (relative(this.root, p).startsWith(prefix)) await this.pruneEmpty(p);
+          continue;
+        }
         const m = e.isFile() ? TEMP.exec(e.name) : null;
         if (!m || writing.has(p) || !relative(this.root, p).startsWith(prefix)) continue;
         const pid = m[1] ? Number(m[1]) : undefined;
@@ -148,7 +182,10 @@ export class LocalDirStore implements ObjectStore {
   }
 
   async delete(key: string): Promise<void> {
-    await rm(this.path(key), { force: true });
+    const p = this.path(key);
+    await rm(p, { force: true });
+    // A deleted snapshot leaves no folder behind: a long-lived store would collect one per sandbox.
+    await this.pruneEmpty(dirname(p));
   }
 }
 

@@ -239,11 +239,52 @@ describe("local directory: writes that never finish", () => {
       const live = store.putStream("dep/snapshots/snap_b/state.zst", slow);
       while (!existsSync(join(root, "dep/snapshots/snap_b"))) await new Promise((r) => setTimeout(r, 10));
       assert.equal(await store.sweepAbandoned!("dep/"), 1, "the dead writer's temp file, and only it");
-      assert.deepEqual(readdirSync(join(root, "dep/snapshots/snap_a")), []);
+      assert.ok(!existsSync(join(root, "dep/snapshots/snap_a")), "and the folder it emptied");
       release();
       await live;
       assert.equal((await store.getBytes("dep/snapshots/snap_b/state.zst")).toString(), "ab");
       assert.equal(await store.sweepAbandoned!("dep/"), 0);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("local directory: folders", () => {
+  test("a delete leaves no emptied folder behind, and writes racing deletes in the same folder all land", async () => {
+    const root = mkdtempSync(join(tmpdir(), "den-store-dirs-"));
+    const store = new LocalDirStore(root);
+    try {
+      await store.putBytes("dep/snapshots/snap_a/state.zst", Buffer.from("s"));
+      await store.putBytes("dep/snapshots/snap_a/store-manifest.json", Buffer.from("{}"));
+      await store.putBytes("dep/snapshots/snap_b/state.zst", Buffer.from("b"));
+      await store.delete("dep/snapshots/snap_a/state.zst");
+      assert.ok(existsSync(join(root, "dep/snapshots/snap_a")), "a folder with an object left stays");
+      await store.delete("dep/snapshots/snap_a/store-manifest.json");
+      assert.ok(!existsSync(join(root, "dep/snapshots/snap_a")), "the emptied folder goes");
+      assert.deepEqual(readdirSync(join(root, "dep/snapshots")), ["snap_b"], "its parent, not empty, stays");
+      await store.delete("dep/snapshots/snap_b/state.zst");
+      assert.deepEqual(readdirSync(root), [], "emptied up to the root, which stays");
+
+      // Puts and deletes of one folder interleaved: a delete that empties it while a put
+      // has made it but not yet its file must not fail the put.
+      for (let round = 0; round < 50; round++) {
+        const key = (i: number) => `dep/snapshots/snap_c/f${round}-${i}`;
+        await Promise.all([
+          ...Array.from({ length: 4 }, (_, i) => store.putBytes(key(i), Buffer.from(String(i)))),
+          ...Array.from({ length: 4 }, (_, i) => store.delete(key(i + 4))),
+          store.putBytes(key(8), Buffer.from("x")).then(() => store.delete(key(8))),
+        ]);
+        for (let i = 0; i < 4; i++) assert.equal((await store.getBytes(key(i))).toString(), String(i));
+        for (let i = 0; i < 4; i++) await store.delete(key(i));
+      }
+      assert.deepEqual(readdirSync(root), []);
+
+      // Folders an older Den (or a delete killed before its prune) left empty: the sweep removes them.
+      mkdirSync(join(root, "dep/snapshots/snap_old"), { recursive: true });
+      await store.putBytes("dep/snapshots/snap_live/state.zst", Buffer.from("l"));
+      assert.equal(await store.sweepAbandoned!("dep/"), 0, "no temp file");
+      assert.deepEqual(readdirSync(join(root, "dep/snapshots")), ["snap_live"]);
     } finally {
       rmSync(root, { recursive: true, force: true });
     }
