@@ -19,6 +19,13 @@ node --input-type=module -e '
   await rt.destroyAll();
   for (const s of await rt.listSnapshots()) await rt.deleteSnapshot(s.id);
   rt.close();'
+# Then the rest of what earlier runs left goes, all but the base template (setup.sh above
+# rebuilt it if its recipe changed), the instance's id and its compiled helpers: a database,
+# a store, volumes or templates of an earlier run (by hand, or interrupted) would otherwise
+# be judged as this run's (a store holding another database's snapshots failed the crash
+# test's leak check). Every run starts as a fresh machine's does, less the base template's bake.
+find "$DEN_DATA_DIR" -mindepth 1 -maxdepth 1 ! -name templates ! -name instance-id ! -name bin -exec rm -rf {} +
+find "$DEN_DATA_DIR/templates" -mindepth 1 -maxdepth 1 ! -name base -exec rm -rf {} +
 # The guest agent on its own, over a unix socket on the host (no VM): protocol edge cases.
 agent_tmp=$(mktemp -d)
 trap 'rm -rf "$agent_tmp"' EXIT
