@@ -59,6 +59,9 @@ export interface SnapshotInfo {
 }
 
 /** Whether a start failed because QEMU dropped its connections (it crashed) rather than for a reason of the snapshot's. */
+/** Tries of a restore whose QEMU crashed as it started (see restoreFrom). */
+const RESTORE_ATTEMPTS = 3;
+
 function qemuDroppedAtStart(e: unknown): boolean {
   if (!(e instanceof DenError) || e.code !== "qemu_error") return false;
   if (/^QMP (connection )?closed/.test(e.message)) return true;
@@ -413,14 +416,17 @@ export class Runtime {
     // QEMU 7.2 now and then segfaults in the `cont` that starts a restored VM (object_get_class(NULL)
     // under qio_channel_writev, flushing queued packets for its NIC's stream netdev; about one
     // restore in a hundred on these machines, at the session start's code too). Nothing of the
-    // guest has run then, and the sources are untouched: the restore is tried once more.
+    // guest has run then, and the sources are untouched: the restore is tried again. Crashes
+    // come in bursts (two restores 70 ms apart both crashed in one CI run): up to three
+    // attempts, the later ones after a pause.
     for (let attempt = 1; ; attempt++) {
       try {
         const vm = attempt === 1 && prelaunched ? prelaunched : shape && this.pool.take(shape);
         return await this.restoreOnce(record, srcDir, m, memoryFile, feedState, vm, adoptDisk, slots.mount);
       } catch (e) {
-        if (attempt >= 2 || !qemuDroppedAtStart(e)) throw e;
-        process.emitWarning(`restore of ${record.id}: QEMU went away as it started (${(e as Error).message.slice(0, 200)}); trying once more`, "DenRestoreWarning");
+        if (attempt >= RESTORE_ATTEMPTS || !qemuDroppedAtStart(e)) throw e;
+        process.emitWarning(`restore of ${record.id}: QEMU went away as it started (${(e as Error).message.slice(0, 200)}); trying again (attempt ${attempt + 1} of ${RESTORE_ATTEMPTS})`, "DenRestoreWarning");
+        await new Promise((r) => setTimeout(r, 150 * attempt));
       }
     }
   }
@@ -944,20 +950,21 @@ export class Runtime {
   /** Disconnects from every VM; the VMs keep running and are adopted by the next `open`. */
   close(): void {
     this.pool.close();
-    const settled = this.pool.settled().catch(() => undefined).finally(() => {
+    // And one still starting (the pool's spawn is not awaited): nothing of the pool outlives
+    // this, its cgroups neither (a data dir never opened again, a test's, would never sweep them).
+    const cgroups = hostCgroups();
+    const reaped: Promise<void>[] = [];
+    for (const [tag, pid] of findInstanceProcesses(this.instance, { pooled: true })) {
+      if (tag.startsWith(POOL_TAG_PREFIX)) reaped.push(killAndWait(pid).then(() => cgroups?.remove(this.instance, tag)));
+    }
+    const settled: Promise<void> = Promise.all([this.pool.settled(), ...reaped]).then(() => undefined, () => undefined).finally(() => {
+      // Empty VM cgroups (a QEMU that died on its own leaves its own), then the instance's
+      // once empty: its detached sandboxes, still running, keep theirs and it.
+      for (const tag of cgroups?.list(this.instance) ?? []) cgroups!.remove(this.instance, tag);
+      cgroups?.removeInstance(this.instance);
       if (closing.get(this.dataDir) === settled) closing.delete(this.dataDir);
     });
     closing.set(this.dataDir, settled);
-    // And one still starting (the pool's spawn is not awaited): nothing of the pool outlives this.
-    for (const [tag, pid] of findInstanceProcesses(this.instance, { pooled: true })) {
-      if (tag.startsWith(POOL_TAG_PREFIX)) {
-        try {
-          process.kill(pid, "SIGKILL");
-        } catch {
-          // gone
-        }
-      }
-    }
     for (const s of this.sandboxes.values()) s.detach();
     this.sandboxes.clear();
     this.networks.detach();

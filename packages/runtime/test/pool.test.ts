@@ -66,21 +66,27 @@ describe("the VM pool (real QEMUs)", () => {
     for (const s of burst) assert.equal(existsSync(s.dir), false);
   });
 
-  test("a clean close kills the waiting QEMUs and keeps the sandboxes; the next open adopts them and clears the pool's cgroups", async () => {
+  test("a clean close kills the waiting QEMUs and their cgroups, and keeps the sandboxes; the next open adopts them", async () => {
     const instance = rt!.instance;
     const pids = waiting(instance).map(([, pid]) => pid);
+    const tags = waiting(instance).map(([tag]) => tag);
     assert.ok(pids.length > 0);
     rt!.close();
     rt = undefined;
     await until("the waiting QEMUs to die", () => pids.every((p) => !isAlive(p)), 10_000);
     assert.equal(isAlive(kept!.pid!), true, "the sandbox's VM runs on");
+    const cg = hostCgroups();
+    if (cg) {
+      // Without waiting for an open (a data dir never opened again, as a test's, would keep them for good).
+      await until("the pool's cgroups to go", () => !cg.list(instance).some((t) => tags.includes(t)), 10_000);
+      assert.ok(cg.list(instance).includes(processTags(kept!.pid!)!.vm), "the running sandbox's stays");
+    }
 
     rt = await testRuntime();
     assert.equal(waiting(instance).length, 0);
     assert.equal(existsSync(join(rt.dataDir, "pool")), false);
     const again = rt.get(kept!.id);
     assert.equal((await again.exec("echo adopted")).stdout.toString(), "adopted\n");
-    const cg = hostCgroups();
     if (cg) {
       const live = new Set([...findInstanceProcesses(instance, { pooled: true }).values()].map((p) => processTags(p)!.vm));
       const stale = cg.list(instance).filter((t) => t.startsWith("vm_") && !live.has(t));

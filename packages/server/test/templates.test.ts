@@ -30,7 +30,8 @@ describe("custom templates", () => {
     assert.equal(r.body.stdout, "42\ninit\ndef answer():\n", r.text);
     // Two sandboxes from it are independent.
     await api("POST", `/v1/sandboxes/${a.id}/exec`, { cmd: "echo mine > /workspace/app/only-a" });
-    assert.equal((await api("POST", `/v1/sandboxes/${b.id}/exec`, { cmd: "ls /workspace/app" })).body.stdout, "__pycache__\nlib.py\nmain.py\n");
+    const ls = await api("POST", `/v1/sandboxes/${b.id}/exec`, { cmd: "ls /workspace/app" });
+    assert.equal(ls.body.stdout, "__pycache__\nlib.py\nmain.py\n", `${b.id}: ${ls.status} ${ls.text}`);
     const again = await api("POST", "/v1/templates", { name: "proj", setup: SETUP });
     assert.equal(again.status, 201, again.text);
     assert.equal(again.body.version, t.body.version, "the same recipe is the same version");

@@ -110,6 +110,17 @@ export class VmCgroups {
     }
   }
 
+  /** Removes an instance's cgroup if no VM cgroup is left in it. */
+  removeInstance(instance: string): void {
+    for (const dir of Object.values(this.dirs(instance, "x"))) {
+      try {
+        rmdirSync(dirname(dir));
+      } catch {
+        // gone already, or VMs still in it
+      }
+    }
+  }
+
   /** v2: each level down to the VM's must hand the controllers on to its children. */
   private enableControllers(rel: string): void {
     // The root, then every level above the VM's own cgroup (a leaf: it holds the process).
