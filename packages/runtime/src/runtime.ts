@@ -58,10 +58,10 @@ export interface SnapshotInfo {
   manifest: SnapshotManifest;
 }
 
-/** Whether a start failed because QEMU dropped its connections (it crashed) rather than for a reason of the snapshot's. */
 /** Tries of a restore whose QEMU crashed as it started (see restoreFrom). */
 const RESTORE_ATTEMPTS = 3;
 
+/** Whether a start failed because QEMU dropped its connections (it crashed) rather than for a reason of the snapshot's. */
 function qemuDroppedAtStart(e: unknown): boolean {
   if (!(e instanceof DenError) || e.code !== "qemu_error") return false;
   if (/^QMP (connection )?closed/.test(e.message)) return true;
@@ -268,8 +268,7 @@ export class Runtime {
     for (const pid of live.values()) await killAndWait(pid);
     await rm(this.pool.root, { recursive: true, force: true });
     // Their cgroups (and those of VMs killed before): a cgroup still holding a process stays.
-    const cgroups = hostCgroups();
-    for (const tag of cgroups?.list(this.instance) ?? []) cgroups!.remove(this.instance, tag);
+    hostCgroups()?.removeEmpty(this.instance);
     const snaps = join(this.dataDir, "snapshots");
     for (const id of readdirSync(snaps)) {
       if (!existsSync(join(snaps, id, "manifest.json"))) await rm(join(snaps, id), { recursive: true, force: true });
@@ -952,16 +951,13 @@ export class Runtime {
     this.pool.close();
     // And one still starting (the pool's spawn is not awaited): nothing of the pool outlives
     // this, its cgroups neither (a data dir never opened again, a test's, would never sweep them).
-    const cgroups = hostCgroups();
     const reaped: Promise<void>[] = [];
     for (const [tag, pid] of findInstanceProcesses(this.instance, { pooled: true })) {
-      if (tag.startsWith(POOL_TAG_PREFIX)) reaped.push(killAndWait(pid).then(() => cgroups?.remove(this.instance, tag)));
+      if (tag.startsWith(POOL_TAG_PREFIX)) reaped.push(killAndWait(pid));
     }
     const settled: Promise<void> = Promise.all([this.pool.settled(), ...reaped]).then(() => undefined, () => undefined).finally(() => {
-      // Empty VM cgroups (a QEMU that died on its own leaves its own), then the instance's
-      // once empty: its detached sandboxes, still running, keep theirs and it.
-      for (const tag of cgroups?.list(this.instance) ?? []) cgroups!.remove(this.instance, tag);
-      cgroups?.removeInstance(this.instance);
+      // (Detached sandboxes, still running, keep theirs and the instance's.)
+      hostCgroups()?.removeEmpty(this.instance);
       if (closing.get(this.dataDir) === settled) closing.delete(this.dataDir);
     });
     closing.set(this.dataDir, settled);

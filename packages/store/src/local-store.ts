@@ -62,7 +62,7 @@ export class LocalDirStore implements ObjectStore {
 
   /** Removes `dir` and its parents while they are empty, up to (not including) the root. */
   private async pruneEmpty(dir: string): Promise<void> {
-    while (dir !== this.root && relative(this.root, dir) && !relative(this.root, dir).startsWith("..")) {
+    for (let rel = relative(this.root, dir); rel && !rel.startsWith(".."); rel = relative(this.root, dir)) {
       try {
         await rmdir(dir);
       } catch {

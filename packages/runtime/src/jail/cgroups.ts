@@ -110,8 +110,12 @@ export class VmCgroups {
     }
   }
 
-  /** Removes an instance's cgroup if no VM cgroup is left in it. */
-  removeInstance(instance: string): void {
+  /**
+   * Removes the instance's VM cgroups that hold no process (a QEMU killed, or dead on its
+   * own), then the instance's own if none is left (place makes it again when needed).
+   */
+  removeEmpty(instance: string): void {
+    for (const vm of this.list(instance)) this.remove(instance, vm);
     for (const dir of Object.values(this.dirs(instance, "x"))) {
       try {
         rmdirSync(dirname(dir));
