@@ -45,8 +45,10 @@ export class LocalDirStore implements ObjectStore {
 
   /**
    * Creates the (empty) file `path` and its folders. A delete removes the folders it empties
-   * (see delete), so one may go between this mkdir and the file's creation: then again. Once
-   * the file is there, its folder is not empty, and no delete removes it.
+   * (see delete), so one may go between this mkdir and the file's creation, or even inside a
+   * recursive mkdir (Node's reports ENOTDIR when a folder it found existing is gone when it
+   * checks it): then again. Once the file is there, its folder is not empty, and no delete
+   * removes it.
    */
   private async createIn(path: string): Promise<void> {
     for (let attempt = 1; ; attempt++) {
@@ -55,7 +57,8 @@ export class LocalDirStore implements ObjectStore {
         await writeFile(path, "", { flag: "wx", mode: 0o600 });
         return;
       } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== "ENOENT" || attempt >= 20) throw e;
+        const code = (e as NodeJS.ErrnoException).code;
+        if ((code !== "ENOENT" && code !== "ENOTDIR") || attempt >= 20) throw e;
       }
     }
   }
