@@ -412,12 +412,10 @@ export class Runtime {
     }
     // RAM is either a file in the source (template, cold-booted sandbox) or a stream over the template's RAM.
     const memoryFile = m.memory === "file" ? join(srcDir, TEMPLATE_FILES.memory) : join(this.templates.dir(tpl), TEMPLATE_FILES.memory);
-    // QEMU 7.2 now and then segfaults in the `cont` that starts a restored VM (object_get_class(NULL)
-    // under qio_channel_writev, flushing queued packets for its NIC's stream netdev; about one
-    // restore in a hundred on these machines, at the session start's code too). Nothing of the
-    // guest has run then, and the sources are untouched: the restore is tried again. Crashes
-    // come in bursts (two restores 70 ms apart both crashed in one CI run): up to three
-    // attempts, the later ones after a pause.
+    // A QEMU that goes away as it starts (before the guest has run, the sources untouched) is
+    // tried again: up to three attempts, the later ones after a pause. The one known cause,
+    // QEMU 7.2's segfault at a restore's `cont` when its NIC socket was not bound (about one
+    // restore in a hundred in CI runs, in bursts), Vm.launch and Vm.attach now rule out.
     for (let attempt = 1; ; attempt++) {
       try {
         const vm = attempt === 1 && prelaunched ? prelaunched : shape && this.pool.take(shape);

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { createReadStream, createWriteStream, readlinkSync } from "node:fs";
+import { createReadStream, createWriteStream, lstatSync, readlinkSync, unlinkSync } from "node:fs";
 import { chown, open, readFile, rm } from "node:fs/promises";
 import net from "node:net";
 import { join, relative } from "node:path";
@@ -52,6 +52,26 @@ const pollDelay = (n: number) => Math.min(2 + n, 20);
 /** Migration throughput cap: QEMU's default (128 MiB/s) would stretch every snapshot pause. */
 const MIGRATE_BANDWIDTH = 64 * 1024 * 1024 * 1024;
 
+/** Spawns before a QEMU that keeps failing to open its network socket is an error (see Vm.launch). */
+const NIC_ATTEMPTS = 3;
+
+function isSocket(path: string): boolean {
+  try {
+    return lstatSync(path).isSocket();
+  } catch {
+    return false;
+  }
+}
+
+/** Removes a file if it is there (what cannot be removed, QEMU cannot replace either: launch sees that). */
+function removeStale(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // not there, or not a file
+  }
+}
+
 /** One QEMU process: its QMP connection and console log. Knows nothing of the guest agent. */
 export class Vm {
   private constructor(
@@ -71,6 +91,23 @@ export class Vm {
 
   /** `console: false`: the console log is attached later, by `claim` (a pooled VM). */
   static async launch(spec: VmSpec, host: HostProfile, opts: { console?: boolean } = {}): Promise<Vm> {
+    const nic = join(spec.dir, VM_FILES.net);
+    for (let attempt = 1; ; attempt++) {
+      removeStale(nic); // a dead QEMU's socket would pass for this one's
+      const vm = await Vm.launchOnce(spec, host, opts);
+      // QEMU 7.2 binds a stream netdev's socket in a thread of its own and only then marks
+      // the link down. When the thread comes after the chroot and uid change (whose end the
+      // QMP greeting marks), the bind fails silently and the NIC is left up with no
+      // socket: the first packet the guest or a restore's `cont` sends segfaults QEMU
+      // (object_get_class(NULL) under qio_channel_writev). No socket now means no socket ever.
+      if (isSocket(nic)) return vm;
+      await vm.kill();
+      if (attempt >= NIC_ATTEMPTS) throw new DenError("qemu_error", `QEMU did not open its network socket (${NIC_ATTEMPTS} attempts)`);
+      process.emitWarning(`QEMU ${vm.pid} in ${spec.dir} started without its network socket; starting another (attempt ${attempt + 1} of ${NIC_ATTEMPTS})`, "DenRestoreWarning");
+    }
+  }
+
+  private static async launchOnce(spec: VmSpec, host: HostProfile, opts: { console?: boolean }): Promise<Vm> {
     const pid = spawnQemu(spec, host);
     try {
       // (Synchronous: ~12 ms on cgroup v1, on the event loop. A move off it was reverted for
@@ -94,6 +131,10 @@ export class Vm {
       const console = opts.console === false ? undefined : await ConsoleLog.attach(join(dir, VM_FILES.console), join(dir, VM_FILES.consoleLog));
       const vm = new Vm(dir, pid, qmp, console);
       await vm.setIgnoreShared(true);
+      // No self-announce (gratuitous RARP) after a restore: nothing on a VM's link learns
+      // MACs, and QEMU 7.2 queues it during the load and sends it at `cont` into a stream
+      // netdev whose socket may not be set up yet (see launch), which segfaults QEMU.
+      await qmp.execute("migrate-set-parameters", { "announce-rounds": 0 });
       return vm;
     } catch (e) {
       qmp.close();
