@@ -45,10 +45,14 @@ for (const kind of ["local", "s3"] as const) {
       api = client(server.url);
     });
     after(async () => {
-      for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
-      await server?.close();
-      await s3?.close();
-      if (s3dir) rmSync(s3dir, { recursive: true, force: true });
+      // (a before hook that failed leaves no server; the S3 server must close all the same, or the file never exits)
+      try {
+        if (api) for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
+        await server?.close();
+      } finally {
+        await s3?.close();
+        if (s3dir) rmSync(s3dir, { recursive: true, force: true });
+      }
     });
 
     // Five rounds against the local store; the S3 store runs the same path, so two rounds there.
