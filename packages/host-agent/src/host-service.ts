@@ -1,12 +1,15 @@
 import { createHash } from "node:crypto";
-import { existsSync } from "node:fs";
-import { chmod, mkdir, mkdtemp, readFile, readdir, rename, rm } from "node:fs/promises";
+import { existsSync, rmSync, statSync } from "node:fs";
+import { chmod, mkdir, mkdtemp, readFile, readdir, rename, rm, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { canStreamStoredFile, downloadSnapshot, faultPoint, putSnapshotFile, putSnapshotFileFromFd, streamCompression, streamStoredFile, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore, type PutObject, type TransferProgress } from "@den/store";
 import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, createVolumeImage, hostProfile, newId, reuseTemplate, volumeImagePath, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type StateSink, type TemplateInfo, type VolumeRequest } from "@den/runtime";
 import { Admission, diskOvercommit, diskPromisedMb, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
 import { PrivateMemoryCache, availableMemoryMb } from "./host-memory.js";
+
+/** A volume's id (its image's folder under the data dir's volumes/). */
+const VOLUME_ID = /^vol_[a-z2-7]{16}$/;
 
 type HostAgent = host.HostAgent;
 type HostCreateSpec = host.HostCreateSpec;
@@ -151,8 +154,36 @@ export class LocalHostAgent implements HostAgent {
   }
 
   private volumeImage(id: string): string {
-    if (!/^vol_[a-z2-7]{16}$/.test(id)) throw new DenError("invalid_argument", `not a volume id: ${JSON.stringify(id.slice(0, 100))}`);
+    if (!VOLUME_ID.test(id)) throw new DenError("invalid_argument", `not a volume id: ${JSON.stringify(id.slice(0, 100))}`);
     return volumeImagePath(join(this.rt.dataDir, "volumes"), id);
+  }
+
+  /** The volume images here, each with its file's inode. */
+  private async volumeImages(): Promise<NonNullable<HostInventory["volumes"]>> {
+    const out: NonNullable<HostInventory["volumes"]> = [];
+    for (const id of await readdir(join(this.rt.dataDir, "volumes")).catch(() => [])) {
+      if (!VOLUME_ID.test(id)) continue;
+      const st = await stat(this.volumeImage(id)).catch(() => undefined);
+      if (st) out.push({ id, inode: st.ino });
+    }
+    return out;
+  }
+
+  async dropVolumeImage(id: string, inode: number): Promise<boolean> {
+    const image = this.volumeImage(id);
+    const user = this.rt.list().find((s) => s.state !== "destroyed" && s.info.volumes?.some((v) => v.volume === id));
+    if (user) return false;
+    // (Synchronous from the check to the removal: a fetch's rename, on this event loop, cannot come between.)
+    const st = (() => {
+      try {
+        return statSync(image);
+      } catch {
+        return undefined;
+      }
+    })();
+    if (!st || st.ino !== inode) return false;
+    rmSync(dirname(image), { recursive: true, force: true });
+    return true;
   }
 
   createVolume(op: string, id: string, sizeMb: number): Promise<void> {
@@ -496,6 +527,7 @@ export class LocalHostAgent implements HostAgent {
       instance: this.instance,
       vms: this.vmsHeld(),
       snapshots: (await this.rt.listSnapshots()).map((s) => s.id),
+      volumes: await this.volumeImages(),
       capacity: await this.capacity(),
     };
   }

@@ -121,6 +121,12 @@ export const Inventory = z.object({
   })),
   /** Complete local snapshots (warm hibernations). */
   snapshots: z.array(z.string()),
+  /**
+   * The volume images on this host, each with its file's inode: a fetch that replaces an
+   * image makes a new one, so `dropVolumeImage` removes only the file seen here. (Absent
+   * from a host agent of before it.)
+   */
+  volumes: z.array(z.object({ id: Id, inode: Count })).optional(),
   /** What it may hold and holds now (as `capacity` answers). */
   capacity: CapacityReport,
 });
@@ -207,6 +213,7 @@ export const control = {
   growVolume: route({ method: "POST", path: "/host/v1/volumes/:id/grow", body: z.object({ ...OpBody, sizeMb: z.number().int().min(API_LIMITS.minVolumeMb).max(API_LIMITS.maxVolumeMb), helper: Id }), response: Ok }),
   parkVolume: route({ method: "POST", path: "/host/v1/volumes/:id/park", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ storedBytes: Count }) }),
   fetchVolume: route({ method: "POST", path: "/host/v1/volumes/:id/fetch", body: z.object({ ...OpBody, from: StoredRef }), response: Ok }),
+  dropVolumeImage: route({ method: "POST", path: "/host/v1/volumes/:id/drop", body: z.object({ inode: Count }), response: z.object({ dropped: z.boolean() }) }),
   fetchTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/fetch", body: z.object({ ...OpBody, key: StoredRef.shape.key, current: z.boolean() }), response: Ok }),
 } as const;
 export type ControlRoutes = typeof control;
@@ -334,6 +341,12 @@ export interface HostAgent {
   parkVolume(op: string, id: string, to: StoredRef): Promise<{ storedBytes: number }>;
   /** Makes volume `id`'s image on this host the stored copy at `from` (verified; whole or not at all: one already here is replaced). */
   fetchVolume(op: string, id: string, from: StoredRef): Promise<void>;
+  /**
+   * Removes volume `id`'s image from this host if it is still the file the inventory listed
+   * (`inode`) and no VM here has it in a slot: an image the control plane found the volume's
+   * row no longer names (its move away from here could not remove it). Whether it went.
+   */
+  dropVolumeImage(id: string, inode: number): Promise<boolean>;
   /** Deletes a local snapshot (a warm hibernation's), if it is there. */
   dropLocalSnapshot(snapshotId: string): Promise<void>;
   /** Lets go of the template version a stored snapshot needed (it is gone from the store). */

@@ -159,7 +159,8 @@ describe("web dashboard", () => {
       const id = made.body.id as string;
       const table = page.getByRole("table", { name: "Sandboxes" });
       const row = table.getByRole("row").filter({ hasText: id });
-      await row.waitFor({ timeout: 20_000 });
+      // (a poll may land while the create is still under way: the row shows `creating` until the next one)
+      await row.filter({ hasText: "running" }).waitFor({ timeout: 20_000 });
       // Sandbox, State, Template, Age, TTL, Idle, Persistent, Metadata
       const cells = (await row.getByRole("cell").allTextContents()).map((c) => c.trim());
       assert.equal(cells.length, 8, cells.join(" | "));

@@ -10,7 +10,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { ChildProcess } from "node:child_process";
 import { randomBytes, createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ADMIN_KEY, client, dataDir, sandboxCalls, spawnServer, stopProcess, waitFor } from "./helpers.js";
@@ -107,6 +107,12 @@ describe("a volume moving through the store survives kill -9 at each step", () =
       assert.equal(readFileSync(hit, "utf8").trim(), point, "the point was reached");
 
       await start();
+      if (point === "volume-move-after-park") {
+        // The park committed, the removal of the host's image never ran: the volumes' sweep
+        // removes the image the row no longer names (the store's copy is the volume).
+        await waitFor("the image the park left is removed", async () => (existsSync(image(id)) ? undefined : true), 30_000, 250);
+        assert.equal(storedCopies(id).length, 1, "its stored copy stays");
+      }
       assert.equal((await api("POST", `/v1/hosts/${hostId}/undrain`, {})).status, 204);
       // Every byte, wherever the last committed step left it (a read brings it back to the host).
       const back = await read(name, "/blob");
@@ -123,6 +129,22 @@ describe("a volume moving through the store survives kill -9 at each step", () =
       assert.ok(!existsSync(join(dataDir(), "volumes", id)), "its image went with it");
     });
   }
+
+  test("an image on the host that no volume's row names is removed by the sweep; a volume's own stays", async () => {
+    if (!server || exited(server)) await start();
+    const made = await api("POST", "/v1/volumes", { name: "mv-kept", size_mb: 64 });
+    assert.equal(made.status, 201, made.text);
+    await put("mv-kept", "/kept", Buffer.from("kept"));
+    // As a volume forgotten while its host did not answer would leave it.
+    const stray = "vol_" + "abcdefghijklmnop";
+    mkdirSync(join(dataDir(), "volumes", stray));
+    writeFileSync(image(stray), "not a volume any more");
+    await waitFor("the stray image is removed", async () => (existsSync(join(dataDir(), "volumes", stray)) ? undefined : true), 30_000, 250);
+    assert.ok(existsSync(image(made.body.id)), "the volume's own image stays");
+    const back = await read("mv-kept", "/kept");
+    assert.equal(Buffer.from(back.body).toString(), "kept");
+    assert.equal((await api("DELETE", "/v1/volumes/mv-kept")).status, 204);
+  });
 
   test("a sandbox whose volume was parked while it was cold wakes with it", async () => {
     if (!server || exited(server)) await start();

@@ -22,7 +22,7 @@ const TIMEOUTS: Record<keyof Routes, number> = {
   upload: 60 * MINUTE, restore: 60 * MINUTE, checkpoint: 60 * MINUTE, fork: 60 * MINUTE, buildTemplate: 3 * 60 * MINUTE,
   publishTemplate: 60 * MINUTE, fetchTemplate: 60 * MINUTE,
   // A volume's image is made on a sparse file (seconds); a grow boots a helper VM.
-  createVolume: 5 * MINUTE, deleteVolume: 2 * MINUTE, growVolume: 15 * MINUTE,
+  createVolume: 5 * MINUTE, deleteVolume: 2 * MINUTE, dropVolumeImage: 2 * MINUTE, growVolume: 15 * MINUTE,
   // A volume moving between hosts goes through the store whole (up to its size).
   parkVolume: 60 * MINUTE, fetchVolume: 60 * MINUTE,
   // What the host is still doing for an operation: as long as the longest of them.
@@ -142,6 +142,10 @@ export class HttpHostAgent implements HostAgent {
 
   async fetchVolume(op: string, id: string, from: StoredRef): Promise<void> {
     await this.call("fetchVolume", { id }, { op, from });
+  }
+
+  async dropVolumeImage(id: string, inode: number): Promise<boolean> {
+    return (await this.call("dropVolumeImage", { id }, { inode })).dropped;
   }
 
   async dropLocalSnapshot(snapshotId: string): Promise<void> {

@@ -140,7 +140,7 @@ export class VolumeMoves {
     try {
       await host.deleteVolume(v.id);
     } catch (err) {
-      // A leftover image the row does not name is never mounted; the next start's recover or a drain removes it.
+      // A leftover image the row does not name is never mounted; the volumes' sweep removes it (Volumes.dropStrayImages).
       this.ctx.log.warn({ err, volume: v.id, host: host.instance }, `volume ${v.id}: its image on host ${host.instance} could not be removed (${why})`);
     }
   }

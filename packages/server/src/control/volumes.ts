@@ -226,6 +226,31 @@ export class Volumes {
       await new VolumeMoves(this.ctx).recover(startedAt);
     }
     for (const v of await vs.deleted()) if (v.snapshot_id || this.ctx.hosts.has(v.host_id)) await this.purge(v);
+    await this.dropStrayImages();
+  }
+
+  /**
+   * Images a host holds of volumes whose rows do not put them there: a move away from a host
+   * that did not answer when its image was to go (or a kill -9 just before), which would stay
+   * forever. Rows are read after the host's listing (a volume's row is written before its
+   * image is made), and the host removes an image only if it is still the file it listed
+   * (a fetch to it since would have made a new one).
+   */
+  private async dropStrayImages(): Promise<void> {
+    for (const { host, inventory } of await this.ctx.hosts.inventories()) {
+      for (const image of inventory.volumes ?? []) {
+        const v = await this.vs.byId(image.id);
+        // Deleted ones are purge's; one being made or moving may be wanted here.
+        if (v && (v.deleted_at !== null || v.state !== "ready" || volumeHost(v) === host.instance)) continue;
+        try {
+          if (await host.dropVolumeImage(image.id, image.inode)) {
+            this.ctx.log.info({ volume: image.id, host: host.instance }, `volume ${image.id}: removed the image host ${host.instance} still had (the volume is ${v ? (volumeHost(v) ? `on host ${v.host_id}` : "in the store") : "gone"})`);
+          }
+        } catch (err) {
+          this.ctx.log.warn({ err, volume: image.id, host: host.instance }, `volume ${image.id}: the image host ${host.instance} still has could not be removed yet`);
+        }
+      }
+    }
   }
 
   /** Moves of replicas that are gone (their leases ran out), and of this replica's earlier process, end where they stood. */
