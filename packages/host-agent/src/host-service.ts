@@ -169,18 +169,16 @@ export class LocalHostAgent implements HostAgent {
     return out;
   }
 
+  /** A VM on this host that has volume `id` in a slot (it may be writing the image). */
+  private volumeUser(id: string): VmSandbox | undefined {
+    return this.rt.list().find((s) => s.state !== "destroyed" && s.info.volumes?.some((v) => v.volume === id));
+  }
+
   async dropVolumeImage(id: string, inode: number): Promise<boolean> {
     const image = this.volumeImage(id);
-    const user = this.rt.list().find((s) => s.state !== "destroyed" && s.info.volumes?.some((v) => v.volume === id));
-    if (user) return false;
+    if (this.volumeUser(id)) return false;
     // (Synchronous from the check to the removal: a fetch's rename, on this event loop, cannot come between.)
-    const st = (() => {
-      try {
-        return statSync(image);
-      } catch {
-        return undefined;
-      }
-    })();
+    const st = statSync(image, { throwIfNoEntry: false });
     if (!st || st.ino !== inode) return false;
     rmSync(dirname(image), { recursive: true, force: true });
     return true;
@@ -217,7 +215,7 @@ export class LocalHostAgent implements HostAgent {
       const image = this.volumeImage(id);
       if (!existsSync(image)) throw new DenError("volume_not_found", `volume ${id} has no image on this host`);
       // A VM that has it in a slot may be writing it: the copy would be torn.
-      const user = this.rt.list().find((s) => s.state !== "destroyed" && s.info.volumes?.some((v) => v.volume === id));
+      const user = this.volumeUser(id);
       if (user) throw new DenError("volume_in_use", `volume ${id} is in a slot of VM ${user.id} on this host`);
       return { storedBytes: manifestBytes(await uploadSnapshot(this.store, to.key, dirname(image), [basename(image)], { volume: id })) };
     });

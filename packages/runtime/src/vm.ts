@@ -96,10 +96,11 @@ export class Vm {
       removeStale(nic); // a dead QEMU's socket would pass for this one's
       const vm = await Vm.launchOnce(spec, host, opts);
       // QEMU 7.2 binds a stream netdev's socket in a thread of its own and only then marks
-      // the link down. When the thread comes after the chroot and uid change (whose end the
-      // QMP greeting marks), the bind fails silently and the NIC is left up with no
-      // socket: the first packet the guest or a restore's `cont` sends segfaults QEMU
-      // (object_get_class(NULL) under qio_channel_writev). No socket now means no socket ever.
+      // the link down. When the thread comes after the chroot and uid change, the bind fails
+      // silently and the NIC is left up with no socket: the first packet the guest or a
+      // restore's `cont` sends segfaults QEMU (object_get_class(NULL) under
+      // qio_channel_writev). Attach's QMP commands have been answered by QEMU's main loop,
+      // which runs only once the chroot is done: no socket now means no socket ever.
       if (isSocket(nic)) return vm;
       await vm.kill();
       if (attempt >= NIC_ATTEMPTS) throw new DenError("qemu_error", `QEMU did not open its network socket (${NIC_ATTEMPTS} attempts)`);
