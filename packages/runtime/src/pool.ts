@@ -149,14 +149,19 @@ export class VmPool {
     await rm(slot.dir, { recursive: true, force: true });
   }
 
-  /** Kills every waiting VM (the next open cleans up what this cannot wait for: their cgroups). */
-  close(): void {
+  /**
+   * Kills every waiting VM; returns their pids, for the caller to wait until they are gone
+   * (a QEMU tearing down its memory is still in its cgroup some milliseconds after the kill).
+   */
+  close(): number[] {
     this.closed = true;
+    const killed: number[] = [];
     for (const list of this.stock.values()) {
       for (const slot of list) {
         slot.vm.detach();
         try {
           process.kill(slot.vm.pid, "SIGKILL");
+          killed.push(slot.vm.pid);
         } catch {
           // gone already
         }
@@ -165,6 +170,7 @@ export class VmPool {
     }
     this.stock.clear();
     this.shapes.clear();
+    return killed;
   }
 
   /** Kills every waiting VM and waits for them to be gone. */

@@ -350,11 +350,19 @@ export class Runtime {
     // It will be renamed to a sandbox's directory: that one's sockets must fit too.
     checkSocketPaths(this.sandboxDir(newId("sbx")));
     await this.overlays.create(shape.backingDisk, join(dir, VM_FILES.disk));
+    // A close kills the pool's QEMUs it finds: one launched after it must not warm up first.
+    const stopIfClosed = async (vm?: Vm) => {
+      if (!closed()) return;
+      await vm?.kill();
+      throw new Error("the pool is closed");
+    };
+    await stopIfClosed();
     // QEMU 7.2 now and then crashes as a restored VM's guest starts (see restoreFrom): a QEMU
     // that died in its warm-up is started again (twice at most; a template that fails so
     // every time is left to the pool's backoff).
     for (let attempt = 1; ; attempt++) {
       const vm = await Vm.launch(this.restoreSpec(dir, id, shape, { incomingState: shape.stateFile }), this.host, { console: false });
+      await stopIfClosed(vm);
       try {
         await warmPooledVm(vm, dir, shape.stateFile);
         return vm;
@@ -946,13 +954,16 @@ export class Runtime {
 
   /** Disconnects from every VM; the VMs keep running and are adopted by the next `open`. */
   close(): void {
-    this.pool.close();
-    // And one still starting (the pool's spawn is not awaited): nothing of the pool outlives
-    // this, its cgroups neither (a data dir never opened again, a test's, would never sweep them).
-    const reaped: Promise<void>[] = [];
+    // The waiting VMs, and one still starting (the pool's spawn is not awaited): nothing of the
+    // pool outlives this, its cgroups neither (a data dir never opened again, a test's, would
+    // never sweep them). Each is waited for until it is gone: a killed QEMU, a zombie already,
+    // no longer shows its tag, but it holds its cgroup until its exit is done (the cgroups'
+    // removal below failed now and then when it only waited for the ones it could still find).
+    const killed = new Set(this.pool.close());
     for (const [tag, pid] of findInstanceProcesses(this.instance, { pooled: true })) {
-      if (tag.startsWith(POOL_TAG_PREFIX)) reaped.push(killAndWait(pid));
+      if (tag.startsWith(POOL_TAG_PREFIX)) killed.add(pid);
     }
+    const reaped = [...killed].map((pid) => killAndWait(pid));
     const settled: Promise<void> = Promise.all([this.pool.settled(), ...reaped]).then(() => undefined, () => undefined).finally(() => {
       // (Detached sandboxes, still running, keep theirs and the instance's.)
       hostCgroups()?.removeEmpty(this.instance);
