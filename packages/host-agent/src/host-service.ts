@@ -15,6 +15,7 @@ type HostAgent = host.HostAgent;
 type HostCreateSpec = host.HostCreateSpec;
 type HostSandboxInfo = host.HostSandboxInfo;
 type HostInventory = host.HostInventory;
+type VolumeImage = host.VolumeImage;
 type StoredRef = host.StoredRef;
 type TemplateBuildSpec = host.TemplateBuildSpec;
 type TransferEvent = host.TransferEvent;
@@ -158,9 +159,8 @@ export class LocalHostAgent implements HostAgent {
     return volumeImagePath(join(this.rt.dataDir, "volumes"), id);
   }
 
-  /** The volume images here, each with its file's inode. */
-  private async volumeImages(): Promise<NonNullable<HostInventory["volumes"]>> {
-    const out: NonNullable<HostInventory["volumes"]> = [];
+  async volumeImages(): Promise<VolumeImage[]> {
+    const out: VolumeImage[] = [];
     for (const id of await readdir(join(this.rt.dataDir, "volumes")).catch(() => [])) {
       if (!VOLUME_ID.test(id)) continue;
       const st = await stat(this.volumeImage(id)).catch(() => undefined);
@@ -525,7 +525,6 @@ export class LocalHostAgent implements HostAgent {
       instance: this.instance,
       vms: this.vmsHeld(),
       snapshots: (await this.rt.listSnapshots()).map((s) => s.id),
-      volumes: await this.volumeImages(),
       capacity: await this.capacity(),
     };
   }

@@ -121,16 +121,17 @@ export const Inventory = z.object({
   })),
   /** Complete local snapshots (warm hibernations). */
   snapshots: z.array(z.string()),
-  /**
-   * The volume images on this host, each with its file's inode: a fetch that replaces an
-   * image makes a new one, so `dropVolumeImage` removes only the file seen here. (Absent
-   * from a host agent of before it.)
-   */
-  volumes: z.array(z.object({ id: Id, inode: Count })).optional(),
   /** What it may hold and holds now (as `capacity` answers). */
   capacity: CapacityReport,
 });
 export type HostInventory = z.infer<typeof Inventory>;
+
+/**
+ * A volume image on a host, with its file's inode: a fetch that replaces an image makes a
+ * new one, so `dropVolumeImage` removes only the file seen here.
+ */
+export const VolumeImage = z.object({ id: Id, inode: Count });
+export type VolumeImage = z.infer<typeof VolumeImage>;
 
 /**
  * A stored snapshot's hold on the template version it restores onto, as the control
@@ -213,6 +214,7 @@ export const control = {
   growVolume: route({ method: "POST", path: "/host/v1/volumes/:id/grow", body: z.object({ ...OpBody, sizeMb: z.number().int().min(API_LIMITS.minVolumeMb).max(API_LIMITS.maxVolumeMb), helper: Id }), response: Ok }),
   parkVolume: route({ method: "POST", path: "/host/v1/volumes/:id/park", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ storedBytes: Count }) }),
   fetchVolume: route({ method: "POST", path: "/host/v1/volumes/:id/fetch", body: z.object({ ...OpBody, from: StoredRef }), response: Ok }),
+  volumeImages: route({ method: "GET", path: "/host/v1/volume-images", response: z.object({ images: z.array(VolumeImage) }) }),
   dropVolumeImage: route({ method: "POST", path: "/host/v1/volumes/:id/drop", body: z.object({ inode: Count }), response: z.object({ dropped: z.boolean() }) }),
   fetchTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/fetch", body: z.object({ ...OpBody, key: StoredRef.shape.key, current: z.boolean() }), response: Ok }),
 } as const;
@@ -342,7 +344,12 @@ export interface HostAgent {
   /** Makes volume `id`'s image on this host the stored copy at `from` (verified; whole or not at all: one already here is replaced). */
   fetchVolume(op: string, id: string, from: StoredRef): Promise<void>;
   /**
-   * Removes volume `id`'s image from this host if it is still the file the inventory listed
+   * The volume images on this host (apart from the inventory, which the reapers ask for
+   * often: only the volumes' sweep needs these, and each costs a stat).
+   */
+  volumeImages(): Promise<VolumeImage[]>;
+  /**
+   * Removes volume `id`'s image from this host if it is still the file `volumeImages` listed
    * (`inode`) and no VM here has it in a slot: an image the control plane found the volume's
    * row no longer names (its move away from here could not remove it). Whether it went.
    */

@@ -6,7 +6,7 @@ export * as api from "./api.js";
 export * as host from "./host.js";
 export * as e2b from "./e2b/envd.js";
 export type {
-  HostAgent, HostGuest, GuestChunk, GuestFileOwner, GuestMetrics, GuestCommand, GuestExecOptions, GuestExecProcess, GuestExecResult, GuestExit, GuestFileSource, HostCreateSpec, HostSandboxInfo, HostInventory,
+  HostAgent, HostGuest, GuestChunk, GuestFileOwner, GuestMetrics, GuestCommand, GuestExecOptions, GuestExecProcess, GuestExecResult, GuestExit, GuestFileSource, HostCreateSpec, HostSandboxInfo, HostInventory, VolumeImage,
   HostTemplate, StoredRef, TemplateBuildSpec, TransferEvent, VolumeSpec,
 } from "./host.js";
 export * as e2bApi from "./e2b/rest.js";

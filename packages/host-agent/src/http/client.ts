@@ -1,5 +1,5 @@
 import type { z } from "zod";
-import { DenError, host, type HostAgent, type HostCreateSpec, type HostGuest, type HostInventory, type HostSandboxInfo, type StoredRef, type TemplateBuildSpec, type TransferEvent, type api } from "@den/protocol";
+import { DenError, host, type HostAgent, type HostCreateSpec, type HostGuest, type HostInventory, type HostSandboxInfo, type StoredRef, type TemplateBuildSpec, type TransferEvent, type VolumeImage, type api } from "@den/protocol";
 import { HostHttp } from "./fetch.js";
 import { HttpGuest } from "./guest-client.js";
 
@@ -15,7 +15,7 @@ const MINUTE = 60 * SECOND;
  * template build runs setup commands, so those get long deadlines rather than none.
  */
 const TIMEOUTS: Record<keyof Routes, number> = {
-  info: 30 * SECOND, inventory: 30 * SECOND, capacity: 30 * SECOND, cpuSeconds: 30 * SECOND, networkRefusals: 30 * SECOND,
+  info: 30 * SECOND, inventory: 30 * SECOND, volumeImages: 30 * SECOND, capacity: 30 * SECOND, cpuSeconds: 30 * SECOND, networkRefusals: 30 * SECOND,
   templates: 30 * SECOND, checkCreate: 30 * SECOND, checkCapacity: 30 * SECOND, resume: MINUTE, setNetwork: MINUTE,
   destroy: 2 * MINUTE, dropLocalSnapshot: MINUTE, unpin: MINUTE, collectLocal: 5 * MINUTE, deleteTemplate: 5 * MINUTE,
   create: 15 * MINUTE, hibernateWarm: 10 * MINUTE, wakeWarm: 10 * MINUTE, hibernateDisk: 10 * MINUTE, wakeDisk: 10 * MINUTE,
@@ -142,6 +142,10 @@ export class HttpHostAgent implements HostAgent {
 
   async fetchVolume(op: string, id: string, from: StoredRef): Promise<void> {
     await this.call("fetchVolume", { id }, { op, from });
+  }
+
+  async volumeImages(): Promise<VolumeImage[]> {
+    return (await this.call("volumeImages", {})).images;
   }
 
   async dropVolumeImage(id: string, inode: number): Promise<boolean> {

@@ -38,6 +38,7 @@ function handlers(agent: HostAgent): Handlers {
     growVolume: async (p, b) => (await agent.growVolume(b.op, id(p), b.sizeMb, b.helper), ok),
     parkVolume: (p, b) => agent.parkVolume(b.op, id(p), b.to),
     fetchVolume: async (p, b) => (await agent.fetchVolume(b.op, id(p), b.from), ok),
+    volumeImages: async () => ({ images: await agent.volumeImages() }),
     dropVolumeImage: async (p, b) => ({ dropped: await agent.dropVolumeImage(id(p), b.inode) }),
     resume: async (p) => (await agent.resume(id(p)), ok),
     cpuSeconds: async (p) => ({ cpuSeconds: (await agent.cpuSeconds(id(p))) ?? null }),

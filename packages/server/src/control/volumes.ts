@@ -237,8 +237,10 @@ export class Volumes {
    * (a fetch to it since would have made a new one).
    */
   private async dropStrayImages(): Promise<void> {
-    for (const { host, inventory } of await this.ctx.hosts.inventories()) {
-      for (const image of inventory.volumes ?? []) {
+    for (const listed of await this.ctx.hosts.each((h) => h.volumeImages())) {
+      if (!listed.ok) continue; // (a host that does not answer is asked again next time)
+      const host = listed.host;
+      for (const image of listed.value) {
         const v = await this.vs.byId(image.id);
         // Deleted ones are purge's; one being made or moving may be wanted here.
         if (v && (v.deleted_at !== null || v.state !== "ready" || volumeHost(v) === host.instance)) continue;
