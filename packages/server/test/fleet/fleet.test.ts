@@ -10,7 +10,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cp as copy, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import pg from "pg";
@@ -322,5 +322,74 @@ describe("a fleet: two control planes, three hosts, one Postgres, one bucket", (
     assert.equal(sha(new Uint8Array(await back.arrayBuffer())), sha(data), "every byte");
     cps[0] = await startCp(0);
     assert.equal((await apis[0]!("DELETE", "/v1/volumes/fleet-vol")).status, 204);
+  });
+
+  test("volumes whose host is full move straight to the host their sandbox goes to: every byte, one image left, the store's copy released; the mover killed once the new host has it: undone, then mounted elsewhere", async () => {
+    // One replica for the setup: it sees its own drains at once.
+    const one = apis[0]!;
+    for (const s of (await one("GET", "/v1/sandboxes?limit=200")).body.sandboxes ?? []) await one("DELETE", `/v1/sandboxes/${s.id}`);
+    await waitFor("three hosts up", async () => ((await hosts()).filter((h) => Object.values(ids).includes(h.id) && h.status === "up").length === 3 ? true : undefined), 30_000);
+    // Only A takes new things while B and C drain (they hold nothing): the volumes are made on A, and A is filled.
+    for (const n of ["b", "c"] as const) assert.equal((await one("POST", `/v1/hosts/${ids[n]}/drain`, {})).status, 202);
+    const startedAt = Date.now();
+    const vols = [];
+    for (const name of ["direct-vol", "direct-vol-2"]) {
+      const made = await one("POST", "/v1/volumes", { name, size_mb: 64 });
+      assert.equal(made.status, 201, made.text);
+      const data = randomBytes(3 << 20);
+      assert.equal((await one("PUT", `/v1/volumes/${name}/files?path=/blob`, data, { "content-type": "application/octet-stream" })).status, 200);
+      vols.push({ name, id: made.body.id as string, sha: createHash("sha256").update(data).digest("hex") });
+    }
+    const [v1, v2] = vols as [typeof vols[0], typeof vols[0]];
+    const row = async (id: string) => (await db.query("SELECT state, host_id, snapshot_id FROM volumes WHERE id = $1", [id])).rows[0];
+    for (const v of vols) assert.equal((await row(v.id)).host_id, ids.a);
+    const fillers: string[] = [];
+    for (;;) {
+      const r = await one("POST", "/v1/sandboxes", { persistent: true });
+      if (r.status === 503) break;
+      assert.equal(r.status, 201, r.text);
+      fillers.push(r.body.id as string);
+      assert.ok(fillers.length <= 4, "host A (1536 MiB) fills up after a few sandboxes");
+    }
+    for (const n of ["b", "c"] as const) assert.equal((await one("POST", `/v1/hosts/${ids[n]}/undrain`, {})).status, 204);
+    const image = (n: Name, id: string) => existsSync(join(dirs[n], "volumes", id, "volume.qcow2"));
+    const imagesOf = (id: string) => (["a", "b", "c"] as const).filter((n) => image(n, id));
+    const mount = async (via: typeof one, v: typeof v1) => {
+      const r = await via("POST", "/v1/sandboxes", { persistent: true, volumes: [{ name: v.name, path: "/data" }] });
+      assert.equal(r.status, 201, r.text);
+      const id = r.body.id as string;
+      const at = where(id);
+      assert.ok(at === "b" || at === "c", `placed on a host with room, not the full one: ${at}`);
+      const sum = await via("POST", `/v1/sandboxes/${id}/exec`, { cmd: "sha256sum /data/blob | cut -c1-64" });
+      assert.equal(sum.body.stdout, `${v.sha}\n`, "every byte");
+      assert.deepEqual(await row(v.id), { state: "ready", host_id: ids[at], snapshot_id: null });
+      assert.deepEqual(imagesOf(v.id), [at], "its image is on its new host only");
+      return id;
+    };
+
+    const sbx = await mount(one, v1);
+    const copies = (await db.query("SELECT id, state, released_at FROM stored_snapshots WHERE kind = 'volume' AND created_at >= $1", [startedAt])).rows;
+    // (The store's collector, every second here, may have removed its row already.)
+    assert.ok(copies.length <= 1 && copies.every((c) => c.released_at !== null), `the store's copy, a step of the move, is released: ${JSON.stringify(copies)}`);
+
+    // The second: its mover dies once the new host has the image, before that commits.
+    writeFileSync(faultFile(0), "volume-move-after-fetch");
+    const gone = new Promise((r) => cps[0]!.once("exit", r));
+    void one("POST", "/v1/sandboxes", { persistent: true, volumes: [{ name: v2.name, path: "/data" }] }).catch(() => undefined);
+    await Promise.race([gone, new Promise((_, rej) => setTimeout(() => rej(new Error("replica 0 did not reach the fault point")), 60_000))]);
+    cps[0] = undefined;
+    rmSync(faultFile(0), { force: true });
+    assert.equal((await row(v2.id)).state, "moving");
+    // The survivor, once the dead one's lease ran out, ends it where its last commit left it:
+    // in the store (A's image went once the upload committed), and the new host's copy goes.
+    await waitFor("the survivor undid the move", async () => ((await row(v2.id)).state === "ready" ? true : undefined), 60_000, 250);
+    assert.notEqual((await row(v2.id)).snapshot_id, null, "parked: its stored copy is the volume");
+    await waitFor("no host keeps an image of it", async () => (imagesOf(v2.id).length === 0 ? true : undefined), 30_000, 250);
+    const sbx2 = await mount(apis[1]!, v2);
+
+    cps[0] = await startCp(0);
+    for (const s of (await one("GET", "/v1/sandboxes?limit=200")).body.sandboxes ?? []) await one("DELETE", `/v1/sandboxes/${s.id}`);
+    for (const s of [sbx, sbx2, ...fillers]) assert.equal((await one("GET", `/v1/sandboxes/${s}`)).body.state, "destroyed");
+    for (const v of vols) assert.equal((await one("DELETE", `/v1/volumes/${v.name}`)).status, 204);
   });
 });
