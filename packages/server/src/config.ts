@@ -77,6 +77,11 @@ export interface ServerConfig {
   };
   /** The snapshot store's garbage collector: released snapshots are deleted after `graceMs`, checked every `intervalMs`. */
   storeGc: { graceMs: number; intervalMs: number };
+  /**
+   * Volumes nothing has held for `parkIdleMs` are parked in the store (uploaded, their host's
+   * image removed), so a host lost for good takes only the volumes in use on it; 0: never.
+   */
+  volumes: { parkIdleMs: number };
   /** Lifecycle webhooks: their delivery and what a tenant's URL may reach. */
   webhooks: {
     /** Each delivery is retried with exponential backoff for this long after its event, then marked failed. */
@@ -163,6 +168,7 @@ function num(v: string | undefined, fallback: number): number {
 export function loadConfig(flags: Partial<{ port: string; host: string; dataDir: string; hostAgent: string; envdPort: string }> = {}, env = process.env): ServerConfig {
   const onIdle = env.DEN_ON_IDLE ?? "hibernate";
   if (onIdle !== "hibernate" && onIdle !== "destroy") throw new Error(`DEN_ON_IDLE must be hibernate or destroy, got ${onIdle}`);
+  const hostAgent = hostAgentConfig(flags.hostAgent ?? env.DEN_HOST_AGENT_URL, env);
   return {
     port: num(flags.port ?? env.DEN_PORT, 8787),
     host: flags.host ?? env.DEN_HOST ?? "127.0.0.1",
@@ -227,6 +233,10 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       graceMs: num(env.DEN_STORE_GC_GRACE_SECONDS, 600) * 1000,
       intervalMs: num(env.DEN_STORE_GC_INTERVAL_SECONDS, 60) * 1000,
     },
+    volumes: {
+      // Only with hosts apart from the control plane: a single machine's store is on its own disk.
+      parkIdleMs: num(env.DEN_VOLUME_PARK_IDLE_SECONDS, hostAgent.kind === "remote" ? 3600 : 0) * 1000,
+    },
     webhooks: {
       retryMs: num(env.DEN_WEBHOOK_RETRY_SECONDS, 24 * 3600) * 1000,
       firstBackoffMs: num(env.DEN_WEBHOOK_FIRST_BACKOFF_MS, 5000),
@@ -245,7 +255,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       : { kind: "local", ...(env.DEN_STORE_DIR ? { dir: env.DEN_STORE_DIR } : {}) },
     logLevel: env.DEN_LOG_LEVEL ?? "info",
     metricsPublic: env.DEN_METRICS_PUBLIC === "1",
-    hostAgent: hostAgentConfig(flags.hostAgent ?? env.DEN_HOST_AGENT_URL, env),
+    hostAgent,
     hostLeases: { leaseMs: num(env.DEN_HOST_LEASE_SECONDS, 15) * 1000, graceMs: num(env.DEN_HOST_LOST_GRACE_SECONDS, 30) * 1000 },
     e2b: {
       envdPort: (flags.envdPort ?? env.DEN_ENVD_PORT) === "off" ? null : num(flags.envdPort ?? env.DEN_ENVD_PORT, 49983),

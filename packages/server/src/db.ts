@@ -271,6 +271,8 @@ export interface VolumesTable {
   moved_at: number | null;
   /** The replica running the move (another settles it only once that one's lease has run out). */
   move_owner: string | null;
+  /** When something last held it, to the volumes' sweep's pass (migration 020); null: not seen since. */
+  used_at: number | null;
 }
 
 /** A volume mounted in a sandbox, or held by a helper VM (migration 017). */

@@ -373,4 +373,11 @@ export const migrations = (dialect: Dialect): Record<string, Migration> => ({
       await db.schema.alterTable("volumes").addColumn("move_owner", "varchar(64)").execute();
     },
   },
+  "020_volume_used_at": {
+    async up(db: Kysely<any>): Promise<void> {
+      // When something last held the volume (taken, or seen held by the volumes' sweep): one
+      // idle for long enough is parked in the store (null: not seen yet; the sweep sets it).
+      await db.schema.alterTable("volumes").addColumn("used_at", "bigint").execute();
+    },
+  },
 });

@@ -119,9 +119,8 @@ export class VolumeStore {
     const v = await this.byId(id);
     if (!v || v.deleted_at !== null || v.state === "creating") throw new DenError("volume_not_found", `volume ${id} does not exist`);
     if (v.state === "moving") throw moving(v.name);
-    const live = await this.db.selectFrom("volume_mounts as m").leftJoin("sandboxes as s", "s.id", "m.sandbox_id").select(["m.sandbox_id", "s.id as sandbox"])
-      .where("m.volume_id", "=", id).where("m.held", "=", 1).where("m.sandbox_id", "!=", except ?? "")
-      .where((eb) => eb.or([eb("s.id", "is", null), eb.and([eb("s.state", "not in", ENDED), eb.not(eb.and([eb("s.state", "=", "hibernated"), eb("s.hibernate_mode", "=", "cold")]))])]))
+    const live = await this.liveHolds().select(["m.sandbox_id", "s.id as sandbox"])
+      .where("m.volume_id", "=", id).where("m.sandbox_id", "!=", except ?? "")
       .executeTakeFirst();
     if (live) {
       throw new DenError("volume_in_use", `volume ${v.name} is on host ${v.host_id} and mounted there by ${live.sandbox ? `sandbox ${live.sandbox_id}` : "a transfer of its files or a grow"}: it cannot move to another host while mounted`, {
@@ -130,6 +129,33 @@ export class VolumeStore {
     }
     await this.db.updateTable("volumes").set({ state: "moving", ...patch }).where("id", "=", id).execute();
     return { ...v, state: "moving", ...patch };
+  }
+
+  /**
+   * Holds that keep a volume where it is: of a sandbox that has not ended and is not cold
+   * hibernated (that one's VM is gone: it finds the volume where it went), or of a helper VM.
+   */
+  private liveHolds() {
+    return this.db.selectFrom("volume_mounts as m").leftJoin("sandboxes as s", "s.id", "m.sandbox_id").where("m.held", "=", 1)
+      .where((eb) => eb.or([eb("s.id", "is", null), eb.and([eb("s.state", "not in", ENDED), eb.not(eb.and([eb("s.state", "=", "hibernated"), eb("s.hibernate_mode", "=", "cold")]))])]));
+  }
+
+  /**
+   * The volumes' sweep saw these held now (and those never seen get a start to count from).
+   * A row at a time, outside any transaction: it never holds one volume's lock while it
+   * waits for another's, so it cannot deadlock with a mount that locks several.
+   */
+  async touchHeld(at: number): Promise<void> {
+    const held = this.liveHolds().select("m.volume_id");
+    const rows = await this.db.selectFrom("volumes").select("id").where("deleted_at", "is", null)
+      .where((eb) => eb.or([eb("used_at", "is", null), eb("id", "in", held)])).orderBy("id").execute();
+    for (const { id } of rows) await this.db.updateTable("volumes").set({ used_at: at }).where("id", "=", id).execute();
+  }
+
+  /** Volumes on a host that nothing has held since `before` and nothing holds now: to be parked in the store. */
+  async idleSince(before: number): Promise<VolumeRow[]> {
+    return this.db.selectFrom("volumes").selectAll().where("deleted_at", "is", null).where("state", "=", "ready").where("snapshot_id", "is", null)
+      .where("used_at", "<", before).where((eb) => eb.not(eb("id", "in", this.liveHolds().select("m.volume_id")))).orderBy("used_at").execute();
   }
 
   /** A move's step: the row's place fields as given (`state` back to ready when the move is over). */
@@ -196,10 +222,15 @@ export class VolumeStore {
     await this.db.insertInto("volume_mounts").values(holds.map((h) => ({
       volume_id: h.volumeId, sandbox_id: sandboxId, path: h.path, read_only: h.readOnly ? 1 : 0, held: 1, created_at: at,
     }))).execute();
+    await this.used(holds.map((h) => h.volumeId), at);
+  }
+
+  private async used(ids: string[], at: number): Promise<void> {
+    if (ids.length) await this.db.updateTable("volumes").set({ used_at: at }).where("id", "in", ids).execute();
   }
 
   /** A sandbox's mounts that let go of their volume (a cold hibernation's) hold it again: returns the volume ids taken. */
-  async retake(sandboxId: string, host?: string): Promise<string[]> {
+  async retake(sandboxId: string, at: number, host?: string): Promise<string[]> {
     const mounts = await this.mountsOf(sandboxId);
     await this.lock(mounts.map((m) => m.volume_id));
     // Every one of its volumes, held or not, must be where it is woken.
@@ -212,6 +243,7 @@ export class VolumeStore {
     for (const m of idle) await this.checkFree({ volumeId: m.volume_id, name: m.name, path: m.path, readOnly: m.read_only === 1 }, sandboxId);
     const ids = idle.map((m) => m.volume_id);
     await this.db.updateTable("volume_mounts").set({ held: 1 }).where("sandbox_id", "=", sandboxId).where("volume_id", "in", ids).execute();
+    await this.used(ids, at);
     return ids;
   }
 

@@ -9,7 +9,7 @@ import { loadConfig, startServer, type RunningServer } from "../src/index.js";
 import { migrations } from "../src/migrations.js";
 import { ADMIN_KEY, CLI, client } from "./helpers.js";
 
-const UNDONE = ["009_operations", "010_sandbox_hosts", "011_deadlines", "012_hosts", "013_replicas", "014_template_versions", "015_stored_templates", "016_webhooks", "017_volumes", "018_volume_moves", "019_volume_move_owner"];
+const UNDONE = ["009_operations", "010_sandbox_hosts", "011_deadlines", "012_hosts", "013_replicas", "014_template_versions", "015_stored_templates", "016_webhooks", "017_volumes", "018_volume_moves", "019_volume_move_owner", "020_volume_used_at"];
 
 /**
  * A data dir as the version before operations and deployment ids left it: its database
@@ -36,7 +36,7 @@ function downgrade(dir: string): void {
       DROP TABLE operations; DROP TABLE stored_snapshots; DROP TABLE settings;
       DROP TABLE hosts; DROP TABLE replicas; DROP TABLE leases; DROP TABLE template_versions;
       DROP TABLE webhooks; DROP TABLE webhook_deliveries;
-      DROP TABLE volumes; DROP TABLE volume_mounts; -- and 018's and 019's columns with them
+      DROP TABLE volumes; DROP TABLE volume_mounts; -- and 018-020's columns with them
       ALTER TABLE sandboxes DROP COLUMN generation; ALTER TABLE sandboxes DROP COLUMN op_id;
       ALTER TABLE sandboxes DROP COLUMN op_kind; ALTER TABLE sandboxes DROP COLUMN op_since;
       ALTER TABLE sandboxes DROP COLUMN host_id;

@@ -13,6 +13,8 @@ import { randomBytes, createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import Database from "better-sqlite3";
 import { ADMIN_KEY, client, dataDir, sandboxCalls, spawnServer, stopProcess, waitFor } from "./helpers.js";
 
 const PORT = 19281;
@@ -160,5 +162,57 @@ describe("a volume moving through the store survives kill -9 at each step", () =
     assert.equal(await exec(id, "sha256sum /data/blob | cut -c1-64"), sum);
     assert.equal((await api("DELETE", `/v1/sandboxes/${id}`)).status, 200);
     assert.equal((await api("DELETE", "/v1/volumes/mv-sbx")).status, 204);
+  });
+
+  test("volumes nothing held for DEN_VOLUME_PARK_IDLE_SECONDS are parked in the store, held ones stay; a wake that comes while its volume is parked waits for it", async () => {
+    await stopProcess(server, "SIGTERM");
+    server = await spawnServer(PORT, { ...env, DEN_VOLUME_PARK_IDLE_SECONDS: "3" });
+    const db = new Database(join(dataDir(), "den.db"), { readonly: true, fileMustExist: true });
+    const volumeState = (id: string) => (db.prepare("SELECT state FROM volumes WHERE id = ?").get(id) as { state: string } | undefined)?.state;
+    let id = "";
+    try {
+      const idle = await api("POST", "/v1/volumes", { name: "mv-idle", size_mb: 64 });
+      assert.equal(idle.status, 201, idle.text);
+      const bytes = randomBytes(3 << 20);
+      await put("mv-idle", "/blob", bytes);
+      const held = await api("POST", "/v1/volumes", { name: "mv-held", size_mb: 128 });
+      assert.equal(held.status, 201, held.text);
+      const { create, exec } = sandboxCalls(api);
+      id = await create({ volumes: [{ name: "mv-held", path: "/data" }] });
+      // Enough bytes that its park takes a while (random: they do not compress).
+      const sum = await exec(id, "head -c 40000000 /dev/urandom > /data/blob && sync && sha256sum /data/blob | cut -c1-64");
+
+      await waitFor("the idle volume is parked", async () => (!existsSync(image(idle.body.id)) && storedCopies(idle.body.id).length === 1 ? true : undefined), 60_000, 250);
+      // Sweeps run every second: the held one has been looked at several times since.
+      await sleep(4000);
+      assert.ok(existsSync(image(held.body.id)), "a volume a running sandbox holds stays on its host");
+      assert.deepEqual(storedCopies(held.body.id), []);
+      assert.equal(volumeState(held.body.id), "ready");
+      const back = await read("mv-idle", "/blob");
+      assert.equal(back.status, 200);
+      assert.equal(sha(back.body), sha(bytes), "the parked volume comes back with every byte");
+
+      // Cold, the sandbox lets go of its volume, which is parked 3 s later; its wake (an exec)
+      // sent while the park runs waits for it and fetches the volume, rather than a 409.
+      let caught = false;
+      for (let round = 0; round < 3 && !caught; round++) {
+        const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
+        assert.equal(h.status, 200, h.text);
+        await waitFor("the volume's park begins", async () => (volumeState(held.body.id) === "moving" ? true : undefined), 60_000, 5);
+        const woke = api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "sha256sum /data/blob | cut -c1-64" });
+        await sleep(20);
+        caught = volumeState(held.body.id) === "moving";
+        const r = await woke;
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.body.stdout, sum);
+      }
+      assert.ok(caught, "a wake was sent while the volume was moving");
+      assert.ok(existsSync(image(held.body.id)), "the woken sandbox's volume is back on the host");
+      await waitFor("the stored copy is collected", async () => (storedCopies(held.body.id).length === 0 ? true : undefined), 30_000, 250);
+    } finally {
+      db.close();
+      if (id) await api("DELETE", `/v1/sandboxes/${id}`);
+      for (const name of ["mv-idle", "mv-held"]) await api("DELETE", `/v1/volumes/${name}`);
+    }
   });
 });

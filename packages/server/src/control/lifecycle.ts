@@ -9,7 +9,7 @@ import type { NetworkPolicies } from "./network-policy.js";
 import type { Reason } from "./operations.js";
 import type { Measure } from "./reaper.js";
 import type { Serializer } from "./serializer.js";
-import { imagesHost, placeWithVolumes, resolveMounts, specsOf, volumeStore, type ResolvedMounts } from "./volumes.js";
+import { placeWithVolumes, resolveMounts, specsOf, volumeStore, type ResolvedMounts } from "./volumes.js";
 
 export type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">;
 
@@ -130,7 +130,7 @@ export class Lifecycle {
     const shape = { ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}) };
     // A create no host can hold is refused before it leaves a record behind.
     const pull = await this.ctx.shared.pullFor(template);
-    const host = await placeWithVolumes(this.ctx, vols.holds.map((h) => h.volumeId), vols.host, (only, exclude) => hosts.place({ template, ...shape }, { ...(pull ? { pull } : {}), only, ...(exclude ? { exclude } : {}) }));
+    const host = await placeWithVolumes(this.ctx, vols.holds.map((h) => h.volumeId), (only, exclude) => hosts.place({ template, ...shape }, { ...(pull ? { pull } : {}), only, ...(exclude ? { exclude } : {}) }));
     const network = effectivePolicy(req.network, config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("create", id, "user", { template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}) }), host: host.instance };
@@ -148,7 +148,7 @@ export class Lifecycle {
     const vols = await resolveMounts(this.ctx, p.owner, req.volumes);
     // Preferably on the host of the sandbox it was taken from (it surely has the template version); else any that has it and room.
     const origin = (await this.ctx.store.getSandbox(cp.sandbox_id))?.host_id ?? null;
-    const host = await placeWithVolumes(this.ctx, vols.holds.map((h) => h.volumeId), vols.host, (only, exclude) => this.placeStored(cp, origin, undefined, only, exclude));
+    const host = await placeWithVolumes(this.ctx, vols.holds.map((h) => h.volumeId), (only, exclude) => this.placeStored(cp, origin, undefined, only, exclude));
     const network = effectivePolicy(req.network ?? networkOf(cp), config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("restore", id, "user", { checkpoint: cp.id }), host: host.instance };
@@ -432,13 +432,13 @@ export class Lifecycle {
     // is in the store, so any compatible host with room will do, its last one first (the
     // host of its volumes, if it has any: else they are brought where it wakes).
     const host = mode === "cold"
-      ? await placeWithVolumes(this.ctx, volumeIds, await imagesHost(store, volumeIds), (only, exclude) => this.placeForWake(row, deadline, only, exclude), id)
+      ? await placeWithVolumes(this.ctx, volumeIds, (only, exclude) => this.placeForWake(row, deadline, only, exclude), id)
       : this.ctx.hosts.of(row);
     const op = { ...ops.newOp("wake", id, reason, { mode, snapshot, host: host.instance, ...(mounts.length ? { held_volumes: heldBefore } : {}) }), host: host.instance };
     // The row names the host before the host is asked: a crash leaves nothing it cannot find.
     await ops.begin(row, op, async (tx) => {
       if (host.instance !== row.host_id) await tx.updateSandbox(id, { host_id: host.instance });
-      if (mounts.length) await volumeStore(tx).retake(id, host.instance);
+      if (mounts.length) await volumeStore(tx).retake(id, this.ctx.clock.now(), host.instance);
     });
     if (mode === "cold") faultPoint("wake-cold-after-intent");
     const t0 = performance.now();

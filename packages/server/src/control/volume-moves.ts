@@ -1,9 +1,14 @@
 import { DenError, type HostAgent, type StoredRef } from "@den/protocol";
+import { setTimeout as sleep } from "node:timers/promises";
 import { newId } from "@den/runtime";
 import { faultPoint, snapshotKey } from "@den/store";
 import type { StoredSnapshotRow } from "../store.js";
 import { VolumeStore, volumeHost, type VolumeRow } from "../volume-store.js";
 import { unanswered, type Ctx } from "./context.js";
+
+/** How long a mount waits for a volume's move to end, and how often it looks. */
+const SETTLE_MS = 120_000;
+const SETTLE_POLL_MS = 200;
 
 /**
  * Volumes moving between hosts through the snapshot store. A volume's image lives on one
@@ -11,8 +16,9 @@ import { unanswered, type Ctx } from "./context.js";
  * catalogued before its upload starts), then downloaded there. Each step commits before the
  * next one begins and before anything is removed: the host's image goes only once the row
  * names the stored copy, the stored copy only once the row names the new host's image. A
- * drained host's volumes are parked (uploaded, nothing downloaded) so they outlive it.
- * While a move runs the volume is `moving` and nothing may mount it; a restart finishes or
+ * drained host's volumes are parked (uploaded, nothing downloaded) so they outlive it, and
+ * so are volumes idle for `DEN_VOLUME_PARK_IDLE_SECONDS`. While a move runs the volume is
+ * `moving` and nothing may mount it (a mount waits for it to land); a restart finishes or
  * undoes moves of a process that died (`recover`).
  */
 export class VolumeMoves {
@@ -27,11 +33,44 @@ export class VolumeMoves {
    * sandbox there takes them; `except` is that sandbox (its own holds do not stop a move).
    */
   async bring(volumeIds: readonly string[], to: HostAgent, except?: string): Promise<void> {
+    await this.settled(volumeIds);
     for (const id of volumeIds) {
       const v = await this.vs.byId(id);
       if (!v || v.deleted_at !== null) throw new DenError("volume_not_found", `volume ${id} does not exist`);
       if (v.state === "ready" && volumeHost(v) === to.instance) continue;
       await this.move(v, to, except);
+    }
+  }
+
+  /**
+   * Waits (up to `SETTLE_MS`) while any of these volumes is moving, so a mount that comes
+   * during a move (an idle volume's park, a drain's) goes where it lands rather than failing;
+   * past that, the mount's own check answers 409 `volume_in_use`.
+   */
+  async settled(volumeIds: readonly string[]): Promise<void> {
+    const until = Date.now() + SETTLE_MS;
+    for (const id of volumeIds) {
+      while ((await this.vs.byId(id))?.state === "moving" && Date.now() < until) await sleep(SETTLE_POLL_MS);
+    }
+  }
+
+  /**
+   * Parks volumes nothing has held for `idleMs` (their hosts up), so a host lost for good
+   * takes only the volumes in use on it. Each is checked again as its move begins: one taken
+   * meanwhile stays. A volume the pass cannot park is tried again by the next.
+   */
+  async parkIdle(idleMs: number): Promise<void> {
+    const now = this.ctx.clock.now();
+    await this.vs.touchHeld(now);
+    for (const v of await this.vs.idleSince(now - idleMs)) {
+      if (!this.ctx.hosts.has(v.host_id)) continue;
+      try {
+        await this.park(v);
+        this.ctx.log.info({ volume: v.id, host: v.host_id }, `volume ${v.id}: idle for ${Math.round(idleMs / 1000)} s, parked in the store`);
+      } catch (err) {
+        if (err instanceof DenError && err.code === "volume_in_use") continue; // mounted since the pass listed it
+        this.ctx.log.warn({ err, volume: v.id }, `volume ${v.id}: idle, but could not be parked in the store (the next pass tries again)`);
+      }
     }
   }
 

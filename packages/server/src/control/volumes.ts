@@ -39,7 +39,7 @@ export async function resolveMounts(ctx: Ctx, owner: string, mounts: api.VolumeM
 }
 
 /** The host that has the images of these volumes (the first one's not parked in the store); null if all are parked. */
-export async function imagesHost(store: Store, volumeIds: readonly string[]): Promise<string | null> {
+async function imagesHost(store: Store, volumeIds: readonly string[]): Promise<string | null> {
   for (const id of volumeIds) {
     const v = await volumeStore(store).byId(id);
     const at = v ? volumeHost(v) : null;
@@ -54,8 +54,12 @@ export async function imagesHost(store: Store, volumeIds: readonly string[]): Pr
  * `place` finds room, the volumes brought there first. `except`: the sandbox whose own
  * holds do not stop a move (a wake's).
  */
-export async function placeWithVolumes(ctx: Ctx, volumeIds: readonly string[], host: string | null, place: (only: string | null, exclude?: string) => Promise<HostAgent>, except?: string): Promise<HostAgent> {
+export async function placeWithVolumes(ctx: Ctx, volumeIds: readonly string[], place: (only: string | null, exclude?: string) => Promise<HostAgent>, except?: string): Promise<HostAgent> {
   if (!volumeIds.length) return place(null);
+  // A volume being moved (an idle one parked, say) lands first: where it lands decides the host.
+  const moves = new VolumeMoves(ctx);
+  await moves.settled(volumeIds);
+  const host = await imagesHost(ctx.store, volumeIds);
   if (host) {
     try {
       return await place(host);
@@ -64,7 +68,7 @@ export async function placeWithVolumes(ctx: Ctx, volumeIds: readonly string[], h
     }
   }
   const to = await place(null, host ?? undefined);
-  await new VolumeMoves(ctx).bring(volumeIds, to, except);
+  await moves.bring(volumeIds, to, except);
   return to;
 }
 
@@ -144,7 +148,7 @@ export class Volumes {
 
   /** The host a helper VM for `v` runs on: its image's, or (parked, or its host is gone) a host it is brought to first. */
   private hostFor(v: VolumeRow): Promise<HostAgent> {
-    return placeWithVolumes(this.ctx, [v.id], volumeHost(v), async (only) => {
+    return placeWithVolumes(this.ctx, [v.id], async (only) => {
       if (!only) return this.placeVolume();
       if (!this.ctx.hosts.has(only)) throw new DenError("capacity_exhausted", `host ${only} is not up`);
       return this.ctx.hosts.get(only);
@@ -165,7 +169,7 @@ export class Volumes {
   async create(p: Principal, req: api.CreateVolumeRequest): Promise<api.Volume> {
     const { store, clock } = this.ctx;
     const host = this.placeVolume();
-    const row: VolumeRow = { id: newId("vol"), owner: p.owner, name: req.name, size_mb: req.size_mb, state: "creating", host_id: host.instance, created_at: clock.now(), deleted_at: null, snapshot_id: null, move_to: null, moved_at: null, move_owner: null };
+    const row: VolumeRow = { id: newId("vol"), owner: p.owner, name: req.name, size_mb: req.size_mb, state: "creating", host_id: host.instance, created_at: clock.now(), deleted_at: null, snapshot_id: null, move_to: null, moved_at: null, move_owner: null, used_at: clock.now() };
     // The name and the quota are taken with the row, before the image is made.
     await store.transaction(async (tx) => {
       await this.quota(tx, p.owner, 1, req.size_mb);
@@ -227,6 +231,7 @@ export class Volumes {
     }
     for (const v of await vs.deleted()) if (v.snapshot_id || this.ctx.hosts.has(v.host_id)) await this.purge(v);
     await this.dropStrayImages();
+    if (this.ctx.config.volumes.parkIdleMs > 0) await new VolumeMoves(this.ctx).parkIdle(this.ctx.config.volumes.parkIdleMs);
   }
 
   /**
