@@ -8,7 +8,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CommandExitError, Sandbox } from "e2b";
 import type { RunningServer } from "../../src/index.js";
-import { ADMIN_KEY, testServer } from "../helpers.js";
+import { ADMIN_KEY, client, testServer, waitFor } from "../helpers.js";
 
 describe("the seeds' agent loops through the e2b client", () => {
   let server: RunningServer;
@@ -114,5 +114,32 @@ describe("the seeds' agent loops through the e2b client", () => {
     }
     assert.equal(await sbx.isRunning(), false, "killed: health is 502");
     await assert.rejects(sbx.commands.run("true"), "no command runs on a killed sandbox");
+  });
+
+  test("a background command is found again after a pause and resume, warm and cold: listed, connected to (its further output), killed", async () => {
+    const sbx = await Sandbox.create("base", { timeoutMs: 600_000 });
+    try {
+      const bg = await sbx.commands.run("n=0; while true; do n=$((n+1)); echo tick $n; sleep 0.2; done", { background: true, timeoutMs: 0 });
+      for (const mode of ["warm", "cold"] as const) {
+        if (mode === "warm") assert.equal(await sbx.pause(), true);
+        else assert.equal((await client(server.url)("POST", `/v1/sandboxes/${sbx.sandboxId}/hibernate`, { mode: "cold" })).status, 200);
+        const again = await Sandbox.connect(sbx.sandboxId);
+        const listed = (await again.commands.list()).find((p) => p.pid === bg.pid);
+        assert.ok(listed, `${mode}: listed after the resume`);
+        assert.equal(listed.cmd, "/bin/bash");
+        assert.ok(listed.args.join(" ").includes("echo tick"), JSON.stringify(listed));
+        let seen = "";
+        const c = await again.commands.connect(bg.pid, { onStdout: (d) => void (seen += d) });
+        await waitFor(`${mode}: output after connecting`, async () => (/tick \d+/.test(seen) ? true : undefined), 15_000, 100);
+        await c.disconnect();
+      }
+      const again = await Sandbox.connect(sbx.sandboxId);
+      assert.equal(await again.commands.kill(bg.pid), true);
+      await waitFor("gone from the list once killed", async () => ((await again.commands.list()).some((p) => p.pid === bg.pid) ? undefined : true), 15_000, 200);
+      const alive = await again.commands.run(`kill -0 ${bg.pid}`).catch((x: unknown) => x);
+      assert.ok(alive instanceof CommandExitError, "the killed process is gone");
+    } finally {
+      await sbx.kill();
+    }
   });
 });

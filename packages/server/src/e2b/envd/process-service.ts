@@ -2,17 +2,31 @@
 import { e2b, type GuestExecOptions } from "@den/protocol";
 import { ConnectError, parseMessage, type EnvelopeStream } from "./connect.js";
 import { withDeadline } from "./deadline.js";
-import { MAX_PROCESSES, type ManagedProcess, type Subscriber } from "./process-table.js";
+import { adoptedProcess, configOf, guestProcess, runningProcesses } from "./adopted.js";
+import { MAX_PROCESSES, ManagedProcess, type Subscriber } from "./process-table.js";
 import { resolvePath } from "./request.js";
 import type { RpcContext, Service } from "./rpc.js";
 
 /** Starting a process takes at most this (the guest forks and answers). */
 const START_MS = 60_000;
 
-function find(ctx: RpcContext, sel: e2b.ProcessSelector): ManagedProcess {
+/**
+ * The process a request names: one this server tracks, else (by pid) one the guest still
+ * runs that it no longer streams to anyone here (after a pause and wake, a Den restart), taken
+ * into the table with a pump reading its buffers; or one another replica streams, which can
+ * be signalled and fed but not followed from here (`readable` false).
+ */
+async function find(ctx: RpcContext, sel: e2b.ProcessSelector): Promise<ManagedProcess & { readable?: boolean }> {
   const p = ctx.state.processes.find(sel);
-  if (!p) throw new ConnectError("not_found", sel.pid !== undefined ? `process with pid ${sel.pid} not found` : `process with tag ${JSON.stringify(sel.tag)} not found`);
-  return p;
+  if (p) return p;
+  const info = sel.pid !== undefined ? await guestProcess(ctx.sandbox.guest, sel.pid) : undefined;
+  if (!info) throw new ConnectError("not_found", sel.pid !== undefined ? `process with pid ${sel.pid} not found` : `process with tag ${JSON.stringify(sel.tag)} not found`);
+  const proc = adoptedProcess(ctx.sandbox.guest, info);
+  const meta = { config: configOf(info), pty: false, stdin: true };
+  if (!proc.readable || ctx.state.processes.size >= MAX_PROCESSES) return Object.assign(new ManagedProcess(proc, meta, () => undefined), { readable: false });
+  const adopted = ctx.state.processes.add(proc, meta);
+  void adopted.run();
+  return adopted;
 }
 
 /**
@@ -83,7 +97,9 @@ async function start(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Promis
 
 async function connect(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Promise<void> {
   const req = parseMessage(e2b.ConnectRequest, raw);
-  await follow(ctx, find(ctx, req.process), out, { ownDeadline: false });
+  const p = await find(ctx, req.process);
+  if (p.readable === false) throw new ConnectError("failed_precondition", `process ${p.pid} streams its output through another Den server; connect through that one`);
+  await follow(ctx, p, out, { ownDeadline: false });
 }
 
 function bytes(b64: string): Buffer {
@@ -97,11 +113,15 @@ export const processService: Service = {
   },
   unary: {
     async List(ctx): Promise<e2b.ListResponse> {
-      return { processes: ctx.state.processes.list().map((p) => ({ config: p.meta.config, pid: p.pid, ...(p.meta.tag ? { tag: p.meta.tag } : {}) })) };
+      const mine = ctx.state.processes.list().map((p) => ({ config: p.meta.config, pid: p.pid, ...(p.meta.tag ? { tag: p.meta.tag } : {}) }));
+      // And what the guest still runs that this server does not stream (see find).
+      const known = new Set(mine.map((p) => p.pid));
+      const others = (await runningProcesses(ctx.sandbox.guest)).filter((p) => !known.has(p.pid)).map((p) => ({ config: configOf(p), pid: p.pid }));
+      return { processes: [...mine, ...others] };
     },
     async SendInput(ctx, raw) {
       const req = parseMessage(e2b.SendInputRequest, raw);
-      const p = find(ctx, req.process);
+      const p = await find(ctx, req.process);
       const data = req.input.pty ?? req.input.stdin;
       if (data === undefined) throw new ConnectError("invalid_argument", "input needs stdin or pty bytes");
       if (!p.acceptsInput) throw new ConnectError("failed_precondition", `process ${p.pid} has no open stdin (start it with stdin: true)`);
@@ -109,14 +129,14 @@ export const processService: Service = {
       return {};
     },
     async CloseStdin(ctx, raw) {
-      const p = find(ctx, parseMessage(e2b.CloseStdinRequest, raw).process);
+      const p = await find(ctx, parseMessage(e2b.CloseStdinRequest, raw).process);
       if (p.meta.pty) throw new ConnectError("failed_precondition", "a PTY has no stdin to close");
       p.closeStdin();
       return {};
     },
     async SendSignal(ctx, raw) {
       const req = parseMessage(e2b.SendSignalRequest, raw);
-      const p = find(ctx, req.process);
+      const p = await find(ctx, req.process);
       if (req.signal === "SIGNAL_SIGKILL") await p.kill();
       else if (req.signal === "SIGNAL_SIGTERM") await p.signal(15);
       else throw new ConnectError("invalid_argument", "signal must be SIGNAL_SIGTERM or SIGNAL_SIGKILL");
@@ -124,7 +144,7 @@ export const processService: Service = {
     },
     async Update(ctx, raw) {
       const req = parseMessage(e2b.UpdateRequest, raw);
-      const p = find(ctx, req.process);
+      const p = await find(ctx, req.process);
       if (req.pty) {
         if (!p.meta.pty) throw new ConnectError("failed_precondition", `process ${p.pid} has no PTY`);
         await p.resize(req.pty.size.rows, req.pty.size.cols);

@@ -138,6 +138,8 @@ export class ManagedProcess {
 
 export class ProcessTable {
   private readonly byPid = new Map<number, ManagedProcess>();
+  /** Called when the last process leaves (the sandbox's state waits for it to be dropped). */
+  onEmpty: (() => void) | undefined;
 
   get size(): number {
     return this.byPid.size;
@@ -147,6 +149,7 @@ export class ProcessTable {
   add(proc: GuestExecProcess, meta: ProcessMeta): ManagedProcess {
     const p = new ManagedProcess(proc, meta, (done) => {
       if (this.byPid.get(done.pid) === done) this.byPid.delete(done.pid);
+      if (!this.byPid.size) this.onEmpty?.();
     });
     this.byPid.set(p.pid, p);
     return p;

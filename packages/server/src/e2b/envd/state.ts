@@ -21,7 +21,10 @@ export class SandboxStates {
 
   get(id: string, sandbox: EnvdSandbox): SandboxState {
     const have = this.states.get(id);
-    if (have) return have.state;
+    if (have) {
+      have.state.processes.onEmpty = undefined; // in use again (a wake): kept until the next drop
+      return have.state;
+    }
     if (this.states.size >= MAX_SANDBOXES) this.drop(this.states.keys().next().value!);
     const state: SandboxState = { processes: new ProcessTable(), watchers: new WatcherTable(), noXattrs: false };
     const unsubscribe = sandbox.onGone(() => this.drop(id));
@@ -29,16 +32,33 @@ export class SandboxStates {
     return state;
   }
 
+  /**
+   * The sandbox stopped running (destroyed, or hibernated). Processes this server streams
+   * stay tracked until their pumps end: a warm hibernation keeps the guest's connection, so
+   * after the wake they are still streamed here (and connected to as before); a VM that is gone
+   * ends them at once (after a cold wake the guest lists them, as buffered ones: adopted.ts).
+   */
   drop(id: string): void {
     const s = this.states.get(id);
     if (!s) return;
+    s.state.watchers.clear();
+    if (s.state.processes.size) {
+      s.state.processes.onEmpty = () => this.forget(id, s);
+      return;
+    }
+    this.forget(id, s);
+  }
+
+  private forget(id: string, s: { state: SandboxState; unsubscribe: () => void }): void {
+    if (this.states.get(id) !== s) return;
     this.states.delete(id);
     s.unsubscribe();
-    s.state.processes.clear();
-    s.state.watchers.clear();
   }
 
   clear(): void {
-    for (const id of [...this.states.keys()]) this.drop(id);
+    for (const [id, s] of [...this.states]) {
+      s.state.processes.clear();
+      this.drop(id);
+    }
   }
 }
