@@ -23,8 +23,8 @@ export async function guestProcess(guest: HostGuest, pid: number): Promise<ProcI
   return (await runningProcesses(guest)).find((p) => p.pid === pid);
 }
 
-export async function runningProcesses(guest: HostGuest): Promise<ProcInfo[]> {
-  return (await withDeadline(guest.processes.list(), "process list")).filter((p) => p.running);
+export async function runningProcesses(guest: HostGuest, deadlineMs?: number): Promise<ProcInfo[]> {
+  return (await withDeadline(guest.processes.list(), "process list", deadlineMs)).filter((p) => p.running);
 }
 
 /** E2B's config of a process the guest describes by its argv (or a shell command line); its envs and cwd are not kept. */

@@ -7,6 +7,8 @@ import { MAX_PROCESSES, ManagedProcess, type Subscriber } from "./process-table.
 import { resolvePath } from "./request.js";
 import type { RpcContext, Service } from "./rpc.js";
 
+/** How long List waits for the guest's own list. */
+const LIST_MS = 5_000;
 /** Starting a process takes at most this (the guest forks and answers). */
 const START_MS = 60_000;
 
@@ -116,7 +118,9 @@ export const processService: Service = {
       const mine = ctx.state.processes.list().map((p) => ({ config: p.meta.config, pid: p.pid, ...(p.meta.tag ? { tag: p.meta.tag } : {}) }));
       // And what the guest still runs that this server does not stream (see find).
       const known = new Set(mine.map((p) => p.pid));
-      const others = (await runningProcesses(ctx.sandbox.guest)).filter((p) => !known.has(p.pid)).map((p) => ({ config: configOf(p), pid: p.pid }));
+      // A guest slow to answer costs the list those, not the call.
+      const guestSide = await runningProcesses(ctx.sandbox.guest, LIST_MS).catch(() => []);
+      const others = guestSide.filter((p) => !known.has(p.pid)).map((p) => ({ config: configOf(p), pid: p.pid }));
       return { processes: [...mine, ...others] };
     },
     async SendInput(ctx, raw) {
