@@ -15,8 +15,9 @@ const START_MS = 60_000;
 /**
  * The process a request names: one this server tracks, else (by pid) one the guest still
  * runs that it no longer streams to anyone here (after a pause and wake, a Den restart), taken
- * into the table with a pump reading its buffers; or one another replica streams, which can
- * be signalled and fed but not followed from here (`readable` false).
+ * into the table with a pump reading its buffers; or one streamed to someone else (a /v1
+ * exec, another replica's envd), which can be signalled and fed but not followed from here
+ * (`readable` false).
  */
 async function find(ctx: RpcContext, sel: e2b.ProcessSelector): Promise<ManagedProcess & { readable?: boolean }> {
   const p = ctx.state.processes.find(sel);
@@ -100,7 +101,7 @@ async function start(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Promis
 async function connect(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Promise<void> {
   const req = parseMessage(e2b.ConnectRequest, raw);
   const p = await find(ctx, req.process);
-  if (p.readable === false) throw new ConnectError("failed_precondition", `process ${p.pid} streams its output through another Den server; connect through that one`);
+  if (p.readable === false) throw new ConnectError("failed_precondition", `process ${p.pid} streams its output to another connection (a /v1 exec, or another Den server's envd): it cannot be followed here`);
   await follow(ctx, p, out, { ownDeadline: false });
 }
 
