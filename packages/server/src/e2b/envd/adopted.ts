@@ -6,7 +6,7 @@
  * pause and resume, as E2B's own envd (inside the VM) does.
  */
 import { setTimeout as sleep } from "node:timers/promises";
-import type { GuestChunk, GuestExecProcess, GuestExit, HostGuest, ProcInfo } from "@den/protocol";
+import type { GuestChunk, GuestExecProcess, GuestExit, HostGuest, ProcInfo, ProcWaitReply } from "@den/protocol";
 import { withDeadline } from "./deadline.js";
 import type { ProcessMeta } from "./process-table.js";
 
@@ -17,6 +17,9 @@ const POLL_MAX_MS = 1000;
 const READ_MAX = 256 * 1024;
 /** Past the end of any buffer: the first read answers where the output is now, with no bytes. */
 const NOW = Number.MAX_SAFE_INTEGER;
+
+/** A `proc.wait` answer as an exit, once the process has one. */
+const exitOf = (w: ProcWaitReply): GuestExit | undefined => (w.running ? undefined : { exitCode: w.exit_code, signal: w.signal, timedOut: w.timed_out });
 
 /** The guest's running process with this pid, if any. */
 export async function guestProcess(guest: HostGuest, pid: number): Promise<ProcInfo | undefined> {
@@ -35,22 +38,19 @@ export function configOf(info: ProcInfo): ProcessMeta["config"] {
 
 /**
  * A buffered guest process as a streamed exec: its further output (from now on, as E2B's
- * Connect gives) read from the guest's buffers, its exit from `proc.wait`. A streamed one
- * (another replica's) cannot be read from here: `readable` says so.
+ * Connect gives) read from the guest's buffers, its exit from `proc.wait`. One streamed to
+ * another connection (another replica's envd, a /v1 exec) cannot be read from here:
+ * `readable` says so.
  */
 export function adoptedProcess(guest: HostGuest, info: ProcInfo): GuestExecProcess & { readonly readable: boolean } {
   const g = guest.processes;
-  let exit: Promise<GuestExit> | undefined;
-  const finished = async (): Promise<GuestExit | undefined> => {
-    const w = await withDeadline(g.wait(info.proc, 0), "process wait");
-    return w.running ? undefined : { exitCode: w.exit_code, signal: w.signal, timedOut: w.timed_out };
-  };
+  let exit: GuestExit | undefined;
   async function* output(): AsyncGenerator<GuestChunk> {
     const offset = { stdout: NOW, stderr: NOW };
     let quiet = POLL_MIN_MS;
     for (;;) {
       // Read once more after the exit is seen: what it wrote last is in the buffers.
-      const ended = await finished();
+      const ended = exitOf(await withDeadline(g.wait(info.proc, 0), "process wait"));
       let got = false;
       for (const stream of ["stdout", "stderr"] as const) {
         for (;;) {
@@ -62,7 +62,7 @@ export function adoptedProcess(guest: HostGuest, info: ProcInfo): GuestExecProce
         }
       }
       if (ended) {
-        exit = Promise.resolve(ended);
+        exit = ended;
         return;
       }
       quiet = got ? POLL_MIN_MS : Math.min(quiet * 2, POLL_MAX_MS);
@@ -75,11 +75,8 @@ export function adoptedProcess(guest: HostGuest, info: ProcInfo): GuestExecProce
     readable: info.mode === "buffer",
     [Symbol.asyncIterator]: output,
     async wait() {
-      if (exit) return exit;
-      for (;;) {
-        const w = await withDeadline(g.wait(info.proc, 10_000), "process wait", 20_000);
-        if (!w.running) return { exitCode: w.exit_code, signal: w.signal, timedOut: w.timed_out };
-      }
+      while (!exit) exit = exitOf(await withDeadline(g.wait(info.proc, 10_000), "process wait", 20_000));
+      return exit;
     },
     write: (data) => g.write(info.proc, data),
     closeStdin: () => void g.write(info.proc, "", true).catch(() => undefined),
