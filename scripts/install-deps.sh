@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Den needs on the host (idempotent; fast when all are present).
+# Installs the Debian packages Den needs on the host (idempotent; fast when all are present),
+# and any more named as arguments (the test command adds what only tests use).
 set -euo pipefail
 # make, g++ and python3 build better-sqlite3 when no prebuilt binary can be fetched.
 # nftables and iproute2: the per-sandbox network namespaces and their firewalls.
-# chromium: the dashboard's test drives it headless (playwright-core).
 # libzstd-dev: Den's native page filter compresses a state with libzstd in its own process.
-pkgs=(qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs lz4 zstd libzstd-dev cpio gcc libc6-dev make g++ python3 nftables iproute2 chromium)
+pkgs=(qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs lz4 zstd libzstd-dev cpio gcc libc6-dev make g++ python3 nftables iproute2 "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -18,4 +18,5 @@ if [ ! -x node_modules/.bin/den ]; then
   rm -f node_modules/.bin/den
   npm rebuild @den/cli --ignore-scripts --no-audit --no-fund >/dev/null
 fi
-node packages/cli/dist/src/bin.js template build base
+# (DEN_SETUP_NO_TEMPLATE=1: not the base template, for the tests that boot no VM.)
+[ "${DEN_SETUP_NO_TEMPLATE:-}" = 1 ] || node packages/cli/dist/src/bin.js template build base

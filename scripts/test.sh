@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
-# The test suite, against real QEMU microVMs. VM-heavy files run one at a time (2 cores).
+# The test suite: the files that need no VM in parallel (seconds), then those against real QEMU
+# microVMs one at a time (2 cores). `npm run test:fast` runs only the first (scripts/test-fast.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Tests get their own data dir, so they never touch the sandboxes of a running Den.
 export DEN_DATA_DIR=${DEN_TEST_DATA_DIR:-/var/lib/den-test}
+# What only the tests use: chromium (the dashboard's and the origins' tests drive it headless
+# through playwright-core) and Postgres for the suite's Postgres pass (scripts/with-postgres.sh
+# runs a throwaway server; Den itself needs it only with DEN_DATABASE_URL). `npm start` installs neither.
+bash scripts/install-deps.sh chromium postgresql
 bash scripts/setup.sh
-# Postgres for the suite's Postgres pass (scripts/with-postgres.sh runs a throwaway server;
-# Den itself needs it only with DEN_DATABASE_URL, so `npm start` does not install it).
-if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-  echo "installing: postgresql" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null \
-    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null; }
-fi
 # Sandboxes left by an interrupted earlier run would skew the leak checks.
 node --input-type=module -e '
   import { Runtime } from "@den/runtime";
@@ -44,16 +42,12 @@ bounded() {
 # No test outside the network namespace below may touch this host's networking.
 host_net() { nft list tables 2>/dev/null | grep den_ || true; ip netns list 2>/dev/null | grep '^den-' || true; }
 host_net_before=$(host_net)
-bounded node --test --test-concurrency=1 --test-reporter=spec \
-  packages/protocol/dist/test/*.test.js \
-  packages/images/dist/test/*.test.js \
-  packages/store/dist/test/*.test.js \
-  packages/runtime/dist/test/*.test.js \
-  packages/host-agent/dist/test/*.test.js \
-  packages/sdk/dist/test/*.test.js \
-  packages/mcp/dist/test/*.test.js \
-  packages/server/dist/test/*.test.js \
-  packages/bench/dist/test/*.test.js
+# Each test file's first line says what it needs (scripts/test-files.mjs): those that need no
+# VM (unit tests, the in-memory host) run first, two at a time; then the VM files, one at a time.
+fast_files=$(node scripts/test-files.mjs fast)
+vm_files=$(node scripts/test-files.mjs vm)
+bounded node --test --test-concurrency=2 --test-reporter=spec $fast_files
+bounded node --test --test-concurrency=1 --test-reporter=spec $vm_files
 # The same API tests once more, on Postgres (a throwaway server, scripts/with-postgres.sh)
 # and with the host agent behind a real HTTP hop (its /host/v1 server on 127.0.0.1,
 # HttpHostAgent + HttpGuest): every query is Postgres' and every host call crosses the wire

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a command with DEN_DATABASE_URL pointing at a throwaway Postgres (Debian's
-# `postgresql`, installed by scripts/setup.sh): a fresh cluster in a temp dir, owned by the
+# `postgresql`, installed by scripts/test.sh): a fresh cluster in a temp dir, owned by the
 # unprivileged `postgres` user, on a free loopback port, stopped and deleted afterwards.
 #   scripts/with-postgres.sh node --test ...
 set -euo pipefail

@@ -1,3 +1,4 @@
+// needs: many VMs
 /**
  * Containment (real microVMs, a `den serve` of its own): while a hostile sandbox runs a
  * fork bomb, a memory hog at its limit, a disk fill to its quota, a CPU loop on every

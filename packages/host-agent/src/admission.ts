@@ -73,6 +73,11 @@ export function memoryCharge(guestMb: number, privateMb: number | undefined, ove
   return Math.ceil(own + (guestMb - own) / overcommit);
 }
 
+function freeMbOf(dir: string): number {
+  const st = statfsSync(dir);
+  return Math.floor((st.bavail * st.bsize) / 1024 / 1024);
+}
+
 /** A VM that exists: its shape, whether it runs (a paused one holds memory but no vCPU), what it holds privately. */
 export type Held = Shape & { paused?: boolean; privateMb?: number };
 
@@ -100,6 +105,8 @@ export class Admission {
     readonly memoryOvercommit = 1,
     /** The host's memory now: below `memoryReserveMb` available, nothing new is admitted. */
     private readonly memory: { availableMb: () => number; reserveMb: number } = { availableMb: () => Infinity, reserveMb: 0 },
+    /** MiB free on the data dir's filesystem (a host with no real disk, the in-memory one, says its own). */
+    private readonly freeDiskMb?: () => number,
   ) {}
 
   /** The host's available memory against its reserve. */
@@ -156,8 +163,7 @@ export class Admission {
       throw new DenError("capacity_exhausted", `this host cannot hold ${what}: ${used.vcpus} of ${cap.vcpus} vCPUs are in use; ${hint}`,
         { resource: "vcpus", used: used.vcpus, capacity: cap.vcpus });
     }
-    const st = statfsSync(this.dataDir);
-    const freeMb = Math.floor((st.bavail * st.bsize) / 1024 / 1024);
+    const freeMb = this.freeDiskMb ? this.freeDiskMb() : freeMbOf(this.dataDir);
     if (freeMb < cap.diskReserveMb) {
       throw new DenError("capacity_exhausted", `this host's disk is full: ${freeMb} MiB free, ${cap.diskReserveMb} MiB are kept in reserve; ${hint}`,
         { resource: "disk", free_mb: freeMb, reserve_mb: cap.diskReserveMb });

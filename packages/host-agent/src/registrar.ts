@@ -2,6 +2,9 @@ import { host } from "@den/protocol";
 import type { LocalHostAgent } from "./host-service.js";
 import { HostHttp } from "./http/fetch.js";
 
+/** What registration asks of a host agent (LocalHostAgent, or MemoryHostAgent for tests). */
+export type RegisteredHost = Pick<LocalHostAgent, "instance" | "kind" | "capacity" | "fence">;
+
 export interface RegistrarOptions {
   /** Control-plane replicas (any one will do; the next is tried when one does not answer). */
   controlPlanes: string[];
@@ -27,7 +30,7 @@ export class Registrar {
   private stopped = false;
   state: host.HeartbeatReply["state"] | undefined;
 
-  constructor(private readonly agent: LocalHostAgent, private readonly opts: RegistrarOptions) {}
+  constructor(private readonly agent: RegisteredHost, private readonly opts: RegistrarOptions) {}
 
   /** Registers now (the first heartbeat must be answered, or the start fails), then keeps the lease. */
   async start(): Promise<void> {

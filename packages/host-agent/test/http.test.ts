@@ -1,3 +1,4 @@
+// needs: one VM
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { DenError, type HostAgent, type TransferEvent } from "@den/protocol";

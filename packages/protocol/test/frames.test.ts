@@ -1,3 +1,4 @@
+// needs: nothing
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Channel, FrameDecoder, FrameError, FrameType, MAX_PAYLOAD, encodeCredit, encodeData, encodeJson } from "../src/index.js";

@@ -1,3 +1,4 @@
+// needs: one VM
 /**
  * What E2B-style code expects of the base template, on a real VM: the account `user` (sudo,
  * home, umask), exec and files as a user in every mode, `user.*` xattrs on the root

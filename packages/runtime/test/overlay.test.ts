@@ -1,3 +1,4 @@
+// needs: qemu-img
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";

@@ -1,3 +1,4 @@
+// needs: nothing
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { DenApiError, InvalidResponseError, Process, Sandbox, TimeoutError, UnavailableError } from "@den/sdk";

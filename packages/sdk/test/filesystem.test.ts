@@ -1,3 +1,4 @@
+// needs: nothing
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { ConflictError, FileNotFoundError, NotFoundError, Sandbox } from "@den/sdk";

@@ -1,3 +1,4 @@
+// needs: nothing
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { InvalidResponseError, readNdjson } from "@den/sdk";

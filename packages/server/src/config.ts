@@ -107,11 +107,13 @@ export interface ServerConfig {
   /**
    * Where the host agent runs: in this process (`local`, single-node mode: no network hop);
    * in this process behind a real HTTP hop on 127.0.0.1 (`loopback`, DEN_HOST_TRANSPORT=loopback:
-   * every host call crosses the wire protocol); or other processes (`remote`, DEN_HOST_AGENT_URL
+   * every host call crosses the wire protocol); an in-memory host with no VM at all (`memory`,
+   * DEN_HOST_TRANSPORT=memory: fast tests of the control plane; nothing outlives the process
+   * but what it put in the store); or other processes (`remote`, DEN_HOST_AGENT_URL
    * + DEN_HOST_SECRET, or `den serve --host-agent URL`: one or more host agents, comma-separated
    * or the flag repeated, all with the one shared secret; this server runs no VM itself).
    */
-  hostAgent: { kind: "local" } | { kind: "loopback" } | {
+  hostAgent: { kind: "local" } | { kind: "loopback" } | { kind: "memory" } | {
     kind: "remote"; urls: string[]; secret: string;
     /** `registered` was given: hosts register themselves, and share template versions through the store. */
     registered?: boolean;
@@ -148,7 +150,7 @@ function hostAgentConfig(list: string | undefined, env: NodeJS.ProcessEnv): Serv
     return { kind: "remote", urls, secret, registered: given.includes("registered") };
   }
   const transport = env.DEN_HOST_TRANSPORT ?? "local";
-  if (transport !== "local" && transport !== "loopback") throw new Error(`DEN_HOST_TRANSPORT must be local or loopback, got ${transport}`);
+  if (transport !== "local" && transport !== "loopback" && transport !== "memory") throw new Error(`DEN_HOST_TRANSPORT must be local, loopback or memory, got ${transport}`);
   return { kind: transport };
 }
 

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { HostAgent } from "@den/protocol";
 import type { ObjectStore } from "@den/store";
-import { HttpHostAgent, LocalHostAgent, startHostServer } from "@den/host-agent";
+import { HttpHostAgent, LocalHostAgent, MemoryHostAgent, startHostServer } from "@den/host-agent";
 import type { ServerConfig } from "./config.js";
 
 /** The host agents the control plane talks to, and how to let go of them. */
@@ -14,9 +14,11 @@ export interface HostConnection {
  * Opens the host agent the config names. `local`: a LocalHostAgent in this process, called
  * directly (single-node mode, as before the split). `loopback`: the same, but served on
  * 127.0.0.1 with a random secret and reached through HttpHostAgent, so every call crosses
- * the real wire (the suite runs this way too). `remote`: one or more `den host run`
- * elsewhere (each must answer now: a typo in the list should stop the start, not strand
- * sandboxes); this process opens no runtime and takes no lock on the VMs' data dir.
+ * the real wire (the suite runs this way too). `memory`: a MemoryHostAgent in this process
+ * (no QEMU: its VMs live as long as the process, its snapshots go to `objects`), run as the
+ * single-node one is. `remote`: one or more `den host run` elsewhere (each must answer now:
+ * a typo in the list should stop the start, not strand sandboxes); this process opens no
+ * runtime and takes no lock on the VMs' data dir.
  */
 export async function connectHost(config: ServerConfig, objects: ObjectStore, log?: object | boolean): Promise<HostConnection> {
   const where = config.hostAgent;
@@ -29,6 +31,10 @@ export async function connectHost(config: ServerConfig, objects: ObjectStore, lo
       throw e;
     }
     return { hosts, close: async () => hosts.forEach((h) => h.close()) };
+  }
+  if (where.kind === "memory") {
+    const memory = await MemoryHostAgent.open({ store: objects, capacity: config.capacity, dataDir: config.dataDir });
+    return { hosts: [memory], close: async () => memory.close() };
   }
   const local = await LocalHostAgent.open(config.dataDir, objects, config.capacity);
   if (where.kind === "local") return { hosts: [local], close: async () => local.close() };

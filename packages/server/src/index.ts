@@ -1,4 +1,4 @@
-export { startServer, type RunningServer } from "./server.js";
+export { startServer, type RunningServer, type ServerOptions } from "./server.js";
 export { loadConfig, type ServerConfig } from "./config.js";
 export { buildApp } from "./app.js";
 export { ControlPlane, type Clock } from "./control-plane.js";

@@ -6,6 +6,7 @@ import { ControlPlane, newDeploymentId, systemClock, type Clock } from "./contro
 import { openDatabase } from "./db.js";
 import { connectHost } from "./host-connection.js";
 import { HttpHostAgent } from "@den/host-agent";
+import type { HostAgent } from "@den/protocol";
 import { REPLICA_LEASE_MS, Replica } from "./control/replica.js";
 import { openStore } from "./object-store.js";
 import { Store } from "./store.js";
@@ -31,16 +32,29 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
+export interface ServerOptions {
+  clock?: Clock;
+  logger?: boolean | object;
+  /**
+   * The host agent to use instead of opening the one `config.hostAgent` names (a test's
+   * MemoryHostAgent, given the same object store as `openStore(config)`). With a config of no
+   * remote host agents it runs as the single-node one does (a clean stop cold-hibernates its
+   * sandboxes). It stays the caller's: `close()` leaves it open, so another server on the
+   * same database can take it over, as after a restart.
+   */
+  host?: HostAgent;
+}
+
 /**
  * `den serve`: control plane + reapers + HTTP, with the host agent in this process
  * (single-node mode, or behind a loopback HTTP hop) or another one (`config.hostAgent`).
  */
-export async function startServer(config: ServerConfig, opts: { clock?: Clock; logger?: boolean | object } = {}): Promise<RunningServer> {
+export async function startServer(config: ServerConfig, opts: ServerOptions = {}): Promise<RunningServer> {
   await mkdir(config.dataDir, { recursive: true });
   const db = await openDatabase(config.dataDir, config.database);
   const store = new Store(db);
   const objects = openStore(config);
-  const { hosts, close: closeHost } = await connectHost(config, objects);
+  const { hosts, close: closeHost } = opts.host ? { hosts: [opts.host], close: async () => undefined } : await connectHost(config, objects);
   const deployment = await store.setting("deployment_id", newDeploymentId);
   const remote = config.hostAgent.kind === "remote" ? config.hostAgent : undefined;
   const clock = opts.clock ?? systemClock;

@@ -1,3 +1,4 @@
+// needs: one VM
 import { before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { connect } from "node:net";

@@ -1,3 +1,4 @@
+// needs: many VMs
 /**
  * Crash-proofness of the control plane, against `den serve` as its own process.
  *

@@ -1,3 +1,4 @@
+// needs: many VMs
 /**
  * A disk hibernation through /v1 (`{"mode": "disk"}`): the VM shuts down keeping its disk,
  * a wake boots it from that disk. Then the same against a spawned `den serve` killed with

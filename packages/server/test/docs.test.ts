@@ -1,3 +1,4 @@
+// needs: nothing
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";

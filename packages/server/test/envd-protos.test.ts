@@ -1,3 +1,4 @@
+// needs: nothing
 /**
  * Den's envd contract (@den/protocol `e2b`) against the protobuf descriptors the installed
  * `e2b` package ships: every field name Den reads or writes must be one the client knows.

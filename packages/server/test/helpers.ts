@@ -1,10 +1,14 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { after, before } from "node:test";
-import { existsSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { MemoryHostAgent } from "@den/host-agent";
 import { findInstanceProcesses } from "@den/runtime";
-import { loadConfig, startServer, type RunningServer } from "../src/index.js";
+import { loadConfig, openStore, startServer, type Clock, type RunningServer } from "../src/index.js";
 
 export const ADMIN_KEY = "den_test_admin_key_0123456789";
 
@@ -23,6 +27,99 @@ export async function testServer(env: Record<string, string> = {}): Promise<Runn
   if (process.env.DEN_DATABASE_URL) Object.assign(transport, { DEN_DATABASE_URL: process.env.DEN_DATABASE_URL });
   const config = loadConfig({ port: "0", dataDir: dataDir() }, { DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", DEN_STORE_GC_GRACE_SECONDS: "0", DEN_ENVD_PORT: "0", ...transport, ...env });
   return startServer(config);
+}
+
+/** A server on the in-memory host, the host itself, and a client. */
+export interface MemoryServer {
+  server: RunningServer;
+  host: MemoryHostAgent;
+  api: ReturnType<typeof client>;
+  /** Its data dir (a temp dir of its own). */
+  dataDir: string;
+  /** A clean stop and a new start on the same database, data dir and host (as `den serve` restarted). */
+  restart(env?: Record<string, string>): Promise<void>;
+  /** Stops the server, closes the host, removes the data dir (and the Postgres database). */
+  close(): Promise<void>;
+}
+
+/** A Postgres database of its own for one memory server (the suite's Postgres pass), dropped at close. */
+async function ownDatabase(): Promise<{ url: string; drop: () => Promise<void> } | undefined> {
+  const base = process.env.DEN_DATABASE_URL;
+  if (!base?.startsWith("postgres")) return undefined;
+  const name = `den_mem_${randomBytes(6).toString("hex")}`;
+  const admin = new pg.Client({ connectionString: base });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(base);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const c = new pg.Client({ connectionString: base });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).finally(() => c.end());
+    },
+  };
+}
+
+/**
+ * An in-process server on the in-memory host (no VM, no QEMU: MemoryHostAgent), for the
+ * tests of what is not the VM: a data dir of its own, and on Postgres (DEN_DATABASE_URL) a
+ * database of its own, so these files can run side by side. `clock` drives the control
+ * plane and the host alike (ManualClock from @den/host-agent).
+ */
+export async function memoryServer(env: Record<string, string> = {}, opts: { clock?: Clock } = {}): Promise<MemoryServer> {
+  const dir = mkdtempSync(join(tmpdir(), "den-mem-"));
+  const db = await ownDatabase();
+  const configOf = (more: Record<string, string>) => loadConfig({ port: "0", dataDir: dir }, {
+    DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "100", DEN_STORE_GC_GRACE_SECONDS: "0", DEN_ENVD_PORT: "0", DEN_HOST_TRANSPORT: "memory",
+    ...(db ? { DEN_DATABASE_URL: db.url } : {}), ...env, ...more,
+  });
+  const config = configOf({});
+  const host = await MemoryHostAgent.open({ store: openStore(config), capacity: config.capacity, ...(opts.clock ? { clock: opts.clock } : {}) });
+  const start = (c: ReturnType<typeof configOf>) => startServer(c, { host, ...(opts.clock ? { clock: opts.clock } : {}) });
+  const m: MemoryServer = {
+    server: await start(config),
+    host,
+    api: undefined as unknown as ReturnType<typeof client>,
+    dataDir: dir,
+    async restart(more = {}) {
+      await m.server.close();
+      m.server = await start(configOf(more));
+      m.api = client(m.server.url);
+    },
+    async close() {
+      await m.server.close();
+      host.close();
+      await db?.drop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  m.api = client(m.server.url);
+  return m;
+}
+
+/** For a describe block: a memory server before its tests, closed after them (read its fields inside tests). */
+export function memoryFixture(env: Record<string, string> = {}, opts: { clock?: Clock } = {}): MemoryServer {
+  let m: MemoryServer | undefined;
+  before(async () => void (m = await memoryServer(env, opts)));
+  after(async () => await m?.close());
+  const up = () => {
+    if (!m) throw new Error("the memory server is not up yet (read it inside a test)");
+    return m;
+  };
+  return {
+    get server() { return up().server; },
+    get host() { return up().host; },
+    get api() { return up().api; },
+    get dataDir() { return up().dataDir; },
+    restart: (more) => up().restart(more),
+    close: () => up().close(),
+  };
 }
 
 /** Create (persistent) and exec through a client, failing the test on anything but success. */

@@ -1,3 +1,4 @@
+// needs: many VMs
 /**
  * One control plane, two host agents (`den serve --host-agent A --host-agent B`, each
  * `den host run` with a data dir and address pool of its own, one snapshot store). New

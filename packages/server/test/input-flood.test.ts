@@ -1,3 +1,4 @@
+// needs: many VMs
 /**
  * Input floods hold no memory in Den: 256 MiB streamed into a PTY (raw mode) and into a
  * port tunnel, each as fast as the client can send, raise `den serve`'s RSS by less than

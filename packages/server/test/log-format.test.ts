@@ -1,3 +1,4 @@
+// needs: nothing
 /** `den serve`'s readable log lines (a terminal's), from the JSON lines pino writes. */
 import { test } from "node:test";
 import assert from "node:assert/strict";

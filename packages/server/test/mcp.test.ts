@@ -1,3 +1,4 @@
+// needs: one VM
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";

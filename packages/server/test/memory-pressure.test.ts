@@ -1,3 +1,4 @@
+// needs: one VM
 /**
  * A host short of memory: Den cold-hibernates its least recently active sandboxes rather
  * than let the OOM killer choose, refuses new ones while short, and every hibernated one

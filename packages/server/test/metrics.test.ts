@@ -1,6 +1,7 @@
+// needs: memory host
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { ADMIN_KEY, serverFixture, waitFor } from "./helpers.js";
+import { ADMIN_KEY, memoryFixture, waitFor } from "./helpers.js";
 
 type Samples = Map<string, number>;
 
@@ -31,7 +32,7 @@ function parsePrometheus(text: string): Samples {
 }
 
 describe("/metrics, /healthz, /readyz", () => {
-  const f = serverFixture();
+  const f = memoryFixture();
   const scrape = async () => {
     const r = await fetch(`${f.server.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
     assert.equal(r.status, 200);

@@ -1,10 +1,11 @@
+// needs: memory host
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { serverFixture } from "./helpers.js";
+import { memoryFixture } from "./helpers.js";
 
 /** The operations log: intent first, ids chosen by the control plane, compare-and-set on a generation. */
 describe("operations", () => {
-  const fx = serverFixture();
+  const fx = memoryFixture();
 
   test("a hibernate is logged with the snapshot id it produced, chosen before the host was asked; generations move on", async () => {
     const { api, server } = fx;

@@ -1,3 +1,4 @@
+// needs: one VM, chromium
 /**
  * Guest content never shares an origin with Den (in headless Chromium): a hostile page served
  * by a sandbox, opened from a signed URL (even the API-path form), runs on its port's own

@@ -1,3 +1,4 @@
+// needs: one VM
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";

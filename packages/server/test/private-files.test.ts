@@ -1,3 +1,4 @@
+// needs: many VMs
 /**
  * The data dir is its owner's alone: another local user can read neither the database
  * (sandboxes' env vars are users' secrets) nor a sandbox's disk or memory image.

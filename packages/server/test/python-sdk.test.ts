@@ -1,3 +1,4 @@
+// needs: one VM, python3
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";

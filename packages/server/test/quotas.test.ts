@@ -1,22 +1,14 @@
-import { after, before, describe, test } from "node:test";
+// needs: memory host
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import type { RunningServer } from "../src/index.js";
-import { client, testServer } from "./helpers.js";
+import { memoryFixture } from "./helpers.js";
 
 /** Quotas are checked in the transaction that inserts, so concurrent requests cannot overshoot. */
 describe("quotas under concurrency", () => {
-  let server: RunningServer;
-  let api: ReturnType<typeof client>;
-  before(async () => {
-    server = await testServer({ DEN_MAX_SANDBOXES_PER_OWNER: "2" });
-    api = client(server.url);
-  });
-  after(async () => {
-    for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
-    await server.close();
-  });
+  const m = memoryFixture({ DEN_MAX_SANDBOXES_PER_OWNER: "2" });
 
   test("five creates at once with room for two: two are made, three are 429 quota_exceeded, none is left behind", async () => {
+    const { api } = m;
     const rs = await Promise.all(Array.from({ length: 5 }, () => api("POST", "/v1/sandboxes", {})));
     const made = rs.filter((r) => r.status === 201);
     const refused = rs.filter((r) => r.status === 429);

@@ -1,3 +1,4 @@
+// needs: many VMs
 /**
  * The control plane and the host agent as two processes: `den host run` (the VMs, on the
  * suite's data dir, where the base template is) and `den serve --host-agent` (its SQLite

@@ -1,3 +1,4 @@
+// needs: one VM
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";

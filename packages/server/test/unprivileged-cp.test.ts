@@ -1,3 +1,4 @@
+// needs: many VMs
 /**
  * Den keeps root only where it needs it: a control plane of registered host agents touches
  * no VM, network or cgroup, so it runs as an unprivileged user (here `nobody`) while the

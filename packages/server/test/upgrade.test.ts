@@ -1,3 +1,4 @@
+// needs: one VM (a template built in a data dir of its own)
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";

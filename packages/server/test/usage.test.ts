@@ -1,3 +1,4 @@
+// needs: one VM
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { RunningServer } from "../src/index.js";

@@ -1,3 +1,4 @@
+// needs: many VMs
 /**
  * A volume moving through the snapshot store, killed at every step. On one host the whole
  * path runs: a drain parks the volume (uploaded, the host's image removed), and a read of

@@ -1,3 +1,4 @@
+// needs: one VM
 /**
  * Volumes against a real server and real microVMs: a volume written by one sandbox (a
  * 50 MB file and a SQLite database) is read by the next once the first is destroyed; one

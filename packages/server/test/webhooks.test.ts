@@ -1,5 +1,7 @@
+// needs: memory host
 /**
- * Lifecycle webhooks against a real server and real microVMs: a receiver on loopback (the
+ * Lifecycle webhooks, on the in-memory host (delivery is the control plane's alone; the CLI's
+ * test adds a webhook against real microVMs): a receiver on loopback (the
  * operator allows 127.0.0.2 only) hears one sandbox's whole life in order, each delivery
  * signed (checked with the Standard Webhooks library's own verify), through 30 s of the
  * receiver being down; internal URLs are refused.
@@ -9,8 +11,7 @@ import assert from "node:assert/strict";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { Socket } from "node:net";
 import { Webhook } from "standardwebhooks";
-import type { RunningServer } from "../src/server.js";
-import { client, sandboxCalls, testServer, waitFor } from "./helpers.js";
+import { client, memoryServer, sandboxCalls, waitFor, type MemoryServer } from "./helpers.js";
 
 const RECEIVER_HOST = "127.0.0.2";
 
@@ -46,25 +47,21 @@ class Receiver {
 }
 
 describe("webhooks", () => {
-  let server: RunningServer;
+  let m: MemoryServer;
   let api: ReturnType<typeof client>;
   const receiver = new Receiver();
 
   before(async () => {
     await receiver.up();
-    server = await testServer({
+    m = await memoryServer({
       DEN_WEBHOOK_ALLOW_NETWORKS: `${RECEIVER_HOST}/32`, DEN_WEBHOOK_FIRST_BACKOFF_MS: "500", DEN_WEBHOOK_MAX_BACKOFF_SECONDS: "2",
       DEN_COLD_AFTER_SECONDS: "2", DEN_MAX_SANDBOXES_PER_OWNER: "2",
     });
-    api = client(server.url);
-    // (The suite's database outlives one run: webhooks an interrupted run left would hear this one.)
-    for (const h of (await api("GET", "/v1/webhooks")).body.webhooks) await api("DELETE", `/v1/webhooks/${h.id}`);
+    api = m.api;
   });
   after(async () => {
     await receiver.down();
-    if (!server) return;
-    for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
-    await server.close();
+    await m?.close();
   });
 
   test("internal URLs are refused with a 400; nothing is sent there", async () => {
@@ -164,7 +161,7 @@ describe("webhooks", () => {
     assert.equal((await api("POST", `/v1/webhooks/${hookId}/deliveries/whd_aaaaaaaaaaaaaaaa/redeliver`)).status, 404);
 
     // Another owner sees none of it; deleting takes the log with it.
-    const other = client(server.url, (await api("POST", "/v1/keys", { owner: "someone-else" })).body.key);
+    const other = client(m.server.url, (await api("POST", "/v1/keys", { owner: "someone-else" })).body.key);
     assert.equal((await other("GET", `/v1/webhooks/${hookId}`)).status, 404);
     assert.equal((await other("GET", `/v1/webhooks/${hookId}/deliveries`)).status, 404);
     assert.equal((await other("DELETE", `/v1/webhooks/${hookId}`)).status, 404);

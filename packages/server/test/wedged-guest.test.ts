@@ -1,3 +1,4 @@
+// needs: many VMs
 /**
  * A guest whose agent stops answering, against `den serve` as its own process with a short
  * guest deadline (DEN_GUEST_DEADLINE_SECONDS=8): its calls fail with `guest_unresponsive`

@@ -1,3 +1,4 @@
+// needs: nothing
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";

@@ -1,6 +1,6 @@
 import { privateFiles } from "@den/runtime";
 import type { Command } from "commander";
-import { LocalHostAgent, Registrar, startHostServer } from "@den/host-agent";
+import { LocalHostAgent, MemoryHostAgent, Registrar, startHostServer } from "@den/host-agent";
 import { loadConfig, openStore } from "@den/server";
 import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
 
@@ -10,7 +10,9 @@ import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
  * The snapshot store is configured as for `den serve` (DEN_STORE, DEN_STORE_DIR, DEN_S3_*)
  * and must be the one the control plane opens. With `--control-plane URL` (one or more
  * replicas) it registers itself and keeps a lease by heartbeat; a stop then drains it (its
- * sandboxes cold-hibernate, to wake on other hosts) before it exits.
+ * sandboxes cold-hibernate, to wake on other hosts) before it exits. `--memory`: an
+ * in-memory host instead (MemoryHostAgent: no VM, no QEMU, nothing kept past the process but
+ * what it put in the store), so a control plane in another process can be tested without VMs.
  */
 export function registerHostRun(host: Command): void {
   host
@@ -20,15 +22,17 @@ export function registerHostRun(host: Command): void {
     .option("--host <host>", "address to listen on (default 127.0.0.1)", "127.0.0.1")
     .option("--control-plane <url...>", "register with these control-plane replicas and keep a lease (DEN_CONTROL_PLANE_URL, comma-separated)")
     .option("--advertise <url>", "where the control plane reaches this host (default http://<host>:<port>)")
-    .action(async (opts: { port: string; host: string; controlPlane?: string[]; advertise?: string }, cmd: Command) => {
+    .option("--memory", "an in-memory host: no VM and no QEMU, for tests of the control plane")
+    .action(async (opts: { port: string; host: string; controlPlane?: string[]; advertise?: string; memory?: boolean }, cmd: Command) => {
       // Everything it writes (database, snapshots, memory images, logs) is for root's eyes only.
       privateFiles();
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
       const config = loadConfig({ ...(root.dataDir ? { dataDir: globalOptions(cmd).dataDir } : {}) });
       const secret = process.env.DEN_HOST_SECRET;
       if (!secret) throw new Error("den host run needs DEN_HOST_SECRET: the control plane sends it with every request");
-      warnSurplusCapabilities();
-      const agent = await LocalHostAgent.open(config.dataDir, openStore(config), config.capacity);
+      const agent = opts.memory
+        ? await MemoryHostAgent.open({ store: openStore(config), capacity: config.capacity, dataDir: config.dataDir })
+        : (warnSurplusCapabilities(), await LocalHostAgent.open(config.dataDir, openStore(config), config.capacity));
       let server;
       try {
         server = await startHostServer(agent, { secret, port: Number(opts.port), host: opts.host, logger: { level: config.logLevel } });
@@ -36,7 +40,7 @@ export function registerHostRun(host: Command): void {
         agent.close();
         throw e;
       }
-      logLine(`den: host agent ${agent.instance} listening on ${server.url} (data dir ${config.dataDir})`);
+      logLine(`den: ${opts.memory ? "in-memory " : ""}host agent ${agent.instance} listening on ${server.url} (data dir ${config.dataDir})`);
       const planes = (opts.controlPlane?.length ? opts.controlPlane : (process.env.DEN_CONTROL_PLANE_URL ?? "").split(",")).map((u) => u.trim().replace(/\/+$/, "")).filter(Boolean);
       let registrar: Registrar | undefined;
       if (planes.length) {

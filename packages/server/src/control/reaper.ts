@@ -27,7 +27,7 @@ const MAX_DESTROYS_IN_FLIGHT = 32;
  * and must be on time).
  */
 export class Reaper {
-  private cpuSamples = new Map<string, { at: number; cpu: number }>();
+  private cpuSamples = new Map<string, { at: number; cpu: number; busy: boolean }>();
   /** Actions started by passes and not yet ended, by sandbox. */
   /** `relief`: a cold hibernation to relieve its host's memory, with what it frees there. */
   private readonly inFlight = new Map<string, { destroy: boolean; relief?: Held; done: Promise<void> }>();
@@ -209,8 +209,12 @@ export class Reaper {
     if (cpu === null) return false;
     const at = performance.now();
     const prev = this.cpuSamples.get(id);
-    this.cpuSamples.set(id, { at, cpu });
-    if (!prev || at - prev.at < 200) return false;
-    return (cpu - prev.cpu) / ((at - prev.at) / 1000) > this.ctx.config.reaper.cpuActiveShare;
+    // Too soon after the last sample to measure a share: the last verdict stands, and the
+    // older sample is kept (replacing it each pass, passes under 200 ms apart never judged a
+    // guest busy, and an idle timeout reaped a guest using a whole CPU).
+    if (prev && at - prev.at < 200) return prev.busy;
+    const busy = prev !== undefined && (cpu - prev.cpu) / ((at - prev.at) / 1000) > this.ctx.config.reaper.cpuActiveShare;
+    this.cpuSamples.set(id, { at, cpu, busy });
+    return busy;
   }
 }

@@ -1,3 +1,4 @@
+// needs: one VM, network namespace (open egress), the e2b client
 /**
  * Den's envd driven by the real `e2b` client against a real microVM. The client's Sandbox
  * objects are built directly (its protected constructor) until the E2B REST routes exist;

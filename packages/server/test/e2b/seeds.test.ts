@@ -1,3 +1,4 @@
+// needs: one VM, network namespace (open egress), the e2b client
 /**
  * The seeds' two agent loops, written for the `e2b` client as E2B users write them, run
  * unchanged against Den (E2B_API_URL, E2B_API_KEY, E2B_SANDBOX_URL) with real microVMs:

@@ -1,3 +1,4 @@
+// needs: one VM, network namespace (open egress), the e2b client
 /**
  * E2B's volumes onto Den's, driven by the real `e2b` client (E2B_API_URL, E2B_API_KEY,
  * E2B_SANDBOX_URL and E2B_VOLUME_API_URL) against a real server and real microVMs: a

@@ -1,3 +1,4 @@
+// needs: many VMs, Postgres, s3rver
 /**
  * Den on many machines, on one: one Postgres (DEN_DATABASE_URL, from scripts/with-postgres.sh),
  * one S3-compatible store (s3rver), two control-plane replicas and three host agents, each

@@ -1,3 +1,4 @@
+// needs: many VMs, Postgres, s3rver
 /**
  * Host agents that register themselves (`den host run --control-plane URL`) with a control
  * plane that is given none (`--host-agent registered`): each holds a lease its heartbeats

@@ -1,3 +1,4 @@
+// needs: one VM, network namespace
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
