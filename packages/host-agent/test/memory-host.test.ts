@@ -1,8 +1,9 @@
 // needs: memory host
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { once } from "node:events";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DenError, type HostGuest } from "@den/protocol";
@@ -68,6 +69,42 @@ test("the mini shell: builtins, quotes, variables, redirections, && || | ; and i
   await rejects(g.exec("pwd", { cwd: "/none" }), "cwd_not_found");
   await rejects(g.exec("pwd", { user: "nobody" }), "invalid_argument", /no user "nobody"/);
   await rejects(g.exec(""), "invalid_argument");
+  host.close();
+});
+
+test("the mini shell: $!, kill, mv, sync, nohup, set -e, $? and $(...)", async () => {
+  const host = await MemoryHostAgent.open();
+  const { g } = await running(host);
+  // A job in the background: its pid in $!, the files it redirects to made.
+  const bg = await sh(g, "nohup sleep 1000 > /root/log 2>&1 & echo $! > /root/bg.pid; sync; cat /root/bg.pid");
+  const pid = Number(bg.out);
+  assert.ok(Number.isInteger(pid) && pid > 0, bg.out);
+  assert.deepEqual((await g.processes.list()).filter((p) => p.running).map((p) => [p.pid, p.cmd]), [[pid, "nohup sleep 1000"]]);
+  assert.equal((await sh(g, "test -f /root/log && echo made")).out, "made\n");
+  assert.equal((await sh(g, "echo [$!]")).out, "[]\n", "a new exec has no job of its own");
+  // kill -0: is it there; kill -TERM: it ends; kill -0 again: exit 1 and a message.
+  assert.deepEqual(await sh(g, "kill -0 $(cat /root/bg.pid) && echo alive"), { out: "alive\n", err: "", code: 0, timedOut: false });
+  assert.equal((await sh(g, "kill -TERM $(cat /root/bg.pid)")).code, 0);
+  assert.deepEqual(await sh(g, `kill -0 ${pid}`), { out: "", err: `sh: kill: (${pid}) - No such process\n`, code: 1, timedOut: false });
+  assert.equal((await sh(g, "kill 99999")).code, 1);
+  assert.deepEqual(await sh(g, "kill -FOO 1"), { out: "", err: "sh: kill: FOO: invalid signal specification\n", code: 1, timedOut: false });
+  const spawned = await g.spawn("sleep 30");
+  assert.equal((await sh(g, `kill -9 ${spawned.pid}`)).code, 0);
+  assert.deepEqual(await g.processes.wait(spawned.proc), { running: false, exit_code: null, signal: 9, timed_out: false });
+  // nohup runs its command.
+  assert.equal((await sh(g, "nohup echo hung up")).out, "hung up\n");
+  // mv: a rename, into a directory, and its errors.
+  assert.equal((await sh(g, "echo m > /root/m1; mkdir -p /root/d; mv /root/m1 /root/m2 && mv /root/m2 /root/d && cat /root/d/m2; test -e /root/m2 || echo moved")).out, "m\nmoved\n");
+  assert.deepEqual(await sh(g, "mv /nope /root/x"), { out: "", err: "mv: cannot stat '/nope': No such file or directory\n", code: 1, timedOut: false });
+  assert.equal((await sh(g, "mv /root/log")).code, 1);
+  // $(...): run when its command runs, trailing newlines dropped, split unless quoted.
+  assert.equal((await sh(g, `echo "[$(printf 'a  b')]" [$(printf 'a  b')] $(printf 'x\\ny\\n') $(true) end`)).out, "[a  b] [a b] x y end\n");
+  assert.equal((await sh(g, "sh -c 'exit 3'; echo $?")).out, "3\n");
+  assert.equal((await sh(g, "echo $(cat /root/d/m2)$(echo n)")).out, "mn\n");
+  // set -e: a failing command ends the script, unless && or || tests it.
+  assert.deepEqual(await sh(g, "set -e; echo one; false; echo two"), { out: "one\n", err: "", code: 1, timedOut: false });
+  assert.deepEqual(await sh(g, "set -e; false || echo handled; false && echo no; echo after"), { out: "handled\nafter\n", err: "", code: 0, timedOut: false });
+  assert.equal((await sh(g, "set -e; set +e; false; echo on")).out, "on\n");
   host.close();
 });
 
@@ -335,4 +372,147 @@ test("templates: build (setup_failed as the real host words it), reuse, variants
   assert.equal(await host.dropVolumeImage(vol, image!.inode), false, "not the image listed");
   await rejects(host.create(op(), { id: sbx(), template: "base", volumes: [{ volume: `vol_${"b".repeat(16)}`, path: "/v", readOnly: true }] }), "volume_not_found");
   host.close();
+});
+
+/** What a host shows of itself: its inventory, templates, volume images, and each sandbox's files and processes. */
+async function portrait(h: MemoryHostAgent) {
+  const boxes = await Promise.all(h.sandboxes().map(async (s) => ({
+    id: s.id, state: s.state, template: s.template, shape: s.shape, volumes: s.volumes, network: s.network,
+    // (A streamed exec is its caller's: a new process of the host does not have it.)
+    processes: s.processes.filter((p) => p.mode === "buffer"), files: s.fs.list("/root").entries.map((e) => [e.name, e.type === "file" ? s.fs.read(`/root/${e.name}`).toString() : "dir"]),
+  })));
+  return { inventory: await h.inventory(), templates: await h.templates(), volumes: await h.volumeImages(), boxes };
+}
+
+test("persistence: a second open on the data dir (as after a kill -9) finds the VMs, files, processes, snapshots, templates and volumes", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "den-memory-persist-"));
+  const clock = new ManualClock();
+  const a = await MemoryHostAgent.open({ dataDir: dir, clock });
+  const built = await a.buildTemplate(op(), { name: "py", setup: ["mkdir -p /app", "echo v1 > /app/v"], setupTimeoutSeconds: 10 });
+  const vol = `vol_${"c".repeat(16)}`;
+  await a.createVolume(op(), vol, 64);
+
+  // Running, with a volume in a slot, files, a background job (its pid in a file), a spawned process's output, a network.
+  const run = sbx();
+  await a.create(op(), { id: run, template: "py", volumes: [{ volume: vol, path: "/data", readOnly: false }], network: { egress: "open" } });
+  const gr = a.guest(run);
+  await sh(gr, "echo kept > /root/a; echo on-volume > /data/f; sleep 1000 & echo $! > /root/bg.pid");
+  const spawned = await gr.spawn("echo spawned-output; cat", { interactive: true });
+  await new Promise((r) => setTimeout(r, 20));
+  a.setCpuLoad(run, 0.5);
+  clock.advance(4000);
+  a.refuse(run, "policy", 2);
+  // An exec still running (a streamed one) is its caller's: it is not kept.
+  const inFlight = await gr.execStream("cat", { interactive: true });
+  // Warm: paused, its local snapshot kept.
+  const warm = sbx();
+  const warmSnap = snap();
+  await a.create(op(), { id: warm, template: "base" });
+  await sh(a.guest(warm), "echo warm > /root/w; sleep 500 &");
+  await a.hibernateWarm(op(), warm, warmSnap);
+  // Cold, the first half done: the stored copy is complete, the VM paused until the control plane destroys it.
+  const cold = sbx();
+  const coldRef = ref();
+  await a.create(op(), { id: cold, template: "base" });
+  await sh(a.guest(cold), "echo cold > /root/c");
+  await a.upload(op(), cold, coldRef);
+  // Disk: off, its files kept.
+  const disk = sbx();
+  await a.create(op(), { id: disk, template: "base" });
+  await sh(a.guest(disk), "echo disk > /root/d; sleep 100 &");
+  await a.hibernateDisk(op(), disk);
+  // A VM that died stays dead.
+  const dead = sbx();
+  await a.create(op(), { id: dead, template: "base" });
+  a.killVm(dead);
+  const before = await portrait(a);
+
+  // Read without opening it, then opened again: the first host is not closed (its process was killed).
+  const saved = MemoryHostAgent.readState(dir)!;
+  assert.equal(saved.instance, a.instance);
+  assert.deepEqual(new Map(saved.vms.map((v) => [v.id, v.state])), new Map([[run, "running"], [warm, "paused"], [cold, "paused"], [disk, "off"], [dead, "stopped"]]));
+  assert.deepEqual(saved.snapshots, [warmSnap]);
+  assert.deepEqual(saved.pins, { [coldRef.id]: `base@${(await a.templates()).find((t) => t.name === "base")!.version}` });
+  assert.deepEqual(saved.volumes, [vol]);
+  assert.ok(saved.templates.includes(`py@${built.version}`));
+  const b = await MemoryHostAgent.open({ dataDir: dir, clock });
+  a.close();
+  assert.equal(b.instance, a.instance);
+  assert.deepEqual(await portrait(b), before);
+  assert.equal((await b.cpuSeconds(run))!, 2);
+  assert.deepEqual(await b.networkRefusals(run), { private: 0, policy: 2, limit: 0, dns: 0 });
+  assert.ok(!(await b.guest(run).processes.list()).some((p) => p.proc === inFlight.proc), "the exec in flight is gone");
+
+  // It goes on as the same host would: the job is there, the spawned process has its output, the volume is shared.
+  const gb = b.guest(run);
+  assert.equal((await sh(gb, "kill -0 $(cat /root/bg.pid) && cat /root/a /data/f")).out, "kept\non-volume\n");
+  assert.equal(Buffer.from((await gb.processes.read(spawned.proc, "stdout")).data, "base64").toString(), "spawned-output\n");
+  assert.equal(b.volume(vol)!.read("/f").toString(), "on-volume\n");
+  assert.equal(await b.dropVolumeImage(vol, before.volumes[0]!.inode), false, "in a slot, same inode");
+  await b.wakeWarm(op(), warm, warmSnap);
+  assert.deepEqual((await sh(b.guest(warm), "cat /root/w")).out, "warm\n");
+  assert.deepEqual(b.sandbox(warm)!.processes.map((p) => p.cmd), ["sleep 500"]);
+  assert.ok(await storedSnapshotComplete(b.store, coldRef.key));
+  await b.destroy(cold);
+  await b.wakeDisk(op(), disk);
+  assert.equal((await sh(b.guest(disk), "cat /root/d")).out, "disk\n");
+  assert.deepEqual(b.sandbox(disk)!.processes, [], "a disk wake is a fresh boot");
+  await b.restore(op(), sbx(), coldRef);
+  // Each change is written: a third open sees what the second did.
+  await sh(gb, "echo later >> /root/a");
+  const seen = await portrait(b);
+  const c = await MemoryHostAgent.open({ dataDir: dir, clock });
+  b.close();
+  assert.deepEqual(await portrait(c), seen);
+  assert.equal(c.sandbox(run)!.fs.read("/root/a").toString(), "kept\nlater\n");
+  assert.equal(c.sandbox(cold), undefined);
+  assert.equal(c.sandbox(disk)!.state, "running");
+  assert.deepEqual(MemoryHostAgent.readState(dir)!.vms.map((v) => v.id).sort(), c.sandboxes().map((s) => s.id).sort());
+
+  // Bounded: a file that would take the state past 64 MiB is refused before it is written.
+  await rejects(c.guest(run).files.write("/root/big", Buffer.alloc(50 * 1024 * 1024)), "disk_full", /at most 64\.0 MiB of state/);
+  assert.equal(c.sandbox(run)!.fs.find("/root/big"), undefined);
+  c.close();
+  rmSync(dir, { recursive: true, force: true });
+  // No data dir: nothing is kept.
+  const t = await MemoryHostAgent.open();
+  assert.equal(MemoryHostAgent.readState(join(tmpdir(), "den-no-such-dir")), undefined);
+  t.close();
+});
+
+test("persistence through a real kill: a host killed at hibernate-cold-after-snapshot leaves its VM paused, nothing stored", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "den-memory-kill-"));
+  const id = sbx();
+  const to = ref();
+  const marker = join(dir, "fault-marker");
+  const script = join(dir, "child.mjs");
+  writeFileSync(script, `
+    const { MemoryHostAgent } = await import(${JSON.stringify(new URL("../src/index.js", import.meta.url).href)});
+    const [dataDir, id, to] = process.argv.slice(2);
+    const host = await MemoryHostAgent.open({ dataDir });
+    await host.create(${JSON.stringify(op())}, { id, template: "base" });
+    await host.guest(id).exec("echo before-the-kill > /root/a; sleep 1000 & echo $! > /root/bg.pid");
+    await host.upload(${JSON.stringify(op())}, id, JSON.parse(to));
+    console.log("not killed");
+  `);
+  const child = spawnSync(process.execPath, [script, dir, id, JSON.stringify(to)], {
+    env: { ...process.env, DEN_FAULT_POINT: "hibernate-cold-after-snapshot", DEN_FAULT_MARKER: marker }, encoding: "utf8", timeout: 30_000,
+  });
+  assert.equal(child.signal, "SIGKILL", `the child was not killed: ${child.status} ${child.stdout} ${child.stderr}`);
+  assert.equal(readFileSync(marker, "utf8"), "hibernate-cold-after-snapshot\n");
+
+  // The VMs on the host: exactly the one, paused (read without opening the host).
+  assert.deepEqual(MemoryHostAgent.readState(dir)!.vms, [{ id, state: "paused" }]);
+  // (What a transfer cut short would have left: gone at the next open.)
+  mkdirSync(join(dir, "transfers", "upload-cut-short"));
+  const host = await MemoryHostAgent.open({ dataDir: dir });
+  assert.deepEqual(readdirSync(join(dir, "transfers")), []);
+  assert.equal(host.sandbox(id)!.state, "paused");
+  assert.equal(await storedSnapshotComplete(host.store, to.key), false, "the upload had not begun");
+  assert.deepEqual(MemoryHostAgent.readState(dir)!.pins, {}, "nor its pin");
+  // What the control plane's recovery does with a half upload: the VM works on.
+  await host.resume(id);
+  assert.equal((await sh(host.guest(id), "cat /root/a; kill -0 $(cat /root/bg.pid) && echo job-alive")).out, "before-the-kill\njob-alive\n");
+  host.close();
+  rmSync(dir, { recursive: true, force: true });
 });

@@ -15,10 +15,11 @@ export interface HostConnection {
  * directly (single-node mode, as before the split). `loopback`: the same, but served on
  * 127.0.0.1 with a random secret and reached through HttpHostAgent, so every call crosses
  * the real wire (the suite runs this way too). `memory`: a MemoryHostAgent in this process
- * (no QEMU: its VMs live as long as the process, its snapshots go to `objects`), run as the
- * single-node one is. `remote`: one or more `den host run` elsewhere (each must answer now:
- * a typo in the list should stop the start, not strand sandboxes); this process opens no
- * runtime and takes no lock on the VMs' data dir.
+ * (no QEMU: its VMs and local state kept in the data dir's memory-host.json, so a `kill -9`
+ * and a new start find them as a real host's QEMUs and files would be found; its snapshots
+ * go to `objects`), run as the single-node one is. `remote`: one or more `den host run`
+ * elsewhere (each must answer now: a typo in the list should stop the start, not strand
+ * sandboxes); this process opens no runtime and takes no lock on the VMs' data dir.
  */
 export async function connectHost(config: ServerConfig, objects: ObjectStore, log?: object | boolean): Promise<HostConnection> {
   const where = config.hostAgent;

@@ -48,18 +48,21 @@ describe("reapers, on the test's clock", () => {
     const idle = await create({ idle_timeout_seconds: 300, on_idle: "destroy" });
     const persistent = await create({ idle_timeout_seconds: 300, persistent: true, on_idle: "destroy" });
     const busy = await create({ idle_timeout_seconds: 300, on_idle: "destroy" });
-    // Its only activity: a guest using a whole CPU (no exec open, no API calls).
+    // Its only activity: a guest using a whole CPU (no exec open, no API calls). The clock
+    // moves in steps a pass apart, as time does: the reaper judges a guest busy by the CPU it
+    // used between two of its samples, which a jump over the whole timeout would not show.
     f.host.setCpuLoad(busy, 1);
-    clock.advance(299_000);
-    await sleep(PASSES_MS);
+    const step = async (ms: number) => {
+      clock.advance(ms);
+      await sleep(350);
+    };
+    for (let i = 0; i < 4; i++) await step(60_000);
+    await step(59_000);
     assert.equal((await state(idle)).state, "running", "not before its idle timeout");
-    clock.advance(2_000);
+    await step(2_000);
     assert.equal((await until("the idle reaper", idle, (s) => s.state === "destroyed")).state_reason, "idle");
     // Well past its idle timeout, the busy one runs on, and the persistent one.
-    for (let i = 0; i < 5; i++) {
-      clock.advance(120_000);
-      await sleep(300);
-    }
+    for (let i = 0; i < 6; i++) await step(60_000);
     assert.equal((await state(busy)).state, "running", "a busy guest is not idle");
     assert.equal((await state(persistent)).state, "running", "persistent: never idle-reaped");
     // Once quiet, its idle timeout counts from its last busy moment.

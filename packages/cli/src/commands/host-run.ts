@@ -11,8 +11,9 @@ import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
  * and must be the one the control plane opens. With `--control-plane URL` (one or more
  * replicas) it registers itself and keeps a lease by heartbeat; a stop then drains it (its
  * sandboxes cold-hibernate, to wake on other hosts) before it exits. `--memory`: an
- * in-memory host instead (MemoryHostAgent: no VM, no QEMU, nothing kept past the process but
- * what it put in the store), so a control plane in another process can be tested without VMs.
+ * in-memory host instead (MemoryHostAgent: no VM, no QEMU; its state kept in the data dir's
+ * memory-host.json, so a restart finds its VMs as a real host's would), so a control plane in
+ * another process can be tested without VMs.
  */
 export function registerHostRun(host: Command): void {
   host

@@ -22,10 +22,21 @@ export interface DirNode extends Meta {
 }
 export type FsNode = FileNode | DirNode;
 
+/**
+ * What a filesystem's owner is told of it (the in-memory host keeps its state on disk):
+ * `room` before it takes `grow` more bytes (it may refuse, throwing), `changed` after
+ * anything in it changed.
+ */
+export interface FsWatch {
+  room(grow: number, path: string): void;
+  changed(): void;
+}
+
 /** A filesystem: a tree and the bytes it may hold (a disk's or a volume's size). */
 export interface Filesystem {
   root: DirNode;
   limitBytes: number;
+  watch?: FsWatch;
 }
 
 export interface Owner {
@@ -142,6 +153,7 @@ export class MemoryFs {
   /** Throws `disk_full` unless `fs` can hold `grow` more bytes. */
   private room(fs: Filesystem, grow: number, path: string): void {
     if (grow > 0 && usedBytes(fs.root) + grow > fs.limitBytes) throw fsError("disk_full", path);
+    if (grow > 0) fs.watch?.room(grow, path);
   }
 
   stat(path: string): FileStat {
@@ -199,14 +211,19 @@ export class MemoryFs {
     const meta = opts.append && old ? { mode: old.mode, uid: old.uid, gid: old.gid, ...(old.xattrs ? { xattrs: old.xattrs } : {}) } : { mode: (opts.mode ?? 0o644) & 0o7777, ...opts.owner };
     parent.entries.set(l.name, { type: "file", data: content, ...meta, mtimeMs: this.now() });
     parent.mtimeMs = this.now();
+    l.fs.watch?.changed();
     return data.length;
   }
 
   /** `touch`: an empty file if there is none, else a new mtime. */
   touch(path: string, owner: Owner): void {
     const n = this.find(path);
-    if (n) n.mtimeMs = this.now();
-    else this.write(path, Buffer.alloc(0), { owner });
+    if (!n) {
+      this.write(path, Buffer.alloc(0), { owner });
+      return;
+    }
+    n.mtimeMs = this.now();
+    this.locate(path).fs.watch?.changed();
   }
 
   mkdir(path: string, opts: { parents?: boolean; mode?: number; owner: Owner }): void {
@@ -226,6 +243,7 @@ export class MemoryFs {
     const parent = this.writable(l, path);
     parent.entries.set(l.name, dir(this.now(), opts.owner, mode));
     parent.mtimeMs = this.now();
+    l.fs.watch?.changed();
   }
 
   remove(path: string, opts: { recursive?: boolean } = {}): void {
@@ -236,6 +254,7 @@ export class MemoryFs {
     if (l.node.type === "dir" && l.node.entries.size && !opts.recursive) throw fsError("not_empty", path);
     parent.entries.delete(l.name);
     parent.mtimeMs = this.now();
+    l.fs.watch?.changed();
   }
 
   rename(from: string, to: string): void {
@@ -257,6 +276,8 @@ export class MemoryFs {
     srcParent.entries.delete(src.name);
     dstParent.entries.set(dst.name, src.fs.root === dst.fs.root ? node : cloneNode(node));
     srcParent.mtimeMs = dstParent.mtimeMs = this.now();
+    src.fs.watch?.changed();
+    if (dst.fs.root !== src.fs.root) dst.fs.watch?.changed();
   }
 
   /** chown and chmod: a new owner or mode on what is there. */
@@ -267,6 +288,7 @@ export class MemoryFs {
     if (meta.uid !== undefined) l.node.uid = meta.uid;
     if (meta.gid !== undefined) l.node.gid = meta.gid;
     if (meta.mode !== undefined) l.node.mode = meta.mode & 0o7777;
+    l.fs.watch?.changed();
   }
 
   setXattrs(path: string, attrs: Record<string, string>): void {
@@ -280,6 +302,7 @@ export class MemoryFs {
     if (!l.node) throw fsError("file_not_found", path);
     if (l.fs.readOnly) throw fsError("permission_denied", path);
     l.node.xattrs = { ...l.node.xattrs, ...attrs };
+    l.fs.watch?.changed();
   }
 
   getXattrs(path: string): Record<string, string> {

@@ -36,6 +36,8 @@ export interface GuestHooks {
   shape(): { vcpus: number; memoryMb: number; diskMb: number };
   /** CPU busy now, as a share of one vCPU. */
   cpuShare(): number;
+  /** What a snapshot would keep of the guest's processes changed (one started, wrote, ended). */
+  changed?(): void;
 }
 
 /** What a snapshot keeps of a guest: its root filesystem and its buffered processes. */
@@ -148,7 +150,11 @@ export class MemoryGuest implements HostGuest {
   constructor(readonly fs: MemoryFs, private readonly hooks: GuestHooks, image?: Omit<GuestImage, "files">) {
     this.nextProc = image?.nextProc ?? 1;
     this.nextPid = image?.nextPid ?? 300;
-    for (const s of image?.processes ?? []) this.procs.set(s.proc, GuestProcess.from(s));
+    for (const s of image?.processes ?? []) {
+      const p = GuestProcess.from(s);
+      p.onChange = () => this.hooks.changed?.();
+      this.procs.set(s.proc, p);
+    }
   }
 
   /** Its state as a snapshot keeps it (volumes are not its files: they are images of their own). */
@@ -235,6 +241,11 @@ export class MemoryGuest implements HostGuest {
 
   private add(p: GuestProcess): void {
     this.procs.set(p.proc, p);
+    // A buffered process is part of the guest's state (a streamed one, of its exec's connection).
+    if (p.mode === "buffer") {
+      p.onChange = () => this.hooks.changed?.();
+      this.hooks.changed?.();
+    }
     // A streamed exec leaves the table when it ends; exited buffered ones are kept, the oldest dropped.
     void p.ended().then(() => {
       if (p.mode === "stream") this.procs.delete(p.proc);
@@ -257,6 +268,7 @@ export class MemoryGuest implements HostGuest {
           fs: this.fs, owner: o.owner, state: { cwd: o.cwd, env: o.env }, stdin: o.stdin, signal: p.abort.signal,
           out: (d: Buffer) => p.output("stdout", d), err: (d: Buffer) => p.output("stderr", d),
           background: (cmd: string) => this.daemon(cmd),
+          kill: (pid: number, signal: number) => this.signalPid(pid, signal),
         };
         code = typeof command === "string" ? await runScript(command, io) : await runArgv(command, io);
       }
@@ -272,9 +284,19 @@ export class MemoryGuest implements HostGuest {
     }
   }
 
-  /** `cmd &`: a process that runs until it is killed (a server, as far as a test can tell). */
-  private daemon(cmd: string): void {
-    this.add(new GuestProcess(this.nextProc++, this.nextPid++, { cmd }, "buffer", this.hooks.now()));
+  /** `cmd &`: a process that runs until it is killed (a server, as far as a test can tell); its pid. */
+  private daemon(cmd: string): number {
+    const p = new GuestProcess(this.nextProc++, this.nextPid++, { cmd }, "buffer", this.hooks.now());
+    this.add(p);
+    return p.pid;
+  }
+
+  /** The shell's `kill`: signal 0 only asks whether a process of that pid runs. False: none does. */
+  private signalPid(pid: number, signal: number): boolean {
+    const p = [...this.procs.values()].find((q) => q.pid === pid && q.running);
+    if (!p) return false;
+    if (signal !== 0) p.signal(signal);
+    return true;
   }
 
   private proc(id: number): GuestProcess {

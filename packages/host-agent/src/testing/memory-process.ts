@@ -134,6 +134,8 @@ export class GuestProcess {
   sink: Sink | undefined;
   /** Its terminal, if it runs on one. */
   pty: PtySize | undefined;
+  /** Told when what a snapshot keeps of it changes (its output, its end): a buffered one's guest sets it. */
+  onChange: (() => void) | undefined;
 
   constructor(
     readonly proc: number,
@@ -161,8 +163,10 @@ export class GuestProcess {
       data = Buffer.from(data.toString("latin1").replace(/\r?\n/g, "\r\n"), "latin1");
       stream = "stdout";
     }
-    if (this.rings) this.rings[stream === "stdout" ? 0 : 1].push(data);
-    else await this.sink?.({ stream, data });
+    if (this.rings) {
+      this.rings[stream === "stdout" ? 0 : 1].push(data);
+      this.onChange?.();
+    } else await this.sink?.({ stream, data });
   }
 
   finish(exit: GuestExit): void {
@@ -188,6 +192,7 @@ export class GuestProcess {
   private settle(): void {
     this.abort.abort(new DenError("aborted", `process ${this.proc} ended`));
     for (const w of this.waiters.splice(0)) w();
+    this.onChange?.();
   }
 
   /** Resolves once it has ended, or after `timeoutMs` (undefined: no bound). */

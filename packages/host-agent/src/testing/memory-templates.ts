@@ -43,11 +43,12 @@ export function versionOf(recipe: unknown): string {
   return createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 12);
 }
 
-/** The `base` template: root and `user` (uid 1000), /tmp, /home/user, /etc/passwd, /dev/null. */
+/** The `base` template: root and `user` (uid 1000), /tmp, /home/user, /workspace, /etc/passwd, /dev/null. */
 export function baseTemplate(): MemoryTemplate {
   const fs = new MemoryFs({ root: dir(TEMPLATE_TIME), limitBytes: Infinity }, () => TEMPLATE_TIME);
   const root = { uid: 0, gid: 0 };
-  for (const d of ["/bin", "/dev", "/etc", "/home", "/mnt", "/root", "/usr/bin", "/usr/local/bin", "/var/tmp"]) fs.mkdir(d, { parents: true, owner: root, mode: d === "/root" ? 0o700 : 0o755 });
+  // /workspace as the real base has it (build-rootfs.sh makes it).
+  for (const d of ["/bin", "/dev", "/etc", "/home", "/mnt", "/root", "/usr/bin", "/usr/local/bin", "/var/tmp", "/workspace"]) fs.mkdir(d, { parents: true, owner: root, mode: d === "/root" ? 0o700 : 0o755 });
   fs.mkdir("/tmp", { owner: root, mode: 0o1777 });
   fs.mkdir("/home/user", { owner: { uid: 1000, gid: 1000 }, mode: 0o755 });
   fs.write("/etc/passwd", Buffer.from("root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/bash\n"), { owner: root });
@@ -66,16 +67,28 @@ export function wireTemplate(t: MemoryTemplate, current: boolean): host.HostTemp
 
 export class MemoryTemplates {
   private readonly versions = new Map<string, MemoryTemplate>();
-  private readonly currents = new Map<string, string>();
+  private readonly currentOf = new Map<string, string>();
 
   /** `name` (its current version) or `name@version`. */
   resolve(spec: string): MemoryTemplate {
     const [name, version] = spec.split("@", 2) as [string, string | undefined];
     checkTemplateName(name);
     if (version !== undefined && !VERSION.test(version)) throw new DenError("invalid_argument", `template version must be 12 hex digits, got ${JSON.stringify(version)}`);
-    const t = this.versions.get(`${name}@${version ?? this.currents.get(name)}`);
+    const t = this.versions.get(`${name}@${version ?? this.currentOf.get(name)}`);
     if (!t) throw new DenError("template_not_found", version ? `template ${name}@${version} does not exist` : `template ${name} does not exist; build it with \`den template build ${name}\``);
     return t;
+  }
+
+  /**
+   * A size variant of `base`: `<name>.<vcpus>c<memory>m` at the base's version (made on
+   * first use, current from then on).
+   */
+  variant(base: MemoryTemplate, vcpus: number, memoryMb: number): MemoryTemplate {
+    if (!Number.isInteger(vcpus) || vcpus < 1 || vcpus > 16) throw new DenError("invalid_argument", "vcpus must be an integer in 1..16");
+    if (!Number.isInteger(memoryMb) || memoryMb < 128 || memoryMb > 65536) throw new DenError("invalid_argument", "memoryMb must be an integer in 128..65536");
+    const ref = { name: `${base.name}.${vcpus}c${memoryMb}m`, version: base.version };
+    if (!this.has(ref)) this.install({ ...base, ...ref, vcpus, memoryMb, baseTemplate: { name: base.name, version: base.version } }, true);
+    return this.resolve(refKey(ref));
   }
 
   has(ref: TemplateRef): boolean {
@@ -83,38 +96,56 @@ export class MemoryTemplates {
   }
 
   current(name: string): string | undefined {
-    return this.currents.get(name);
+    return this.currentOf.get(name);
   }
 
   /** Adds a version; it becomes current if asked, or if its name has none. */
   install(t: MemoryTemplate, current: boolean): void {
     checkTemplateName(t.name);
     this.versions.set(refKey(t), t);
-    if (current || !this.currents.has(t.name)) this.currents.set(t.name, t.version);
+    if (current || !this.currentOf.has(t.name)) this.currentOf.set(t.name, t.version);
   }
 
   setCurrent(ref: TemplateRef): void {
     this.resolve(refKey(ref));
-    this.currents.set(ref.name, ref.version);
+    this.currentOf.set(ref.name, ref.version);
   }
 
   /** The name no longer resolves; its versions go at a gc once nothing references them. */
   retire(name: string): void {
     checkTemplateName(name);
-    this.currents.delete(name);
+    this.currentOf.delete(name);
+  }
+
+  /** Every version (as a state file keeps them). */
+  all(): MemoryTemplate[] {
+    return [...this.versions.values()];
+  }
+
+  /** The current version of each name. */
+  currents(): Record<string, string> {
+    return Object.fromEntries(this.currentOf);
+  }
+
+  /** Puts back versions and currents as a state file kept them (in place of what it has). */
+  load(versions: MemoryTemplate[], current: Record<string, string>): void {
+    this.versions.clear();
+    this.currentOf.clear();
+    for (const t of versions) this.versions.set(refKey(t), t);
+    for (const [name, version] of Object.entries(current)) this.currentOf.set(name, version);
   }
 
   list(): host.HostTemplate[] {
     return [...this.versions.values()]
       .sort((a, b) => refKey(a).localeCompare(refKey(b)))
-      .map((t) => wireTemplate(t, this.currents.get(t.name) === t.version));
+      .map((t) => wireTemplate(t, this.currentOf.get(t.name) === t.version));
   }
 
   /** Removes versions that are not current and that nothing in `referenced` (name@version) or another version needs. */
   gc(referenced: Set<string>): void {
     for (const t of this.versions.values()) if (t.baseTemplate) referenced.add(refKey(t.baseTemplate));
     for (const [key, t] of this.versions) {
-      if (this.currents.get(t.name) !== t.version && !referenced.has(key)) this.versions.delete(key);
+      if (this.currentOf.get(t.name) !== t.version && !referenced.has(key)) this.versions.delete(key);
     }
   }
 }

@@ -4,7 +4,7 @@
  * image is replaced (a create or a fetch), as a real image file's does.
  */
 import { DenError, api } from "@den/protocol";
-import { deserializeDir, dir, serializeTree, type Filesystem, type SerialNode } from "./memory-fs.js";
+import { deserializeDir, dir, serializeTree, type Filesystem, type FsWatch, type SerialNode } from "./memory-fs.js";
 
 /** A volume's id (the real host's VOLUME_ID). */
 const VOLUME_ID = /^vol_[a-z2-7]{16}$/;
@@ -27,9 +27,11 @@ export interface SerialVolume {
 
 export class MemoryVolumes {
   private readonly images = new Map<string, VolumeImage>();
-  private nextInode = 4096;
+  /** The inode the next image gets. */
+  nextInode = 4096;
 
-  constructor(private readonly now: () => number) {}
+  /** `watch`: what each image's filesystem tells of its changes (the host's state file). */
+  constructor(private readonly now: () => number, private readonly watch?: (id: string) => FsWatch) {}
 
   check(id: string): void {
     if (!VOLUME_ID.test(id)) throw new DenError("invalid_argument", `not a volume id: ${JSON.stringify(id.slice(0, 100))}`);
@@ -86,7 +88,13 @@ export class MemoryVolumes {
     this.put(id, s.sizeMb, { root: deserializeDir(s.files), limitBytes: s.sizeMb * MIB });
   }
 
-  private put(id: string, sizeMb: number, fs: Filesystem): void {
-    this.images.set(id, { id, sizeMb, fs, inode: this.nextInode++ });
+  /** Puts back an image as a state file kept it, inode and all. */
+  load(s: SerialVolume & { inode: number }): void {
+    this.put(s.id, s.sizeMb, { root: deserializeDir(s.files), limitBytes: s.sizeMb * MIB }, s.inode);
+  }
+
+  private put(id: string, sizeMb: number, fs: Filesystem, inode = this.nextInode++): void {
+    if (this.watch) fs.watch = this.watch(id);
+    this.images.set(id, { id, sizeMb, fs, inode });
   }
 }

@@ -1,7 +1,8 @@
 /**
  * The tiny shell an in-memory guest's exec runs: a handful of builtins over the guest's
- * file tree (echo, printf, cat, true, false, exit, sleep, mkdir, rm, ls, pwd, cd, test, [,
- * touch, head, chown, chmod, sh -c, bash -c), `$VAR` and `${VAR}` from the exec's env, quotes, `;` `&&`
+ * file tree (echo, printf, cat, true, false, exit, sleep, mkdir, rm, mv, ls, pwd, cd, test,
+ * [, touch, head, chown, chmod, kill, sync, nohup, set -e, sh -c, bash -c), `$VAR`,
+ * `${VAR}`, `$!`, `$?` and `$(...)` (expanded when their command runs), quotes, `;` `&&`
  * `||` `|`, redirections (`>` `>>` `<` `2>` `2>&1` `>&2`) and a trailing `&`. Anything else
  * is "not found", exit 127. Clear, not complete: tests script the rest (`script()`).
  */
@@ -17,21 +18,29 @@ export interface ShellIo {
   fs: MemoryFs;
   /** Who files it makes belong to (the exec's user). */
   owner: Owner;
-  /** The working directory and environment; `cd` changes the first (a sub-shell has a copy). */
-  state: { cwd: string; env: Record<string, string> };
+  /**
+   * The working directory and environment (`cd` changes the first; a sub-shell has a copy),
+   * the pid of the last `&` job (`$!`), the last status (`$?`) and `set -e`.
+   */
+  state: { cwd: string; env: Record<string, string>; lastBg?: number; status?: number; errexit?: boolean };
   stdin: ShellInput;
   out(data: Buffer): Promise<void>;
   err(data: Buffer): Promise<void>;
   /** Aborted when the process is killed or times out: a sleep or a read gives up. */
   signal: AbortSignal;
-  /** `cmd &`: a background process in the guest (it lives until killed). */
-  background(cmd: string): void;
+  /** `cmd &`: a background process in the guest (it lives until killed); its pid, for `$!`. */
+  background(cmd: string): number | void;
+  /** `kill`: sends `signal` to the guest's process `pid` (0: none, only whether it runs); false if there is none. */
+  kill?(pid: number, signal: number): boolean;
 }
 
 const OPS = ["2>&1", ">&2", "&&", "||", ">>", "2>", ";", "&", "|", ">", "<"] as const;
 type Op = (typeof OPS)[number];
-type Token = { word: string } | { op: Op };
-interface Simple { argv: string[]; redirs: Array<[Op, string]> }
+/** What a word is made of: text as written, or an expansion done when its command runs (`$X`, `$!`, `$(...)`). */
+type Part = { lit: string } | { exp: { v: string } | { sub: string }; quoted: boolean };
+type Word = Part[];
+type Token = { word: Word } | { op: Op };
+interface Simple { argv: Word[]; redirs: Array<[Op, Word]> }
 interface Item { pipeline: Simple[]; then: Op }
 
 class SyntaxError_ extends Error {}
@@ -46,56 +55,122 @@ export const bufferInput = (data: Buffer): ShellInput => {
   return { read: async () => { const d = left; left = null; return d; } };
 };
 
-function tokenize(src: string, env: Record<string, string>): Token[] {
+/** Where the `$(` whose body starts at `from` closes. */
+function closing(src: string, from: number): number {
+  let depth = 1;
+  for (let i = from; i < src.length; i++) {
+    const c = src[i];
+    if (c === "\\") i++;
+    else if (c === "'") i = src.indexOf("'", i + 1) < 0 ? src.length : src.indexOf("'", i + 1);
+    else if (c === '"') {
+      while (++i < src.length && src[i] !== '"') if (src[i] === "\\") i++;
+    } else if (c === "(") depth++;
+    else if (c === ")" && --depth === 0) return i;
+  }
+  throw new SyntaxError_("unterminated $(");
+}
+
+const VARIABLE = /\$(?:\{([A-Za-z_]\w*|[!?])\}|([A-Za-z_]\w*|[!?]))/y;
+
+function tokenize(src: string): Token[] {
   const out: Token[] = [];
-  let word = "";
-  let inWord = false;
-  const flush = () => {
-    if (inWord) out.push({ word });
-    word = "";
-    inWord = false;
+  let word: Word = [];
+  const lit = (text: string) => {
+    const last = word[word.length - 1];
+    if (last && "lit" in last) last.lit += text;
+    else word.push({ lit: text });
   };
-  const variable = (i: number): [string, number] => {
-    const m = /^\$\{([A-Za-z_]\w*)\}/.exec(src.slice(i)) ?? /^\$([A-Za-z_]\w*)/.exec(src.slice(i));
-    return m ? [env[m[1]!] ?? "", i + m[0].length] : ["$", i + 1];
+  const flush = () => {
+    if (word.length) out.push({ word });
+    word = [];
+  };
+  /** `$...` at `i`: an expansion (or a plain `$`); where the source goes on. */
+  const dollar = (i: number, quoted: boolean): number => {
+    if (src.startsWith("$(", i)) {
+      const end = closing(src, i + 2);
+      word.push({ exp: { sub: src.slice(i + 2, end) }, quoted });
+      return end + 1;
+    }
+    VARIABLE.lastIndex = i;
+    const m = VARIABLE.exec(src);
+    if (!m) {
+      lit("$");
+      return i + 1;
+    }
+    word.push({ exp: { v: m[1] ?? m[2]! }, quoted });
+    return i + m[0].length;
   };
   let i = 0;
   while (i < src.length) {
     const c = src[i]!;
     if (c === " " || c === "\t") { flush(); i++; continue; }
     if (c === "\n") { flush(); out.push({ op: ";" }); i++; continue; }
-    if (c === "#" && !inWord) { while (i < src.length && src[i] !== "\n") i++; continue; }
-    const op = OPS.find((o) => src.startsWith(o, i) && !(o.startsWith("2") && inWord));
+    if (c === "#" && !word.length) { while (i < src.length && src[i] !== "\n") i++; continue; }
+    const op = OPS.find((o) => src.startsWith(o, i) && !(o.startsWith("2") && word.length));
     if (op) { flush(); out.push({ op }); i += op.length; continue; }
     if (c === "'") {
       const end = src.indexOf("'", i + 1);
       if (end < 0) throw new SyntaxError_("unterminated quoted string");
-      word += src.slice(i + 1, end);
-      inWord = true;
+      lit(src.slice(i + 1, end));
       i = end + 1;
     } else if (c === '"') {
-      inWord = true;
+      lit("");
       for (i++; i < src.length && src[i] !== '"';) {
-        if (src[i] === "\\" && '"\\$`'.includes(src[i + 1] ?? "x")) { word += src[i + 1]; i += 2; }
-        else if (src[i] === "$") { const [v, next] = variable(i); word += v; i = next; }
-        else word += src[i++];
+        if (src[i] === "\\" && '"\\$`'.includes(src[i + 1] ?? "x")) { lit(src[i + 1]!); i += 2; }
+        else if (src[i] === "$") i = dollar(i, true);
+        else lit(src[i++]!);
       }
       if (i >= src.length) throw new SyntaxError_("unterminated quoted string");
       i++;
     } else if (c === "$") {
-      // An unquoted expansion to nothing is no word at all.
-      const [v, next] = variable(i);
-      word += v;
-      inWord ||= v !== "";
-      i = next;
+      i = dollar(i, false);
     } else {
-      word += c === "\\" ? (src[++i] ?? "") : c;
-      inWord = true;
+      lit(c === "\\" ? (src[++i] ?? "") : c);
       i++;
     }
   }
   flush();
   return out;
+}
+
+/** A word's fields once expanded: an unquoted expansion is split at blanks, and one to nothing is no field. */
+async function expandWord(word: Word, io: ShellIo): Promise<string[]> {
+  const fields: string[] = [];
+  let cur = "";
+  let have = false;
+  for (const part of word) {
+    const text = "lit" in part ? part.lit : await expansion(part.exp, io);
+    if ("lit" in part || part.quoted) {
+      cur += text;
+      have = true;
+      continue;
+    }
+    for (const [i, piece] of text.split(/[ \t\n]+/).entries()) {
+      if (i > 0 && have) fields.push(cur);
+      if (i > 0) [cur, have] = ["", false];
+      if (piece) [cur, have] = [cur + piece, true];
+    }
+  }
+  if (have) fields.push(cur);
+  return fields;
+}
+
+async function expandWords(words: Word[], io: ShellIo): Promise<string[]> {
+  const out: string[] = [];
+  for (const w of words) out.push(...(await expandWord(w, io)));
+  return out;
+}
+
+/** `$X` from the exec's env, `$!`, `$?`, or `$(...)`: what its script writes, trailing newlines dropped. */
+async function expansion(e: { v: string } | { sub: string }, io: ShellIo): Promise<string> {
+  if ("v" in e) {
+    if (e.v === "!") return io.state.lastBg === undefined ? "" : String(io.state.lastBg);
+    if (e.v === "?") return String(io.state.status ?? 0);
+    return io.state.env[e.v] ?? "";
+  }
+  const parts: Buffer[] = [];
+  await runScript(e.sub, { ...io, state: { ...io.state, env: { ...io.state.env } }, out: async (d) => void parts.push(d) });
+  return Buffer.concat(parts).toString().replace(/\n+$/, "");
 }
 
 function parse(tokens: Token[]): Item[] {
@@ -110,7 +185,7 @@ function parse(tokens: Token[]): Item[] {
       const target = tokens[++i];
       if (!target || !("word" in target)) throw new SyntaxError_(`a file name after ${t.op}`);
       cmd.redirs.push([t.op, target.word]);
-    } else if (t.op === "2>&1" || t.op === ">&2") cmd.redirs.push([t.op, ""]);
+    } else if (t.op === "2>&1" || t.op === ">&2") cmd.redirs.push([t.op, []]);
     else if (empty() && !pipeline.length && t.op === ";") continue;
     else if (empty()) throw new SyntaxError_(`"${t.op}" unexpected`);
     else {
@@ -131,7 +206,7 @@ function parse(tokens: Token[]): Item[] {
 export async function runScript(script: string, io: ShellIo): Promise<number> {
   let items: Item[];
   try {
-    items = parse(tokenize(script, io.state.env));
+    items = parse(tokenize(script));
   } catch (e) {
     if (!(e instanceof SyntaxError_)) throw e;
     await io.err(text(`sh: syntax error: ${e.message}\n`));
@@ -145,15 +220,43 @@ export async function runScript(script: string, io: ShellIo): Promise<number> {
       prev = item.then;
       if (skip) continue;
       if (item.then === "&") {
-        io.background(item.pipeline.map((c) => c.argv.join(" ")).join(" | "));
-        status = 0;
-      } else status = await runPipeline(item.pipeline, io);
+        status = await background(item.pipeline, io);
+      } else {
+        status = await runPipeline(item.pipeline, io);
+        // `set -e`: a command that fails ends the script, unless a && or || after it tests it.
+        if (status !== 0 && io.state.errexit && item.then !== "&&" && item.then !== "||") throw new Exit(status);
+      }
+      io.state.status = status;
     }
   } catch (e) {
     if (e instanceof Exit) return e.code;
     throw e;
   }
   return status;
+}
+
+/**
+ * `cmd &`: a process of the guest that lives until it is killed (what it would write goes
+ * nowhere, but the files it redirects to are made); `$!` is its pid.
+ */
+async function background(cmds: Simple[], io: ShellIo): Promise<number> {
+  const label: string[] = [];
+  for (const c of cmds) {
+    label.push((await expandWords(c.argv, io)).join(" "));
+    for (const [op, target] of c.redirs) {
+      if (op !== ">" && op !== ">>" && op !== "2>") continue;
+      const path = abs(io, (await expandWord(target, io)).join(" "));
+      if (path === "/dev/null") continue;
+      try {
+        io.fs.write(path, Buffer.alloc(0), { append: op === ">>", owner: io.owner });
+      } catch (e) {
+        return fail(io, `sh: cannot create ${path}: ${why(e)}`, 2);
+      }
+    }
+  }
+  const pid = io.background(label.join(" | "));
+  io.state.lastBg = typeof pid === "number" ? pid : undefined;
+  return 0;
 }
 
 /** Runs a program by argv (no shell), as the guest agent's exec of an argv does. */
@@ -183,7 +286,9 @@ async function runPipeline(cmds: Simple[], io: ShellIo): Promise<number> {
 async function runSimple(cmd: Simple, io: ShellIo): Promise<number> {
   let { stdin, out, err } = io;
   const files: Array<{ path: string; name: string; append: boolean; parts: Buffer[] }> = [];
-  for (const [op, target] of cmd.redirs) {
+  const argv = await expandWords(cmd.argv, io);
+  for (const [op, word] of cmd.redirs) {
+    const target = (await expandWord(word, io)).join(" ");
     if (op === "2>&1") err = out;
     else if (op === ">&2") out = err;
     else if (op === "<") {
@@ -200,7 +305,7 @@ async function runSimple(cmd: Simple, io: ShellIo): Promise<number> {
       else out = sink;
     }
   }
-  const status = cmd.argv.length ? await runCommand(cmd.argv, { ...io, stdin, out, err }) : 0;
+  const status = argv.length ? await runCommand(argv, { ...io, stdin, out, err }) : 0;
   for (const f of files) {
     try {
       io.fs.write(f.path, Buffer.concat(f.parts), { append: f.append, owner: io.owner });
@@ -268,8 +373,17 @@ async function readAll(input: ShellInput, signal: AbortSignal): Promise<Buffer> 
   return Buffer.concat(parts);
 }
 
+/** A new shell (`sh -c`): the same directory and environment, no jobs, no `set -e`. */
 async function subShell(script: string, io: ShellIo): Promise<number> {
   return runScript(script, { ...io, state: { cwd: io.state.cwd, env: { ...io.state.env } } });
+}
+
+/** The signals `kill` knows by name. */
+const SIGNALS: Record<string, number> = { HUP: 1, INT: 2, QUIT: 3, KILL: 9, USR1: 10, USR2: 12, PIPE: 13, ALRM: 14, TERM: 15, CONT: 18, STOP: 19, TSTP: 20 };
+
+function signalNumber(spec: string): number | undefined {
+  if (/^\d+$/.test(spec)) return Number(spec) <= 64 ? Number(spec) : undefined;
+  return SIGNALS[spec.toUpperCase().replace(/^SIG/, "")];
 }
 
 const BUILTINS: Record<string, Builtin> = {
@@ -380,6 +494,54 @@ const BUILTINS: Record<string, Builtin> = {
     const [mode, ...paths] = args.filter((a) => a !== "--" && a !== "-R");
     if (!/^[0-7]{1,4}$/.test(mode ?? "") || !paths.length) return fail(io, `chmod: invalid mode: '${mode ?? ""}'`, 1);
     return each(paths, io, (a) => io.fs.setMeta(abs(io, a), { mode: parseInt(mode!, 8) }), (a, e) => `chmod: cannot access '${a}': ${why(e)}`);
+  },
+  async mv(args, io) {
+    const paths = args.filter((a) => !/^-[fnv]+$/.test(a) && a !== "--");
+    if (paths.length < 2) return fail(io, `mv: missing ${paths.length ? "destination file" : "file"} operand`, 1);
+    const dest = paths.pop()!;
+    const into = io.fs.find(abs(io, dest))?.type === "dir";
+    if (paths.length > 1 && !into) return fail(io, `mv: target '${dest}' is not a directory`, 1);
+    let status = 0;
+    for (const a of paths) {
+      if (!io.fs.find(abs(io, a))) {
+        status = await fail(io, `mv: cannot stat '${a}': No such file or directory`, 1);
+        continue;
+      }
+      try {
+        io.fs.rename(abs(io, a), into ? `${abs(io, dest)}/${components(abs(io, a)).pop()}` : abs(io, dest));
+      } catch (e) {
+        status = await fail(io, `mv: cannot move '${a}' to '${dest}': ${why(e)}`, 1);
+      }
+    }
+    return status;
+  },
+  // `kill [-N|-NAME|-s NAME] PID...`; `kill -0 PID`: whether it runs.
+  async kill(args, io) {
+    let rest = args;
+    let spec = "TERM";
+    if (rest[0] === "-s" || rest[0] === "-n") [spec, rest] = [rest[1] ?? "", rest.slice(2)];
+    else if (rest[0]?.startsWith("-") && rest[0] !== "--") [spec, rest] = [rest[0].slice(1), rest.slice(1)];
+    if (rest[0] === "--") rest = rest.slice(1);
+    const signal = signalNumber(spec);
+    if (signal === undefined) return fail(io, `sh: kill: ${spec}: invalid signal specification`, 1);
+    if (!rest.length) return fail(io, "kill: usage: kill [-s sigspec | -n signum | -sigspec] pid ...", 2);
+    return each(rest, io, (a) => {
+      if (!/^\d+$/.test(a)) throw new Error(`${a}: arguments must be process or job IDs`);
+      if (!io.kill?.(Number(a), signal)) throw new Error(`(${a}) - No such process`);
+    }, (_a, e) => `sh: kill: ${(e as Error).message}`);
+  },
+  sync: async () => 0,
+  // What it runs goes on after a hangup: here, it just runs.
+  async nohup(args, io) {
+    return args.length ? runCommand(args, io) : fail(io, "nohup: missing operand", 125);
+  },
+  // `set -e` (and `set -o errexit`) is honoured, `+e` undoes it; other options are taken and ignored.
+  async set(args, io) {
+    for (const [i, a] of args.entries()) {
+      if (/^[-+][A-Za-z]*e/.test(a)) io.state.errexit = a[0] === "-";
+      if ((a === "-o" || a === "+o") && args[i + 1] === "errexit") io.state.errexit = a === "-o";
+    }
+    return 0;
   },
   sh: shell,
   bash: shell,

@@ -1,0 +1,123 @@
+/**
+ * What the in-memory host moves to and from the object store, in the real host's layout
+ * (memory-image.ts): a sandbox's stored snapshot up (pinning its template version here) and
+ * down (verified, then made a sandbox), templates published and fetched; and what it keeps
+ * for them locally: warm snapshots and template pins, as the control plane says.
+ */
+import { DenError, type host } from "@den/protocol";
+import { manifestBytes, readStoredManifest, storedSnapshotComplete, type TransferProgress } from "@den/store";
+import type { Admission } from "../admission.js";
+import type { Faults } from "./faults.js";
+import type { Sandboxes } from "./host-sandboxes.js";
+import type { HostState, Shape } from "./host-state.js";
+import { checkSandboxImage, getStored, putStored, type SandboxImage } from "./memory-image.js";
+import { refKey, type MemoryTemplate } from "./memory-templates.js";
+
+/** At most one report a second per transfer, plus the last one (as the real host). */
+function throttled(emit: (p: TransferProgress) => void): (p: TransferProgress) => void {
+  let last = 0;
+  return (p) => {
+    const done = p.total !== undefined && p.bytes >= p.total;
+    if (!done && Date.now() - last < 1000) return;
+    last = Date.now();
+    emit(p);
+  };
+}
+
+export class StoreTransfers {
+  constructor(
+    private readonly state: HostState,
+    private readonly faults: Faults,
+    private readonly admission: Admission,
+    private readonly sandboxes: Sandboxes,
+    /** Who hears of transfers (the host's `onTransfer`, read at each report). */
+    private readonly listener: () => ((t: host.TransferEvent) => void) | undefined,
+  ) {}
+
+  private progress(sandbox: string, snapshot: string, direction: host.TransferEvent["direction"]): (p: TransferProgress) => void {
+    return throttled((p) => this.listener()?.({
+      sandbox, snapshot, direction, file: p.key.slice(p.key.lastIndexOf("/") + 1), bytes: p.bytes, total: p.total ?? null,
+      done: p.total !== undefined && p.bytes >= p.total,
+    }));
+  }
+
+  /** Uploads a sandbox image to the store, pinning its template here first (a failed upload leaves no pin). */
+  async toStore(image: SandboxImage, sandbox: string, to: host.StoredRef): Promise<number> {
+    this.state.change(() => this.state.pin(to.id, image.template));
+    try {
+      const stored = await putStored(this.state.store, to.key, image, this.state.manifest({ id: sandbox, template: image.template, shape: image.shape }, to.id, image.mounts), {
+        tmp: this.state.tmp, onProgress: this.progress(sandbox, to.id, "upload"), midway: () => this.faults.at("snapshot-upload-mid"),
+      });
+      return manifestBytes(stored);
+    } catch (e) {
+      this.state.change(() => this.state.pins.delete(to.id));
+      throw e;
+    }
+  }
+
+  /** Downloads a stored snapshot, verifies it, and makes it sandbox `id`. */
+  async restoreStored(id: string, ref: host.StoredRef, volumes: host.VolumeSpec[] = []): Promise<host.HostSandboxInfo> {
+    // Room first: a wake that cannot fit fails before it downloads anything.
+    const stored = await readStoredManifest(this.state.store, ref.key);
+    const vm = (stored.snapshot as { vm?: Shape } | null)?.vm;
+    if (!vm) throw new DenError("snapshot_corrupt", `stored snapshot ${ref.id} has no VM shape in its manifest`);
+    const release = this.admission.reserve(id, vm);
+    try {
+      const image = checkSandboxImage(await getStored(this.state.store, ref.key, { tmp: this.state.tmp, onProgress: this.progress(id, ref.id, "download"), manifest: stored }), ref.id);
+      this.faults.at("wake-cold-after-download");
+      if (!this.state.tpl.has(image.template)) throw new DenError("template_not_found", `snapshot needs template ${refKey(image.template)}, which is not on this host`);
+      return this.state.info(this.sandboxes.make(id, image.template, image.shape, image.guest, volumes));
+    } finally {
+      release();
+    }
+  }
+
+  async publishTemplate(name: string, version: string, key: string): Promise<{ storedBytes: number }> {
+    const { store } = this.state;
+    if (await storedSnapshotComplete(store, key)) return { storedBytes: manifestBytes(await readStoredManifest(store, key)) };
+    const t = this.state.tpl.resolve(`${name}@${version}`);
+    const manifest = { format: 1, kind: "template", id: refKey(t), createdAt: t.createdAt, template: { name, version }, vm: { vcpus: t.vcpus, memoryMb: t.memoryMb, diskMb: t.diskMb } };
+    const stored = await putStored(store, key, { format: "den-memory-template/1", template: t }, manifest, { tmp: this.state.tmp, midway: () => this.faults.at("snapshot-upload-mid") });
+    return { storedBytes: manifestBytes(stored) };
+  }
+
+  async fetchTemplate(name: string, version: string, key: string, current: boolean): Promise<void> {
+    const { tpl } = this.state;
+    const ref = { name, version };
+    if (tpl.has(ref)) {
+      if (current && tpl.current(name) !== version) this.state.change(() => tpl.setCurrent(ref));
+      return;
+    }
+    const got = (await getStored(this.state.store, key, { tmp: this.state.tmp })) as { format?: string; template?: MemoryTemplate };
+    if (got.format !== "den-memory-template/1" || !got.template) throw new DenError("snapshot_corrupt", `stored template ${name}@${version} is not an in-memory host's`);
+    this.state.change(() => tpl.install({ ...got.template!, name, version }, current));
+  }
+
+  // ---- local snapshots and pins ----
+
+  dropLocalSnapshot(snapshotId: string): void {
+    this.state.change(() => {
+      if (this.state.warm.delete(snapshotId)) this.state.gc();
+    });
+  }
+
+  unpin(snapshotId: string): void {
+    this.state.change(() => {
+      if (this.state.pins.delete(snapshotId)) this.state.gc();
+    });
+  }
+
+  /** Keeps the local snapshots and pins the control plane's records name, and only those. */
+  collectLocal(snapshots: string[], pins: host.TemplatePin[]): void {
+    const { warm } = this.state;
+    this.state.change(() => {
+      const keep = new Set(snapshots);
+      for (const id of [...warm.keys()]) if (!keep.has(id)) warm.delete(id);
+      // The database is the record: a pin this host lost (or never had) is written again.
+      const wanted = new Map(pins.map((p) => (typeof p === "string" ? [p, undefined] : [p.id, p.template])));
+      for (const [holder, template] of wanted) if (template && !this.state.pins.has(holder)) this.state.pin(holder, template);
+      for (const holder of [...this.state.pins.keys()]) if (!wanted.has(holder)) this.state.pins.delete(holder);
+      this.state.gc();
+    });
+  }
+}
