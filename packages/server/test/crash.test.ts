@@ -22,6 +22,12 @@
  * dies at that point of an operation (@den/store faultPoint); after a restart the same checks hold.
  * A point that is never reached is a failure.
  *
+ * On the in-memory host (DEN_CRASH_HOST=memory, crash-memory.test runs it so): `den serve`
+ * with DEN_HOST_TRANSPORT=memory in a data dir of its own, whose host keeps its VMs on disk
+ * as QEMU processes outlive a kill -9 (MemoryHostAgent, memory-host.json): the same rounds and
+ * points, the same checks, in seconds; the real run keeps fewer rounds for what only real
+ * VMs can show (DEN_CRASH_ROUNDS).
+ *
  * Runs on its own: npm run build && DEN_DATA_DIR=... node --test --test-concurrency=1 packages/server/dist/test/crash.test.js
  * (as a fleet: the same under scripts/with-postgres.sh, with a data dir of its own)
  */
@@ -34,6 +40,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import pg from "pg";
 import S3rver from "s3rver";
+import { MemoryHostAgent } from "@den/host-agent";
 import { findInstanceProcesses, mulberry32 } from "@den/runtime";
 import { S3Store } from "@den/store";
 import { client, dataDir, spawnHostAgent, spawnServer, stopProcess, waitFor } from "./helpers.js";
@@ -66,18 +73,26 @@ const PORT = 19231;
 const FLEET_HOST_PORTS = [19232, 19233] as const;
 const FLEET_SECRET = "crash-fleet-secret-0123456789abcdef";
 const DB_URL = process.env.DEN_DATABASE_URL;
+/** On the in-memory host (see the top): single-node, SQLite, a data dir of its own. */
+const MEMORY = process.env.DEN_CRASH_HOST === "memory";
 /** A fleet on Postgres (see the top), else single-node on SQLite. */
-const FLEET = !!DB_URL?.startsWith("postgres");
+const FLEET = !MEMORY && !!DB_URL?.startsWith("postgres");
+/** The server's data dir: the suite's, or the memory host's own (removed at the end). */
+const DATA = MEMORY ? mkdtempSync(join(tmpdir(), "den-crash-memory-")) : dataDir();
 const api = client(`http://127.0.0.1:${PORT}`);
 const SEED = Number(process.env.DEN_CRASH_SEED ?? 1337) >>> 0;
 const ROUNDS = Number(process.env.DEN_CRASH_ROUNDS ?? 6);
-const MAX_KILL_DELAY_MS = 3000;
+/** A memory host's operations take milliseconds: its kills come sooner. */
+const MAX_KILL_DELAY_MS = MEMORY ? 400 : 3000;
 /** Every sandbox this run makes carries this metadata (forks inherit it; restores get it). */
 const RUN = `crash-${Date.now().toString(36)}`;
 const TAG = { crash_run: RUN };
 /** Environment of every server this file starts. */
 // Webhooks may reach 127.0.0.2, where nothing listens: every delivery stays in the outbox, to be counted.
 const BASE_ENV = { DEN_STORE_GC_GRACE_SECONDS: "0", DEN_STORE_GC_INTERVAL_SECONDS: "1", DEN_WEBHOOK_ALLOW_NETWORKS: "127.0.0.2/32" };
+/** The memory host's server: its own data dir and store (never the suite's). */
+// On SQLite (its file is read below): the Postgres pass crashes a fleet of real hosts.
+const MEMORY_ENV = { DEN_HOST_TRANSPORT: "memory", DEN_DATA_DIR: DATA, DEN_STORE_DIR: join(DATA, "store"), DEN_DATABASE_URL: "" };
 /** The webhook that hears every round's events (set up before the rounds). */
 let hookId = "";
 const SETTLE_MS = 60_000;
@@ -106,7 +121,7 @@ let serverLog = "";
 async function start(env: Record<string, string> = {}): Promise<ChildProcess> {
   if (server) await stopClean(); // one at a time (a failed test may have left one up)
   serverLog = "";
-  const child = await spawnServer(PORT, { ...BASE_ENV, ...(FLEET ? fleet.cpEnv() : {}), ...env });
+  const child = await spawnServer(PORT, { ...BASE_ENV, ...(FLEET ? fleet.cpEnv() : {}), ...(MEMORY ? MEMORY_ENV : {}), ...env });
   child.stderr!.on("data", (d: Buffer) => (serverLog = (serverLog + d.toString()).slice(-4000)));
   child.once("exit", () => {
     if (server === child) server = undefined;
@@ -195,13 +210,18 @@ const fleet = {
 
 /** The instance ids whose QEMUs belong to this run: the data dir's, or each fleet host's. */
 function instances(): string[] {
-  const dirs = FLEET ? fleet.hosts.map((h) => h.dir) : [dataDir()];
+  const dirs = FLEET ? fleet.hosts.map((h) => h.dir) : [DATA];
   return dirs.filter((d) => existsSync(join(d, "instance-id"))).map((d) => readFileSync(join(d, "instance-id"), "utf8").trim());
 }
 
 /** Sandbox id -> pid of every QEMU of this run's instances (`pooled`: with those no sandbox has claimed, by their own tags). */
 function runningVms(opts: { pooled?: boolean } = {}): Map<string, number> {
   const out = new Map<string, number>();
+  // The memory host's VMs are in its state file (a VM is one that runs or is paused).
+  if (MEMORY) {
+    for (const vm of MemoryHostAgent.readState(DATA)?.vms ?? []) if (vm.state === "running" || vm.state === "paused") out.set(vm.id, 0);
+    return out;
+  }
   for (const id of instances()) for (const [sandbox, pid] of findInstanceProcesses(id, opts)) out.set(sandbox, pid);
   return out;
 }
@@ -292,7 +312,8 @@ function stateOf(s: any): string {
   return s.state;
 }
 
-const BG_CHECK = "p=$(cat /root/bg.pid 2>/dev/null); if [ -n \"$p\" ] && kill -0 \"$p\" 2>/dev/null; then echo alive; else echo dead; fi";
+// (Plain enough for the memory host's shell too.)
+const BG_CHECK = "kill -0 $(cat /root/bg.pid 2>/dev/null) 2>/dev/null && echo alive || echo dead";
 
 /** Marker file with known contents plus a background process, in a running sandbox. */
 async function setupMarker(id: string, markerPath = `/root/den-crash-${id}`): Promise<Box> {
@@ -359,7 +380,7 @@ async function vmsMatch(): Promise<string[]> {
 }
 
 function storeRoot(): string {
-  return process.env.DEN_STORE_DIR ?? join(dataDir(), "store");
+  return MEMORY ? join(DATA, "store") : process.env.DEN_STORE_DIR ?? join(DATA, "store");
 }
 
 /** Stored snapshots: of every key (or directory) path `.../snapshots/<id>/...` (any layout), by id. */
@@ -410,7 +431,7 @@ async function dbReferences(): Promise<{ required: Map<string, string>; referenc
   if (FLEET) {
     rows = { sandboxes: (await fleet.db!.query(SANDBOXES)).rows, checkpoints: (await fleet.db!.query(CHECKPOINTS)).rows };
   } else {
-    const db = new Database(join(dataDir(), "den.db"), { readonly: true, fileMustExist: true });
+    const db = new Database(join(DATA, "den.db"), { readonly: true, fileMustExist: true });
     try {
       rows = { sandboxes: db.prepare(SANDBOXES).all(), checkpoints: db.prepare(CHECKPOINTS).all() };
     } finally {
@@ -525,6 +546,7 @@ after(async () => {
     await stopClean();
   }
   if (FLEET) await fleet.tearDown();
+  if (MEMORY) rmSync(DATA, { recursive: true, force: true });
   log("done");
 });
 

@@ -177,7 +177,7 @@ export function runCli(args: string[], env: Record<string, string>, input = ""):
 /** `den serve` as its own process, for the crash tests (kill -9, restart). */
 export async function spawnServer(port: number, env: Record<string, string> = {}): Promise<ChildProcess> {
   const child = spawn(process.execPath, [CLI, "serve", "--port", String(port)], {
-    env: { ...process.env, DEN_DATA_DIR: dataDir(), DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", DEN_LOG_LEVEL: "warn", DEN_STORE_GC_GRACE_SECONDS: "0", DEN_ENVD_PORT: "0", ...env },
+    env: { ...process.env, DEN_DATA_DIR: env.DEN_DATA_DIR ?? dataDir(), DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", DEN_LOG_LEVEL: "warn", DEN_STORE_GC_GRACE_SECONDS: "0", DEN_ENVD_PORT: "0", ...env },
     stdio: ["ignore", "ignore", "pipe"],
   });
   let err = "";
