@@ -48,20 +48,25 @@ fast_files=$(node scripts/test-files.mjs fast)
 vm_files=$(node scripts/test-files.mjs vm)
 bounded node --test --test-concurrency=2 --test-reporter=spec $fast_files
 bounded node --test --test-concurrency=1 --test-reporter=spec $vm_files
-# The same API tests once more, on Postgres (a throwaway server, scripts/with-postgres.sh)
-# and with the host agent behind a real HTTP hop (its /host/v1 server on 127.0.0.1,
-# HttpHostAgent + HttpGuest): every query is Postgres' and every host call crosses the wire
-# protocol (~3 min). Then the fleet: host agents that register and hold leases (test/fleet),
-# as a deployment of many machines runs them: on Postgres; and the crash test once more as a
-# fleet (control plane alone, two registered host agents, an s3rver bucket; ~2 min).
+# Postgres (a throwaway server, scripts/with-postgres.sh). First the memory-host files
+# again: every query of the control plane's logic is then Postgres' too (each of their
+# servers makes a database of its own, so they run two at a time). Then, with the host agent
+# behind a real HTTP hop (its /host/v1 server on 127.0.0.1, HttpHostAgent + HttpGuest), the
+# VM files whose paths cross it (the API and volumes; crash as a fleet: the control plane
+# alone, two registered host agents, an s3rver bucket, every fault point), and the fleet:
+# host agents that register and hold leases (test/fleet), as a deployment of many machines
+# runs them. (Checkpoints, ports, the SDK, templates and bad requests ran here too once:
+# the contract suite now runs the HTTP host over loopback, the fleet a port and a PTY
+# through it, and their control-plane logic is in the memory-host files run here.)
+bounded scripts/with-postgres.sh node --test --test-concurrency=2 --test-reporter=spec $(node scripts/test-files.mjs memory)
 # A data dir of its own with only the base template: templates the tests above built belong
 # to the SQLite database's owners, and a new database must not find them on its host.
 pg_data="$agent_tmp/pg-data"
 mkdir -p "$pg_data/templates"
 cp -a "$DEN_DATA_DIR/templates/base" "$pg_data/templates/"
-# (Three random crash rounds here: the six of the main block cover the same operations.)
+# (Three random crash rounds here: the memory host runs twenty, on SQLite.)
 DEN_DATA_DIR="$pg_data" DEN_CRASH_ROUNDS=3 bounded scripts/with-postgres.sh env DEN_HOST_TRANSPORT=loopback node --test --test-concurrency=1 --test-reporter=spec \
-  packages/server/dist/test/{api,checkpoints,ports,sdk-e2e,bad-requests,templates,quotas,webhooks,volumes,crash}.test.js packages/server/dist/test/fleet/*.test.js
+  packages/server/dist/test/{api,volumes,crash}.test.js packages/server/dist/test/fleet/*.test.js
 if [ "$(host_net)" != "$host_net_before" ]; then
   echo "a test outside the network test namespace changed this host's networking:" >&2
   diff <(echo "$host_net_before") <(host_net) >&2 || true

@@ -16,7 +16,9 @@
  * took full effect or none, the VMs on the host are exactly those the API says hold one,
  * and the snapshot store holds exactly what the database references.
  *   DEN_CRASH_SEED=<n>    replay a run (the seed is in the test names and output)
- *   DEN_CRASH_ROUNDS=<n>  rounds (default 6; the acceptance run uses 30)
+ *   DEN_CRASH_ROUNDS=<n>  rounds (default 6; 2 single-node on real VMs; the acceptance run uses 30)
+ *   DEN_CRASH_POINTS=all|<point,...>  the fault points of part 2 (default all; single-node
+ *                         on real VMs, the four inside the host agent's code)
  *
  * Part 2: fault points. The server is armed with a point's name (DEN_FAULT_POINT_FILE) and
  * dies at that point of an operation (@den/store faultPoint); after a restart the same checks hold.
@@ -81,7 +83,14 @@ const FLEET = !MEMORY && !!DB_URL?.startsWith("postgres");
 const DATA = MEMORY ? mkdtempSync(join(tmpdir(), "den-crash-memory-")) : dataDir();
 const api = client(`http://127.0.0.1:${PORT}`);
 const SEED = Number(process.env.DEN_CRASH_SEED ?? 1337) >>> 0;
-const ROUNDS = Number(process.env.DEN_CRASH_ROUNDS ?? 6);
+/**
+ * Single-node on real VMs runs 2 rounds and the points inside the host agent's code (where
+ * real snapshot files and QEMUs are mid-way) by default: the memory host runs every round
+ * and point in seconds (crash-memory.test), the Postgres pass every point on real VMs as a
+ * fleet. DEN_CRASH_ROUNDS and DEN_CRASH_POINTS=all (or a comma list) choose otherwise.
+ */
+const SINGLE_REAL = !MEMORY && !FLEET;
+const ROUNDS = Number(process.env.DEN_CRASH_ROUNDS ?? (SINGLE_REAL ? 2 : 6));
 /** A memory host's operations take milliseconds: its kills come sooner. */
 const MAX_KILL_DELAY_MS = MEMORY ? 400 : 3000;
 /** Every sandbox this run makes carries this metadata (forks inherit it; restores get it). */
@@ -933,7 +942,9 @@ describe("fault points: the server dies at each point, and the restart converges
     rmSync(markerDir, { recursive: true, force: true });
   });
 
-  for (const point of FAULT_POINTS) {
+  const chosen = process.env.DEN_CRASH_POINTS ?? (SINGLE_REAL ? [...HOST_POINTS].join(",") : "all");
+  const points = chosen === "all" ? FAULT_POINTS : FAULT_POINTS.filter((p) => chosen.split(",").includes(p));
+  for (const point of points) {
     test(point, async () => {
       const op = faultOp(point);
       rmSync(hit, { force: true });

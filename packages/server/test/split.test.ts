@@ -106,6 +106,11 @@ describe("control plane and host agent as separate processes", () => {
     // Every one of them is usable: warm and cold wake (from the host's snapshot, from the store), a restore of the checkpoint.
     assert.equal(await exec(warm, "cat /workspace/f"), "warm\n");
     assert.equal(await exec(cold, "cat /workspace/f"), "cold\n");
+    // The host agent's CPU for the cold hibernate and wake (snapshot, compression, transfer)
+    // reaches the bill across the wire: this control plane spent next to none of it.
+    const usage = await api("GET", "/v1/usage?group_by=sandbox");
+    const billed = (usage.body.groups as Array<{ key: string; den_cpu_seconds: number }>).find((g) => g.key === cold);
+    assert.ok(billed && billed.den_cpu_seconds > 0.05, `Den's CPU for ${cold}: ${JSON.stringify(billed)}`);
     const restored = await api("POST", `/v1/checkpoints/${cp.body.id}/restore`, {});
     assert.equal(restored.status, 201, restored.text);
     assert.equal(await exec(restored.body.id, `cat /workspace/f; kill -0 ${pid} && echo alive`), "kept\nalive\n");

@@ -2,10 +2,8 @@
 /**
  * Host agents that register themselves (`den host run --control-plane URL`) with a control
  * plane that is given none (`--host-agent registered`): each holds a lease its heartbeats
- * renew. Cold sandboxes wake on whichever host is up; a host stopped cleanly drains first;
- * a host killed is declared lost after its lease and the grace period (its running
- * sandboxes `lost`, recoverable from a checkpoint on another host) and, when it comes back,
- * destroys what the database no longer gives it. A host that cannot renew its lease pauses
+ * renew. Cold sandboxes wake on whichever host is up; a host stopped cleanly drains first
+ * (a host killed, declared lost after its lease and grace: fleet.test). A host that cannot renew its lease pauses
  * its VMs, and runs them again once the control plane answers. Host B starts with no
  * template: it pulls A's base from the shared store on its first sandbox.
  */
@@ -128,41 +126,14 @@ describe("host agents that register themselves and hold leases", () => {
       assert.ok(onHost(b).includes(id), `${id} woke on B`);
       assert.equal((await state(id)).state, "running");
     }
+    for (const id of ids) assert.equal((await api("DELETE", `/v1/sandboxes/${id}`)).status, 200);
   });
 
-  test("a killed host's running sandboxes are lost after lease + grace, recovered on another host; back, it destroys their old VMs", async () => {
+  // (A killed host's sandboxes lost after lease + grace, recovered elsewhere, its stale VMs
+  // destroyed once it is back: fleet.test, on three hosts and two replicas.)
+  test("a host that cannot renew its lease pauses its VMs; they run again when the control plane answers", async () => {
     hostA = await startA();
     await waitFor("A is up again", async () => ((await hosts()).find((h) => h.id === a)?.status === "up" ? true : undefined), 20_000);
-    const onB = (await api("GET", "/v1/sandboxes?limit=200")).body.sandboxes.map((s: { id: string }) => s.id).filter((id: string) => onHost(b).includes(id)) as string[];
-    assert.ok(onB.length >= 4, `B holds the four: ${onB.length}`);
-    const victim = onB[0]!;
-    await exec(victim, "echo checkpointed > /root/state");
-    const cp = await api("POST", `/v1/sandboxes/${victim}/checkpoints`, {});
-    assert.equal(cp.status, 201, cp.text);
-    const bVms = onHost(b);
-
-    hostB!.kill("SIGKILL");
-    await new Promise((r) => hostB!.once("exit", r));
-    hostB = undefined;
-    // The sweep marks them one by one: wait for all of B's.
-    await waitFor("B's sandboxes are lost", async () => ((await Promise.all(onB.map(state))).every((s) => s.state === "lost") ? true : undefined), 20_000);
-    assert.equal((await state(victim)).state_reason, "host_lost");
-    assert.ok((await hosts()).find((h) => h.id === b)?.lost_at, "B's loss is recorded");
-
-    const rec = await api("POST", `/v1/sandboxes/${victim}/recover`, {});
-    assert.equal(rec.status, 200, rec.text);
-    assert.ok(onHost(a).includes(victim), "recovered onto A");
-    assert.equal(await exec(victim, "cat /root/state"), "checkpointed\n");
-
-    // B's QEMUs outlived its agent (killed alone); once B is back they are the database's to judge.
-    assert.ok(bVms.every((id) => onHost(b).includes(id)), "B's VMs still run while B is away");
-    hostB = await startB();
-    await waitFor("B destroyed what is no longer its own", async () => (onHost(b).length === 0 ? true : undefined), 30_000);
-    assert.equal(await exec(victim, "cat /root/state"), "checkpointed\n", "the recovered copy on A is untouched");
-    assert.equal((await hosts()).find((h) => h.id === b)?.lost_at, null);
-  });
-
-  test("a host that cannot renew its lease pauses its VMs; they run again when the control plane answers", async () => {
     const id = await create();
     const port = onHost(a).includes(id) ? PORT_A : PORT_B;
     await exec(id, "echo before > /root/f");
