@@ -6,6 +6,10 @@
  * server (`den serve`, its host agent in-process) dies with SIGKILL at each of the move's
  * fault points; after a restart the volume has every byte it had, exactly one copy of it is
  * the volume (the host's image, once it is read back), and the store keeps no copy of it.
+ * The fault points run on the in-memory host (volume-moves-memory.test sets
+ * DEN_VOLUME_MOVES_HOST=memory: `den serve` on DEN_HOST_TRANSPORT=memory, whose host keeps its
+ * volume images on disk as a real one does); the rest here on real microVMs, and the fleet
+ * kills a mover on real VMs (fleet.test).
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -16,9 +20,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import Database from "better-sqlite3";
+import { MemoryHostAgent } from "@den/host-agent";
 import { ADMIN_KEY, client, dataDir, sandboxCalls, spawnServer, stopProcess, waitFor } from "./helpers.js";
 
-const PORT = 19281;
+/** The fault points, on the memory host (see the top); else the rest, on real VMs. */
+const MEMORY = process.env.DEN_VOLUME_MOVES_HOST === "memory";
+const PORT = MEMORY ? 19284 : 19281;
 /** The move's points, in the order a park then a bring reaches them. */
 const POINTS = ["volume-move-after-intent", "volume-move-after-upload", "volume-move-after-park", "volume-move-after-fetch", "volume-move-after-commit"] as const;
 /** Points of the bring (the download); the others are the park's. */
@@ -27,23 +34,31 @@ const BRING = new Set<string>(["volume-move-after-fetch", "volume-move-after-com
 const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 const exited = (c: ChildProcess) => c.exitCode !== null || c.signalCode !== null;
 
+/** A test of what only real VMs have (an image file on the host, a guest writing random bytes). */
+const realOnly = MEMORY ? test.skip : test;
+
 describe("a volume moving through the store survives kill -9 at each step", () => {
   const api = client(`http://127.0.0.1:${PORT}`);
   const dir = mkdtempSync(join(tmpdir(), "den-volmove-"));
   const armFile = join(dir, "armed");
   const hit = join(dir, "hit");
-  const env = { DEN_FAULT_POINT_FILE: armFile, DEN_FAULT_MARKER: hit, DEN_STORE_GC_INTERVAL_SECONDS: "1" };
+  // The memory host's server has a data dir and store of its own (SQLite: its file is read below).
+  const root = MEMORY ? join(dir, "data") : dataDir();
+  const memoryEnv: Record<string, string> = MEMORY ? { DEN_HOST_TRANSPORT: "memory", DEN_DATA_DIR: root, DEN_STORE_DIR: join(root, "store"), DEN_DATABASE_URL: "" } : {};
+  const env = { DEN_FAULT_POINT_FILE: armFile, DEN_FAULT_MARKER: hit, DEN_STORE_GC_INTERVAL_SECONDS: "1", ...memoryEnv };
   let server: ChildProcess | undefined;
   let hostId = "";
   const start = async () => (server = await spawnServer(PORT, env));
   const arm = (point?: string) => (point ? writeFileSync(armFile, point) : rmSync(armFile, { force: true }));
-  const image = (id: string) => join(dataDir(), "volumes", id, "volume.qcow2");
+  const image = (id: string) => join(root, "volumes", id, "volume.qcow2");
+  /** Whether the host has volume `id`'s image. */
+  const onHost = (id: string) => (MEMORY ? (MemoryHostAgent.readState(root)?.volumes ?? []).includes(id) : existsSync(image(id)));
   /** Snapshot ids in the store whose manifest is a copy of volume `id`. */
   const storedCopies = (id: string) => {
     const out: string[] = [];
-    const root = join(dataDir(), "store");
-    for (const dep of existsSync(root) ? readdirSync(root) : []) {
-      const snaps = join(root, dep, "snapshots");
+    const store = join(root, "store");
+    for (const dep of existsSync(store) ? readdirSync(store) : []) {
+      const snaps = join(store, dep, "snapshots");
       for (const s of existsSync(snaps) ? readdirSync(snaps) : []) {
         const m = join(snaps, s, "store-manifest.json");
         if (existsSync(m) && (JSON.parse(readFileSync(m, "utf8")) as { snapshot?: { volume?: string } }).snapshot?.volume === id) out.push(s);
@@ -81,7 +96,7 @@ describe("a volume moving through the store survives kill -9 at each step", () =
     rmSync(dir, { recursive: true, force: true });
   });
 
-  for (const [i, point] of POINTS.entries()) {
+  for (const [i, point] of MEMORY ? POINTS.entries() : []) {
     test(point, async () => {
       const name = `mv-${i}`;
       const data = randomBytes(3 << 20);
@@ -98,7 +113,7 @@ describe("a volume moving through the store survives kill -9 at each step", () =
       await drainLeft().catch(() => undefined);
       if (BRING.has(point)) {
         await waitFor("the volume parked", async () => ((await drainLeft()) === 0 ? true : undefined), 60_000, 500);
-        assert.ok(!existsSync(image(id)), "parked: its image left the host");
+        assert.ok(!onHost(id), "parked: its image left the host");
         assert.equal(storedCopies(id).length, 1);
         assert.equal((await api("POST", `/v1/hosts/${hostId}/undrain`, {})).status, 204);
         arm(point);
@@ -113,7 +128,7 @@ describe("a volume moving through the store survives kill -9 at each step", () =
       if (point === "volume-move-after-park") {
         // The park committed, the removal of the host's image never ran: the volumes' sweep
         // removes the image the row no longer names (the store's copy is the volume).
-        await waitFor("the image the park left is removed", async () => (existsSync(image(id)) ? undefined : true), 30_000, 250);
+        await waitFor("the image the park left is removed", async () => (onHost(id) ? undefined : true), 30_000, 250);
         assert.equal(storedCopies(id).length, 1, "its stored copy stays");
       }
       assert.equal((await api("POST", `/v1/hosts/${hostId}/undrain`, {})).status, 204);
@@ -123,17 +138,17 @@ describe("a volume moving through the store survives kill -9 at each step", () =
       assert.equal(sha(back.body), sha(data));
       const v = (await api("GET", `/v1/volumes/${name}`)).body;
       assert.equal(v.id, id);
-      assert.ok(existsSync(image(id)), "on the host again");
+      assert.ok(onHost(id), "on the host again");
       // Its stored copies (the upload of a move that died, the copy it came back from) are collected.
       await waitFor("no copy of it left in the store", async () => (storedCopies(id).length === 0 ? true : undefined), 30_000, 500);
       // Still one volume: writable, and deleted whole.
       await put(name, "/after", Buffer.from("after"));
       assert.equal((await api("DELETE", `/v1/volumes/${name}`)).status, 204);
-      assert.ok(!existsSync(join(dataDir(), "volumes", id)), "its image went with it");
+      assert.ok(!onHost(id) && !existsSync(join(root, "volumes", id)), "its image went with it");
     });
   }
 
-  test("an image on the host that no volume's row names is removed by the sweep; a volume's own stays", async () => {
+  realOnly("an image on the host that no volume's row names is removed by the sweep; a volume's own stays", async () => {
     if (!server || exited(server)) await start();
     const made = await api("POST", "/v1/volumes", { name: "mv-kept", size_mb: 64 });
     assert.equal(made.status, 201, made.text);
@@ -149,7 +164,7 @@ describe("a volume moving through the store survives kill -9 at each step", () =
     assert.equal((await api("DELETE", "/v1/volumes/mv-kept")).status, 204);
   });
 
-  test("a sandbox whose volume was parked while it was cold wakes with it", async () => {
+  realOnly("a sandbox whose volume was parked while it was cold wakes with it", async () => {
     if (!server || exited(server)) await start();
     assert.equal((await api("POST", "/v1/volumes", { name: "mv-sbx", size_mb: 64 })).status, 201);
     const { create, exec } = sandboxCalls(api);
@@ -165,10 +180,10 @@ describe("a volume moving through the store survives kill -9 at each step", () =
     assert.equal((await api("DELETE", "/v1/volumes/mv-sbx")).status, 204);
   });
 
-  test("volumes nothing held for DEN_VOLUME_PARK_IDLE_SECONDS are parked in the store, held ones stay; a wake that comes while its volume is parked waits for it", async () => {
+  realOnly("volumes nothing held for DEN_VOLUME_PARK_IDLE_SECONDS are parked in the store, held ones stay; a wake that comes while its volume is parked waits for it", async () => {
     await stopProcess(server, "SIGTERM");
     server = await spawnServer(PORT, { ...env, DEN_VOLUME_PARK_IDLE_SECONDS: "3" });
-    const db = new Database(join(dataDir(), "den.db"), { readonly: true, fileMustExist: true });
+    const db = new Database(join(root, "den.db"), { readonly: true, fileMustExist: true });
     const volumeState = (id: string) => (db.prepare("SELECT state FROM volumes WHERE id = ?").get(id) as { state: string } | undefined)?.state;
     let id = "";
     try {
