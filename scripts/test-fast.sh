@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The tests that boot no VM (unit tests and the in-memory host; their first lines say so:
-# scripts/test-files.mjs), two at a time: a minute, against the ~40 of `npm test`. Any
+# scripts/test-files.mjs), four at a time: two minutes, against the ~40 of `npm test`. Any
 # argument is passed to node --test (e.g. --test-name-pattern=reaper).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEN_SETUP_NO_TEMPLATE=1 bash scripts/setup.sh
 t0=$SECONDS
-node --test --test-concurrency=2 --test-reporter=spec "$@" $(node scripts/test-files.mjs fast)
+node --test --test-concurrency=4 --test-reporter=spec "$@" $(node scripts/test-files.mjs fast)
 echo "test-fast.sh: took $((SECONDS - t0)) s" >&2

@@ -43,14 +43,15 @@ bounded() {
 host_net() { nft list tables 2>/dev/null | grep den_ || true; ip netns list 2>/dev/null | grep '^den-' || true; }
 host_net_before=$(host_net)
 # Each test file's first line says what it needs (scripts/test-files.mjs): those that need no
-# VM (unit tests, the in-memory host) run first, two at a time; then the VM files, one at a time.
+# VM (unit tests, the in-memory host) run first, four at a time (much of their time is waiting
+# on a clock or a child process); then the VM files, one at a time.
 fast_files=$(node scripts/test-files.mjs fast)
 vm_files=$(node scripts/test-files.mjs vm)
-bounded node --test --test-concurrency=2 --test-reporter=spec $fast_files
+bounded node --test --test-concurrency=4 --test-reporter=spec $fast_files
 bounded node --test --test-concurrency=1 --test-reporter=spec $vm_files
 # Postgres (a throwaway server, scripts/with-postgres.sh). First the memory-host files
 # again: every query of the control plane's logic is then Postgres' too (each of their
-# servers makes a database of its own, so they run two at a time). Then, with the host agent
+# servers makes a database of its own, so they run side by side). Then, with the host agent
 # behind a real HTTP hop (its /host/v1 server on 127.0.0.1, HttpHostAgent + HttpGuest), the
 # VM files whose paths cross it (the API and volumes; crash as a fleet: the control plane
 # alone, two registered host agents, an s3rver bucket, every fault point), and the fleet:
@@ -58,13 +59,13 @@ bounded node --test --test-concurrency=1 --test-reporter=spec $vm_files
 # runs them. (Checkpoints, ports, the SDK, templates and bad requests ran here too once:
 # the contract suite now runs the HTTP host over loopback, the fleet a port and a PTY
 # through it, and their control-plane logic is in the memory-host files run here.)
-bounded scripts/with-postgres.sh node --test --test-concurrency=2 --test-reporter=spec $(node scripts/test-files.mjs memory)
+bounded scripts/with-postgres.sh node --test --test-concurrency=3 --test-reporter=spec $(node scripts/test-files.mjs memory)
 # A data dir of its own with only the base template: templates the tests above built belong
 # to the SQLite database's owners, and a new database must not find them on its host.
 pg_data="$agent_tmp/pg-data"
 mkdir -p "$pg_data/templates"
 cp -a "$DEN_DATA_DIR/templates/base" "$pg_data/templates/"
-# (Three random crash rounds here: the memory host runs twenty, on SQLite.)
+# (Three random crash rounds here: the memory host runs twelve, on SQLite.)
 DEN_DATA_DIR="$pg_data" DEN_CRASH_ROUNDS=3 bounded scripts/with-postgres.sh env DEN_HOST_TRANSPORT=loopback node --test --test-concurrency=1 --test-reporter=spec \
   packages/server/dist/test/{api,volumes,crash}.test.js packages/server/dist/test/fleet/*.test.js
 if [ "$(host_net)" != "$host_net_before" ]; then

@@ -7,6 +7,9 @@ import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, createVolumeImage, hostProfile, newId, reuseTemplate, volumeImagePath, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type StateSink, type TemplateInfo, type VolumeRequest } from "@den/runtime";
 import { Admission, diskOvercommit, diskPromisedMb, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
 import { PrivateMemoryCache, availableMemoryMb } from "./host-memory.js";
+import { OpJournal } from "./op-journal.js";
+import { runSetup } from "./setup-steps.js";
+import { throttled } from "./transfer-progress.js";
 
 /** A volume's id (its image's folder under the data dir's volumes/). */
 const VOLUME_ID = /^vol_[a-z2-7]{16}$/;
@@ -25,22 +28,9 @@ export function wireTemplate(t: TemplateInfo): host.HostTemplate {
   return { name: t.name, version: t.version, current: t.current, vcpus: t.manifest.vm.vcpus, memory_mb: t.manifest.vm.memoryMb, disk_mb: t.manifest.vm.diskMb, created_at: t.manifest.createdAt };
 }
 
-/** At most one report a second per transfer, plus the last one. */
-function throttled(emit: (p: TransferProgress) => void): (p: TransferProgress) => void {
-  let last = 0;
-  return (p) => {
-    const done = p.total !== undefined && p.bytes >= p.total;
-    if (!done && Date.now() - last < 1000) return;
-    last = Date.now();
-    emit(p);
-  };
-}
-
 const DOWNLOAD_PREFIX = "download-";
 /** Where a helper VM mounts the volume it grows. */
 const HELPER_MOUNT = "/mnt/den-volume";
-/** Answers kept for repeated asks; an operation is re-asked within moments, not days. */
-const JOURNAL_SIZE = 1024;
 
 function info(sbx: VmSandbox): HostSandboxInfo {
   const i = sbx.info;
@@ -61,7 +51,7 @@ export class LocalHostAgent implements HostAgent {
   readonly address = "local";
   private bakes = new Map<string, Promise<TemplateInfo>>();
   private builds = new Map<string, Promise<unknown>>();
-  private journal = new Map<string, Promise<unknown>>();
+  private readonly journal = new OpJournal();
   onTransfer: ((t: TransferEvent) => void) | undefined;
 
   private progress(sandbox: string, snapshot: string, direction: TransferEvent["direction"]): (p: TransferProgress) => void {
@@ -95,14 +85,7 @@ export class LocalHostAgent implements HostAgent {
 
   /** Runs an operation once: asked again with the same id, it returns (or joins) the first answer. */
   private once<T>(op: string, fn: () => Promise<T>): Promise<T> {
-    const known = this.journal.get(op);
-    if (known) return known as Promise<T>;
-    const p = fn();
-    this.journal.set(op, p);
-    // A failed operation may be asked again with the same id once its cause is gone.
-    p.catch(() => this.journal.delete(op));
-    if (this.journal.size > JOURNAL_SIZE) this.journal.delete(this.journal.keys().next().value!);
-    return p;
+    return this.journal.once(op, fn);
   }
 
   async capacity(): Promise<host.CapacityReport> {
@@ -517,7 +500,7 @@ export class LocalHostAgent implements HostAgent {
   }
 
   async settled(op: string): Promise<void> {
-    await this.journal.get(op)?.catch(() => undefined);
+    await this.journal.settled(op);
   }
 
   async inventory(): Promise<HostInventory> {
@@ -639,21 +622,8 @@ export class LocalHostAgent implements HostAgent {
     if (spec.fromCheckpoint) await this.restoreStored(id, spec.fromCheckpoint);
     else await this.create(newId("op"), { id, template: source.template! });
     const sbx = this.rt.get(id);
-    // The build's TTL bounds all its commands together, as a sandbox's bounds its life.
-    const deadline = spec.ttlSeconds ? Date.now() + spec.ttlSeconds * 1000 : Infinity;
     try {
-      for (const [i, cmd] of spec.setup.entries()) {
-        const leftMs = deadline - Date.now();
-        if (leftMs <= 0) throw new DenError("setup_failed", `the template build passed its TTL (${spec.ttlSeconds} s) before setup command ${i + 1}`, { command_index: i });
-        const timeoutMs = Math.min(spec.setupTimeoutSeconds * 1000, leftMs);
-        const r = await sbx.exec(cmd, { timeoutMs });
-        if (r.exitCode !== 0 || r.timedOut) {
-          const why = r.timedOut ? (timeoutMs < spec.setupTimeoutSeconds * 1000 ? `passed the build's TTL (${spec.ttlSeconds} s)` : `timed out after ${spec.setupTimeoutSeconds} s`) : r.exitCode === null ? `died of signal ${r.signal}` : `exited with ${r.exitCode}`;
-          throw new DenError("setup_failed", `setup command ${i + 1} ${why}: ${cmd.slice(0, 200)}`, {
-            command_index: i, exit_code: r.exitCode, stdout: r.stdout.subarray(-4096).toString("utf8"), stderr: r.stderr.subarray(-4096).toString("utf8"),
-          });
-        }
-      }
+      await runSetup(spec, (cmd, opts) => sbx.exec(cmd, opts));
       return await bakeFromSandbox(this.rt, id, ref, recipe);
     } finally {
       await sbx.destroy();

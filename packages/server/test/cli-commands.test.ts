@@ -8,18 +8,11 @@
 import { before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { api } from "@den/protocol";
-import { ADMIN_KEY, memoryFixture, runCli } from "./helpers.js";
+import { ADMIN_KEY, cliCalls, memoryFixture } from "./helpers.js";
 
 describe("the den CLI's control-plane commands", () => {
   const f = memoryFixture();
-  const run = (args: string[], opts: { input?: string; key?: string } = {}) =>
-    runCli(args, { DEN_API_URL: f.server.url, DEN_API_KEY: opts.key ?? ADMIN_KEY }, opts.input);
-  const ok = async (args: string[], opts: { input?: string } = {}) => {
-    const r = await run(args, opts);
-    assert.equal(r.code, 0, `den ${args.join(" ")}: ${r.err}`);
-    return r;
-  };
-  const json = async (args: string[]) => JSON.parse((await ok([...args, "--json"])).out);
+  const { run, ok, json } = cliCalls(() => f.server.url);
 
   let id = "";
   before(async () => {

@@ -6,7 +6,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
-import { ADMIN_KEY, CLI, runCli, serverFixture } from "./helpers.js";
+import { ADMIN_KEY, CLI, cliCalls, serverFixture } from "./helpers.js";
 
 /** Every file under `dir` with its sha256 (and symlinks with their targets), by relative path. */
 function tree(dir: string): Record<string, string> {
@@ -31,14 +31,7 @@ function tree(dir: string): Record<string, string> {
  */
 describe("the den CLI against a real server", () => {
   const f = serverFixture();
-  const run = (args: string[], opts: { input?: string; key?: string } = {}) =>
-    runCli(args, { DEN_API_URL: f.server.url, DEN_API_KEY: opts.key ?? ADMIN_KEY }, opts.input);
-  const ok = async (args: string[], opts: { input?: string } = {}) => {
-    const r = await run(args, opts);
-    assert.equal(r.code, 0, `den ${args.join(" ")}: ${r.err}`);
-    return r;
-  };
-  const json = async (args: string[]) => JSON.parse((await ok([...args, "--json"])).out);
+  const { run, ok, json } = cliCalls(() => f.server.url);
 
   let id = "";
 

@@ -174,6 +174,21 @@ export function runCli(args: string[], env: Record<string, string>, input = ""):
   });
 }
 
+/**
+ * `den ARGS` against the server at `url()`: `run` as it ends, `ok` failing the test on a
+ * non-zero exit, `json` with --json, parsed.
+ */
+export function cliCalls(url: () => string) {
+  const run = (args: string[], opts: { input?: string; key?: string } = {}) => runCli(args, { DEN_API_URL: url(), DEN_API_KEY: opts.key ?? ADMIN_KEY }, opts.input);
+  const ok = async (args: string[], opts: { input?: string } = {}) => {
+    const r = await run(args, opts);
+    if (r.code !== 0) throw new Error(`den ${args.join(" ")} exited ${r.code}: ${r.err}`);
+    return r;
+  };
+  const json = async (args: string[]) => JSON.parse((await ok([...args, "--json"])).out);
+  return { run, ok, json };
+}
+
 /** `den serve` as its own process, for the crash tests (kill -9, restart). */
 export async function spawnServer(port: number, env: Record<string, string> = {}): Promise<ChildProcess> {
   const child = spawn(process.execPath, [CLI, "serve", "--port", String(port)], {

@@ -4,10 +4,9 @@
  * connection go), and an operation runs once per id (the journal, which a restart forgets).
  */
 import { DenError } from "@den/protocol";
+import { OpJournal } from "../op-journal.js";
 import { Faults } from "./faults.js";
 
-/** Answers kept for repeated asks (as the real host). */
-const JOURNAL_SIZE = 1024;
 /** Control calls kept in the log. */
 const CALLS_KEPT = 10_000;
 
@@ -18,7 +17,7 @@ export class CallFrame {
   readonly calls: Array<{ name: string; args: unknown[] }> = [];
   /** The host does not answer (it died, or was closed). */
   dead = false;
-  private journal = new Map<string, Promise<unknown>>();
+  private readonly journal = new OpJournal();
   /** Calls not answered yet: a restart or a death cuts them off. */
   private readonly inFlight = new Set<(why: string) => void>();
 
@@ -47,27 +46,20 @@ export class CallFrame {
     });
   }
 
-  /** Runs an operation once: asked again with the same id, it returns (or joins) the first answer. */
+  /** Runs an operation once: asked again with the same id, it returns (or joins) the first answer (as the real host). */
   once<T>(op: string, fn: () => Promise<T>): Promise<T> {
-    const known = this.journal.get(op);
-    if (known) return known as Promise<T>;
-    const p = fn();
-    this.journal.set(op, p);
-    // A failed operation may be asked again with the same id once its cause is gone.
-    p.catch(() => this.journal.delete(op));
-    if (this.journal.size > JOURNAL_SIZE) this.journal.delete(this.journal.keys().next().value!);
-    return p;
+    return this.journal.once(op, fn);
   }
 
   /** Resolves once operation `op` (if this process knows it) has ended, either way. */
-  async settled(op: string): Promise<void> {
-    await this.journal.get(op)?.catch(() => undefined);
+  settled(op: string): Promise<void> {
+    return this.journal.settled(op);
   }
 
   /** The calls in flight fail (their work may still finish); the journal is forgotten, as by a new process. */
   cut(why: string): void {
     for (const c of [...this.inFlight]) c(why);
     this.inFlight.clear();
-    this.journal = new Map();
+    this.journal.forget();
   }
 }

@@ -7,22 +7,12 @@
 import { DenError, type host } from "@den/protocol";
 import { manifestBytes, readStoredManifest, storedSnapshotComplete, type TransferProgress } from "@den/store";
 import type { Admission } from "../admission.js";
+import { throttled } from "../transfer-progress.js";
 import type { Faults } from "./faults.js";
 import type { Sandboxes } from "./host-sandboxes.js";
 import type { HostState, Shape } from "./host-state.js";
 import { checkSandboxImage, getStored, putStored, type SandboxImage } from "./memory-image.js";
 import { refKey, type MemoryTemplate } from "./memory-templates.js";
-
-/** At most one report a second per transfer, plus the last one (as the real host). */
-function throttled(emit: (p: TransferProgress) => void): (p: TransferProgress) => void {
-  let last = 0;
-  return (p) => {
-    const done = p.total !== undefined && p.bytes >= p.total;
-    if (!done && Date.now() - last < 1000) return;
-    last = Date.now();
-    emit(p);
-  };
-}
 
 export class StoreTransfers {
   constructor(

@@ -4,8 +4,9 @@
  * at a time; a recipe built before is made current again). Versions, variants and gc are
  * memory-templates.ts's; publishing and fetching, host-store.ts's.
  */
-import { DenError, type host } from "@den/protocol";
+import type { host } from "@den/protocol";
 import { newId } from "@den/runtime";
+import { runSetup } from "../setup-steps.js";
 import type { Lifecycle } from "./host-lifecycle.js";
 import type { HostState } from "./host-state.js";
 import type { StoreTransfers } from "./host-store.js";
@@ -64,21 +65,8 @@ export class TemplateOps {
     if (spec.fromCheckpoint) await this.stored.restoreStored(id, spec.fromCheckpoint);
     else this.lifecycle.create({ id, template: source.template! });
     const s = this.state.get(id);
-    // The build's TTL bounds all its commands together, as a sandbox's bounds its life.
-    const deadline = spec.ttlSeconds ? Date.now() + spec.ttlSeconds * 1000 : Infinity;
     try {
-      for (const [i, cmd] of spec.setup.entries()) {
-        const leftMs = deadline - Date.now();
-        if (leftMs <= 0) throw new DenError("setup_failed", `the template build passed its TTL (${spec.ttlSeconds} s) before setup command ${i + 1}`, { command_index: i });
-        const timeoutMs = Math.min(spec.setupTimeoutSeconds * 1000, leftMs);
-        const r = await s.guest.exec(cmd, { timeoutMs });
-        if (r.exitCode !== 0 || r.timedOut) {
-          const why = r.timedOut ? (timeoutMs < spec.setupTimeoutSeconds * 1000 ? `passed the build's TTL (${spec.ttlSeconds} s)` : `timed out after ${spec.setupTimeoutSeconds} s`) : r.exitCode === null ? `died of signal ${r.signal}` : `exited with ${r.exitCode}`;
-          throw new DenError("setup_failed", `setup command ${i + 1} ${why}: ${cmd.slice(0, 200)}`, {
-            command_index: i, exit_code: r.exitCode, stdout: r.stdout.subarray(-4096).toString("utf8"), stderr: r.stderr.subarray(-4096).toString("utf8"),
-          });
-        }
-      }
+      await runSetup(spec, (cmd, opts) => s.guest.exec(cmd, opts));
       checkTemplateName(ref.name);
       const template: MemoryTemplate = { ...ref, ...s.shape, createdAt: new Date(this.state.clock.now()).toISOString(), guest: s.guest.image(), baseTemplate: s.template };
       this.state.change(() => tpl.install(template, true));
