@@ -1,43 +1,41 @@
-// needs: one VM
+// needs: memory host, s3rver, SQLite
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import S3rver from "s3rver";
 import { S3Store } from "@den/store";
 import { loadConfig, startServer, type RunningServer } from "../src/index.js";
-import { ADMIN_KEY, CLI, client, dataDir } from "./helpers.js";
+import { ADMIN_KEY, client } from "./helpers.js";
 
 /**
  * Two deployments (two data dirs, two databases) on one bucket with the default prefix:
  * each one's garbage collector (grace 0, run at every start) must leave the other's
- * cold sandboxes and checkpoints alone.
+ * cold sandboxes and checkpoints alone. The collector is the control plane's: the
+ * deployments run on the in-memory host (each keeps its VMs in its data dir across its
+ * restarts, its snapshots in the bucket); cold.test and the fleet store real VMs' in S3.
  */
 describe("two deployments share one S3 bucket", () => {
   let s3: S3rver;
   let s3dir = "";
   let env: Record<string, string> = {};
-  const other = mkdtempSync(join(tmpdir(), "den-other-"));
-  const dirs = [dataDir(), other];
+  const dirs = [mkdtempSync(join(tmpdir(), "den-one-")), mkdtempSync(join(tmpdir(), "den-other-"))];
 
   before(async () => {
     s3dir = mkdtempSync(join(tmpdir(), "den-s3-"));
     s3 = new S3rver({ port: 0, address: "127.0.0.1", silent: true, directory: s3dir, configureBuckets: [{ name: "shared" }] });
     const { port } = await s3.run();
     env = { DEN_STORE: "s3", DEN_S3_BUCKET: "shared", DEN_S3_ENDPOINT: `http://127.0.0.1:${port}`, AWS_ACCESS_KEY_ID: "S3RVER", AWS_SECRET_ACCESS_KEY: "S3RVER" };
-    // The second data dir gets its own base template (cached artifacts: only the bake runs).
-    execFileSync(process.execPath, [CLI, "template", "build", "base"], { env: { ...process.env, DEN_DATA_DIR: other }, stdio: "ignore" });
   });
   after(async () => {
     await s3?.close();
     rmSync(s3dir, { recursive: true, force: true });
-    rmSync(other, { recursive: true, force: true });
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
   });
 
   const start = (dir: string): Promise<RunningServer> =>
-    startServer(loadConfig({ port: "0", dataDir: dir }, { ...process.env, DEN_API_KEY: ADMIN_KEY, DEN_STORE_GC_GRACE_SECONDS: "0", DEN_ENVD_PORT: "0", ...env }));
+    startServer(loadConfig({ port: "0", dataDir: dir }, { ...process.env, DEN_DATABASE_URL: "", DEN_HOST_TRANSPORT: "memory", DEN_API_KEY: ADMIN_KEY, DEN_STORE_GC_GRACE_SECONDS: "0", DEN_ENVD_PORT: "0", ...env }));
 
   test("each restarts three times with cold sandboxes and checkpoints of its own: nothing of either is deleted", async () => {
     const made: Array<{ dir: string; cold: string; checkpoint: string; deployment: string }> = [];

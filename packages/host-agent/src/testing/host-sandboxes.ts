@@ -4,6 +4,7 @@
  * asks the host what it may do now; a fresh boot; its end; and one put back as the state
  * file kept it.
  */
+import { randomUUID } from "node:crypto";
 import { DenError, type host } from "@den/protocol";
 import type { TestControls } from "./host-controls.js";
 import type { SavedSandbox } from "./host-file.js";
@@ -11,7 +12,9 @@ import type { CallFrame } from "./host-frame.js";
 import { MIB, SANDBOX_ID, type HostState, type MemorySandbox, type Shape } from "./host-state.js";
 import { MemoryFs, deserializeDir, type Filesystem } from "./memory-fs.js";
 import { MemoryGuest, type GuestHooks, type GuestImage } from "./memory-guest.js";
-import type { TemplateRef } from "./memory-templates.js";
+import { BOOT_ID_DIR, type TemplateRef } from "./memory-templates.js";
+
+const ROOT = { uid: 0, gid: 0 };
 
 export class Sandboxes {
   constructor(private readonly state: HostState, private readonly frame: CallFrame, private readonly controls: TestControls) {}
@@ -74,6 +77,8 @@ export class Sandboxes {
   /** A fresh boot of an `off` sandbox: the same files, no process. */
   boot(s: MemorySandbox): void {
     this.state.change(() => {
+      s.fs.mkdir(BOOT_ID_DIR, { parents: true, owner: ROOT, mode: 0o555 });
+      s.fs.write(`${BOOT_ID_DIR}/boot_id`, Buffer.from(`${randomUUID()}\n`), { owner: ROOT, mode: 0o444 });
       s.guest = new MemoryGuest(s.fs, this.hooks(s));
       this.state.setState(s, "running");
     });

@@ -269,6 +269,7 @@ export class MemoryGuest implements HostGuest {
           out: (d: Buffer) => p.output("stdout", d), err: (d: Buffer) => p.output("stderr", d),
           background: (cmd: string) => this.daemon(cmd),
           kill: (pid: number, signal: number) => this.signalPid(pid, signal),
+          processes: () => [...this.procs.values()].filter((p) => p.running).map((p) => ({ pid: p.pid, cmdline: p.commandLine() })),
         };
         code = typeof command === "string" ? await runScript(command, io) : await runArgv(command, io);
       }

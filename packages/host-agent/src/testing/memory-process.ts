@@ -227,6 +227,15 @@ export class GuestProcess {
     return { data: r.data.toString("base64"), offset: r.offset, next_offset: next, dropped: r.dropped, eof: !this.running && next >= ring.end };
   }
 
+  /**
+   * Its command line as `ps` would show it: its argv, or a shell job's command with the
+   * wrappers that exec what follows (`nohup`, `setsid`, `exec`) and its redirections left out.
+   */
+  commandLine(): string {
+    if (this.command.argv) return this.command.argv.join(" ");
+    return (this.command.cmd ?? "").replace(/\s*(?:\d?>>?|<)\s*\S+/g, "").replace(/\s+2>&1/g, "").replace(/^\s*(?:(?:nohup|setsid|exec)\s+)+/, "").trim();
+  }
+
   info(): ProcInfo {
     const e = this.exit ?? { exitCode: null, signal: this.error ? SIGKILL : null, timedOut: false };
     return {

@@ -38,6 +38,9 @@ export function checkTemplateName(name: string): void {
 
 export const refKey = (r: TemplateRef) => `${r.name}@${r.version}`;
 
+/** Where the guest reads the id of its boot (`boot_id`), as Linux has it. */
+export const BOOT_ID_DIR = "/proc/sys/kernel/random";
+
 /** A version: the first 12 hex digits of the sha256 of what it is made of. */
 export function versionOf(recipe: unknown): string {
   return createHash("sha256").update(JSON.stringify(recipe)).digest("hex").slice(0, 12);
@@ -56,6 +59,9 @@ export function baseTemplate(): MemoryTemplate {
   fs.write("/etc/hostname", Buffer.from("den\n"), { owner: root });
   fs.write("/etc/os-release", Buffer.from('PRETTY_NAME="Debian GNU/Linux 12 (bookworm), in memory"\nID=debian\nVERSION_ID="12"\n'), { owner: root });
   fs.write("/dev/null", Buffer.alloc(0), { owner: root, mode: 0o666 });
+  // The kernel's id of this boot: a create restores the template's (no boot), a disk wake makes a new one.
+  fs.mkdir(BOOT_ID_DIR, { parents: true, owner: root, mode: 0o555 });
+  fs.write(`${BOOT_ID_DIR}/boot_id`, Buffer.from("6f1c1d0e-0d3e-4c1b-9a1e-den0template0\n"), { owner: root, mode: 0o444 });
   const guest: GuestImage = { files: serializeTree(fs.rootFs.root), processes: [], nextProc: 1, nextPid: 300 };
   return { name: "base", version: versionOf({ recipe: "base", ...BASE_SHAPE, guest }), ...BASE_SHAPE, createdAt: new Date(TEMPLATE_TIME).toISOString(), guest };
 }

@@ -32,6 +32,8 @@ export interface ShellIo {
   background(cmd: string): number | void;
   /** `kill`: sends `signal` to the guest's process `pid` (0: none, only whether it runs); false if there is none. */
   kill?(pid: number, signal: number): boolean;
+  /** `pgrep`: the guest's running processes, their pids and command lines. */
+  processes?(): Array<{ pid: number; cmdline: string }>;
 }
 
 const OPS = ["2>&1", ">&2", "&&", "||", ">>", "2>", ";", "&", "|", ">", "<"] as const;
@@ -529,6 +531,21 @@ const BUILTINS: Record<string, Builtin> = {
       if (!/^\d+$/.test(a)) throw new Error(`${a}: arguments must be process or job IDs`);
       if (!io.kill?.(Number(a), signal)) throw new Error(`(${a}) - No such process`);
     }, (_a, e) => `sh: kill: ${(e as Error).message}`);
+  },
+  // pgrep [-c] [-x] [-f] PATTERN: by name (a command line's first word's base name), or its whole line with -f.
+  async pgrep(args, io) {
+    const flags = new Set(args.filter((a) => /^-[cxf]+$/.test(a)).join("").replace(/-/g, ""));
+    const pattern = args.find((a) => !/^-[cxf]+$/.test(a));
+    if (pattern === undefined) return fail(io, "pgrep: no matching criteria specified", 2);
+    let re: RegExp;
+    try {
+      re = new RegExp(flags.has("x") ? `^(?:${pattern})$` : pattern);
+    } catch {
+      return fail(io, `pgrep: invalid pattern: ${pattern}`, 2);
+    }
+    const hits = (io.processes?.() ?? []).filter((p) => re.test(flags.has("f") ? p.cmdline : (p.cmdline.split(/\s+/)[0] ?? "").replace(/^.*\//, "")));
+    await io.out(text(flags.has("c") ? `${hits.length}\n` : hits.map((p) => `${p.pid}\n`).join("")));
+    return hits.length ? 0 : 1;
   },
   sync: async () => 0,
   // What it runs goes on after a hangup: here, it just runs.
