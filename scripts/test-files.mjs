@@ -33,8 +33,8 @@ for (const pkg of readdirSync(join(root, "packages")).sort()) {
     const needs = m[1].split(",").map((s) => s.trim().toLowerCase());
     // Anything that boots a VM, or needs the network namespace or Postgres, is not fast.
     const fast = !needs.some((n) => /\bvms?\b|network namespace|postgres/.test(n));
-    // (`memory` leaves out the files that run on SQLite only.)
-    const wanted = which === "memory" ? needs.includes("memory host") && !needs.includes("sqlite") : fast === (which === "fast");
+    // (`memory` leaves out the files that run on SQLite only, or use no database at all.)
+    const wanted = which === "memory" ? needs.includes("memory host") && !needs.includes("sqlite") && !needs.includes("no database") : fast === (which === "fast");
     if (wanted) out.push(`packages/${pkg}/dist/test/${f.replace(/\.ts$/, ".js")}`);
   }
 }

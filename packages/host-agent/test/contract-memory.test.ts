@@ -1,4 +1,4 @@
-// needs: memory host
+// needs: memory host, no database
 /**
  * The host contract (test/contract/suite.ts) on the in-memory host: the same steps the
  * real hosts pass in contract-real.test.ts, in well under a second.

@@ -1,4 +1,4 @@
-// needs: memory host
+// needs: memory host, no database
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";

@@ -46,6 +46,8 @@ describe("a control plane with two host agents", () => {
     server = await startServer(loadConfig({ port: "0", dataDir: dir }, {
       DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "100", DEN_ENVD_PORT: "0", DEN_STORE_DIR: join(dir, "store"), DEN_HOST_SECRET: SECRET,
       DEN_HOST_AGENT_URL: `http://127.0.0.1:${portA},http://127.0.0.1:${portB}`,
+      // The suite's Postgres pass: the shared database (no other file there uses it).
+      ...(process.env.DEN_DATABASE_URL ? { DEN_DATABASE_URL: process.env.DEN_DATABASE_URL } : {}),
     }));
     api = client(server.url);
   });
