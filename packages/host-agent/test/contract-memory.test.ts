@@ -17,7 +17,7 @@ hostContract("memory", async () => {
   return {
     host,
     store,
-    fence: () => host.fence(),
+    registered: () => host,
     async restart() {
       await host.restart();
       return host;

@@ -31,7 +31,7 @@ hostContract("local (QEMU)", async (): Promise<ContractHost> => {
       return local;
     },
     store,
-    fence: () => local.fence(),
+    registered: () => local,
     async restart() {
       local.close();
       local = await LocalHostAgent.open(dataDir(), store, defaultCapacity());
@@ -63,8 +63,8 @@ hostContract("HTTP over loopback (QEMU behind /host/v1)", async (): Promise<Cont
       return hop.client;
     },
     store,
-    // The registrar runs beside the host agent: its fence is the local agent's.
-    fence: () => hop.local.fence(),
+    // The registrar runs beside the host agent: it registers the local agent.
+    registered: () => hop.local,
     async restart() {
       await down();
       hop = await up();
