@@ -130,6 +130,7 @@ struct spec {
 	const char *cwd;
 	struct guser user;
 	int has_user;
+	int via_shell; /* a "cmd" string, run by the guest's shell */
 	int stdin_pipe, stdin_open, pty, rows, cols, mode;
 	unsigned char *stdin_data;
 	size_t stdin_len;
@@ -158,6 +159,7 @@ static int parse(struct req *r, struct spec *s)
 		}
 	} else if (cmd) {
 		s->argv = xcalloc(4, sizeof *s->argv);
+		s->via_shell = 1;
 		s->argv[0] = xstrdup(access("/bin/bash", X_OK) ? "/bin/sh" : "/bin/bash");
 		s->argv[1] = xstrdup("-c");
 		s->argv[2] = xstrdup(cmd);
@@ -302,6 +304,9 @@ static int spawn(struct req *r, struct spec *s)
 			req_err(r, "cwd_not_found", "chdir %s: %s", s->cwd, strerror(ce.err));
 		else if (ce.stage == 3)
 			req_err(r, errno_code(ce.err), "cannot run as %s: %s", s->user.name, strerror(ce.err));
+		else if (s->via_shell && ce.err == ENOENT)
+			/* An image with no shell: its own binaries still run, as an argv. */
+			req_err(r, "not_found", "%s: %s: this machine has no shell, so run a command as an argv", s->argv[0], strerror(ce.err));
 		else
 			req_err(r, "not_found", "%s: %s", s->argv[0], strerror(ce.err));
 		goto fail;

@@ -7,6 +7,7 @@ import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, createVolumeImage, hostProfile, newId, reuseTemplate, volumeImagePath, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type StateSink, type TemplateInfo, type VolumeRequest } from "@den/runtime";
 import { Admission, diskOvercommit, diskPromisedMb, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
 import { PrivateMemoryCache, availableMemoryMb } from "./host-memory.js";
+import { ImageBuilder } from "./image-build.js";
 import { OpJournal } from "./op-journal.js";
 import { runSetup } from "./setup-steps.js";
 import { throttled } from "./transfer-progress.js";
@@ -25,7 +26,10 @@ type TransferEvent = host.TransferEvent;
 
 /** A runtime template as the protocol shows it: no local paths, no manifest. */
 export function wireTemplate(t: TemplateInfo): host.HostTemplate {
-  return { name: t.name, version: t.version, current: t.current, vcpus: t.manifest.vm.vcpus, memory_mb: t.manifest.vm.memoryMb, disk_mb: t.manifest.vm.diskMb, created_at: t.manifest.createdAt };
+  return {
+    name: t.name, version: t.version, current: t.current, vcpus: t.manifest.vm.vcpus, memory_mb: t.manifest.vm.memoryMb, disk_mb: t.manifest.vm.diskMb, created_at: t.manifest.createdAt,
+    source: t.manifest.source ?? null, run: t.manifest.run ?? null,
+  };
 }
 
 const DOWNLOAD_PREFIX = "download-";
@@ -62,6 +66,7 @@ export class LocalHostAgent implements HostAgent {
   }
 
   private readonly admission: Admission;
+  private readonly images: ImageBuilder;
 
   private constructor(private readonly rt: Runtime, readonly store: ObjectStore, capacity: Capacity) {
     // A shut-down sandbox (a disk hibernation) holds only its disk: its shape counts again when it boots.
@@ -72,6 +77,7 @@ export class LocalHostAgent implements HostAgent {
       vcpus: s.info.vcpus, memoryMb: s.info.memoryMb, paused: s.state === "paused",
       ...(overcommit > 1 && s.pid ? { privateMb: held.get(s.pid) } : {}),
     }])), () => diskPromisedMb(rt.list()), diskOvercommit(), overcommit, { availableMb: () => availableMemoryMb(), reserveMb: capacity.memoryReserveMb ?? memoryReserveMb() });
+    this.images = new ImageBuilder(rt);
   }
 
   static async open(dataDir: string, store: ObjectStore, capacity: Capacity): Promise<LocalHostAgent> {
@@ -80,7 +86,9 @@ export class LocalHostAgent implements HostAgent {
     for (const d of await readdir(dataDir)) if (d.startsWith(DOWNLOAD_PREFIX)) await rm(join(dataDir, d), { recursive: true, force: true });
     // The default template's first create need not wait for a QEMU to start.
     await rt.prewarm();
-    return new LocalHostAgent(rt, store, capacity);
+    const agent = new LocalHostAgent(rt, store, capacity);
+    await agent.images.sweep();
+    return agent;
   }
 
   /** Runs an operation once: asked again with the same id, it returns (or joins) the first answer. */
@@ -605,6 +613,7 @@ export class LocalHostAgent implements HostAgent {
   }
 
   private async build(spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }> {
+    if (spec.fromImage) return this.images.build(spec);
     let source: Record<string, string>;
     if (spec.fromCheckpoint) source = { checkpoint: spec.fromCheckpoint.id };
     else {

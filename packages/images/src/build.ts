@@ -2,7 +2,7 @@ import { execFile, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { mkdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { DenError } from "@den/protocol";
 import { AGENT_DIR, IMAGES_DIR, type Recipe } from "./recipe.js";
@@ -124,8 +124,7 @@ export async function buildImage(recipe: Recipe, opts: BuildOptions): Promise<Im
     runScript(script("build-rootfs.sh"), { SUITE: recipe.suite, MIRROR: aptMirror(), PACKAGES: recipe.packages.join(","), OUT: out }));
 
   const agentKey = agentSourceKey();
-  const agentDir = await cachedStep(join(root, `agent-${agentKey}`), "guest agent", opts, (out) =>
-    runScript(join(AGENT_DIR, "build.sh"), { OUT: join(out, "den-agent") }));
+  const agentDir = dirname(await buildAgent(opts));
 
   const diskKey = hash("disk", rootfsKey, agentKey, String(recipe.diskMb), fileHash(script("build-disk.sh")));
   const diskDir = await cachedStep(join(root, `disk-${diskKey}`), "root disk", opts, (out) =>
@@ -140,6 +139,15 @@ export async function buildImage(recipe: Recipe, opts: BuildOptions): Promise<Im
     disk: join(diskDir, "rootfs.qcow2"),
     kernelVersion,
   };
+}
+
+/** The guest agent's static binary (built once per source change, cached): every template's init. */
+export async function buildAgent(opts: BuildOptions): Promise<string> {
+  const root = join(opts.cacheDir, "images");
+  await mkdir(root, { recursive: true });
+  const dir = await cachedStep(join(root, `agent-${agentSourceKey()}`), "guest agent", opts, (out) =>
+    runScript(join(AGENT_DIR, "build.sh"), { OUT: join(out, "den-agent") }));
+  return join(dir, "den-agent");
 }
 
 /** Layers unused for this long are removed from the cache (other recipes keep theirs fresh by using them). */

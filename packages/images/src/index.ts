@@ -1,2 +1,3 @@
 export * from "./recipe.js";
 export * from "./build.js";
+export * from "./oci/index.js";

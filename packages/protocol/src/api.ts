@@ -338,6 +338,19 @@ export const SandboxEvent = z.object({
 });
 export type SandboxEvent = z.infer<typeof SandboxEvent>;
 
+/** How a template's sandboxes run by default (an image's ENV, WORKDIR, USER and CMD/ENTRYPOINT, or what a build gave). */
+export const TemplateRun = z.object({
+  env: z.record(z.string(), z.string()),
+  /** The default working directory of commands (null: the user's home). */
+  workdir: z.string().nullable(),
+  /** The default user of the E2B surface's commands (/v1 runs as root unless a user is given); null: `user`. */
+  user: z.string().nullable(),
+  /** Started at the build and running in every sandbox (baked after `ready_cmd` passed). */
+  start_cmd: z.string().nullable(),
+  ready_cmd: z.string().nullable(),
+});
+export type TemplateRun = z.infer<typeof TemplateRun>;
+
 export const Template = z.object({
   name: z.string(),
   version: z.string(),
@@ -348,8 +361,25 @@ export const Template = z.object({
   memory_mb: z.number().int(),
   disk_mb: z.number().int(),
   created_at: z.string(),
+  /** What it was made from: `recipe base`, `template base@...`, `image registry/repo@sha256:...`, `archive sha256:...`. */
+  source: z.string().nullable(),
+  /** Null for templates made from a recipe or another template (they run as their source does). */
+  run: TemplateRun.nullable(),
 });
 export type Template = z.infer<typeof Template>;
+
+/** An image reference: `[registry/]repository[:tag][@sha256:...]` (checked in full by the host that pulls it). */
+export const ImageRef = z.string().min(1).max(512).regex(/^[A-Za-z0-9][A-Za-z0-9._:/@-]*$/, "an image reference is [registry/]repository[:tag][@sha256:digest]");
+
+/** Registry credentials for one build: never stored, logged or echoed. */
+export const RegistryCredentials = z.union([
+  z.strictObject({ username: z.string().min(1).max(256), password: z.string().min(1).max(4096) }),
+  z.strictObject({ token: z.string().min(1).max(8192) }),
+]);
+export type RegistryCredentials = z.infer<typeof RegistryCredentials>;
+
+export const ImageSource = z.strictObject({ ref: ImageRef, credentials: RegistryCredentials.optional() });
+export type ImageSource = z.infer<typeof ImageSource>;
 
 /** Names of templates made through the API: no dots (those name a template's size variants). */
 export const TemplateName = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, "template names are lowercase letters, digits, _ and -");
@@ -365,8 +395,23 @@ export const CreateTemplateRequest = z
     setup: z.array(z.string().min(1).max(65536)).max(64).optional(),
     /** Per setup command (default 600). */
     setup_timeout_seconds: z.number().int().min(1).max(3600).optional(),
+    /** ...or from an OCI image in a registry: a reference (`python:3.12`, `host:port/repo@sha256:...`), with credentials if it is private. */
+    from_image: z.union([ImageRef, ImageSource]).optional(),
+    /** Started in the building sandbox and kept running in every sandbox made from the template (default: the image's ENTRYPOINT + CMD). */
+    start_cmd: z.string().min(1).max(65536).optional(),
+    /** Run until it exits 0 (the build then bakes the snapshot); e.g. `curl -fs localhost:8080`. */
+    ready_cmd: z.string().min(1).max(65536).optional(),
+    /** How long `ready_cmd` may take to pass (default 120). */
+    ready_timeout_seconds: z.number().int().min(1).max(3600).optional(),
+    /** The shape of the template's snapshot (image builds; default 1 vCPU, 512 MiB, a disk fitting the image). */
+    vcpus: z.number().int().min(1).max(16).optional(),
+    memory_mb: z.number().int().min(128).max(65536).optional(),
+    disk_mb: z.number().int().min(1024).max(256 * 1024).optional(),
+    /** Build again even if the same content was built before (a new version). */
+    force: z.boolean().optional(),
   })
-  .refine((r) => !(r.from_template && r.from_checkpoint), "give from_template or from_checkpoint, not both");
+  .refine((r) => [r.from_template, r.from_checkpoint, r.from_image].filter((x) => x !== undefined).length <= 1, "give at most one of from_template, from_checkpoint and from_image")
+  .refine((r) => r.from_image !== undefined || (r.start_cmd === undefined && r.ready_cmd === undefined), "start_cmd and ready_cmd need from_image (setup commands' processes are what a template from a template keeps)");
 export type CreateTemplateRequest = z.infer<typeof CreateTemplateRequest>;
 
 /** The years 1970..9999: ISO 8601's four digits, and far enough inside JS Date's range that `from`'s default (`to` minus a day) is a date too. */

@@ -38,6 +38,12 @@ export const ERROR_STATUS = {
   snapshot_incompatible: 409,
   snapshot_corrupt: 422,
   setup_failed: 422,
+  /** An image reference names nothing (the registry said so), or an archive holds no image. */
+  image_not_found: 404,
+  /** An image could not be pulled: its registry is unreachable, refused the credentials, or stalled past a deadline. */
+  image_pull_failed: 422,
+  /** An image or archive is malformed, lies (a digest or size that does not match), or is over a limit. */
+  image_invalid: 422,
   capacity_exhausted: 503,
   agent_unavailable: 503,
   agent_protocol_error: 502,

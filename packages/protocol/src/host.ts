@@ -79,10 +79,33 @@ export type HostCreateSpec = z.infer<typeof CreateSpec>;
 export const CheckCreateSpec = CreateSpec.omit({ id: true });
 
 /** A template made from a sandbox: a source (template or stored checkpoint) plus setup commands. */
+/** How a template's sandboxes run by default (see api.TemplateRun). */
+export const TemplateRun = z.object({
+  env: z.record(z.string(), z.string()),
+  workdir: z.string().nullable(),
+  user: z.string().nullable(),
+  startCmd: z.string().nullable(),
+  readyCmd: z.string().nullable(),
+});
+export type TemplateRun = z.infer<typeof TemplateRun>;
+
 export const TemplateBuildSpec = z.object({
   name: z.string().min(1).max(64),
   fromTemplate: z.string().min(1).max(200).optional(),
   fromCheckpoint: StoredRef.optional(),
+  /** An OCI image to pull (credentials are for this pull only: never written down). */
+  fromImage: z.object({ ref: z.string().min(1).max(512), auth: z.union([
+    z.object({ username: z.string().min(1).max(256), password: z.string().min(1).max(4096) }),
+    z.object({ token: z.string().min(1).max(8192) }),
+  ]).optional() }).optional(),
+  startCmd: z.string().max(64 * 1024).optional(),
+  readyCmd: z.string().max(64 * 1024).optional(),
+  readyTimeoutSeconds: Positive.optional(),
+  vcpus: Positive.optional(),
+  memoryMb: Positive.optional(),
+  diskMb: Positive.optional(),
+  /** A new version even if the same content was built before. */
+  force: z.boolean().optional(),
   setup: z.array(z.string().max(64 * 1024)).max(256),
   setupTimeoutSeconds: Positive,
   /** The whole build's deadline (its TTL): its sandbox is destroyed past it, whatever it is doing. */
@@ -150,6 +173,9 @@ export const Template = z.object({
   memory_mb: Positive,
   disk_mb: Positive,
   created_at: z.string(),
+  /** What it was made from (see api.Template.source); absent on hosts of before. */
+  source: z.string().nullable().optional(),
+  run: TemplateRun.nullable().optional(),
 });
 export type HostTemplate = z.infer<typeof Template>;
 export const BuiltTemplate = Template.extend({ reused: z.boolean() });

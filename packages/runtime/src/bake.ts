@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { chmod, copyFile, link, readFile, readdir, rm, writeFile } from "node:fs/promises";
+import { chmod, copyFile, link, readFile, readdir, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { ImageArtifacts, Recipe } from "@den/images";
 import { deviceSetId } from "./qemu.js";
@@ -51,7 +51,7 @@ export async function bakeTemplate(rt: Runtime, recipe: Recipe, image: ImageArti
     log(`template ${ref.name}@${ref.version}: already built`);
     return existing;
   }
-  return bakeInto(rt, ref, recipe, { kernel: image.kernel, initrd: image.initrd, disk: image.disk }, `booting ${image.kernelVersion}`, log);
+  return bakeInto(rt, ref, recipe, { kernel: image.kernel, initrd: image.initrd, disk: image.disk }, `booting ${image.kernelVersion}`, log, undefined, { source: `recipe ${recipe.name}` });
 }
 
 /**
@@ -63,15 +63,33 @@ export async function bakeVariant(rt: Runtime, base: TemplateInfo, vcpus: number
   const ref = { name: `${base.name}.${vcpus}c${memoryMb}m`, version: base.version };
   checkTemplateName(ref.name);
   if (rt.templates.has(ref)) return rt.templates.resolve(`${ref.name}@${ref.version}`);
-  const recipe = { ...(JSON.parse(await readFile(join(base.dir, TEMPLATE_FILES.recipe), "utf8")) as Recipe), name: ref.name, vcpus, memoryMb };
+  const recipe = { ...(JSON.parse(await readFile(join(base.dir, TEMPLATE_FILES.recipe), "utf8")) as TemplateRecipe), name: ref.name, vcpus, memoryMb };
   const files = { kernel: join(base.dir, TEMPLATE_FILES.kernel), initrd: join(base.dir, TEMPLATE_FILES.initrd), disk: join(base.dir, TEMPLATE_FILES.disk) };
-  return bakeInto(rt, ref, recipe, files, `variant of ${base.name}@${base.version}`, log, base);
+  return bakeInto(rt, ref, recipe, files, `variant of ${base.name}@${base.version}`, log, base, { source: base.manifest.source, run: base.manifest.run });
+}
+
+/** What a template records of how it was made (recipe.json): a recipe, or what an image build used. */
+export type TemplateRecipe = Pick<Recipe, "name" | "vcpus" | "memoryMb" | "diskMb">;
+
+/** What a template's manifest says of where it came from and how its sandboxes run. */
+export type TemplateMeta = Pick<SnapshotManifest, "source" | "run">;
+
+/**
+ * Bakes a template version from a root disk made elsewhere (an image's), booted with the
+ * kernel and initramfs of `kernelFrom` (Den's, never the image's). The disk is moved in.
+ */
+export async function bakeFromDisk(
+  rt: Runtime, ref: TemplateRef, recipe: TemplateRecipe, disk: string, kernelFrom: TemplateInfo, meta: TemplateMeta, log: (l: string) => void = () => undefined,
+): Promise<TemplateInfo & { reused: boolean }> {
+  checkTemplateName(ref.name);
+  const files = { kernel: join(kernelFrom.dir, TEMPLATE_FILES.kernel), initrd: join(kernelFrom.dir, TEMPLATE_FILES.initrd), disk };
+  return bakeInto(rt, ref, recipe, files, `booting the image's disk`, log, undefined, meta, true);
 }
 
 /** Boots kernel + disk once with its RAM in a file, waits for the agent, snapshots, installs. */
 async function bakeInto(
-  rt: Runtime, ref: TemplateRef, recipe: Recipe, from: { kernel: string; initrd: string; disk: string },
-  what: string, log: (l: string) => void, overlayOn?: TemplateInfo,
+  rt: Runtime, ref: TemplateRef, recipe: TemplateRecipe, from: { kernel: string; initrd: string; disk: string },
+  what: string, log: (l: string) => void, overlayOn?: TemplateInfo, meta: TemplateMeta = {}, moveDisk = false,
 ): Promise<TemplateInfo & { reused: boolean }> {
   const dir = await rt.templates.buildDir(ref);
   try {
@@ -81,6 +99,8 @@ async function bakeInto(
     const depth = overlayOn ? (overlayOn.manifest.diskDepth ?? 0) + 1 : 0;
     if (overlayOn && depth <= MAX_DISK_DEPTH) {
       await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", from.disk, join(dir, TEMPLATE_FILES.disk)], "qemu_error");
+    } else if (moveDisk) {
+      await rename(from.disk, join(dir, TEMPLATE_FILES.disk));
     } else {
       await copyFile(from.disk, join(dir, TEMPLATE_FILES.disk));
     }
@@ -105,7 +125,7 @@ async function bakeInto(
       agent.close();
       await vm.kill();
     }
-    return await installTemplate(rt, dir, ref, { vcpus: recipe.vcpus, memoryMb: recipe.memoryMb, diskMb: recipe.diskMb }, pauseMs, log, disk);
+    return await installTemplate(rt, dir, ref, { vcpus: recipe.vcpus, memoryMb: recipe.memoryMb, diskMb: recipe.diskMb }, pauseMs, log, { ...disk, ...meta });
   } catch (e) {
     await rm(dir, { recursive: true, force: true });
     throw e;
@@ -115,7 +135,7 @@ async function bakeInto(
 /** Seals a build dir holding a template's files (read-only, manifest last) and makes it the current version. */
 async function installTemplate(
   rt: Runtime, dir: string, ref: TemplateRef, vm: SnapshotManifest["vm"], pauseMs: number, log: (l: string) => void,
-  disk: Pick<SnapshotManifest, "baseTemplate" | "diskDepth"> = {},
+  disk: Pick<SnapshotManifest, "baseTemplate" | "diskDepth"> & TemplateMeta = {},
 ): Promise<TemplateInfo & { reused: boolean }> {
   const keep = new Set<string>(Object.values(TEMPLATE_FILES));
   for (const f of await readdir(dir)) if (!keep.has(f as never)) await rm(join(dir, f), { recursive: true, force: true });
@@ -138,6 +158,7 @@ async function installTemplate(
  */
 export async function bakeFromSandbox(
   rt: Runtime, sandboxId: string, ref: TemplateRef, recipe: Record<string, unknown>, log: (l: string) => void = () => undefined,
+  opts: { meta?: TemplateMeta; standalone?: boolean } = {},
 ): Promise<TemplateInfo & { reused: boolean }> {
   checkTemplateName(ref.name);
   const existing = await reuseTemplate(rt, ref);
@@ -148,12 +169,14 @@ export async function bakeFromSandbox(
   try {
     log(`template ${ref.name}@${ref.version}: capturing sandbox ${sandboxId}`);
     const depth = (from.manifest.diskDepth ?? 0) + 1;
-    const flattenDisk = depth > MAX_DISK_DEPTH;
+    // (A standalone disk needs no other template: what is published alone, or outlives its source.)
+    const flattenDisk = depth > MAX_DISK_DEPTH || opts.standalone === true;
     const captured = await rt.captureSandbox(sandboxId, dir, { flattenDisk });
     for (const f of [TEMPLATE_FILES.kernel, TEMPLATE_FILES.initrd]) await linkOrCopy(join(from.dir, f), join(dir, f));
     await writeFile(join(dir, TEMPLATE_FILES.recipe), JSON.stringify({ ...recipe, name: ref.name, ...captured.vm, from: source }, null, 2) + "\n");
     const disk = flattenDisk ? { diskDepth: 0 } : { baseTemplate: { name: from.name, version: from.version }, diskDepth: depth };
-    return await installTemplate(rt, dir, ref, captured.vm, captured.pauseMs, log, disk);
+    const meta = opts.meta ?? { source: `template ${from.name}@${from.version}`, run: from.manifest.run };
+    return await installTemplate(rt, dir, ref, captured.vm, captured.pauseMs, log, { ...disk, ...meta });
   } catch (e) {
     await rm(dir, { recursive: true, force: true });
     throw e;

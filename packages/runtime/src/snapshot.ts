@@ -23,6 +23,15 @@ export interface FileDigest {
  */
 export const UNHASHED = "";
 
+/** A template's defaults for its sandboxes' commands (the wire's host.TemplateRun). */
+export interface TemplateRunConfig {
+  env: Record<string, string>;
+  workdir: string | null;
+  user: string | null;
+  startCmd: string | null;
+  readyCmd: string | null;
+}
+
 export interface TemplateRef {
   name: string;
   version: string;
@@ -61,6 +70,10 @@ export interface SnapshotManifest {
   baseTemplate?: TemplateRef;
   /** Templates only: how many overlays deep its disk is (0: standalone). */
   diskDepth?: number;
+  /** Templates only: what it was made from (`image registry/repo@sha256:...`, `template base@...`). */
+  source?: string;
+  /** Templates only: how its sandboxes run by default (an image's ENV, WORKDIR, USER, start command). */
+  run?: TemplateRunConfig;
   /** Volume mounts its guest still had (volumes.ts): their slots are not free at a restore. */
   volumes?: SnapshotVolume[];
   files: Record<string, FileDigest>;

@@ -26,7 +26,7 @@ export {
 } from "./exec.js";
 export { Process, Processes, type LogsOptions, type ProcessLogs, type WaitOptions } from "./processes.js";
 export { Filesystem, type ListFilesResult } from "./filesystem.js";
-export { Templates } from "./templates.js";
+export { Templates, type CreateTemplateSpec } from "./templates.js";
 export { Keys, type CreateKeyOptions } from "./keys.js";
 export {
   Webhooks,
@@ -71,6 +71,7 @@ export type {
   FileInfo,
   SandboxEvent,
   TemplateInfo,
+  TemplateRun,
   ApiKeyInfo,
   WebhookInfo,
   WebhookDeliveryInfo,

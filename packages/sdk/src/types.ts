@@ -254,11 +254,28 @@ export interface TemplateInfo {
   memoryMb: number;
   diskMb: number;
   createdAt: Date;
+  /** What it was made from: `recipe base`, `template base@...`, `image registry/repo@sha256:...`. */
+  source: string | null;
+  /** How its sandboxes run by default (an image's ENV, WORKDIR, USER and start command); null: as their source. */
+  run: TemplateRun | null;
+}
+
+/** A template's defaults for its sandboxes (see {@link TemplateInfo.run}). */
+export interface TemplateRun {
+  env: Record<string, string>;
+  workdir: string | null;
+  user: string | null;
+  startCmd: string | null;
+  readyCmd: string | null;
 }
 
 /** Maps the wire `Template` to {@link TemplateInfo}. */
 export function toTemplateInfo(w: api.Template): TemplateInfo {
-  return { name: w.name, version: w.version, current: w.current, owner: w.owner, vcpus: w.vcpus, memoryMb: w.memory_mb, diskMb: w.disk_mb, createdAt: new Date(w.created_at) };
+  return {
+    name: w.name, version: w.version, current: w.current, owner: w.owner, vcpus: w.vcpus, memoryMb: w.memory_mb, diskMb: w.disk_mb, createdAt: new Date(w.created_at),
+    source: w.source ?? null,
+    run: w.run ? { env: w.run.env, workdir: w.run.workdir, user: w.run.user, startCmd: w.run.start_cmd, readyCmd: w.run.ready_cmd } : null,
+  };
 }
 
 /**

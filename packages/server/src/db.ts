@@ -30,6 +30,8 @@ export interface SandboxesTable {
   on_idle: string;
   metadata: string;
   env: string;
+  /** JSON {cwd?, user?}: its template's defaults for commands (null: none). */
+  defaults: string | null;
   vcpus: number;
   memory_mb: number;
   disk_mb: number;
@@ -170,6 +172,8 @@ export interface TemplatesTable {
   created_at: number;
   /** Deleted by its owner: it resolves for nobody (versions in use stay on the host), and the name stays theirs. */
   deleted_at: number | null;
+  /** JSON {source, run: api.TemplateRun} of its last build (null: runs as its source does). */
+  run: string | null;
 }
 
 /** A host agent of the deployment (see migration 012). */

@@ -380,4 +380,13 @@ export const migrations = (dialect: Dialect): Record<string, Migration> => ({
       await db.schema.alterTable("volumes").addColumn("used_at", "bigint").execute();
     },
   },
+  "021_template_run": {
+    async up(db: Kysely<any>): Promise<void> {
+      // How a template's sandboxes run (JSON of api.TemplateRun plus its source: an image's
+      // ENV, WORKDIR, USER, start command), set when its build settles; null: as their source.
+      await db.schema.alterTable("templates").addColumn("run", "text").execute();
+      // A sandbox's defaults from its template (JSON {cwd, user}; null: none), beside its env.
+      await db.schema.alterTable("sandboxes").addColumn("defaults", "text").execute();
+    },
+  },
 });

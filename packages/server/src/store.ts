@@ -482,8 +482,13 @@ export class Store {
 
   /** Claims a name for an owner (or takes back their deleted one). */
   async claimTemplate(name: string, owner: string, at: number): Promise<void> {
-    await this.db.insertInto("templates").values({ name, owner, created_at: at, deleted_at: null })
+    await this.db.insertInto("templates").values({ name, owner, created_at: at, deleted_at: null, run: null })
       .onConflict((oc) => oc.column("name").doUpdateSet({ deleted_at: null })).execute();
+  }
+
+  /** Records how a template's sandboxes run (its latest build's source and defaults). */
+  async setTemplateRun(name: string, run: string | null): Promise<void> {
+    await this.db.updateTable("templates").set({ run }).where("name", "=", name).execute();
   }
 
   async markTemplateDeleted(name: string, at: number): Promise<void> {

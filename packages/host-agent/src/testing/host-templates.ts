@@ -4,7 +4,7 @@
  * at a time; a recipe built before is made current again). Versions, variants and gc are
  * memory-templates.ts's; publishing and fetching, host-store.ts's.
  */
-import type { host } from "@den/protocol";
+import { DenError, type host } from "@den/protocol";
 import { newId } from "@den/runtime";
 import { runSetup } from "../setup-steps.js";
 import type { Lifecycle } from "./host-lifecycle.js";
@@ -51,6 +51,8 @@ export class TemplateOps {
   /** Runs the setup commands in a sandbox of its own (from a template or a checkpoint) and keeps what they left. */
   private async buildNow(spec: host.TemplateBuildSpec): Promise<{ template: MemoryTemplate; reused: boolean }> {
     const { tpl } = this.state;
+    // Pulling and unpacking an image needs a real host's disk tools (its tests run on one).
+    if (spec.fromImage) throw new DenError("invalid_argument", "the in-memory host does not build templates from images");
     let source: Record<string, string>;
     if (spec.fromCheckpoint) source = { checkpoint: spec.fromCheckpoint.id };
     else source = { template: refKey(tpl.resolve(spec.fromTemplate ?? "base")) };

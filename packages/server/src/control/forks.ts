@@ -143,6 +143,7 @@ export class Forks {
       on_idle: parent.on_idle as "hibernate" | "destroy",
       metadata: { ...(JSON.parse(parent.metadata) as Record<string, string>), forked_from: parent.id },
       env: JSON.parse(parent.env) as Record<string, string>,
+      defaults: parent.defaults,
     };
   }
 

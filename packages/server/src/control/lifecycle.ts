@@ -11,7 +11,20 @@ import type { Measure } from "./reaper.js";
 import type { Serializer } from "./serializer.js";
 import { placeWithVolumes, resolveMounts, specsOf, volumeStore, type ResolvedMounts } from "./volumes.js";
 
-export type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env">;
+export type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env"> & {
+  /** JSON {cwd?, user?}: the template's defaults for commands (see SandboxesTable.defaults). */
+  defaults?: string | null;
+};
+
+/** A template's env and command defaults for a new sandbox (an image's ENV, WORKDIR, USER), under what the request gives. */
+export async function templateSettings(ctx: Ctx, template: string, req: Settings): Promise<Settings> {
+  const row = await ctx.store.templateRow(template.split("@")[0]!.split(".")[0]!);
+  if (!row?.run) return req;
+  const { run } = JSON.parse(row.run) as { run: api.TemplateRun | null };
+  if (!run) return req;
+  const defaults = { ...(run.workdir ? { cwd: run.workdir } : {}), ...(run.user ? { user: run.user } : {}) };
+  return { ...req, env: { ...run.env, ...req.env }, defaults: Object.keys(defaults).length ? JSON.stringify(defaults) : null };
+}
 
 /** What the API that made a sandbox settled about it: how its deadline behaves, wake on traffic, public ports (see SandboxesTable); /v1 keeps the defaults. */
 export type Terms = Pick<SandboxRow, "deadline_mode" | "on_deadline" | "run_timeout_seconds" | "auto_resume" | "surface" | "public_ports">;
@@ -86,7 +99,7 @@ export class Lifecycle {
       id, owner: p.owner, state: "creating", state_reason: "user", template, template_version: "",
       persistent: persistent ? 1 : 0, ttl_seconds: ttl, expires_at: ttl === null ? null : now + ttl * 1000,
       idle_timeout_seconds: req.idle_timeout_seconds ?? d.idleTimeoutSeconds, on_idle: req.on_idle ?? d.onIdle,
-      metadata: JSON.stringify(req.metadata ?? {}), env: JSON.stringify(req.env ?? {}),
+      metadata: JSON.stringify(req.metadata ?? {}), env: JSON.stringify(req.env ?? {}), defaults: req.defaults ?? null,
       vcpus: 0, memory_mb: 0, disk_mb: 0,
       created_at: now, last_activity_at: now, destroyed_at: null, hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null,
       meter_since: now, meter_cpu: null, network: serializePolicy(network),
@@ -134,7 +147,7 @@ export class Lifecycle {
     const network = effectivePolicy(req.network, config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("create", id, "user", { template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}) }), host: host.instance };
-    const row = this.newRow(p, id, req, template, network, op, host.instance, deadline);
+    const row = this.newRow(p, id, await templateSettings(this.ctx, template, req), template, network, op, host.instance, deadline);
     return this.materialize(row, op, () => metrics.time("create", "", () => host.create(op.id, {
       id, template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}), network, ...(vols.holds.length ? { volumes: specsOf(vols.holds) } : {}),
     })), { template }, vols);
@@ -152,7 +165,7 @@ export class Lifecycle {
     const network = effectivePolicy(req.network ?? networkOf(cp), config.network);
     const id = newId("sbx");
     const op = { ...ops.newOp("restore", id, "user", { checkpoint: cp.id }), host: host.instance };
-    const row = this.newRow(p, id, { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }, cp.template, network, op, host.instance, deadline);
+    const row = this.newRow(p, id, await templateSettings(this.ctx, cp.template, { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }), cp.template, network, op, host.instance, deadline);
     const from = await storedRef(this.ctx, cp.id);
     return this.materialize(row, op, () => metrics.time("restore", "", () => meter.work(id, () => host.restore(op.id, id, from, network, vols.holds.length ? specsOf(vols.holds) : undefined))), { checkpoint: cp.id }, vols);
   }

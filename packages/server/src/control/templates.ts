@@ -7,7 +7,27 @@ import type { Checkpoints } from "./checkpoints.js";
 
 /** A host's template as the API shows it, with who owns it. */
 export function toApiTemplate(t: HostTemplate, owner: string | null): api.Template {
-  return { name: t.name, version: t.version, current: t.current, owner, vcpus: t.vcpus, memory_mb: t.memory_mb, disk_mb: t.disk_mb, created_at: t.created_at };
+  return {
+    name: t.name, version: t.version, current: t.current, owner, vcpus: t.vcpus, memory_mb: t.memory_mb, disk_mb: t.disk_mb, created_at: t.created_at,
+    source: t.source ?? null, run: t.run ? apiRun(t.run) : null,
+  };
+}
+
+function apiRun(r: host.TemplateRun): api.TemplateRun {
+  return { env: r.env, workdir: r.workdir, user: r.user, start_cmd: r.startCmd, ready_cmd: r.readyCmd };
+}
+
+/** A build request's image fields as the host's build spec has them (credentials pass through, never stored). */
+function imageSpec(req: api.CreateTemplateRequest): Partial<TemplateBuildSpec> {
+  if (!req.from_image) return {};
+  const src = typeof req.from_image === "string" ? { ref: req.from_image } : req.from_image;
+  return {
+    fromImage: { ref: src.ref, ...(src.credentials ? { auth: src.credentials } : {}) },
+    ...(req.start_cmd ? { startCmd: req.start_cmd } : {}), ...(req.ready_cmd ? { readyCmd: req.ready_cmd } : {}),
+    ...(req.ready_timeout_seconds ? { readyTimeoutSeconds: req.ready_timeout_seconds } : {}),
+    ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}), ...(req.disk_mb ? { diskMb: req.disk_mb } : {}),
+    ...(req.force ? { force: true } : {}),
+  };
 }
 
 /** Templates: the host's own (everyone's) and those owners build through the API (theirs alone). */
@@ -85,9 +105,13 @@ export class Templates {
           name: req.name, setup: req.setup ?? [], setupTimeoutSeconds: req.setup_timeout_seconds ?? 600, ttlSeconds: config.limits.templateBuildSeconds,
           ...(req.from_template ? { fromTemplate: req.from_template } : {}),
           ...(fromCheckpoint ? { fromCheckpoint: await storedRef(this.ctx, fromCheckpoint.id) } : {}),
+          ...imageSpec(req),
         };
-        const t = await this.buildOnHosts(op.id, spec, fromCheckpoint ? [await hostOfId(this.ctx, fromCheckpoint.sandbox_id)] : this.ctx.hosts.all);
+        // An image is pulled and built on one host; the others fetch the result from the store when they need it.
+        const on = fromCheckpoint ? [await hostOfId(this.ctx, fromCheckpoint.sandbox_id)] : req.from_image ? this.ctx.hosts.all.slice(0, 1) : this.ctx.hosts.all;
+        const t = await this.buildOnHosts(op.id, spec, on);
         shape = t.reused ? undefined : t;
+        await store.setTemplateRun(req.name, JSON.stringify({ source: t.source ?? null, run: t.run ? apiRun(t.run) : null }));
         await ops.settleDetached(op, undefined);
         return toApiTemplate(t, p.owner);
       } catch (e) {
@@ -114,6 +138,7 @@ export class Templates {
   /** The shape a failed build's sandbox had: its source template's, or its checkpoint's. */
   private async sourceShape(req: api.CreateTemplateRequest, checkpoint?: { vcpus: number; memory_mb: number }): Promise<{ vcpus: number; memory_mb: number } | undefined> {
     if (checkpoint) return checkpoint;
+    if (req.from_image) return { vcpus: req.vcpus ?? 1, memory_mb: req.memory_mb ?? 512 };
     const name = req.from_template ?? "base";
     return (await this.hostTemplates()).find((t) => `${t.name}@${t.version}` === name || (t.name === name && t.current));
   }

@@ -16,7 +16,9 @@ function command(body: { cmd?: string | undefined; argv?: string[] | undefined }
 function execOptions(row: SandboxRow, body: z.infer<typeof api.ExecRequest>): GuestExecOptions {
   const env = { ...(JSON.parse(row.env) as Record<string, string>), ...(body.env ?? {}) };
   const opts: GuestExecOptions = { env };
-  if (body.cwd) opts.cwd = body.cwd;
+  // The template's working directory (an image's WORKDIR) unless the request names one.
+  const cwd = body.cwd ?? (row.defaults ? (JSON.parse(row.defaults) as { cwd?: string }).cwd : undefined);
+  if (cwd) opts.cwd = cwd;
   if (body.stdin_b64 !== undefined) opts.stdin = Buffer.from(body.stdin_b64, "base64");
   if (body.timeout_seconds) opts.timeoutMs = body.timeout_seconds * 1000;
   return opts;

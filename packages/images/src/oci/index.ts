@@ -1,0 +1,11 @@
+export * from "./types.js";
+export * from "./reference.js";
+export * from "./blob-cache.js";
+export * from "./image-manifest.js";
+export * from "./registry-auth.js";
+export * from "./registry-client.js";
+export { USER_AGENT } from "./registry-http.js";
+export * from "./archive.js";
+export * from "./unpack.js";
+export * from "./rootfs.js";
+export * from "./disk.js";

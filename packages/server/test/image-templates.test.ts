@@ -1,0 +1,173 @@
+// needs: many VMs, docker-registry, skopeo, umoci
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import http from "node:http";
+import { findInstanceProcesses } from "@den/runtime";
+import { findBaseRootfs, makeBusyboxImage, makeLayeredImage, makeNoShellImage, makePythonHttpImage, pushOciLayout, startRegistry } from "@den/images/testing";
+import type { RunningServer } from "../src/index.js";
+import { ADMIN_KEY, client, dataDir, testServer } from "./helpers.js";
+
+/**
+ * Templates from OCI images, end to end on real VMs: images the test makes (umoci) pushed to
+ * Debian's distribution registry on loopback, pulled and built by Den, then created, exec'd,
+ * served through the port proxy, cold-hibernated and woken, forked.
+ */
+describe("templates from OCI images", () => {
+  let work: string;
+  let registry: Awaited<ReturnType<typeof startRegistry>>;
+  let secure: Awaited<ReturnType<typeof startRegistry>>;
+  let server: RunningServer;
+  let api: ReturnType<typeof client>;
+  const ref = (name: string, r = registry) => `${r.host}/${name}`;
+
+  before(async () => {
+    work = await mkdtemp(join(tmpdir(), "den-image-tpl-"));
+    registry = await startRegistry();
+    secure = await startRegistry({ tls: true, auth: { kind: "basic", username: "den", password: "s3cret-registry-pass" } });
+    const rootfs = findBaseRootfs();
+    if (!rootfs) throw new Error("no debootstrapped base tree in the build cache: run `den template build base` first");
+    const images = await Promise.all([
+      makePythonHttpImage(join(work, "py"), { rootfs }), makeBusyboxImage(join(work, "bb")), makeNoShellImage(join(work, "noshell")), makeLayeredImage(join(work, "layered")),
+    ]);
+    const [py, bb, noshell, layered] = images;
+    await pushOciLayout(py!.layout, py!.tag, registry.pushHost, "py:1");
+    await pushOciLayout(bb!.layout, bb!.tag, registry.pushHost, "tools/busybox:1");
+    await pushOciLayout(noshell!.layout, noshell!.tag, registry.pushHost, "noshell:1");
+    await pushOciLayout(layered!.layout, layered!.tag, registry.pushHost, "layered:1");
+    await pushOciLayout(bb!.layout, bb!.tag, secure.pushHost, "private/busybox:1");
+    // The host agent reads its registry settings from the environment (as `den serve` does).
+    process.env.DEN_INSECURE_REGISTRIES = registry.host;
+    process.env.DEN_REGISTRY_CA_FILE = secure.caFile!;
+    server = await testServer();
+    api = client(server.url);
+  });
+
+  after(async () => {
+    if (api) for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) await api("DELETE", `/v1/sandboxes/${s.id}`);
+    await server?.close();
+    delete process.env.DEN_INSECURE_REGISTRIES;
+    delete process.env.DEN_REGISTRY_CA_FILE;
+    await registry?.close();
+    await secure?.close();
+    await rm(work, { recursive: true, force: true });
+  });
+
+  const exec = async (id: string, body: Record<string, unknown>) => {
+    const r = await api("POST", `/v1/sandboxes/${id}/exec`, body);
+    assert.equal(r.status, 200, r.text);
+    return r.body as { stdout: string; stderr: string; exit_code: number };
+  };
+  const viaProxy = (id: string, port: number, path: string) => new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const u = new URL(server.url);
+    http.get({ host: u.hostname, port: u.port, path: `/v1/sandboxes/${id}/ports/${port}${path}`, headers: { authorization: `Bearer ${ADMIN_KEY}` } }, (res) => {
+      let body = "";
+      res.on("data", (d: Buffer) => (body += d.toString()));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+    }).on("error", reject);
+  });
+
+  test("a Debian image with Python: its server is up in every create, through the port proxy, a cold hibernate and a fork", async () => {
+    const ready = "python3 -c 'import urllib.request; urllib.request.urlopen(\"http://127.0.0.1:8080/\")'";
+    const t = await api("POST", "/v1/templates", { name: "py", from_image: ref("py:1"), ready_cmd: ready });
+    assert.equal(t.status, 201, t.text);
+    assert.match(t.body.source, new RegExp(`^image ${registry.host}/py@sha256:[0-9a-f]{64}$`));
+    assert.equal(t.body.run.workdir, "/srv/www");
+    assert.equal(t.body.run.env.APP_MODE, "image");
+    assert.match(t.body.run.start_cmd, /http\.server 8080/);
+
+    const s = (await api("POST", "/v1/sandboxes", { template: "py" })).body;
+    // The image's WORKDIR and ENV are every command's defaults; its server was running before the snapshot.
+    assert.deepEqual((await exec(s.id, { cmd: "pwd; echo $APP_MODE; id -u user; grep -c PRETTY_NAME /etc/os-release" })).stdout, "/srv/www\nimage\n1000\n1\n");
+    const page = await viaProxy(s.id, 8080, "/index.html");
+    assert.equal(page.status, 200);
+    assert.equal(page.body, "hello from the image\n");
+    const w = await api("PUT", `/v1/sandboxes/${s.id}/files?path=/srv/www/mine.txt`, Buffer.from("written after create\n"), { "content-type": "application/octet-stream" });
+    assert.ok(w.status < 300, w.text);
+
+    const cold = await api("POST", `/v1/sandboxes/${s.id}/hibernate`, { mode: "cold" });
+    assert.equal(cold.status, 200, cold.text);
+    assert.equal((await api("POST", `/v1/sandboxes/${s.id}/wake`, {})).status, 200);
+    assert.equal((await viaProxy(s.id, 8080, "/mine.txt")).body, "written after create\n", "the same server serves the file written before the cold hibernate");
+
+    const f = await api("POST", `/v1/sandboxes/${s.id}/fork`, {});
+    assert.equal(f.status, 201, f.text);
+    const child = (f.body.sandboxes as Array<{ id: string }>)[0]!.id;
+    assert.equal((await exec(child, { cmd: "cat mine.txt" })).stdout, "written after create\n");
+    assert.equal((await viaProxy(child, 8080, "/index.html")).body, "hello from the image\n");
+
+    const again = await api("POST", "/v1/templates", { name: "py", from_image: ref("py:1"), ready_cmd: ready });
+    assert.equal(again.body.version, t.body.version, "the same image and start are the same version");
+  });
+
+  test("busybox without bash: commands run with /bin/sh, the `user` account is added", async () => {
+    const t = await api("POST", "/v1/templates", { name: "bb", from_image: ref("tools/busybox:1") });
+    assert.equal(t.status, 201, t.text);
+    const s = (await api("POST", "/v1/sandboxes", { template: "bb" })).body;
+    const r = await exec(s.id, { cmd: "echo $0; id -u user; ls -d /home/user; wget -qO- http://127.0.0.1:8080/index.html" });
+    assert.equal(r.stdout, "/bin/sh\n1000\n/home/user\nbusybox here\n", r.stderr);
+  });
+
+  test("an image with no shell runs its own binaries; a shell command is a clear error", async () => {
+    const t = await api("POST", "/v1/templates", { name: "noshell", from_image: ref("noshell:1") });
+    assert.equal(t.status, 201, t.text);
+    const s = (await api("POST", "/v1/sandboxes", { template: "noshell" })).body;
+    assert.equal((await exec(s.id, { argv: ["/bin/busybox", "echo", "no shell needed"] })).stdout, "no shell needed\n");
+    const sh = await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "echo hi" });
+    assert.ok(sh.status >= 400 && sh.status < 500, `${sh.status} ${sh.text}`);
+    assert.match(sh.text, /no shell|\/bin\/sh/);
+    assert.equal((await exec(s.id, { argv: ["/bin/busybox", "grep", "-c", "^user:", "/etc/passwd"] })).stdout, "1\n");
+  });
+
+  test("layers apply in order: whiteouts, opaque dirs, owners, modes, hard links and xattrs kept", async () => {
+    const t = await api("POST", "/v1/templates", { name: "layered", from_image: ref("layered:1") });
+    assert.equal(t.status, 201, t.text);
+    const s = (await api("POST", "/v1/sandboxes", { template: "layered" })).body;
+    // (Only some of busybox's applets are linked in this image: the rest are run through it.)
+    const bb = "/bin/busybox";
+    const r = await exec(s.id, { cmd: `ls /data | ${bb} tr '\\n' ' '; echo; ls -A /opaque; ${bb} stat -c '%a %u %g' /data/owned; ${bb} stat -c '%i' /data/a /data/b | ${bb} uniq | ${bb} wc -l` });
+    assert.match(r.stdout, /^a b keep\.txt owned/m, r.stdout);
+    assert.doesNotMatch(r.stdout, /gone\.txt/);
+    const lines = r.stdout.trim().split("\n");
+    assert.equal(lines[1], "new", "the opaque dir kept only the upper layer's file");
+    assert.equal(lines[2], "640 1234 5678");
+    assert.equal(lines[3], "1", "a hard link is one inode");
+    assert.deepEqual(await server.cp.hosts.first!.guest(s.id).files.getXattrs("/data/xattr.txt"), { "user.den": "yes" });
+  });
+
+  test("a private registry over TLS with basic auth: credentials work, and are written nowhere", async () => {
+    const password = "s3cret-registry-pass";
+    const bad = await api("POST", "/v1/templates", { name: "private", from_image: { ref: ref("private/busybox:1", secure), credentials: { username: "den", password: "wrong-password" } } });
+    assert.equal(bad.status, 422, bad.text);
+    assert.equal(bad.body.error.code, "image_pull_failed");
+    assert.doesNotMatch(bad.text, /wrong-password/);
+    const t = await api("POST", "/v1/templates", { name: "private", from_image: { ref: ref("private/busybox:1", secure), credentials: { username: "den", password } } });
+    assert.equal(t.status, 201, t.text);
+    const s = (await api("POST", "/v1/sandboxes", { template: "private" })).body;
+    assert.equal((await exec(s.id, { cmd: "cat /www/index.html" })).stdout, "busybox here\n");
+    const ops = JSON.stringify((await api("GET", "/v1/operations?limit=200")).body);
+    const events = JSON.stringify((await api("GET", "/v1/events?limit=500")).body);
+    for (const text of [ops, events]) {
+      assert.doesNotMatch(text, new RegExp(password));
+      assert.doesNotMatch(text, /wrong-password/);
+    }
+  });
+
+  test("an unreachable registry or a missing image fails the build by name, leaving nothing", async () => {
+    const before = findInstanceProcesses(server.cp.hosts.first!.instance).size;
+    const gone = await api("POST", "/v1/templates", { name: "gone", from_image: "127.0.0.1:9/nothing:1" });
+    assert.equal(gone.status, 422, gone.text);
+    assert.equal(gone.body.error.code, "image_pull_failed");
+    assert.match(gone.body.error.message, /127\.0\.0\.1:9/);
+    const missing = await api("POST", "/v1/templates", { name: "missing", from_image: ref("no/such-image:1") });
+    assert.equal(missing.status, 404, missing.text);
+    assert.equal(missing.body.error.code, "image_not_found");
+    const names = ((await api("GET", "/v1/templates")).body.templates as Array<{ name: string }>).map((x) => x.name);
+    assert.ok(!names.includes("gone") && !names.includes("missing"));
+    assert.equal(findInstanceProcesses(server.cp.hosts.first!.instance).size, before, "no building VM is left");
+    assert.deepEqual((await readdir(dataDir())).filter((d) => d.startsWith("image-build-")), [], "no work dir is left");
+    assert.equal((await readdir(join(dataDir(), "image-cache", "sha256")).catch(() => [])).filter((f) => f.startsWith(".tmp")).length, 0, "no half-fetched blob is left");
+  });
+});
