@@ -7,7 +7,10 @@ import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, createVolumeImage, hostProfile, newId, reuseTemplate, volumeImagePath, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type StateSink, type TemplateInfo, type VolumeRequest } from "@den/runtime";
 import { Admission, diskOvercommit, diskPromisedMb, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
 import { PrivateMemoryCache, availableMemoryMb } from "./host-memory.js";
-import { ImageBuilder } from "./image-build.js";
+import { isStepTemplate, sweepBuilds } from "./build/build-cache.js";
+import { BuildLogs } from "./build/build-logs.js";
+import { Slots, buildsPerHost } from "./build/build-slots.js";
+import { TemplateBuilder } from "./build/template-builder.js";
 import { OpJournal } from "./op-journal.js";
 import { runSetup } from "./setup-steps.js";
 import { throttled } from "./transfer-progress.js";
@@ -66,7 +69,9 @@ export class LocalHostAgent implements HostAgent {
   }
 
   private readonly admission: Admission;
-  private readonly images: ImageBuilder;
+  private readonly builder: TemplateBuilder;
+  private readonly buildLogs = new BuildLogs();
+  private readonly buildSlots = new Slots(buildsPerHost());
 
   private constructor(private readonly rt: Runtime, readonly store: ObjectStore, capacity: Capacity) {
     // A shut-down sandbox (a disk hibernation) holds only its disk: its shape counts again when it boots.
@@ -77,7 +82,12 @@ export class LocalHostAgent implements HostAgent {
       vcpus: s.info.vcpus, memoryMb: s.info.memoryMb, paused: s.state === "paused",
       ...(overcommit > 1 && s.pid ? { privateMb: held.get(s.pid) } : {}),
     }])), () => diskPromisedMb(rt.list()), diskOvercommit(), overcommit, { availableMb: () => availableMemoryMb(), reserveMb: capacity.memoryReserveMb ?? memoryReserveMb() });
-    this.images = new ImageBuilder(rt);
+    // A build's VMs are made as any create's (admission, the build's network), by template.
+    this.builder = new TemplateBuilder(rt, store, async (template, network) => {
+      const id = newId("sbx");
+      await this.createVm({ id, template, ...(network ? { network } : {}) }, false);
+      return rt.get(id);
+    });
   }
 
   static async open(dataDir: string, store: ObjectStore, capacity: Capacity): Promise<LocalHostAgent> {
@@ -87,7 +97,7 @@ export class LocalHostAgent implements HostAgent {
     // The default template's first create need not wait for a QEMU to start.
     await rt.prewarm();
     const agent = new LocalHostAgent(rt, store, capacity);
-    await agent.images.sweep();
+    await sweepBuilds(rt);
     return agent;
   }
 
@@ -118,7 +128,12 @@ export class LocalHostAgent implements HostAgent {
   }
 
   create(op: string, spec: HostCreateSpec): Promise<HostSandboxInfo> {
-    return this.once(op, async () => {
+    return this.once(op, () => this.createVm(spec));
+  }
+
+  /** A create's work; `pooled: false` for a build's one-off VMs (no QEMUs kept ready for their templates). */
+  private async createVm(spec: HostCreateSpec, pooled = true): Promise<HostSandboxInfo> {
+    {
       const { tpl, shape } = await this.shapeOf(spec);
       const { vcpus, memoryMb } = shape;
       const release = this.admission.reserve(spec.id, shape);
@@ -127,13 +142,13 @@ export class LocalHostAgent implements HostAgent {
         // shape, baked once on first use (concurrent first uses share one bake).
         const source = vcpus === tpl.manifest.vm.vcpus && memoryMb === tpl.manifest.vm.memoryMb ? tpl : await this.variant(tpl, vcpus, memoryMb);
         const volumes = this.volumeRequests(spec.volumes);
-        const sbx = await this.rt.create({ id: spec.id, template: `${source.name}@${source.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}), ...(volumes.length ? { volumes } : {}) });
+        const sbx = await this.rt.create({ id: spec.id, template: `${source.name}@${source.version}`, ...(spec.diskMb ? { diskMb: spec.diskMb } : {}), ...(volumes.length ? { volumes } : {}), pooled });
         await this.withNetwork(spec.id, spec.network);
         return { ...info(sbx), template: tpl.name, templateVersion: tpl.version };
       } finally {
         release();
       }
-    });
+    }
   }
 
   /** Volumes to put in a VM, by their images on this host (each must have been made here). */
@@ -560,7 +575,8 @@ export class LocalHostAgent implements HostAgent {
   }
 
   async templates(): Promise<host.HostTemplate[]> {
-    return (await this.rt.templates.list()).map(wireTemplate);
+    // (A build cache's steps are internal: they are nobody's templates.)
+    return (await this.rt.templates.list()).filter((t) => !isStepTemplate(t.name)).map(wireTemplate);
   }
 
   async deleteTemplate(name: string): Promise<void> {
@@ -601,19 +617,42 @@ export class LocalHostAgent implements HostAgent {
 
   buildTemplate(op: string, spec: TemplateBuildSpec): Promise<host.BuiltTemplate> {
     return this.once(op, async () => {
-      // One build per name at a time: a second waits and then finds the first one's version.
-      const prev = this.builds.get(spec.name) ?? Promise.resolve();
-      const next = prev.catch(() => undefined).then(() => this.build(spec));
-      this.builds.set(spec.name, next);
-      const t = await next.finally(() => {
-        if (this.builds.get(spec.name) === next) this.builds.delete(spec.name);
-      });
-      return { ...wireTemplate(t), reused: t.reused };
+      const { log, signal } = this.buildLogs.start(op);
+      try {
+        // At most DEN_MAX_BUILDS_PER_HOST at once; one build per name at a time (a second waits, then finds the first one's version).
+        const release = await this.buildSlots.take(() => log(`waiting for a build slot (${this.buildSlots.max} build(s) at once on this host)`), signal);
+        try {
+          const prev = this.builds.get(spec.name) ?? Promise.resolve();
+          const next = prev.catch(() => undefined).then(() => this.build(spec, log, signal));
+          this.builds.set(spec.name, next);
+          const t = await next.finally(() => {
+            if (this.builds.get(spec.name) === next) this.builds.delete(spec.name);
+          });
+          log(`template ${t.name}@${t.version}${t.reused ? " (built before)" : ""}`);
+          return { ...wireTemplate(t), reused: t.reused };
+        } finally {
+          release();
+        }
+      } catch (e) {
+        log(`build failed: ${(e as Error).message}`, "error");
+        throw e;
+      } finally {
+        this.buildLogs.end(op);
+      }
     });
   }
 
-  private async build(spec: TemplateBuildSpec): Promise<TemplateInfo & { reused: boolean }> {
-    if (spec.fromImage) return this.images.build(spec);
+  async buildLog(op: string, from: number): Promise<host.BuildLogPage> {
+    return this.buildLogs.page(op, from);
+  }
+
+  async cancelBuild(op: string): Promise<void> {
+    this.buildLogs.cancel(op);
+  }
+
+  private async build(spec: TemplateBuildSpec, log: (l: string) => void, signal: AbortSignal): Promise<TemplateInfo & { reused: boolean }> {
+    // From an image, or with steps: the builder (cached steps, a start command).
+    if (spec.fromImage || spec.steps?.length) return this.builder.build(spec, log, signal);
     let source: Record<string, string>;
     if (spec.fromCheckpoint) source = { checkpoint: spec.fromCheckpoint.id };
     else {
@@ -632,8 +671,12 @@ export class LocalHostAgent implements HostAgent {
     else await this.create(newId("op"), { id, template: source.template! });
     const sbx = this.rt.get(id);
     try {
-      await runSetup(spec, (cmd, opts) => sbx.exec(cmd, opts));
-      return await bakeFromSandbox(this.rt, id, ref, recipe);
+      await runSetup(spec, (cmd, opts) => {
+        if (signal.aborted) throw new DenError("aborted", "the build was cancelled");
+        log(`setup: ${cmd.slice(0, 200)}`);
+        return sbx.exec(cmd, opts);
+      });
+      return await bakeFromSandbox(this.rt, id, ref, recipe, log);
     } finally {
       await sbx.destroy();
     }

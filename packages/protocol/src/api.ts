@@ -362,9 +362,9 @@ export const Template = z.object({
   disk_mb: z.number().int(),
   created_at: z.string(),
   /** What it was made from: `recipe base`, `template base@...`, `image registry/repo@sha256:...`, `archive sha256:...`. */
-  source: z.string().nullable(),
-  /** Null for templates made from a recipe or another template (they run as their source does). */
-  run: TemplateRun.nullable(),
+  source: z.string().nullable().optional(),
+  /** Null for templates made from a recipe or another template (they run as their source does); absent from servers of before. */
+  run: TemplateRun.nullable().optional(),
 });
 export type Template = z.infer<typeof Template>;
 
@@ -409,9 +409,47 @@ export const CreateTemplateRequest = z
     disk_mb: z.number().int().min(1024).max(256 * 1024).optional(),
     /** Build again even if the same content was built before (a new version). */
     force: z.boolean().optional(),
+    /** ...or from a Dockerfile: its FROM names an image or a template; RUN steps run in a build microVM, each cached. */
+    dockerfile: z.string().min(1).max(1024 * 1024).optional(),
+    /** The build context COPY takes files from: `sha256:<digest>` of a tar uploaded with PUT /v1/templates/contexts/{digest}. */
+    context: z.string().regex(/^sha256:[0-9a-f]{64}$/, "a context is sha256:<64 hex digits>").optional(),
+    /** false: answer 202 with the build at once (follow it at /v1/templates/builds/{id}); default: answer when it is done. */
+    wait: z.boolean().optional(),
+    /** Values for the Dockerfile's ARGs. */
+    build_args: z.record(z.string().min(1).max(256).regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string().max(64 * 1024)).optional(),
   })
-  .refine((r) => [r.from_template, r.from_checkpoint, r.from_image].filter((x) => x !== undefined).length <= 1, "give at most one of from_template, from_checkpoint and from_image")
-  .refine((r) => r.from_image !== undefined || (r.start_cmd === undefined && r.ready_cmd === undefined), "start_cmd and ready_cmd need from_image (setup commands' processes are what a template from a template keeps)");
+  .refine((r) => [r.from_template, r.from_checkpoint, r.from_image, r.dockerfile].filter((x) => x !== undefined).length <= 1, "give at most one of from_template, from_checkpoint, from_image and dockerfile")
+  .refine((r) => r.dockerfile !== undefined || (r.context === undefined && r.build_args === undefined), "context and build_args go with a dockerfile")
+  .refine((r) => r.from_image !== undefined || r.dockerfile !== undefined || (r.start_cmd === undefined && r.ready_cmd === undefined), "start_cmd and ready_cmd need from_image or a dockerfile (setup commands' processes are what a template from a template keeps)");
+
+export const TemplateBuildState = z.enum(["building", "ready", "error", "cancelled"]);
+export type TemplateBuildState = z.infer<typeof TemplateBuildState>;
+
+/** A template build: what it builds, how it stands, and (once ended) what it made or why it failed. */
+export const TemplateBuild = z.object({
+  id: z.string(),
+  /** The template it builds. */
+  name: z.string(),
+  state: TemplateBuildState,
+  /** What it builds from: `{ kind: "image", ref }`, `{ kind: "dockerfile", from }`, `{ kind: "template", from }`, ... */
+  source: z.record(z.string(), z.string()),
+  /** The version it made (once ready). */
+  version: z.string().nullable(),
+  error: z.object({ code: z.string(), message: z.string(), details: z.record(z.string(), z.unknown()).optional() }).nullable(),
+  created_at: z.string(),
+  finished_at: z.string().nullable(),
+});
+export type TemplateBuild = z.infer<typeof TemplateBuild>;
+
+/** One line of a build's log (`GET /v1/templates/builds/{id}/logs` streams them as JSON lines). */
+export const TemplateBuildLogLine = z.object({ seq: z.number().int(), at: z.string(), level: z.enum(["info", "error"]), message: z.string() });
+export type TemplateBuildLogLine = z.infer<typeof TemplateBuildLogLine>;
+
+export const CreateTemplateAccepted = z.object({ build: TemplateBuild });
+
+/** The answer to a context upload. */
+export const BuildContext = z.object({ context: z.string(), size: z.number().int() });
+export type BuildContext = z.infer<typeof BuildContext>;
 export type CreateTemplateRequest = z.infer<typeof CreateTemplateRequest>;
 
 /** The years 1970..9999: ISO 8601's four digits, and far enough inside JS Date's range that `from`'s default (`to` minus a day) is a date too. */

@@ -89,6 +89,28 @@ export const TemplateRun = z.object({
 });
 export type TemplateRun = z.infer<typeof TemplateRun>;
 
+const StepEnv = z.record(z.string().min(1).max(256), z.string().max(64 * 1024));
+
+/** One step of a build (a Dockerfile's, or E2B's Template builder's), run in the building VM in order. */
+export const BuildStep = z.discriminatedUnion("type", [
+  z.object({
+    type: z.literal("RUN"), cmd: z.string().min(1).max(64 * 1024).optional(), argv: z.array(z.string().max(64 * 1024)).min(1).max(1024).optional(),
+    /** Env of this step only (a Dockerfile's ARG values). */
+    env: StepEnv.optional(), user: z.string().min(1).max(64).optional(), force: z.boolean().optional(),
+  }),
+  z.object({
+    type: z.literal("COPY"), src: z.array(z.string().min(1).max(4096)).min(1).max(64), dest: z.string().min(1).max(4096),
+    chown: z.string().min(1).max(128).optional(), chmod: z.string().regex(/^[0-7]{3,4}$/).optional(), extract: z.boolean().optional(),
+    /** The build context (a tar) in the object store, and its sha256, checked before it is read. */
+    context: z.object({ key: z.string().min(1).max(1024), sha256: z.string().regex(/^[0-9a-f]{64}$/) }),
+    force: z.boolean().optional(),
+  }),
+  z.object({ type: z.literal("ENV"), env: StepEnv }),
+  z.object({ type: z.literal("WORKDIR"), path: z.string().min(1).max(4096) }),
+  z.object({ type: z.literal("USER"), user: z.string().min(1).max(64) }),
+]);
+export type BuildStep = z.infer<typeof BuildStep>;
+
 export const TemplateBuildSpec = z.object({
   name: z.string().min(1).max(64),
   fromTemplate: z.string().min(1).max(200).optional(),
@@ -98,7 +120,11 @@ export const TemplateBuildSpec = z.object({
     z.object({ username: z.string().min(1).max(256), password: z.string().min(1).max(4096) }),
     z.object({ token: z.string().min(1).max(8192) }),
   ]).optional() }).optional(),
+  /** Steps after the source (image or template), before the start command; each step's result is cached on the host. */
+  steps: z.array(BuildStep).max(512).optional(),
   startCmd: z.string().max(64 * 1024).optional(),
+  /** Or the start command as an argv (a Dockerfile's exec-form CMD: no shell needed). */
+  startArgv: z.array(z.string().max(64 * 1024)).min(1).max(1024).optional(),
   readyCmd: z.string().max(64 * 1024).optional(),
   readyTimeoutSeconds: Positive.optional(),
   vcpus: Positive.optional(),
@@ -106,6 +132,8 @@ export const TemplateBuildSpec = z.object({
   diskMb: Positive.optional(),
   /** A new version even if the same content was built before. */
   force: z.boolean().optional(),
+  /** The network of the build's VMs (RUN steps fetch packages; the deployment's build egress). */
+  network: NetworkPolicy.optional(),
   setup: z.array(z.string().max(64 * 1024)).max(256),
   setupTimeoutSeconds: Positive,
   /** The whole build's deadline (its TTL): its sandbox is destroyed past it, whatever it is doing. */
@@ -179,6 +207,13 @@ export const Template = z.object({
 });
 export type HostTemplate = z.infer<typeof Template>;
 export const BuiltTemplate = Template.extend({ reused: z.boolean() });
+
+/** A line of a build's log: what it did, each step's output. */
+export const BuildLogLine = z.object({ at: z.number(), level: z.enum(["info", "error"]), message: z.string().max(16 * 1024) });
+export type BuildLogLine = z.infer<typeof BuildLogLine>;
+/** A build's log lines from `from` on; `next` is where the next read starts; `done` once the build has ended (or the host never saw it). */
+export const BuildLogPage = z.object({ lines: z.array(BuildLogLine).max(10_000), next: Count, done: z.boolean() });
+export type BuildLogPage = z.infer<typeof BuildLogPage>;
 export type BuiltTemplate = z.infer<typeof BuiltTemplate>;
 
 export const Refusals = NetworkStatus.shape.refused;
@@ -234,6 +269,8 @@ export const control = {
   templates: route({ method: "GET", path: "/host/v1/templates", response: z.object({ templates: z.array(Template) }) }),
   deleteTemplate: route({ method: "DELETE", path: "/host/v1/templates/:name", response: Ok }),
   buildTemplate: route({ method: "POST", path: "/host/v1/templates/builds", body: z.object({ ...OpBody, spec: TemplateBuildSpec }), response: BuiltTemplate }),
+  buildLog: route({ method: "POST", path: "/host/v1/templates/builds/:op/log", body: z.object({ from: Count }), response: BuildLogPage }),
+  cancelBuild: route({ method: "POST", path: "/host/v1/templates/builds/:op/cancel", response: Ok }),
   publishTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/publish", body: z.object({ ...OpBody, key: StoredRef.shape.key }), response: z.object({ storedBytes: Count }) }),
   createVolume: route({ method: "POST", path: "/host/v1/volumes", body: z.object({ ...OpBody, id: Id, sizeMb: z.number().int().min(API_LIMITS.minVolumeMb).max(API_LIMITS.maxVolumeMb) }), response: Ok }),
   deleteVolume: route({ method: "DELETE", path: "/host/v1/volumes/:id", response: Ok }),
@@ -415,6 +452,10 @@ export interface HostAgent {
   deleteTemplate(name: string): Promise<void>;
   /** Builds (or finds, if the same recipe was built before) a template version and makes it current. */
   buildTemplate(op: string, spec: TemplateBuildSpec): Promise<BuiltTemplate>;
+  /** The log of build `op` from line `from` on (kept a while after it ends). */
+  buildLog(op: string, from: number): Promise<BuildLogPage>;
+  /** Cancels build `op` if it is running here: it ends as `aborted`, its VMs gone. */
+  cancelBuild(op: string): Promise<void>;
   /** Uploads a local template version to the store under `key` (a complete copy already there is kept). */
   publishTemplate(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }>;
   /**

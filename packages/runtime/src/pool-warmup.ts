@@ -4,6 +4,9 @@ import { runToCompletion } from "./exec.js";
 import { VM_FILES } from "./qemu.js";
 import type { Vm } from "./vm.js";
 
+/** Where every Den template has its guest agent (the initramfs starts it from there). */
+const GUEST_AGENT_PATH = "/usr/local/sbin/den-agent";
+
 /** How long a pooled VM's warm-up may take before the VM is given up (a broken template). */
 const WARMUP_TIMEOUT_MS = 30_000;
 
@@ -19,7 +22,8 @@ export async function warmPooledVm(vm: Vm, dir: string, stateFile: string): Prom
   await vm.loadState(stateFile);
   const agent = await AgentClient.connect(join(dir, VM_FILES.agent), WARMUP_TIMEOUT_MS, () => vm.cont());
   try {
-    await runToCompletion(agent, ["true"], { timeoutMs: WARMUP_TIMEOUT_MS });
+    // Den's own agent binary, which every template has (an image's may have no `true`): its usage line, exit 2.
+    await runToCompletion(agent, [GUEST_AGENT_PATH, "--help"], { timeoutMs: WARMUP_TIMEOUT_MS });
   } finally {
     agent.close();
   }

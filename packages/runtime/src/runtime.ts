@@ -44,6 +44,8 @@ export interface CreateOptions {
   pidsMax?: number;
   /** Volumes to mount (their images on this host; volumes.ts). */
   volumes?: VolumeRequest[];
+  /** false: neither take a pooled QEMU nor keep any ready for this template (a build's one-off steps). */
+  pooled?: boolean;
 }
 
 export interface ForkOptions {
@@ -310,7 +312,8 @@ export class Runtime {
     const tpl = await this.templates.resolve(opts.template ?? "base");
     checkCompatible(tpl.manifest, this.host);
     try {
-      return await this.restoreFrom(tpl.dir, tpl.manifest, { name: tpl.name, version: tpl.version }, undefined, opts, undefined, this.poolShape(tpl.dir, tpl.manifest));
+      const shape = opts.pooled === false ? undefined : this.poolShape(tpl.dir, tpl.manifest);
+      return await this.restoreFrom(tpl.dir, tpl.manifest, { name: tpl.name, version: tpl.version }, undefined, opts, undefined, shape);
     } finally {
       // After the create, not during it: a spawn's work on this thread would delay it.
       this.pool.refill();

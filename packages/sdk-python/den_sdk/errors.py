@@ -98,6 +98,9 @@ ERROR_STATUS: Dict[str, int] = {
     "snapshot_incompatible": 409,
     "snapshot_corrupt": 422,
     "setup_failed": 422,
+    "image_not_found": 404,
+    "image_pull_failed": 422,
+    "image_invalid": 422,
     "capacity_exhausted": 503,
     "agent_unavailable": 503,
     "agent_protocol_error": 502,
@@ -352,6 +355,20 @@ class SetupFailedError(DenError):
     """
 
 
+class ImageError(DenError):
+    """A template build from an OCI image failed: 404 ``image_not_found`` (the registry has no
+    such image), 422 ``image_pull_failed`` (unreachable, credentials refused, stalled; the message
+    names the registry) or 422 ``image_invalid`` (malformed, lying digests, over a limit).
+
+    Example::
+
+        try:
+            Templates.create("web", from_image="registry.example:5000/web:1")
+        except ImageError as e:
+            print(e.code, e.message)
+    """
+
+
 class PayloadTooLargeError(DenError):
     """413 ``payload_too_large``: a body over the server's limit, or a buffered exec whose
     output went past its cap (use :meth:`Sandbox.exec_stream`).
@@ -496,6 +513,9 @@ ERROR_CLASSES: Dict[str, Type[DenError]] = {
     "snapshot_incompatible": SnapshotError,
     "snapshot_corrupt": SnapshotError,
     "setup_failed": SetupFailedError,
+    "image_not_found": ImageError,
+    "image_pull_failed": ImageError,
+    "image_invalid": ImageError,
     "payload_too_large": PayloadTooLargeError,
     "quota_exceeded": QuotaExceededError,
     "limit_exceeded": QuotaExceededError,

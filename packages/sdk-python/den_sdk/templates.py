@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from ._client import Client, seg
 from .types import Template, convert
@@ -42,6 +42,14 @@ class Templates:
         from_template: Optional[str] = None,
         from_checkpoint: Optional[str] = None,
         setup_timeout_seconds: Optional[int] = None,
+        from_image: Optional[Union[str, Mapping[str, Any]]] = None,
+        start_cmd: Optional[str] = None,
+        ready_cmd: Optional[str] = None,
+        ready_timeout_seconds: Optional[int] = None,
+        vcpus: Optional[int] = None,
+        memory_mb: Optional[int] = None,
+        disk_mb: Optional[int] = None,
+        force: Optional[bool] = None,
         api_url: Optional[str] = None,
         api_key: Optional[str] = None,
     ) -> Template:
@@ -51,6 +59,12 @@ class Templates:
         processes included, as fast as from ``base``. The same recipe again returns the version
         built before. A failing command raises :class:`SetupFailedError` (its ``details`` have
         the command's ``stdout`` and ``stderr``). Returns when the build is done.
+
+        ``from_image`` builds from an OCI image instead: a reference (``"python:3.12"``,
+        ``"registry:5000/repo@sha256:..."``) or ``{"ref": ..., "credentials": {"username": ...,
+        "password": ...}}``; its ENV, WORKDIR, USER and CMD become the template's defaults,
+        ``start_cmd`` (default: the image's CMD) keeps running in every sandbox, and the
+        build bakes once ``ready_cmd`` exits 0. A pull that fails raises :class:`ImageError`.
 
         Example::
 
@@ -71,10 +85,16 @@ class Templates:
             body["setup"] = list(setup)  # type: ignore[assignment]
         if setup_timeout_seconds is not None:
             body["setup_timeout_seconds"] = setup_timeout_seconds  # type: ignore[assignment]
+        optional = {
+            "from_image": from_image, "start_cmd": start_cmd, "ready_cmd": ready_cmd,
+            "ready_timeout_seconds": ready_timeout_seconds, "vcpus": vcpus, "memory_mb": memory_mb,
+            "disk_mb": disk_mb, "force": force,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})  # type: ignore[arg-type]
         client = Client(api_url, api_key)
         # The answer comes when the build is done: wait on the socket longer than it may take.
         per = setup_timeout_seconds or _DEFAULT_SETUP_TIMEOUT
-        timeout = max(client.timeout, per * max(1, len(setup or ())) + 300)
+        timeout = max(client.timeout, per * max(1, len(setup or ())) + 300, 3600 if from_image is not None else 0)
         return convert(client.json("POST", "/v1/templates", json_body=body, timeout=timeout), Template.from_wire)
 
     @staticmethod

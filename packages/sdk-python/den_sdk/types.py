@@ -400,6 +400,11 @@ class Template:
     memory_mb: int
     disk_mb: int
     created_at: datetime
+    #: What it was made from: ``recipe base``, ``template base@...``, ``image registry/repo@sha256:...``.
+    source: Optional[str] = None
+    #: How its sandboxes run by default (an image's ``env``, ``workdir``, ``user``, ``start_cmd``,
+    #: ``ready_cmd``), as the wire has it; None: as their source.
+    run: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -413,7 +418,7 @@ class Template:
         return cls(
             name=w["name"], version=w["version"], current=bool(w["current"]), owner=w.get("owner"),
             vcpus=w["vcpus"], memory_mb=w["memory_mb"], disk_mb=w["disk_mb"],
-            created_at=parse_time(w["created_at"]), raw=dict(w),  # type: ignore[arg-type]
+            created_at=parse_time(w["created_at"]), source=w.get("source"), run=w.get("run"), raw=dict(w),  # type: ignore[arg-type]
         )
 
 

@@ -44,6 +44,10 @@ export interface ServerConfig {
     templatesPerOwner: number;
     /** A template build's TTL: all its setup commands together (its sandbox counts as one of the owner's meanwhile). */
     templateBuildSeconds: number;
+    /** A build context's size (DEN_MAX_CONTEXT_MB). */
+    contextBytes: number;
+    /** Template builds an owner may run at once (DEN_MAX_BUILDS_PER_OWNER). */
+    buildsPerOwner: number;
     /** Volumes an owner may have, and their sizes summed (MiB). */
     volumesPerOwner: number;
     volumeMbPerOwner: number;
@@ -76,7 +80,7 @@ export interface ServerConfig {
     cpuActiveShare: number;
   };
   /** The snapshot store's garbage collector: released snapshots are deleted after `graceMs`, checked every `intervalMs`. */
-  storeGc: { graceMs: number; intervalMs: number };
+  storeGc: { graceMs: number; intervalMs: number; contextMaxAgeMs: number };
   /**
    * Volumes nothing has held for `parkIdleMs` are parked in the store (uploaded, their host's
    * image removed), so a host lost for good takes only the volumes in use on it; 0: never.
@@ -198,6 +202,8 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       storedBytesPerOwner: num(env.DEN_MAX_STORED_BYTES_PER_OWNER, 100 * 1024 ** 3),
       templatesPerOwner: num(env.DEN_MAX_TEMPLATES_PER_OWNER, 20),
       templateBuildSeconds: num(env.DEN_TEMPLATE_BUILD_TTL_SECONDS, 3600),
+      contextBytes: num(env.DEN_MAX_CONTEXT_MB, 1024) * 1024 * 1024,
+      buildsPerOwner: num(env.DEN_MAX_BUILDS_PER_OWNER, 2),
       volumesPerOwner: num(env.DEN_MAX_VOLUMES_PER_OWNER, 20),
       volumeMbPerOwner: num(env.DEN_MAX_VOLUME_MB_PER_OWNER, 100 * 1024),
       volumeTransfersPerOwner: num(env.DEN_MAX_VOLUME_TRANSFERS_PER_OWNER, 2),
@@ -217,6 +223,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       memoryOvercommit: memoryOvercommit(env),
     },
     network: {
+      buildEgress: egressOf(env.DEN_BUILD_EGRESS),
       maxConnections: num(env.DEN_NET_MAX_CONNECTIONS, 256),
       bandwidthMbps: num(env.DEN_NET_BANDWIDTH_MBPS, 0),
       eventsIntervalMs: num(env.DEN_NET_EVENTS_INTERVAL_SECONDS, 10) * 1000,
@@ -233,6 +240,8 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     },
     storeGc: {
       graceMs: num(env.DEN_STORE_GC_GRACE_SECONDS, 600) * 1000,
+      /** Build contexts not uploaded again for this long are removed (DEN_BUILD_CONTEXT_DAYS). */
+      contextMaxAgeMs: num(env.DEN_BUILD_CONTEXT_DAYS, 7) * 86_400_000,
       intervalMs: num(env.DEN_STORE_GC_INTERVAL_SECONDS, 60) * 1000,
     },
     volumes: {
@@ -267,4 +276,11 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       volumeTokenSeconds: num(env.DEN_E2B_VOLUME_TOKEN_SECONDS, 86_400),
     },
   };
+}
+
+/** DEN_BUILD_EGRESS: the network of a template build's RUN steps (`open`, the default: they fetch packages; or `none`). */
+function egressOf(v: string | undefined): "open" | "none" {
+  if (v === undefined || v === "" || v === "open") return "open";
+  if (v === "none") return "none";
+  throw new Error(`DEN_BUILD_EGRESS must be open or none, got ${JSON.stringify(v)}`);
 }

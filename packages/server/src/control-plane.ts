@@ -1,3 +1,4 @@
+import type { Readable } from "node:stream";
 import { DenError, api, type HostAgent, type HostGuest, type host } from "@den/protocol";
 import { newId } from "@den/runtime";
 import type { ObjectStore } from "@den/store";
@@ -18,6 +19,8 @@ import { Reaper } from "./control/reaper.js";
 import { OwnerSlots } from "./control/owner-slots.js";
 import { Recovery } from "./control/recovery.js";
 import { HostRegistry } from "./control/registry.js";
+import { contextName, putContext } from "./control/build-contexts.js";
+import { buildStore, toApiBuild } from "./build-store.js";
 import { SharedTemplates } from "./control/shared-templates.js";
 import { Serializer } from "./control/serializer.js";
 import { Templates } from "./control/templates.js";
@@ -291,12 +294,49 @@ export class ControlPlane {
     return this.templates.list(p);
   }
 
-  createTemplate(p: Principal, req: api.CreateTemplateRequest): Promise<api.Template> {
+  createTemplate(p: Principal, req: api.CreateTemplateRequest): Promise<api.Template & { build_id: string }> {
     return this.templates.create(p, req);
+  }
+
+  /** Starts a build and answers at once; its end is logged (the build's row and log say how it ended). */
+  async startTemplateBuild(p: Principal, req: api.CreateTemplateRequest): Promise<api.TemplateBuild> {
+    const { build, done } = await this.templates.start(p, req);
+    done.catch((err: unknown) => this.ctx.log.info({ err, build: build.id }, `template build ${build.id} of ${build.name} failed`));
+    return toApiBuild(build);
+  }
+
+  async templateBuild(p: Principal, id: string): Promise<api.TemplateBuild> {
+    return toApiBuild(await this.templates.ownedBuild(p, id));
+  }
+
+  async templateBuilds(p: Principal, name: string | undefined, limit: number): Promise<api.TemplateBuild[]> {
+    return (await buildStore(this.ctx.store).list(p.admin ? null : p.owner, name, limit)).map(toApiBuild);
+  }
+
+  async cancelTemplateBuild(p: Principal, id: string): Promise<api.TemplateBuild> {
+    await this.templates.cancel(p, id);
+    return toApiBuild(await this.templates.ownedBuild(p, id));
+  }
+
+  /** A build's log lines from `from` on (at most `limit`), and whether the build has ended. */
+  async templateBuildLogs(p: Principal, id: string, from: number, limit: number): Promise<{ lines: api.TemplateBuildLogLine[]; ended: boolean }> {
+    const row = await this.templates.ownedBuild(p, id);
+    const lines = await buildStore(this.ctx.store).logs(id, from, limit);
+    return {
+      lines: lines.map((l) => ({ seq: l.seq, at: new Date(l.at).toISOString(), level: l.level as "info" | "error", message: l.message })),
+      ended: row.state !== "building",
+    };
   }
 
   deleteTemplate(p: Principal, name: string): Promise<void> {
     return this.templates.delete(p, name);
+  }
+
+  /** Stores a build context (a tar) of the caller's, named by its sha256 (checked). */
+  async uploadContext(p: Principal, digest: string, body: Readable): Promise<api.BuildContext> {
+    const name = contextName(digest);
+    const { size } = await putContext(this.ctx, p.owner, name, body, this.ctx.config.limits.contextBytes, true);
+    return { context: `sha256:${name}`, size };
   }
 
   // ---- the guest of a sandbox, and activity ----

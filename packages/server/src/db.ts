@@ -176,6 +176,30 @@ export interface TemplatesTable {
   run: string | null;
 }
 
+/** A template build (see migration 022). */
+export interface TemplateBuildsTable {
+  id: string;
+  owner: string;
+  name: string;
+  state: string;
+  /** JSON: what it was built from (`image`, `dockerfile`, `template`, ...), never credentials. */
+  source: string;
+  version: string | null;
+  /** JSON {code, message, details} of its failure. */
+  error: string | null;
+  host_id: string | null;
+  created_at: number;
+  finished_at: number | null;
+}
+
+export interface TemplateBuildLogsTable {
+  build_id: string;
+  seq: number;
+  at: number;
+  level: string;
+  message: string;
+}
+
 /** A host agent of the deployment (see migration 012). */
 export interface HostsTable {
   id: string;
@@ -304,6 +328,8 @@ export interface Database {
   settings: SettingsTable;
   usage_segments: UsageSegmentsTable;
   templates: TemplatesTable;
+  template_builds: TemplateBuildsTable;
+  template_build_logs: TemplateBuildLogsTable;
   checkpoints: CheckpointsTable;
   api_keys: ApiKeysTable;
   sandboxes: SandboxesTable;

@@ -389,4 +389,35 @@ export const migrations = (dialect: Dialect): Record<string, Migration> => ({
       await db.schema.alterTable("sandboxes").addColumn("defaults", "text").execute();
     },
   },
+  "022_template_builds": {
+    async up(db: Kysely<any>): Promise<void> {
+      // A template build (its id is its operation's): its state (`building`, `ready`,
+      // `error`, `cancelled`), what it was built from (never credentials), the version it
+      // made, why it failed, and on which host it ran.
+      await db.schema
+        .createTable("template_builds")
+        .addColumn("id", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("owner", "varchar(64)", (c) => c.notNull())
+        .addColumn("name", "varchar(64)", (c) => c.notNull())
+        .addColumn("state", "varchar(16)", (c) => c.notNull())
+        .addColumn("source", "text", (c) => c.notNull())
+        .addColumn("version", "varchar(32)")
+        .addColumn("error", "text")
+        .addColumn("host_id", "varchar(128)")
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .addColumn("finished_at", "bigint")
+        .execute();
+      await db.schema.createIndex("template_builds_owner").on("template_builds").columns(["owner", "created_at"]).execute();
+      // Its log, line by line as the host reports it (kept after the build, bounded per build).
+      await db.schema
+        .createTable("template_build_logs")
+        .addColumn("build_id", "varchar(64)", (c) => c.notNull())
+        .addColumn("seq", "integer", (c) => c.notNull())
+        .addColumn("at", "bigint", (c) => c.notNull())
+        .addColumn("level", "varchar(8)", (c) => c.notNull())
+        .addColumn("message", "text", (c) => c.notNull())
+        .addPrimaryKeyConstraint("template_build_logs_pk", ["build_id", "seq"])
+        .execute();
+    },
+  },
 });

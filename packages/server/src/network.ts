@@ -3,6 +3,8 @@ import { isCidr } from "@den/runtime";
 
 /** The server's network limits (see config). */
 export interface NetworkLimits {
+  /** The egress of a template build's RUN steps (DEN_BUILD_EGRESS). */
+  buildEgress: "open" | "none";
   /** Connections a sandbox may hold open at once (its default and maximum). */
   maxConnections: number;
   /** Bandwidth each way per sandbox in Mbit/s (its default and maximum); 0: none. */

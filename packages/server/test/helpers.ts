@@ -25,7 +25,7 @@ export async function testServer(env: Record<string, string> = {}): Promise<Runn
   // DEN_DATABASE_URL (scripts/with-postgres.sh) runs them on Postgres.
   const transport = process.env.DEN_HOST_TRANSPORT ? { DEN_HOST_TRANSPORT: process.env.DEN_HOST_TRANSPORT } : {};
   if (process.env.DEN_DATABASE_URL) Object.assign(transport, { DEN_DATABASE_URL: process.env.DEN_DATABASE_URL });
-  const config = loadConfig({ port: "0", dataDir: dataDir() }, { DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", DEN_STORE_GC_GRACE_SECONDS: "0", DEN_ENVD_PORT: "0", ...transport, ...env });
+  const config = loadConfig({ port: "0", dataDir: dataDir() }, { DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "500", DEN_STORE_GC_GRACE_SECONDS: "0", DEN_ENVD_PORT: "0", DEN_BUILD_EGRESS: "none", ...transport, ...env });
   return startServer(config);
 }
 
@@ -140,7 +140,7 @@ export function sandboxCalls(api: ReturnType<typeof client>) {
 
 /** A small JSON client for the API (the SDK has its own tests). */
 export function client(base: string, key = ADMIN_KEY) {
-  return async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; text: string }> {
+  return async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; text: string; headers: Record<string, string> }> {
     const init: RequestInit = { method, headers: { authorization: `Bearer ${key}`, ...headers } };
     if (body !== undefined) {
       init.body = typeof body === "string" || body instanceof Uint8Array ? (body as string) : JSON.stringify(body);
@@ -154,7 +154,7 @@ export function client(base: string, key = ADMIN_KEY) {
     } catch {
       parsed = undefined;
     }
-    return { status: res.status, body: parsed, text };
+    return { status: res.status, body: parsed, text, headers: Object.fromEntries(res.headers) };
   };
 }
 

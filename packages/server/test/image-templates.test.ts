@@ -1,9 +1,11 @@
 // needs: many VMs, docker-registry, skopeo, umoci
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import http from "node:http";
 import { findInstanceProcesses } from "@den/runtime";
 import { findBaseRootfs, makeBusyboxImage, makeLayeredImage, makeNoShellImage, makePythonHttpImage, pushOciLayout, startRegistry } from "@den/images/testing";
@@ -59,6 +61,13 @@ describe("templates from OCI images", () => {
     const r = await api("POST", `/v1/sandboxes/${id}/exec`, body);
     assert.equal(r.status, 200, r.text);
     return r.body as { stdout: string; stderr: string; exit_code: number };
+  };
+  /** A build's log, as its lines' messages joined. */
+  const buildLog = async (id: string): Promise<string> => {
+    assert.match(id ?? "", /^op_/, "the build's id is in the answer's den-build-id header");
+    const r = await api("GET", `/v1/templates/builds/${id}/logs`);
+    assert.equal(r.status, 200, r.text);
+    return r.text.trim().split("\n").map((l) => (JSON.parse(l) as { message: string }).message).join("\n");
   };
   const viaProxy = (id: string, port: number, path: string) => new Promise<{ status: number; body: string }>((resolve, reject) => {
     const u = new URL(server.url);
@@ -153,6 +162,105 @@ describe("templates from OCI images", () => {
       assert.doesNotMatch(text, new RegExp(password));
       assert.doesNotMatch(text, /wrong-password/);
     }
+  });
+
+  /** Uploads a tar of `files` as a build context; returns its digest. */
+  const uploadContext = async (files: Record<string, string>): Promise<string> => {
+    const dir = await mkdtemp(join(work, "ctx-"));
+    for (const [name, body] of Object.entries(files)) {
+      await mkdir(join(dir, dirname(name)), { recursive: true });
+      await writeFile(join(dir, name), body);
+    }
+    const tar = execFileSync("tar", ["-C", dir, "-cf", "-", "."]);
+    const digest = `sha256:${createHash("sha256").update(tar).digest("hex")}`;
+    const up = await api("PUT", `/v1/templates/contexts/${digest}`, tar, { "content-type": "application/octet-stream" });
+    assert.equal(up.status, 201, up.text);
+    assert.deepEqual(up.body, { context: digest, size: tar.length });
+    return digest;
+  };
+
+  const dockerfile = (lastRun: string) => [
+    `FROM ${ref("tools/busybox:1")}`,
+    "ARG GREETING=hello",
+    "ENV APP_HOME=/app",
+    "WORKDIR /app",
+    "COPY site/ ./",
+    'RUN echo "$GREETING from the first RUN" > first.txt',
+    `RUN ${lastRun}`,
+    'CMD ["/bin/httpd", "-f", "-p", "8080", "-h", "/app"]',
+    "",
+  ].join("\n");
+
+  test("a Dockerfile: COPY from a context, RUN in a build VM, its CMD serving; editing the last RUN reuses the earlier steps", async () => {
+    const context = await uploadContext({ "site/index.html": "from the context\n", "site/sub/deep.txt": "deep\n" });
+    const t = await api("POST", "/v1/templates", { name: "df", dockerfile: dockerfile("echo two > second.txt"), context, build_args: { GREETING: "hi" } });
+    assert.equal(t.status, 201, t.text);
+    assert.equal(t.body.run.workdir, "/app");
+    assert.equal(t.body.run.env.APP_HOME, "/app");
+    const s = (await api("POST", "/v1/sandboxes", { template: "df" })).body;
+    assert.equal((await exec(s.id, { cmd: "pwd; cat first.txt second.txt index.html sub/deep.txt; echo $APP_HOME" })).stdout, "/app\nhi from the first RUN\ntwo\nfrom the context\ndeep\n/app\n");
+    assert.equal((await viaProxy(s.id, 8080, "/index.html")).body, "from the context\n", "the Dockerfile's CMD was running when the template was baked");
+
+    const edited = await api("POST", "/v1/templates", { name: "df", dockerfile: dockerfile("echo edited > second.txt"), context, build_args: { GREETING: "hi" } });
+    assert.equal(edited.status, 201, edited.text);
+    assert.notEqual(edited.body.version, t.body.version);
+    const log = await buildLog(edited.headers["den-build-id"] as string);
+    assert.match(log, /step 3\/5 COPY site \/app\/: cached/);
+    assert.match(log, /step 4\/5 RUN echo "\$GREETING from the first RUN" > first\.txt: cached/);
+    assert.match(log, /step 5\/5 RUN echo edited > second\.txt\n/);
+    assert.doesNotMatch(log, /step 5\/5 RUN echo edited > second\.txt: cached/);
+    const s2 = (await api("POST", "/v1/sandboxes", { template: "df" })).body;
+    assert.equal((await exec(s2.id, { cmd: "cat second.txt" })).stdout, "edited\n");
+  });
+
+  test("a failing RUN fails the build with its output, and no template appears", async () => {
+    const r = await api("POST", "/v1/templates", { name: "dfbad", dockerfile: dockerfile("echo about to fail >&2; exit 7") });
+    assert.equal(r.status, 400, "COPY without a context is refused before anything runs");
+    assert.match(r.body.error.message, /line 5: COPY needs a build context/);
+    const context = await uploadContext({ "site/index.html": "x\n" });
+    const bad = await api("POST", "/v1/templates", { name: "dfbad", dockerfile: dockerfile("echo about to fail >&2; exit 7"), context });
+    assert.equal(bad.status, 422, bad.text);
+    assert.equal(bad.body.error.code, "setup_failed");
+    assert.match(bad.body.error.message, /step 5\/5 exited with 7/);
+    assert.equal(bad.body.error.details.stderr, "about to fail\n");
+    assert.ok(!((await api("GET", "/v1/templates")).body.templates as Array<{ name: string }>).some((x) => x.name === "dfbad"));
+    const unknown = await api("POST", "/v1/templates", { name: "dfbad", dockerfile: "FROM base\nONBUILD RUN echo\n" });
+    assert.equal(unknown.status, 400);
+    assert.match(unknown.body.error.message, /line 2/);
+    assert.match(unknown.body.error.message, /ONBUILD/);
+  });
+
+  test("a build in the background: 202 at once, its log followed while it runs, a cancel that leaves nothing", async () => {
+    const vms = () => findInstanceProcesses(server.cp.hosts.first!.instance).size;
+    const before = vms();
+    const started = await api("POST", "/v1/templates", { name: "slow", dockerfile: `FROM base\nRUN echo started-the-long-step; sleep 600\n`, wait: false });
+    assert.equal(started.status, 202, started.text);
+    const id = started.body.build.id as string;
+    assert.equal(started.body.build.state, "building");
+    assert.deepEqual(started.body.build.source, { kind: "dockerfile", from: "base", steps: "1" });
+    // The log follows the build: the step's own output arrives while it runs.
+    const res = await fetch(`${server.url}/v1/templates/builds/${id}/logs?follow=true`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
+    const reader = res.body!.getReader();
+    let seen = "";
+    while (!seen.includes("started-the-long-step")) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, `the log ended before the step's output: ${seen}`);
+      seen += Buffer.from(value).toString("utf8");
+    }
+    const cancel = await api("POST", `/v1/templates/builds/${id}/cancel`, {});
+    assert.equal(cancel.status, 200, cancel.text);
+    // The followed log ends with the build.
+    for (;;) {
+      const { done } = await reader.read();
+      if (done) break;
+    }
+    const b = (await api("GET", `/v1/templates/builds/${id}`)).body;
+    assert.equal(b.state, "cancelled", JSON.stringify(b));
+    assert.equal(b.error.code, "aborted");
+    assert.equal(vms(), before, "the build's VM is gone");
+    assert.ok(!((await api("GET", "/v1/templates")).body.templates as Array<{ name: string }>).some((x) => x.name === "slow"));
+    const listed = (await api("GET", "/v1/templates/builds?name=slow")).body.builds as Array<{ id: string }>;
+    assert.deepEqual(listed.map((x) => x.id), [id]);
   });
 
   test("an unreachable registry or a missing image fails the build by name, leaving nothing", async () => {

@@ -20,7 +20,7 @@ const TIMEOUTS: Record<keyof Routes, number> = {
   destroy: 2 * MINUTE, dropLocalSnapshot: MINUTE, unpin: MINUTE, collectLocal: 5 * MINUTE, deleteTemplate: 5 * MINUTE,
   create: 15 * MINUTE, hibernateWarm: 10 * MINUTE, wakeWarm: 10 * MINUTE, hibernateDisk: 10 * MINUTE, wakeDisk: 10 * MINUTE,
   upload: 60 * MINUTE, restore: 60 * MINUTE, checkpoint: 60 * MINUTE, fork: 60 * MINUTE, buildTemplate: 3 * 60 * MINUTE,
-  publishTemplate: 60 * MINUTE, fetchTemplate: 60 * MINUTE,
+  publishTemplate: 60 * MINUTE, fetchTemplate: 60 * MINUTE, buildLog: 30 * SECOND, cancelBuild: 30 * SECOND,
   // A volume's image is made on a sparse file (seconds); a grow boots a helper VM.
   createVolume: 5 * MINUTE, deleteVolume: 2 * MINUTE, dropVolumeImage: 2 * MINUTE, growVolume: 15 * MINUTE,
   // A volume moving between hosts goes through the store whole (up to its size).
@@ -210,6 +210,14 @@ export class HttpHostAgent implements HostAgent {
 
   buildTemplate(op: string, spec: TemplateBuildSpec): Promise<host.BuiltTemplate> {
     return this.call("buildTemplate", {}, { op, spec });
+  }
+
+  buildLog(op: string, from: number): Promise<host.BuildLogPage> {
+    return this.call("buildLog", { op }, { from });
+  }
+
+  async cancelBuild(op: string): Promise<void> {
+    await this.call("cancelBuild", { op });
   }
 
   /** Follows `GET /host/v1/events` until closed, reconnecting after a drop (progress reports lost meanwhile are only progress). */

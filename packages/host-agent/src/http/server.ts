@@ -55,6 +55,8 @@ function handlers(agent: HostAgent): Handlers {
     templates: async () => ({ templates: await agent.templates() }),
     deleteTemplate: async (p) => (await agent.deleteTemplate(id(p, "name")), ok),
     buildTemplate: (_p, b) => agent.buildTemplate(b.op, b.spec),
+    buildLog: (p, b) => agent.buildLog(id(p, "op"), b.from),
+    cancelBuild: async (p) => (await agent.cancelBuild(id(p, "op")), ok),
     publishTemplate: (p, b) => agent.publishTemplate(b.op, id(p, "name"), id(p, "version"), b.key),
     fetchTemplate: async (p, b) => (await agent.fetchTemplate(b.op, id(p, "name"), id(p, "version"), b.key, b.current), ok),
   };

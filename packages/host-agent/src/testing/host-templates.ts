@@ -32,10 +32,10 @@ export class TemplateOps {
     });
   }
 
-  async build(spec: host.TemplateBuildSpec): Promise<host.BuiltTemplate> {
+  async build(spec: host.TemplateBuildSpec, log: (line: string) => void = () => undefined): Promise<host.BuiltTemplate> {
     // One build per name at a time: a second waits and then finds the first one's version.
     const prev = this.builds.get(spec.name) ?? Promise.resolve();
-    const next = prev.catch(() => undefined).then(() => this.buildNow(spec));
+    const next = prev.catch(() => undefined).then(() => this.buildNow(spec, log));
     this.builds.set(spec.name, next);
     const t = await next.finally(() => {
       if (this.builds.get(spec.name) === next) this.builds.delete(spec.name);
@@ -49,10 +49,10 @@ export class TemplateOps {
   }
 
   /** Runs the setup commands in a sandbox of its own (from a template or a checkpoint) and keeps what they left. */
-  private async buildNow(spec: host.TemplateBuildSpec): Promise<{ template: MemoryTemplate; reused: boolean }> {
+  private async buildNow(spec: host.TemplateBuildSpec, log: (line: string) => void): Promise<{ template: MemoryTemplate; reused: boolean }> {
     const { tpl } = this.state;
     // Pulling and unpacking an image needs a real host's disk tools (its tests run on one).
-    if (spec.fromImage) throw new DenError("invalid_argument", "the in-memory host does not build templates from images");
+    if (spec.fromImage || spec.steps?.length) throw new DenError("invalid_argument", "the in-memory host does not build templates from images or build steps");
     let source: Record<string, string>;
     if (spec.fromCheckpoint) source = { checkpoint: spec.fromCheckpoint.id };
     else source = { template: refKey(tpl.resolve(spec.fromTemplate ?? "base")) };
@@ -68,7 +68,10 @@ export class TemplateOps {
     else this.lifecycle.create({ id, template: source.template! });
     const s = this.state.get(id);
     try {
-      await runSetup(spec, (cmd, opts) => s.guest.exec(cmd, opts));
+      await runSetup(spec, (cmd, opts) => {
+        log(`setup: ${cmd.slice(0, 200)}`);
+        return s.guest.exec(cmd, opts);
+      });
       checkTemplateName(ref.name);
       const template: MemoryTemplate = { ...ref, ...s.shape, createdAt: new Date(this.state.clock.now()).toISOString(), guest: s.guest.image(), baseTemplate: s.template };
       this.state.change(() => tpl.install(template, true));

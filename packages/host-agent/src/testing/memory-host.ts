@@ -25,6 +25,7 @@ import { Sandboxes } from "./host-sandboxes.js";
 import { HostState, ID_PATTERN } from "./host-state.js";
 import { StoreTransfers } from "./host-store.js";
 import { TemplateOps } from "./host-templates.js";
+import { BuildLogs } from "../build/build-logs.js";
 import { VolumeOps } from "./host-volumes.js";
 import type { MemoryFs } from "./memory-fs.js";
 import { guestById, type PortHandler } from "./memory-guest.js";
@@ -71,6 +72,7 @@ export class MemoryHostAgent implements HostAgent {
   private readonly stored: StoreTransfers;
   private readonly life: Lifecycle;
   private readonly tpls: TemplateOps;
+  private readonly buildLogs = new BuildLogs();
   private readonly vols: VolumeOps;
 
   private constructor(
@@ -302,7 +304,27 @@ export class MemoryHostAgent implements HostAgent {
   }
 
   buildTemplate(op: string, spec: host.TemplateBuildSpec): Promise<host.BuiltTemplate> {
-    return this.op("buildTemplate", [op, spec], op, () => this.tpls.build(spec));
+    return this.op("buildTemplate", [op, spec], op, async () => {
+      const { log } = this.buildLogs.start(op);
+      try {
+        const t = await this.tpls.build(spec, log);
+        log(`template ${t.name}@${t.version}${t.reused ? " (built before)" : ""}`);
+        return t;
+      } catch (e) {
+        log(`build failed: ${(e as Error).message}`, "error");
+        throw e;
+      } finally {
+        this.buildLogs.end(op);
+      }
+    });
+  }
+
+  buildLog(op: string, from: number): Promise<host.BuildLogPage> {
+    return this.plain("buildLog", [op, from], async () => this.buildLogs.page(op, from));
+  }
+
+  cancelBuild(op: string): Promise<void> {
+    return this.plain("cancelBuild", [op], async () => this.buildLogs.cancel(op));
   }
 
   publishTemplate(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }> {

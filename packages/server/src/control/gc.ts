@@ -1,3 +1,4 @@
+import { collectContexts } from "./build-contexts.js";
 import { deleteStoredSnapshot, listStoredSnapshots } from "@den/store";
 import type { Ctx } from "./context.js";
 
@@ -29,6 +30,7 @@ export class StoreGc {
     const known = await store.storedSnapshotIds();
     for (const s of listed) if (!known.has(s.id) && s.modifiedAt <= cutoff) await deleteStoredSnapshot(objects, s.key);
     await this.collectTemplates(cutoff);
+    await collectContexts(this.ctx, config.storeGc.contextMaxAgeMs);
     await objects.sweepAbandoned?.(`${deployment}/`);
     await store.pruneOperations(clock.now() - OPERATIONS_KEPT_MS);
   }

@@ -82,7 +82,10 @@ export class Recovery {
     // (a host that does not answer throws here, and the operation is settled on a later pass).
     for (const h of row ? [host] : hosts.all) await h.settled(op.id);
     const rollBack = (out = {}, also?: Parameters<typeof ops.fail>[4]) => ops.fail(op, row && row.op_id === op.id ? row.id : null, new Error(STOPPED), { reason: "restart", ...out }, also, "rolled_back");
-    if (op.kind === "template_build") return this.templates.giveBack(op.args, new Error(STOPPED), op);
+    if (op.kind === "template_build") {
+      await this.templates.interrupted(op.id);
+      return this.templates.giveBack(op.args, new Error(STOPPED), op);
+    }
     if (op.kind === "template_delete") {
       await this.templates.deleteOnHosts(argsOf<{ name: string }>(op).name);
       return ops.settleDetached(op, undefined);

@@ -1,6 +1,12 @@
 import { DenError, type HostAgent, type HostTemplate, type TemplateBuildSpec, type api, type host } from "@den/protocol";
 
 type BuiltTemplate = host.BuiltTemplate;
+
+/** How often a running build's log is copied from its host. */
+const LOG_POLL_MS = 500;
+import { effectivePolicy } from "../network.js";
+import { buildStore, type BuildRow } from "../build-store.js";
+import { dockerfileSpec, imageSpec, sourceOf } from "./build-plan.js";
 import type { Principal } from "../store.js";
 import { hostOfId, storedRef, type Ctx } from "./context.js";
 import type { Checkpoints } from "./checkpoints.js";
@@ -17,19 +23,6 @@ function apiRun(r: host.TemplateRun): api.TemplateRun {
   return { env: r.env, workdir: r.workdir, user: r.user, start_cmd: r.startCmd, ready_cmd: r.readyCmd };
 }
 
-/** A build request's image fields as the host's build spec has them (credentials pass through, never stored). */
-function imageSpec(req: api.CreateTemplateRequest): Partial<TemplateBuildSpec> {
-  if (!req.from_image) return {};
-  const src = typeof req.from_image === "string" ? { ref: req.from_image } : req.from_image;
-  return {
-    fromImage: { ref: src.ref, ...(src.credentials ? { auth: src.credentials } : {}) },
-    ...(req.start_cmd ? { startCmd: req.start_cmd } : {}), ...(req.ready_cmd ? { readyCmd: req.ready_cmd } : {}),
-    ...(req.ready_timeout_seconds ? { readyTimeoutSeconds: req.ready_timeout_seconds } : {}),
-    ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}), ...(req.disk_mb ? { diskMb: req.disk_mb } : {}),
-    ...(req.force ? { force: true } : {}),
-  };
-}
-
 /** Templates: the host's own (everyone's) and those owners build through the API (theirs alone). */
 export class Templates {
   /** Builds running now, per owner: each runs in a sandbox that counts as one of the owner's. */
@@ -41,6 +34,12 @@ export class Templates {
   async checkAccess(p: Principal, spec: string): Promise<void> {
     const row = await this.ctx.store.templateRow(spec.split("@")[0]!.split(".")[0]!);
     if (row && (row.deleted_at !== null || (row.owner !== p.owner && !p.admin))) throw new DenError("template_not_found", `template ${JSON.stringify(spec)} does not exist`);
+  }
+
+  /** Whether `name` is a template this principal may build from (theirs, or one of the host's own). */
+  private async usable(p: Principal, name: string): Promise<boolean> {
+    if (!(await this.hostTemplates()).some((t) => t.name === name && t.current)) return false;
+    return this.checkAccess(p, name).then(() => true, () => false);
   }
 
   /** The template versions this principal may use. */
@@ -73,18 +72,23 @@ export class Templates {
   }
 
   /**
-   * Builds a template from a template or checkpoint plus setup commands, run in a sandbox
-   * of its own. The name is claimed for the caller with the operation's intent; the same
-   * recipe again returns the version already built. A failure (or a crash, at the next
-   * start) gives the name back as it was.
+   * Builds a template: from a template or checkpoint plus setup commands, from an image, or
+   * from a Dockerfile. The request is checked (quotas, access, the Dockerfile's
+   * instructions) before anything starts; then the name is claimed for the caller with the
+   * operation's intent and the build row written, and the build runs (`done`), its log
+   * kept as the host reports it. The same content again returns the version already built.
+   * A failure (or a crash, at the next start) gives the name back as it was.
    */
-  async create(p: Principal, req: api.CreateTemplateRequest): Promise<api.Template> {
+  async start(p: Principal, req: api.CreateTemplateRequest): Promise<{ build: BuildRow; done: Promise<api.Template> }> {
     const { store, ops, config, clock } = this.ctx;
     const row = await store.templateRow(req.name);
     if (row && row.owner !== p.owner) throw new DenError("already_exists", `template ${req.name} belongs to another owner`);
     if (!row && (await this.hostTemplates()).some((t) => t.name === req.name)) throw new DenError("already_exists", `template ${req.name} is one of this host's own templates`);
     if ((!row || row.deleted_at !== null) && (await store.countTemplates(p.owner)) >= config.limits.templatesPerOwner) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${config.limits.templatesPerOwner} templates`);
+    }
+    if ((await buildStore(store).countBuilding(p.owner)) >= config.limits.buildsPerOwner) {
+      throw new DenError("limit_exceeded", `at most ${config.limits.buildsPerOwner} template builds at once per owner (DEN_MAX_BUILDS_PER_OWNER); wait for one to end`);
     }
     if (req.from_template) await this.checkAccess(p, req.from_template);
     const fromCheckpoint = req.from_checkpoint ? await this.checkpoints.owned(p, req.from_checkpoint) : undefined;
@@ -94,36 +98,114 @@ export class Templates {
     if ((await store.countLive(p.owner)) + building >= config.limits.sandboxesPerOwner) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${config.limits.sandboxesPerOwner} sandboxes, and a template build runs in one of its own; destroy some first`);
     }
+    const spec: TemplateBuildSpec = {
+      name: req.name, setup: req.setup ?? [], setupTimeoutSeconds: req.setup_timeout_seconds ?? 600, ttlSeconds: config.limits.templateBuildSeconds,
+      ...(req.from_template ? { fromTemplate: req.from_template } : {}),
+      ...(fromCheckpoint ? { fromCheckpoint: await storedRef(this.ctx, fromCheckpoint.id) } : {}),
+      ...(req.dockerfile ? await dockerfileSpec(this.ctx, p.owner, req, (name) => this.usable(p, name)) : imageSpec(req)),
+      network: effectivePolicy({ egress: config.network.buildEgress }, config.network),
+    };
+    // An image or a Dockerfile is built on one host; the others fetch the result from the store when they need it.
+    const on = fromCheckpoint ? [await hostOfId(this.ctx, fromCheckpoint.sandbox_id)] : req.from_image || req.dockerfile ? this.ctx.hosts.all.slice(0, 1) : this.ctx.hosts.all;
+    if (!on.length) throw new DenError("capacity_exhausted", "no host is up to build on");
     this.building.set(p.owner, building + 1);
     const op = ops.newOp("template_build", null, "user", { name: req.name, previous: row ? { deleted_at: row.deleted_at } : null });
+    const build: BuildRow = {
+      id: op.id, owner: p.owner, name: req.name, state: "building", source: JSON.stringify(sourceOf(req, spec)), version: null, error: null,
+      host_id: on[0]!.instance, created_at: clock.now(), finished_at: null,
+    };
+    try {
+      await ops.beginDetached(op, async (tx) => {
+        await tx.claimTemplate(req.name, p.owner, clock.now());
+        await buildStore(tx).insert(build);
+      });
+    } catch (e) {
+      this.release(p.owner);
+      throw e;
+    }
+    return { build, done: this.run(p, req, op, spec, on, fromCheckpoint) };
+  }
+
+  /** Builds a template and answers when it is done (see `start`). */
+  async create(p: Principal, req: api.CreateTemplateRequest): Promise<api.Template & { build_id: string }> {
+    const { build, done } = await this.start(p, req);
+    return { ...(await done), build_id: build.id };
+  }
+
+  private release(owner: string): void {
+    this.building.set(owner, (this.building.get(owner) ?? 1) - 1);
+    if (!this.building.get(owner)) this.building.delete(owner);
+  }
+
+  /** The build itself, after its intent is durable: hosts build, the log is kept, the row and the name end as the build does. */
+  private async run(
+    p: Principal, req: api.CreateTemplateRequest, op: Parameters<Ctx["ops"]["settleDetached"]>[0], spec: TemplateBuildSpec, on: readonly HostAgent[],
+    fromCheckpoint: { vcpus: number; memory_mb: number } | undefined,
+  ): Promise<api.Template> {
+    const { store, ops, clock } = this.ctx;
     const started = clock.now();
     let shape: { vcpus: number; memory_mb: number } | undefined;
+    let ended = false;
+    const pump = this.pumpLogs(op.id, on[0]!, () => ended);
     try {
-      await ops.beginDetached(op, (tx) => tx.claimTemplate(req.name, p.owner, clock.now()));
-      try {
-        const spec = {
-          name: req.name, setup: req.setup ?? [], setupTimeoutSeconds: req.setup_timeout_seconds ?? 600, ttlSeconds: config.limits.templateBuildSeconds,
-          ...(req.from_template ? { fromTemplate: req.from_template } : {}),
-          ...(fromCheckpoint ? { fromCheckpoint: await storedRef(this.ctx, fromCheckpoint.id) } : {}),
-          ...imageSpec(req),
-        };
-        // An image is pulled and built on one host; the others fetch the result from the store when they need it.
-        const on = fromCheckpoint ? [await hostOfId(this.ctx, fromCheckpoint.sandbox_id)] : req.from_image ? this.ctx.hosts.all.slice(0, 1) : this.ctx.hosts.all;
-        const t = await this.buildOnHosts(op.id, spec, on);
-        shape = t.reused ? undefined : t;
-        await store.setTemplateRun(req.name, JSON.stringify({ source: t.source ?? null, run: t.run ? apiRun(t.run) : null }));
-        await ops.settleDetached(op, undefined);
-        return toApiTemplate(t, p.owner);
-      } catch (e) {
-        shape = await this.sourceShape(req, fromCheckpoint);
-        await this.giveBack(op.args, e, op);
-        throw e;
-      }
+      const t = await this.buildOnHosts(op.id, spec, on).finally(() => (ended = true));
+      shape = t.reused ? undefined : t;
+      await pump;
+      await store.transaction(async (tx) => {
+        await tx.setTemplateRun(req.name, JSON.stringify({ source: t.source ?? null, run: t.run ? apiRun(t.run) : null }));
+        await buildStore(tx).finish(op.id, { state: "ready", version: t.version, error: null, finished_at: clock.now() });
+      });
+      await ops.settleDetached(op, undefined);
+      return toApiTemplate(t, p.owner);
+    } catch (e) {
+      await pump.catch(() => undefined);
+      shape = await this.sourceShape(req, fromCheckpoint);
+      const err = e instanceof DenError ? e : new DenError("internal", (e as Error).message);
+      await buildStore(store).finish(op.id, {
+        state: err.code === "aborted" ? "cancelled" : "error", version: null, finished_at: clock.now(),
+        error: JSON.stringify({ code: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) }),
+      });
+      await this.giveBack(op.args, e, op);
+      throw e;
     } finally {
-      this.building.set(p.owner, (this.building.get(p.owner) ?? 1) - 1);
-      if (!this.building.get(p.owner)) this.building.delete(p.owner);
+      this.release(p.owner);
       if (shape) await this.meterBuild(op.id, p.owner, started, shape).catch((e: unknown) => this.ctx.log.warn({ err: e }, `template build ${op.id} was not metered`));
     }
+  }
+
+  /** Copies a build's log from its host into the database as it grows, until the build has ended and the host has no more. */
+  private async pumpLogs(id: string, host: HostAgent, ended: () => boolean): Promise<void> {
+    const builds = buildStore(this.ctx.store);
+    let seq = await builds.nextSeq(id);
+    let from = 0;
+    for (;;) {
+      const last = ended();
+      const page = await host.buildLog(id, from).catch(() => undefined);
+      if (page) {
+        if (page.lines.length) seq = await builds.append(id, seq, page.lines);
+        from = page.next;
+        if (page.lines.length && !page.done) continue;
+      }
+      if (last || (page?.done && ended())) return;
+      await new Promise((r) => setTimeout(r, LOG_POLL_MS));
+    }
+  }
+
+  /** Cancels a build of the caller's that is still running (its host stops it; it ends `cancelled`). */
+  async cancel(p: Principal, id: string): Promise<BuildRow> {
+    const row = await this.ownedBuild(p, id);
+    if (row.state === "building") {
+      const host = this.ctx.hosts.all.find((h) => h.instance === row.host_id);
+      if (host) await host.cancelBuild(id);
+    }
+    return row;
+  }
+
+  /** A build of the caller's (an admin sees every build). */
+  async ownedBuild(p: Principal, id: string): Promise<BuildRow> {
+    const row = await buildStore(this.ctx.store).get(id);
+    if (!row || (row.owner !== p.owner && !p.admin)) throw new DenError("not_found", `template build ${JSON.stringify(id)} does not exist`);
+    return row;
   }
 
   /** The building sandbox's running time, as a usage segment of the owner's (a reused version built nothing). */
@@ -138,7 +220,7 @@ export class Templates {
   /** The shape a failed build's sandbox had: its source template's, or its checkpoint's. */
   private async sourceShape(req: api.CreateTemplateRequest, checkpoint?: { vcpus: number; memory_mb: number }): Promise<{ vcpus: number; memory_mb: number } | undefined> {
     if (checkpoint) return checkpoint;
-    if (req.from_image) return { vcpus: req.vcpus ?? 1, memory_mb: req.memory_mb ?? 512 };
+    if (req.from_image || req.dockerfile) return { vcpus: req.vcpus ?? 1, memory_mb: req.memory_mb ?? 512 };
     const name = req.from_template ?? "base";
     return (await this.hostTemplates()).find((t) => `${t.name}@${t.version}` === name || (t.name === name && t.current));
   }
@@ -161,6 +243,14 @@ export class Templates {
     for (const [i, b] of built.entries()) if (b.ok) this.ctx.shared.publishFrom(on[i]!);
     for (const [i, b] of built.entries()) if (!b.ok) this.ctx.log.warn({ err: b.error, host: on[i]!.instance }, `template ${spec.name} was not built on host ${on[i]!.instance}`);
     return first.t;
+  }
+
+  /** A build a restart found unfinished (its operation settled by recovery): it ends as an error. */
+  async interrupted(id: string): Promise<void> {
+    await buildStore(this.ctx.store).finish(id, {
+      state: "error", version: null, finished_at: this.ctx.clock.now(),
+      error: JSON.stringify({ code: "aborted", message: "the build was interrupted by a restart of Den; start it again" }),
+    });
   }
 
   /** After a build that made nothing usable: the name goes back to how it was. */
