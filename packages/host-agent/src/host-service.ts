@@ -652,7 +652,7 @@ export class LocalHostAgent implements HostAgent {
 
   private async build(spec: TemplateBuildSpec, log: (l: string) => void, signal: AbortSignal): Promise<TemplateInfo & { reused: boolean }> {
     // From an image, or with steps: the builder (cached steps, a start command).
-    if (spec.fromImage || spec.steps?.length) return this.builder.build(spec, log, signal);
+    if (spec.fromImage || spec.fromArchive || spec.steps?.length) return this.builder.build(spec, log, signal);
     let source: Record<string, string>;
     if (spec.fromCheckpoint) source = { checkpoint: spec.fromCheckpoint.id };
     else {

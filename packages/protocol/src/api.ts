@@ -397,6 +397,8 @@ export const CreateTemplateRequest = z
     setup_timeout_seconds: z.number().int().min(1).max(3600).optional(),
     /** ...or from an OCI image in a registry: a reference (`python:3.12`, `host:port/repo@sha256:...`), with credentials if it is private. */
     from_image: z.union([ImageRef, ImageSource]).optional(),
+    /** ...or from an image archive (an OCI layout or `docker save` tar, gzip or not) uploaded with PUT /v1/templates/contexts/{digest}: its `sha256:<digest>`. */
+    from_archive: z.string().regex(/^sha256:[0-9a-f]{64}$/, "an archive is sha256:<64 hex digits> of an upload").optional(),
     /** Started in the building sandbox and kept running in every sandbox made from the template (default: the image's ENTRYPOINT + CMD). */
     start_cmd: z.string().min(1).max(65536).optional(),
     /** Run until it exits 0 (the build then bakes the snapshot); e.g. `curl -fs localhost:8080`. */
@@ -418,9 +420,9 @@ export const CreateTemplateRequest = z
     /** Values for the Dockerfile's ARGs. */
     build_args: z.record(z.string().min(1).max(256).regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string().max(64 * 1024)).optional(),
   })
-  .refine((r) => [r.from_template, r.from_checkpoint, r.from_image, r.dockerfile].filter((x) => x !== undefined).length <= 1, "give at most one of from_template, from_checkpoint, from_image and dockerfile")
+  .refine((r) => [r.from_template, r.from_checkpoint, r.from_image, r.from_archive, r.dockerfile].filter((x) => x !== undefined).length <= 1, "give at most one of from_template, from_checkpoint, from_image, from_archive and dockerfile")
   .refine((r) => r.dockerfile !== undefined || (r.context === undefined && r.build_args === undefined), "context and build_args go with a dockerfile")
-  .refine((r) => r.from_image !== undefined || r.dockerfile !== undefined || (r.start_cmd === undefined && r.ready_cmd === undefined), "start_cmd and ready_cmd need from_image or a dockerfile (setup commands' processes are what a template from a template keeps)");
+  .refine((r) => r.from_image !== undefined || r.from_archive !== undefined || r.dockerfile !== undefined || (r.start_cmd === undefined && r.ready_cmd === undefined), "start_cmd and ready_cmd need from_image, from_archive or a dockerfile (setup commands' processes are what a template from a template keeps)");
 
 export const TemplateBuildState = z.enum(["building", "ready", "error", "cancelled"]);
 export type TemplateBuildState = z.infer<typeof TemplateBuildState>;

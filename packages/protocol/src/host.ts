@@ -122,6 +122,8 @@ export const TemplateBuildSpec = z.object({
   ]).optional() }).optional(),
   /** Steps after the source (image or template), before the start command; each step's result is cached on the host. */
   steps: z.array(BuildStep).max(512).optional(),
+  /** Or an image archive (an OCI layout or `docker save` tar) the owner uploaded, checked by its digest. */
+  fromArchive: z.object({ key: z.string().min(1).max(1024), sha256: z.string().regex(/^[0-9a-f]{64}$/) }).optional(),
   startCmd: z.string().max(64 * 1024).optional(),
   /** Or the start command as an argv (a Dockerfile's exec-form CMD: no shell needed). */
   startArgv: z.array(z.string().max(64 * 1024)).min(1).max(1024).optional(),

@@ -51,6 +51,11 @@ export class BuildStore {
     await this.db.updateTable("template_builds").set(patch).where("id", "=", id).where("state", "=", "building").execute();
   }
 
+  /** A build announced before it started (`waiting`) begins on `host`. */
+  async begin(id: string, host: string): Promise<void> {
+    await this.db.updateTable("template_builds").set({ state: "building", host_id: host }).where("id", "=", id).where("state", "=", "waiting").execute();
+  }
+
   async setHost(id: string, host: string): Promise<void> {
     await this.db.updateTable("template_builds").set({ host_id: host }).where("id", "=", id).execute();
   }

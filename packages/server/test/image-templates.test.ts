@@ -3,14 +3,51 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
+import { gzipSync } from "node:zlib";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import http from "node:http";
 import { findInstanceProcesses } from "@den/runtime";
-import { findBaseRootfs, makeBusyboxImage, makeLayeredImage, makeNoShellImage, makePythonHttpImage, pushOciLayout, startRegistry } from "@den/images/testing";
+import { findBaseRootfs, makeBusyboxImage, makeDockerSaveArchive, makeHostileArchive, makeLayeredImage, makeNoShellImage, makePythonHttpImage, pushOciLayout, startRegistry } from "@den/images/testing";
 import type { RunningServer } from "../src/index.js";
 import { ADMIN_KEY, client, dataDir, testServer } from "./helpers.js";
+
+/** An OCI layout (tag `bomb`) whose one layer is a file of 64 MiB of zeros: tiny gzipped, big unpacked. */
+async function makeBombImage(dir: string): Promise<string> {
+  const sha = (b: Buffer) => createHash("sha256").update(b).digest("hex");
+  const size = 64 * 1024 * 1024;
+  const header = Buffer.alloc(512);
+  header.write("zeros", 0);
+  header.write("0000644\0", 100);
+  header.write("0000000\0", 108);
+  header.write("0000000\0", 116);
+  header.write(size.toString(8).padStart(11, "0") + "\0", 124);
+  header.write("00000000000\0", 136);
+  header.write("0", 156);
+  header.write("ustar\0", 257);
+  header.write("00", 263);
+  header.fill(" ", 148, 156);
+  let sum = 0;
+  for (const b of header) sum += b;
+  header.write(sum.toString(8).padStart(6, "0") + "\0 ", 148);
+  const tar = Buffer.concat([header, Buffer.alloc(size), Buffer.alloc(1024)]);
+  const layer = gzipSync(tar);
+  const config = Buffer.from(JSON.stringify({ architecture: "amd64", os: "linux", config: {}, rootfs: { type: "layers", diff_ids: [`sha256:${sha(tar)}`] } }));
+  const manifest = Buffer.from(JSON.stringify({
+    schemaVersion: 2, mediaType: "application/vnd.oci.image.manifest.v1+json",
+    config: { mediaType: "application/vnd.oci.image.config.v1+json", digest: `sha256:${sha(config)}`, size: config.length },
+    layers: [{ mediaType: "application/vnd.oci.image.layer.v1.tar+gzip", digest: `sha256:${sha(layer)}`, size: layer.length }],
+  }));
+  await mkdir(join(dir, "blobs", "sha256"), { recursive: true });
+  for (const b of [layer, config, manifest]) await writeFile(join(dir, "blobs", "sha256", sha(b)), b);
+  await writeFile(join(dir, "oci-layout"), JSON.stringify({ imageLayoutVersion: "1.0.0" }));
+  await writeFile(join(dir, "index.json"), JSON.stringify({
+    schemaVersion: 2,
+    manifests: [{ mediaType: "application/vnd.oci.image.manifest.v1+json", digest: `sha256:${sha(manifest)}`, size: manifest.length, annotations: { "org.opencontainers.image.ref.name": "bomb" } }],
+  }));
+  return dir;
+}
 
 /**
  * Templates from OCI images, end to end on real VMs: images the test makes (umoci) pushed to
@@ -23,6 +60,7 @@ describe("templates from OCI images", () => {
   let secure: Awaited<ReturnType<typeof startRegistry>>;
   let server: RunningServer;
   let api: ReturnType<typeof client>;
+  let busybox: { layout: string; tag: string };
   const ref = (name: string, r = registry) => `${r.host}/${name}`;
 
   before(async () => {
@@ -35,6 +73,7 @@ describe("templates from OCI images", () => {
       makePythonHttpImage(join(work, "py"), { rootfs }), makeBusyboxImage(join(work, "bb")), makeNoShellImage(join(work, "noshell")), makeLayeredImage(join(work, "layered")),
     ]);
     const [py, bb, noshell, layered] = images;
+    busybox = bb!;
     await pushOciLayout(py!.layout, py!.tag, registry.pushHost, "py:1");
     await pushOciLayout(bb!.layout, bb!.tag, registry.pushHost, "tools/busybox:1");
     await pushOciLayout(noshell!.layout, noshell!.tag, registry.pushHost, "noshell:1");
@@ -233,7 +272,7 @@ describe("templates from OCI images", () => {
   test("a build in the background: 202 at once, its log followed while it runs, a cancel that leaves nothing", async () => {
     const vms = () => findInstanceProcesses(server.cp.hosts.first!.instance).size;
     const before = vms();
-    const started = await api("POST", "/v1/templates", { name: "slow", dockerfile: `FROM base\nRUN echo started-the-long-step; sleep 600\n`, wait: false });
+    const started = await api("POST", "/v1/templates", { name: "slowbuild", dockerfile: `FROM base\nRUN echo started-the-long-step; sleep 600\n`, wait: false });
     assert.equal(started.status, 202, started.text);
     const id = started.body.build.id as string;
     assert.equal(started.body.build.state, "building");
@@ -258,9 +297,58 @@ describe("templates from OCI images", () => {
     assert.equal(b.state, "cancelled", JSON.stringify(b));
     assert.equal(b.error.code, "aborted");
     assert.equal(vms(), before, "the build's VM is gone");
-    assert.ok(!((await api("GET", "/v1/templates")).body.templates as Array<{ name: string }>).some((x) => x.name === "slow"));
-    const listed = (await api("GET", "/v1/templates/builds?name=slow")).body.builds as Array<{ id: string }>;
+    assert.ok(!((await api("GET", "/v1/templates")).body.templates as Array<{ name: string }>).some((x) => x.name === "slowbuild"));
+    const listed = (await api("GET", "/v1/templates/builds?name=slowbuild")).body.builds as Array<{ id: string }>;
     assert.deepEqual(listed.map((x) => x.id), [id]);
+  });
+
+  /** Uploads a file's bytes as an upload (an archive); returns its digest. */
+  const upload = async (bytes: Buffer): Promise<string> => {
+    const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+    const up = await api("PUT", `/v1/templates/contexts/${digest}`, bytes, { "content-type": "application/octet-stream" });
+    assert.equal(up.status, 201, up.text);
+    return digest;
+  };
+
+  /** Nothing a failed build may leave: a VM, a work dir, a half-fetched blob, a half-installed template version. */
+  const nothingLeft = async (vmsBefore: number, name: string) => {
+    assert.equal(findInstanceProcesses(server.cp.hosts.first!.instance).size, vmsBefore, "no building VM is left");
+    assert.deepEqual((await readdir(dataDir())).filter((d) => d.startsWith("image-build-") || d.startsWith("build-context-")), [], "no work dir is left");
+    assert.deepEqual((await readdir(join(dataDir(), "image-cache", "sha256")).catch(() => [])).filter((f) => f.startsWith(".tmp")), [], "no half-fetched blob is left");
+    const versions = await readdir(join(dataDir(), "templates", name)).catch(() => [] as string[]);
+    assert.deepEqual(versions.filter((v) => v.startsWith(".build-")), [], "no half-built template version is left");
+    assert.ok(!((await api("GET", "/v1/templates")).body.templates as Array<{ name: string }>).some((x) => x.name === name), `no template ${name}`);
+  };
+
+  test("an image archive (docker save) uploaded through the API", async () => {
+    const archive = await makeDockerSaveArchive(busybox.layout, busybox.tag, join(work, "bb-save.tar"));
+    const t = await api("POST", "/v1/templates", { name: "fromarchive", from_archive: await upload(await readFile(archive)) });
+    assert.equal(t.status, 201, t.text);
+    assert.match(t.body.source, /^archive sha256:[0-9a-f]{64}$/);
+    const s = (await api("POST", "/v1/sandboxes", { template: "fromarchive" })).body;
+    assert.equal((await exec(s.id, { cmd: "cat /www/index.html" })).stdout, "busybox here\n");
+  });
+
+  test("hostile input: an archive entry that climbs out, a decompression bomb; each refused, nothing left behind", async () => {
+    const vms = findInstanceProcesses(server.cp.hosts.first!.instance).size;
+    const dotdot = await makeHostileArchive("dotdot", join(work, "dotdot.tar"));
+    const r = await api("POST", "/v1/templates", { name: "hostile", from_archive: await upload(await readFile(dotdot)) });
+    assert.equal(r.status, 422, r.text);
+    assert.equal(r.body.error.code, "image_invalid");
+    await nothingLeft(vms, "hostile");
+    // A layer of 64 MiB of zeros (64 KiB gzipped) against a 16 MiB limit.
+    const bomb = await makeBombImage(join(work, "bomb"));
+    await pushOciLayout(bomb, "bomb", registry.pushHost, "bomb:1");
+    process.env.DEN_IMAGE_MAX_UNPACKED_MB = "16";
+    try {
+      const b = await api("POST", "/v1/templates", { name: "hostile", from_image: ref("bomb:1") });
+      assert.equal(b.status, 422, b.text);
+      assert.equal(b.body.error.code, "image_invalid");
+      assert.match(b.body.error.message, /larger than 16 MiB once decompressed/);
+    } finally {
+      delete process.env.DEN_IMAGE_MAX_UNPACKED_MB;
+    }
+    await nothingLeft(vms, "hostile");
   });
 
   test("an unreachable registry or a missing image fails the build by name, leaving nothing", async () => {

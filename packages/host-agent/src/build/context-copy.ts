@@ -79,7 +79,7 @@ function target(entry: string, sources: Source[], dest: string, intoDir: boolean
 }
 
 /** Streams a stored object into a temp file while hashing it; its digest must be `sha256`, its size at most `max`. */
-async function fetchVerified(store: ObjectStore, key: string, sha256: string, to: string, max: number, signal?: AbortSignal): Promise<void> {
+export async function fetchVerified(store: ObjectStore, key: string, sha256: string, to: string, max: number, signal?: AbortSignal): Promise<void> {
   const hash = createHash("sha256");
   let bytes = 0;
   const meter = new Transform({

@@ -5,14 +5,16 @@
  * the same image share it.
  */
 import { randomBytes } from "node:crypto";
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { host } from "@den/protocol";
 import {
-  BlobCache, RegistryClient, agentSourceKey, buildAgent, defaultRegistry, diskSizeFor, imageCacheBytes, makeRootDisk, parseImageRef, prepareRootfs, unpackImage,
+  BlobCache, RegistryClient, agentSourceKey, hostPlatform, importArchive, imageLimits, maxUnpackedBytes, buildAgent, defaultRegistry, diskSizeFor, imageCacheBytes, makeRootDisk, parseImageRef, prepareRootfs, unpackImage,
   type ResolvedImage, type RunConfig,
 } from "@den/images";
 import { bakeFromDisk, cacheDir, deviceSetId, type Runtime, type TemplateRunConfig } from "@den/runtime";
+import type { ObjectStore } from "@den/store";
+import { fetchVerified } from "./context-copy.js";
 import { WORK_PREFIX, cacheKey, stepTemplate, touchStep, type BuildState, type Log } from "./build-cache.js";
 
 /** Quotes one argument for a POSIX shell. */
@@ -42,13 +44,16 @@ export function imageStart(run: RunConfig): string[] | undefined {
   return argv.length ? argv : undefined;
 }
 
+/** The largest image archive a build takes (DEN_MAX_CONTEXT_MB bounds the upload before it gets here). */
+const MAX_ARCHIVE_BYTES = 64 * 1024 ** 3;
+
 type Auth = NonNullable<NonNullable<host.TemplateBuildSpec["fromImage"]>["auth"]>;
 
 export class ImageBases {
   private readonly blobs: BlobCache;
   private readonly registry: RegistryClient;
 
-  constructor(private readonly rt: Runtime, env: NodeJS.ProcessEnv = process.env) {
+  constructor(private readonly rt: Runtime, private readonly store: ObjectStore, env: NodeJS.ProcessEnv = process.env) {
     this.blobs = new BlobCache(join(rt.dataDir, "image-cache"), { maxBytes: imageCacheBytes(env) });
     this.registry = RegistryClient.fromEnv(env);
   }
@@ -58,10 +63,13 @@ export class ImageBases {
    * earlier build made it from the same manifest, else pulled, unpacked and baked.
    */
   async base(spec: host.TemplateBuildSpec, log: Log, signal?: AbortSignal): Promise<BuildState & { imageStart?: string[] }> {
-    const from = spec.fromImage!;
-    const ref = parseImageRef(from.ref, { defaultRegistry: defaultRegistry() });
-    log(`resolving ${from.ref}`);
-    const image = await this.registry.resolve(ref, { auth: from.auth, signal });
+    const from = spec.fromImage;
+    const ref = from ? parseImageRef(from.ref, { defaultRegistry: defaultRegistry() }) : undefined;
+    let image: ResolvedImage;
+    if (from && ref) {
+      log(`resolving ${from.ref}`);
+      image = await this.registry.resolve(ref, { ...(from.auth ? { auth: from.auth } : {}), signal });
+    } else image = await this.importArchive(spec.fromArchive!, log, signal);
     const h = this.rt.host;
     const base = await this.rt.templates.resolve("base");
     // What the booted image depends on: its manifest, its shape, and what boots it (Den's kernel and agent, this host's QEMU).
@@ -70,7 +78,7 @@ export class ImageBases {
       kernel: `${base.name}@${base.version}`, agent: agentSourceKey(), host: [h.qemuVersion, h.accelerator, h.cpuModel, deviceSetId()],
     });
     const run: TemplateRunConfig = { env: envOf(image.run), workdir: image.run.workingDir || null, user: imageUser(image.run), startCmd: null, readyCmd: null };
-    const state = { key, run, source: `image ${image.source}`, imageStart: imageStart(image.run) };
+    const state = { key, run, source: ref ? `image ${image.source}` : image.source, imageStart: imageStart(image.run) };
     const cached = await stepTemplate(this.rt, key);
     if (cached && !spec.force) {
       log(`${image.source}: unpacked and booted before (cached)`);
@@ -80,8 +88,9 @@ export class ImageBases {
     const work = join(this.rt.dataDir, `${WORK_PREFIX}${key.slice(0, 12)}-${randomBytes(4).toString("hex")}-${process.pid}`);
     await mkdir(work, { recursive: true });
     try {
-      await this.fetch(ref, image, from.auth, log, signal);
-      const { rootfs, unpackedBytes } = await unpackImage(image, this.blobs, work, { signal, log });
+      // (An archive's blobs are in the cache already: its import put them there.)
+      if (ref) await this.fetch(ref, image, from?.auth, log, signal);
+      const { rootfs, unpackedBytes } = await unpackImage(image, this.blobs, work, { signal, log, limits: { maxUnpackedBytes: maxUnpackedBytes() } });
       await prepareRootfs(rootfs, await buildAgent({ cacheDir: cacheDir(), log }));
       const diskMb = diskSizeFor(unpackedBytes, spec.diskMb);
       log(`making the root disk (${diskMb} MiB)`);
@@ -95,6 +104,24 @@ export class ImageBases {
       return { ...state, tpl };
     } finally {
       await rm(work, { recursive: true, force: true });
+    }
+  }
+
+  /** An uploaded image archive: fetched from the store (its digest checked), its blobs put in the cache, its image read. */
+  private async importArchive(archive: NonNullable<host.TemplateBuildSpec["fromArchive"]>, log: Log, signal?: AbortSignal): Promise<ResolvedImage> {
+    const scratch = await mkdtemp(join(this.rt.dataDir, `${WORK_PREFIX}archive-${process.pid}-`));
+    try {
+      const file = join(scratch, "archive.tar");
+      log(`fetching the image archive sha256:${archive.sha256.slice(0, 12)}`);
+      await fetchVerified(this.store, archive.key, archive.sha256, file, MAX_ARCHIVE_BYTES, signal);
+      const { maxLayers, maxManifestBytes, maxConfigBytes } = imageLimits();
+      const image = await importArchive(file, this.blobs, {
+        platform: { os: "linux", architecture: hostPlatform().architecture }, scratchDir: scratch, limits: { maxLayers, maxManifestBytes, maxConfigBytes }, ...(signal ? { signal } : {}),
+      });
+      log(`archive: ${image.layers.length} layer(s), manifest ${image.manifestDigest.slice(0, 19)}`);
+      return { ...image, source: `archive sha256:${archive.sha256}` };
+    } finally {
+      await rm(scratch, { recursive: true, force: true });
     }
   }
 

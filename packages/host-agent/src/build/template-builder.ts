@@ -31,13 +31,13 @@ export class TemplateBuilder {
   private readonly images: ImageBases;
 
   constructor(private readonly rt: Runtime, private readonly store: ObjectStore, private readonly makeVm: MakeVm) {
-    this.images = new ImageBases(rt);
+    this.images = new ImageBases(rt, store);
   }
 
   async build(spec: Spec, log: Log = () => undefined, signal?: AbortSignal): Promise<TemplateInfo & { reused: boolean }> {
     const deadline = spec.ttlSeconds ? Date.now() + spec.ttlSeconds * 1000 : Infinity;
     let state: BuildState & { imageStart?: string[] };
-    if (spec.fromImage) state = await this.images.base(spec, log, signal);
+    if (spec.fromImage || spec.fromArchive) state = await this.images.base(spec, log, signal);
     else {
       const tpl = await this.rt.templates.resolve(spec.fromTemplate ?? "base");
       const run = tpl.manifest.run ?? { env: {}, workdir: null, user: null, startCmd: null, readyCmd: null };

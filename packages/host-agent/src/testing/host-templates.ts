@@ -52,7 +52,7 @@ export class TemplateOps {
   private async buildNow(spec: host.TemplateBuildSpec, log: (line: string) => void): Promise<{ template: MemoryTemplate; reused: boolean }> {
     const { tpl } = this.state;
     // Pulling and unpacking an image needs a real host's disk tools (its tests run on one).
-    if (spec.fromImage || spec.steps?.length) throw new DenError("invalid_argument", "the in-memory host does not build templates from images or build steps");
+    if (spec.fromImage || spec.fromArchive || spec.steps?.length) throw new DenError("invalid_argument", "the in-memory host does not build templates from images or build steps");
     let source: Record<string, string>;
     if (spec.fromCheckpoint) source = { checkpoint: spec.fromCheckpoint.id };
     else source = { template: refKey(tpl.resolve(spec.fromTemplate ?? "base")) };

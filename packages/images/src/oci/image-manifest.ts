@@ -49,6 +49,29 @@ export const DEFAULT_IMAGE_LIMITS: ImageLimits = {
   maxImageBytes: 10 * 1024 * 1024 * 1024,
 };
 
+/** A positive whole number from the environment, else the default (a bad value is refused, not ignored). */
+function envCount(env: NodeJS.ProcessEnv, name: string, dflt: number): number {
+  const raw = env[name]?.trim();
+  if (!raw) return dflt;
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(n) || n < 1) throw new DenError("invalid_argument", `${name}=${JSON.stringify(raw.slice(0, 40))} is not a positive whole number`);
+  return n;
+}
+
+/** The image limits a deployment sets: DEN_IMAGE_MAX_MB (compressed layers), DEN_IMAGE_MAX_LAYERS. */
+export function imageLimits(env: NodeJS.ProcessEnv = process.env): ImageLimits {
+  return {
+    ...DEFAULT_IMAGE_LIMITS,
+    maxLayers: envCount(env, "DEN_IMAGE_MAX_LAYERS", DEFAULT_IMAGE_LIMITS.maxLayers),
+    maxImageBytes: envCount(env, "DEN_IMAGE_MAX_MB", DEFAULT_IMAGE_LIMITS.maxImageBytes / 1024 ** 2) * 1024 ** 2,
+  };
+}
+
+/** How big an image may be once unpacked: DEN_IMAGE_MAX_UNPACKED_MB (default 16384). */
+export function maxUnpackedBytes(env: NodeJS.ProcessEnv = process.env): number {
+  return envCount(env, "DEN_IMAGE_MAX_UNPACKED_MB", 16384) * 1024 ** 2;
+}
+
 export interface Platform {
   os: string;
   architecture: string;

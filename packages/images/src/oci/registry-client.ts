@@ -16,6 +16,7 @@ import {
   checkImageManifest,
   formatPlatform,
   hostPlatform,
+  imageLimits,
   parseImageConfig,
   parseManifestDocument,
   pickPlatform,
@@ -115,6 +116,7 @@ export class RegistryClient {
       ...(caFile ? { caFile } : {}),
       mirrors: registryMirrors(env.DEN_REGISTRY_MIRRORS),
       defaultRegistry: defaultRegistry(env),
+      limits: imageLimits(env),
     });
   }
 

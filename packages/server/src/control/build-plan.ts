@@ -66,6 +66,7 @@ export function sourceOf(req: api.CreateTemplateRequest, spec: Spec): Record<str
   const steps: Record<string, string> = spec.steps?.length ? { steps: String(spec.steps.length) } : {};
   if (req.dockerfile) return { kind: "dockerfile", from: spec.fromImage?.ref ?? spec.fromTemplate ?? "", ...steps, ...(req.context ? { context: req.context } : {}) } as Record<string, string>;
   if (spec.fromImage) return { kind: "image", ref: spec.fromImage.ref, ...steps };
+  if (req.from_archive) return { kind: "archive", archive: req.from_archive, ...steps };
   if (req.from_checkpoint) return { kind: "checkpoint", from: req.from_checkpoint, setup: String(spec.setup?.length ?? 0) };
   return { kind: "template", from: spec.fromTemplate ?? "base", setup: String(spec.setup?.length ?? 0), ...steps };
 }

@@ -6,8 +6,9 @@ type BuiltTemplate = host.BuiltTemplate;
 const LOG_POLL_MS = 500;
 import { effectivePolicy } from "../network.js";
 import { buildStore, type BuildRow } from "../build-store.js";
+import { contextRef } from "./build-contexts.js";
 import { dockerfileSpec, imageSpec, sourceOf } from "./build-plan.js";
-import type { Principal } from "../store.js";
+import type { Principal, TemplateRow } from "../store.js";
 import { hostOfId, storedRef, type Ctx } from "./context.js";
 import type { Checkpoints } from "./checkpoints.js";
 
@@ -34,12 +35,6 @@ export class Templates {
   async checkAccess(p: Principal, spec: string): Promise<void> {
     const row = await this.ctx.store.templateRow(spec.split("@")[0]!.split(".")[0]!);
     if (row && (row.deleted_at !== null || (row.owner !== p.owner && !p.admin))) throw new DenError("template_not_found", `template ${JSON.stringify(spec)} does not exist`);
-  }
-
-  /** Whether `name` is a template this principal may build from (theirs, or one of the host's own). */
-  private async usable(p: Principal, name: string): Promise<boolean> {
-    if (!(await this.hostTemplates()).some((t) => t.name === name && t.current)) return false;
-    return this.checkAccess(p, name).then(() => true, () => false);
   }
 
   /** The template versions this principal may use. */
@@ -80,50 +75,92 @@ export class Templates {
    * A failure (or a crash, at the next start) gives the name back as it was.
    */
   async start(p: Principal, req: api.CreateTemplateRequest): Promise<{ build: BuildRow; done: Promise<api.Template> }> {
-    const { store, ops, config, clock } = this.ctx;
-    const row = await store.templateRow(req.name);
-    if (row && row.owner !== p.owner) throw new DenError("already_exists", `template ${req.name} belongs to another owner`);
-    if (!row && (await this.hostTemplates()).some((t) => t.name === req.name)) throw new DenError("already_exists", `template ${req.name} is one of this host's own templates`);
+    const row = await this.admit(p, req.name);
+    if (req.from_template) await this.checkAccess(p, req.from_template);
+    const fromCheckpoint = req.from_checkpoint ? await this.checkpoints.owned(p, req.from_checkpoint) : undefined;
+    const plan = req.dockerfile ? await dockerfileSpec(this.ctx, p.owner, req, (name) => this.usable(p, name))
+      : req.from_archive ? { ...imageSpec(req), fromArchive: await contextRef(this.ctx, p.owner, req.from_archive) } : imageSpec(req);
+    const spec: TemplateBuildSpec = {
+      ...this.baseSpec(req.name), setup: req.setup ?? [], setupTimeoutSeconds: req.setup_timeout_seconds ?? 600,
+      ...(req.from_template ? { fromTemplate: req.from_template } : {}),
+      ...(fromCheckpoint ? { fromCheckpoint: await storedRef(this.ctx, fromCheckpoint.id) } : {}),
+      ...plan,
+    };
+    // An image or a Dockerfile is built on one host; the others fetch the result from the store when they need it.
+    const on = fromCheckpoint ? [await hostOfId(this.ctx, fromCheckpoint.sandbox_id)] : spec.fromImage || spec.fromArchive || spec.steps?.length ? this.ctx.hosts.all.slice(0, 1) : this.ctx.hosts.all;
+    const shape = fromCheckpoint ?? (spec.fromImage || spec.fromArchive || req.dockerfile ? { vcpus: req.vcpus ?? 1, memory_mb: req.memory_mb ?? 512 } : undefined);
+    return this.begin(p, row, spec, on, sourceOf(req, spec), shape);
+  }
+
+  /**
+   * Starts a build planned elsewhere (E2B's Template builder: its steps, from an image or a
+   * template), under the build id `id` if given (a build announced before it starts).
+   */
+  async startPlanned(p: Principal, name: string, plan: Partial<TemplateBuildSpec>, source: Record<string, string>, id?: string): Promise<{ build: BuildRow; done: Promise<api.Template> }> {
+    const row = await this.admit(p, name);
+    if (plan.fromTemplate) await this.checkAccess(p, plan.fromTemplate);
+    const spec: TemplateBuildSpec = { ...this.baseSpec(name), setup: [], setupTimeoutSeconds: 600, ...plan };
+    const on = this.ctx.hosts.all.slice(0, 1);
+    return this.begin(p, row, spec, on, source, { vcpus: plan.vcpus ?? 1, memory_mb: plan.memoryMb ?? 512 }, id);
+  }
+
+  /** Whether `name` is a template this principal may build from (theirs, or one of the host's own). */
+  async usable(p: Principal, name: string): Promise<boolean> {
+    if (!(await this.hostTemplates()).some((t) => t.name === name && t.current)) return false;
+    return this.checkAccess(p, name).then(() => true, () => false);
+  }
+
+  private baseSpec(name: string): Pick<TemplateBuildSpec, "name" | "ttlSeconds" | "network"> {
+    const { config } = this.ctx;
+    return { name, ttlSeconds: config.limits.templateBuildSeconds, network: effectivePolicy({ egress: config.network.buildEgress }, config.network) };
+  }
+
+  /** The checks every build passes before it starts: the name is the caller's to build, quotas and limits. Returns the name's row. */
+  private async admit(p: Principal, name: string): Promise<TemplateRow | undefined> {
+    const { store, config } = this.ctx;
+    const row = await store.templateRow(name);
+    if (row && row.owner !== p.owner) throw new DenError("already_exists", `template ${name} belongs to another owner`);
+    if (!row && (await this.hostTemplates()).some((t) => t.name === name)) throw new DenError("already_exists", `template ${name} is one of this host's own templates`);
     if ((!row || row.deleted_at !== null) && (await store.countTemplates(p.owner)) >= config.limits.templatesPerOwner) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${config.limits.templatesPerOwner} templates`);
     }
     if ((await buildStore(store).countBuilding(p.owner)) >= config.limits.buildsPerOwner) {
       throw new DenError("limit_exceeded", `at most ${config.limits.buildsPerOwner} template builds at once per owner (DEN_MAX_BUILDS_PER_OWNER); wait for one to end`);
     }
-    if (req.from_template) await this.checkAccess(p, req.from_template);
-    const fromCheckpoint = req.from_checkpoint ? await this.checkpoints.owned(p, req.from_checkpoint) : undefined;
     // The building sandbox is one of the owner's while it runs (quota), bounded by the
     // build's TTL, and metered as running time under the build's operation id.
-    const building = this.building.get(p.owner) ?? 0;
-    if ((await store.countLive(p.owner)) + building >= config.limits.sandboxesPerOwner) {
+    if ((await store.countLive(p.owner)) + (this.building.get(p.owner) ?? 0) >= config.limits.sandboxesPerOwner) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${config.limits.sandboxesPerOwner} sandboxes, and a template build runs in one of its own; destroy some first`);
     }
-    const spec: TemplateBuildSpec = {
-      name: req.name, setup: req.setup ?? [], setupTimeoutSeconds: req.setup_timeout_seconds ?? 600, ttlSeconds: config.limits.templateBuildSeconds,
-      ...(req.from_template ? { fromTemplate: req.from_template } : {}),
-      ...(fromCheckpoint ? { fromCheckpoint: await storedRef(this.ctx, fromCheckpoint.id) } : {}),
-      ...(req.dockerfile ? await dockerfileSpec(this.ctx, p.owner, req, (name) => this.usable(p, name)) : imageSpec(req)),
-      network: effectivePolicy({ egress: config.network.buildEgress }, config.network),
-    };
-    // An image or a Dockerfile is built on one host; the others fetch the result from the store when they need it.
-    const on = fromCheckpoint ? [await hostOfId(this.ctx, fromCheckpoint.sandbox_id)] : req.from_image || req.dockerfile ? this.ctx.hosts.all.slice(0, 1) : this.ctx.hosts.all;
+    return row;
+  }
+
+  /** Claims the name and writes the build's row with its operation's intent, then runs it (`done`). */
+  private async begin(
+    p: Principal, row: TemplateRow | undefined, spec: TemplateBuildSpec, on: readonly HostAgent[], source: Record<string, string>,
+    shape: { vcpus: number; memory_mb: number } | undefined, id?: string,
+  ): Promise<{ build: BuildRow; done: Promise<api.Template> }> {
+    const { ops, clock } = this.ctx;
     if (!on.length) throw new DenError("capacity_exhausted", "no host is up to build on");
-    this.building.set(p.owner, building + 1);
-    const op = ops.newOp("template_build", null, "user", { name: req.name, previous: row ? { deleted_at: row.deleted_at } : null });
+    this.building.set(p.owner, (this.building.get(p.owner) ?? 0) + 1);
+    const op = { ...ops.newOp("template_build", null, "user", { name: spec.name, previous: row ? { deleted_at: row.deleted_at } : null }), ...(id ? { id } : {}) };
     const build: BuildRow = {
-      id: op.id, owner: p.owner, name: req.name, state: "building", source: JSON.stringify(sourceOf(req, spec)), version: null, error: null,
+      id: op.id, owner: p.owner, name: spec.name, state: "building", source: JSON.stringify(source), version: null, error: null,
       host_id: on[0]!.instance, created_at: clock.now(), finished_at: null,
     };
     try {
       await ops.beginDetached(op, async (tx) => {
-        await tx.claimTemplate(req.name, p.owner, clock.now());
-        await buildStore(tx).insert(build);
+        await tx.claimTemplate(spec.name, p.owner, clock.now());
+        const builds = buildStore(tx);
+        // A build announced before (E2B's) becomes this one; otherwise its row is new.
+        if (id && (await builds.get(id))) await builds.begin(id, on[0]!.instance);
+        else await builds.insert(build);
       });
     } catch (e) {
       this.release(p.owner);
       throw e;
     }
-    return { build, done: this.run(p, req, op, spec, on, fromCheckpoint) };
+    return { build, done: this.run(p, spec.name, op, spec, on, shape) };
   }
 
   /** Builds a template and answers when it is done (see `start`). */
@@ -139,8 +176,8 @@ export class Templates {
 
   /** The build itself, after its intent is durable: hosts build, the log is kept, the row and the name end as the build does. */
   private async run(
-    p: Principal, req: api.CreateTemplateRequest, op: Parameters<Ctx["ops"]["settleDetached"]>[0], spec: TemplateBuildSpec, on: readonly HostAgent[],
-    fromCheckpoint: { vcpus: number; memory_mb: number } | undefined,
+    p: Principal, name: string, op: Parameters<Ctx["ops"]["settleDetached"]>[0], spec: TemplateBuildSpec, on: readonly HostAgent[],
+    sourceShape: { vcpus: number; memory_mb: number } | undefined,
   ): Promise<api.Template> {
     const { store, ops, clock } = this.ctx;
     const started = clock.now();
@@ -152,14 +189,14 @@ export class Templates {
       shape = t.reused ? undefined : t;
       await pump;
       await store.transaction(async (tx) => {
-        await tx.setTemplateRun(req.name, JSON.stringify({ source: t.source ?? null, run: t.run ? apiRun(t.run) : null }));
+        await tx.setTemplateRun(name, JSON.stringify({ source: t.source ?? null, run: t.run ? apiRun(t.run) : null }));
         await buildStore(tx).finish(op.id, { state: "ready", version: t.version, error: null, finished_at: clock.now() });
       });
       await ops.settleDetached(op, undefined);
       return toApiTemplate(t, p.owner);
     } catch (e) {
       await pump.catch(() => undefined);
-      shape = await this.sourceShape(req, fromCheckpoint);
+      shape = sourceShape ?? (await this.defaultShape(spec.fromTemplate));
       const err = e instanceof DenError ? e : new DenError("internal", (e as Error).message);
       await buildStore(store).finish(op.id, {
         state: err.code === "aborted" ? "cancelled" : "error", version: null, finished_at: clock.now(),
@@ -217,11 +254,9 @@ export class Templates {
     });
   }
 
-  /** The shape a failed build's sandbox had: its source template's, or its checkpoint's. */
-  private async sourceShape(req: api.CreateTemplateRequest, checkpoint?: { vcpus: number; memory_mb: number }): Promise<{ vcpus: number; memory_mb: number } | undefined> {
-    if (checkpoint) return checkpoint;
-    if (req.from_image || req.dockerfile) return { vcpus: req.vcpus ?? 1, memory_mb: req.memory_mb ?? 512 };
-    const name = req.from_template ?? "base";
+  /** The shape a failed build's sandbox had: its source template's. */
+  private async defaultShape(from: string | undefined): Promise<{ vcpus: number; memory_mb: number } | undefined> {
+    const name = from ?? "base";
     return (await this.hostTemplates()).find((t) => `${t.name}@${t.version}` === name || (t.name === name && t.current));
   }
 
