@@ -5,7 +5,8 @@ set -euo pipefail
 # make, g++ and python3 build better-sqlite3 when no prebuilt binary can be fetched.
 # nftables and iproute2: the per-sandbox network namespaces and their firewalls.
 # libzstd-dev: Den's native page filter compresses a state with libzstd in its own process.
-pkgs=(qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs lz4 zstd libzstd-dev cpio gcc libc6-dev make g++ python3 nftables iproute2 "$@")
+# umoci: a template built from an OCI image has its layers unpacked by it (whiteouts, owners, xattrs).
+pkgs=(qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs lz4 zstd libzstd-dev cpio gcc libc6-dev make g++ python3 nftables iproute2 umoci "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,9 +6,11 @@ cd "$(dirname "$0")/.."
 # Tests get their own data dir, so they never touch the sandboxes of a running Den.
 export DEN_DATA_DIR=${DEN_TEST_DATA_DIR:-/var/lib/den-test}
 # What only the tests use: chromium (the dashboard's and the origins' tests drive it headless
-# through playwright-core) and Postgres for the suite's Postgres pass (scripts/with-postgres.sh
-# runs a throwaway server; Den itself needs it only with DEN_DATABASE_URL). `npm start` installs neither.
-bash scripts/install-deps.sh chromium postgresql
+# through playwright-core), Postgres for the suite's Postgres pass (scripts/with-postgres.sh
+# runs a throwaway server; Den itself needs it only with DEN_DATABASE_URL), and Debian's
+# distribution registry and skopeo (image templates are pulled from a registry on loopback
+# that the tests fill). `npm start` installs none of them.
+bash scripts/install-deps.sh chromium postgresql docker-registry skopeo
 bash scripts/setup.sh
 # Sandboxes left by an interrupted earlier run would skew the leak checks.
 node --input-type=module -e '

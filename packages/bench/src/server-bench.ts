@@ -14,6 +14,7 @@ import { Sandbox as E2bSandbox } from "e2b";
 import { findInstanceProcesses, type SnapshotManifest } from "@den/runtime";
 import { privateMemoryMb, processCpuSeconds } from "@den/host-agent";
 import { downloadSnapshot, readStoredManifest, snapshotKey, type ObjectStore } from "@den/store";
+import { benchImages } from "./image-bench.js";
 import { rawDestroy, rawRestore, type RawTemplate } from "./raw-qemu.js";
 import { fmt, pct, row, rows, time } from "./table.js";
 
@@ -198,6 +199,7 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
         }
         notes.push(`create from a custom template vs from base, to first exec (p50): ${fmt(pct(fromCustom.den, 50))} vs ${fmt(pct(fromBase.den, 50))}`);
         await api("DELETE", "/v1/templates/bench-project");
+        notes.push(...(await benchImages(api, opts.dataDir, opts.runs, !!opts.full, made)));
         notes.push(...(await benchClients(server, opts.runs, made)));
         if (opts.full) {
           for (const mb of [512, 2048]) await coldBySize(api, made, mb, 400, Math.min(opts.runs, 10));

@@ -7,7 +7,7 @@ import { DenError, type api, type host } from "@den/protocol";
 import { Runtime, TEMPLATE_FILES, bakeFromSandbox, bakeVariant, createVolumeImage, hostProfile, newId, reuseTemplate, volumeImagePath, type Sandbox as VmSandbox, type SnapshotInfo, type SnapshotManifest, type StateSink, type TemplateInfo, type VolumeRequest } from "@den/runtime";
 import { Admission, diskOvercommit, diskPromisedMb, memoryOvercommit, memoryReserveMb, type Capacity, type Shape } from "./admission.js";
 import { PrivateMemoryCache, availableMemoryMb } from "./host-memory.js";
-import { isStepTemplate, sweepBuilds } from "./build/build-cache.js";
+import { BUILD_VM_PREFIX, isStepTemplate, sweepBuilds } from "./build/build-cache.js";
 import { BuildLogs } from "./build/build-logs.js";
 import { Slots, buildsPerHost } from "./build/build-slots.js";
 import { TemplateBuilder } from "./build/template-builder.js";
@@ -84,7 +84,7 @@ export class LocalHostAgent implements HostAgent {
     }])), () => diskPromisedMb(rt.list()), diskOvercommit(), overcommit, { availableMb: () => availableMemoryMb(), reserveMb: capacity.memoryReserveMb ?? memoryReserveMb() });
     // A build's VMs are made as any create's (admission, the build's network), by template.
     this.builder = new TemplateBuilder(rt, store, async (template, network) => {
-      const id = newId("sbx");
+      const id = newId(BUILD_VM_PREFIX);
       await this.createVm({ id, template, ...(network ? { network } : {}) }, false);
       return rt.get(id);
     });
@@ -666,18 +666,26 @@ export class LocalHostAgent implements HostAgent {
     if (existing) return existing;
     // The building sandbox is on this host only: a crash mid-build leaves a VM no database
     // row knows, which the next start destroys.
-    const id = newId("sbx");
+    const id = newId(BUILD_VM_PREFIX);
     if (spec.fromCheckpoint) await this.restoreStored(id, spec.fromCheckpoint);
     else await this.create(newId("op"), { id, template: source.template! });
     const sbx = this.rt.get(id);
+    // A cancel stops the command running now with its VM.
+    const stop = () => void sbx.destroy().catch(() => undefined);
+    signal.addEventListener("abort", stop, { once: true });
+    const cancelled = () => new DenError("aborted", "the build was cancelled");
     try {
-      await runSetup(spec, (cmd, opts) => {
-        if (signal.aborted) throw new DenError("aborted", "the build was cancelled");
+      await runSetup(spec, async (cmd, opts) => {
+        if (signal.aborted) throw cancelled();
         log(`setup: ${cmd.slice(0, 200)}`);
-        return sbx.exec(cmd, opts);
+        return sbx.exec(cmd, opts).catch((e: unknown) => {
+          throw signal.aborted ? cancelled() : e;
+        });
       });
+      if (signal.aborted) throw cancelled();
       return await bakeFromSandbox(this.rt, id, ref, recipe, log);
     } finally {
+      signal.removeEventListener("abort", stop);
       await sbx.destroy();
     }
   }

@@ -288,7 +288,8 @@ export class Runtime {
 
   private newSandboxId(id?: string): string {
     if (id === undefined) return newId("sbx");
-    if (!/^sbx_[a-z2-7]{16}$/.test(id)) throw new DenError("invalid_argument", `not a sandbox id: ${JSON.stringify(id)}`);
+    // (`bld_`: a template build's VM, which the host agent keeps to itself.)
+    if (!/^(sbx|bld)_[a-z2-7]{16}$/.test(id)) throw new DenError("invalid_argument", `not a sandbox id: ${JSON.stringify(id)}`);
     if (this.sandboxes.has(id) || existsSync(this.sandboxDir(id))) throw new DenError("already_exists", `sandbox ${id} already exists on this host`);
     return id;
   }

@@ -394,4 +394,144 @@ describe("web dashboard", () => {
       for (const w of (await api("GET", "/v1/webhooks")).body?.webhooks ?? []) await api("DELETE", `/v1/webhooks/${w.id}`);
     }
   });
+  test("in Chromium: templates: grouped with their versions and sources, a build with its log, a running build followed live and cancelled", {
+    skip: existsSync(CHROMIUM) ? false : `${CHROMIUM} is missing (Debian's chromium package; scripts/install-deps.sh installs it)`,
+    timeout: 600_000,
+  }, async () => {
+    const { chromium } = await import("playwright-core");
+    const owner = "dashboard-templates";
+    const created = await f.api("POST", "/v1/keys", { owner });
+    assert.equal(created.status, 201, created.text);
+    const key = created.body.key as string;
+    const api = client(f.server.url, key);
+    const cleanUp = async () => {
+      for (const b of (await api("GET", "/v1/templates/builds")).body?.builds ?? []) if (b.state === "building" || b.state === "waiting") await api("POST", `/v1/templates/builds/${b.id}/cancel`, {});
+      for (const t of (await api("GET", "/v1/templates")).body?.templates ?? []) if (t.owner === owner) await api("DELETE", `/v1/templates/${t.name}`);
+    };
+    await cleanUp(); // what a run before left in the data dir's database
+    // Names of this run's own: a version of the same recipe built before would be reused, with no setup run (and no setup line in its log).
+    const run = Math.random().toString(36).slice(2, 8);
+    const name = `dash-${run}`;
+    const slowName = `slow-${run}`;
+    // The second command's text is markup: the page shows it as text.
+    const built = await api("POST", "/v1/templates", { name, setup: ["echo hello-from-setup", "true '<img src=x id=injected-by-log>'"] });
+    assert.equal(built.status, 201, built.text);
+    const buildId = built.headers["den-build-id"]!;
+    assert.ok(buildId);
+    const version = built.body.version as string;
+    const source = built.body.source as string;
+    assert.match(source, /^template base@/);
+    const problems: string[] = [];
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+    let slowId: string | undefined;
+    try {
+      const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+      page.setDefaultTimeout(60_000);
+      page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+      page.on("console", (m) => {
+        if (m.type() === "error") problems.push(`console: ${m.text()}`);
+      });
+      page.on("dialog", (d) => {
+        problems.push(`a dialog opened: ${d.message()}`);
+        void d.dismiss();
+      });
+      await page.goto(`${f.server.url}/dashboard/`);
+      await page.getByLabel("API key").fill(key);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await page.getByRole("heading", { name: "Sandboxes", level: 1 }).waitFor();
+      const nav = page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Templates" });
+      await nav.click();
+      await page.getByRole("heading", { name: "Templates", level: 1 }).waitFor();
+      assert.equal(await nav.getAttribute("aria-current"), "page");
+
+      // The template, grouped with its versions: the built one current, with its source; base (the host's own) too.
+      const table = page.getByRole("table", { name: "Templates" });
+      const group = table.locator(`tbody[data-name="${name}"]`);
+      await group.waitFor();
+      const groupText = await group.innerText();
+      for (const part of [name, `owner ${owner}`, "1 version", version, "current", source, "1 vCPU"]) assert.ok(groupText.includes(part), `${part} in ${groupText}`);
+      const base = table.locator('tbody[data-name="base"]');
+      await base.waitFor();
+      assert.match(await base.innerText(), /host's own[\s\S]*current[\s\S]*recipe base/);
+
+      // Its builds: the one made through the API, ready, with the version it made.
+      await group.getByRole("button", { name: `Builds of ${name}` }).click();
+      await page.waitForFunction(`location.hash === "#/templates/${name}"`);
+      const builds = page.getByRole("table", { name: "Builds" });
+      const buildRow = builds.getByRole("row").filter({ hasText: buildId });
+      await buildRow.filter({ hasText: "ready" }).waitFor();
+      const cells = (await buildRow.getByRole("cell").allTextContents()).map((c) => c.trim());
+      // Build, State, Source, Version, Started, Took, actions
+      assert.equal(cells.length, 7, cells.join(" | "));
+      assert.equal(cells[0], `${name}${buildId}`);
+      assert.equal(cells[1], "ready");
+      assert.match(cells[2]!, /^template\s*from=base\s*setup=2$/);
+      assert.equal(cells[3], version);
+      assert.match(cells[5]!, /^\d+(s|m \d\ds)$/);
+      assert.equal(await buildRow.getByRole("button", { name: `Cancel build ${buildId}` }).count(), 0, "an ended build has no Cancel");
+
+      // Its log, as kept: the setup lines, the markup one as text.
+      await buildRow.getByRole("button", { name: `Log of build ${buildId}` }).click();
+      await page.waitForFunction(`location.hash === "#/templates/${name}?build=${buildId}"`);
+      const log = page.getByRole("list", { name: `Log of build ${buildId}` });
+      await log.getByRole("listitem").filter({ hasText: "setup: echo hello-from-setup" }).waitFor();
+      await log.getByRole("listitem").filter({ hasText: "setup: true '<img src=x id=injected-by-log>'" }).waitFor();
+      assert.equal(await page.locator("#injected-by-log").count(), 0, "log lines are text, not markup");
+      assert.match(await log.innerText(), new RegExp(`template ${name}@${version}`));
+      assert.match(await page.getByRole("status", { name: "Log status" }).innerText(), /^\d+ lines$/);
+
+      // A build in the background: shown building, its log followed live, then cancelled from the page.
+      // (A Dockerfile's RUN step: a cancel stops it at once. A setup command is not stopped by one yet:
+      // the host agent checks the cancel only between setup commands, so `setup: ["sleep 120"]` ends ready.)
+      const slow = await api("POST", "/v1/templates", { name: slowName, dockerfile: "FROM base\nRUN echo slow-step-started; sleep 120\n", wait: false });
+      assert.equal(slow.status, 202, slow.text);
+      slowId = slow.body.build.id as string;
+      await page.getByRole("button", { name: "All builds" }).click();
+      await page.waitForFunction(`location.hash === "#/templates"`);
+      const slowRow = builds.getByRole("row").filter({ hasText: slowId });
+      await slowRow.filter({ hasText: "building" }).waitFor();
+      assert.match(await slowRow.innerText(), new RegExp(`${slowName}[\\s\\S]*dockerfile\\s*from=base\\s*steps=1`));
+      await builds.getByRole("row").filter({ hasText: buildId }).waitFor(); // every build of the caller's
+      await slowRow.getByRole("button", { name: `Log of build ${slowId}` }).click();
+      const slowLog = page.getByRole("list", { name: `Log of build ${slowId}` });
+      await slowLog.locator(".log-message").filter({ hasText: /^step 1\/1 \| slow-step-started$/ }).waitFor(); // the step's own output, as it runs
+      assert.equal(await page.getByRole("status", { name: "Log status" }).innerText(), "Following live");
+      assert.match(await page.locator("#main").innerText(), /1 building/);
+
+      await page.evaluate("document.getElementById('toasts').replaceChildren(); window.scrollTo(0, 0)");
+      const artifacts = process.env.DEN_ARTIFACTS_DIR ?? tmpdir();
+      mkdirSync(artifacts, { recursive: true });
+      const shot = join(artifacts, "den-dashboard-templates.png");
+      await page.screenshot({ path: shot, fullPage: true });
+      console.log(`dashboard templates screenshot: ${shot}`);
+
+      // Cancel asks first; "Keep building" keeps it.
+      const cancel = slowRow.getByRole("button", { name: `Cancel build ${slowId}` });
+      await cancel.click();
+      const confirm = page.getByRole("dialog", { name: "Cancel build" });
+      await confirm.waitFor();
+      assert.match(await confirm.innerText(), new RegExp(`Cancel build ${slowId} of ${slowName}\\?`));
+      await confirm.getByRole("button", { name: "Keep building" }).click();
+      await confirm.waitFor({ state: "detached" });
+      assert.equal((await api("GET", `/v1/templates/builds/${slowId}`)).body.state, "building");
+      const cancelStarted = Date.now();
+      await cancel.click();
+      await confirm.getByRole("button", { name: "Cancel build", exact: true }).click();
+      await slowRow.filter({ hasText: "cancelled" }).waitFor({ timeout: 150_000 }).catch(async (e: Error) => {
+        throw new Error(`${e.message}\nrow: ${await slowRow.innerText().catch(() => "?")}\nAPI: ${(await api("GET", `/v1/templates/builds/${slowId}`)).text}\nproblems: ${problems.join("; ")}`);
+      });
+      console.log(`the cancelled build ended in ${Date.now() - cancelStarted} ms`);
+      const ended = (await api("GET", `/v1/templates/builds/${slowId}`)).body;
+      assert.equal(ended.state, "cancelled", JSON.stringify(ended));
+      assert.match(await slowRow.innerText(), /cancelled[\s\S]*aborted/);
+      assert.equal(await slowRow.getByRole("button", { name: `Cancel build ${slowId}` }).count(), 0);
+      // The followed log ended with it.
+      await page.getByRole("status", { name: "Log status" }).filter({ hasText: /^\d+ lines?$/ }).waitFor();
+      assert.equal(await table.locator(`tbody[data-name="${slowName}"]`).count(), 0, "a cancelled build makes no template");
+      assert.deepEqual(problems, []);
+    } finally {
+      await browser.close();
+      await cleanUp();
+    }
+  });
 });

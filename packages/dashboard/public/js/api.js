@@ -36,13 +36,69 @@ export async function request(method, path, body, key = getKey()) {
   } catch {
     json = undefined;
   }
-  if (!res.ok) {
-    const e = json?.error;
-    const err = new ApiError(res.status, e?.code ?? `http_${res.status}`, e?.message ?? (text.slice(0, 300) || res.statusText), e?.details);
-    if (res.status === 401 && key === getKey()) window.dispatchEvent(new CustomEvent(UNAUTHORIZED, { detail: err }));
-    throw err;
-  }
+  if (!res.ok) throw failed(res, json, text, key);
   return json;
+}
+
+/** The ApiError of an error answer (a 401 of the current key also tells the app). */
+function failed(res, json, text, key) {
+  const e = json?.error;
+  const err = new ApiError(res.status, e?.code ?? `http_${res.status}`, e?.message ?? (text.slice(0, 300) || res.statusText), e?.details);
+  if (res.status === 401 && key === getKey()) window.dispatchEvent(new CustomEvent(UNAUTHORIZED, { detail: err }));
+  return err;
+}
+
+/**
+ * A GET answered with JSON lines (NDJSON), each parsed object handed to `onLine` as it
+ * arrives; keepalive lines are skipped. Resolves when the answer ends; `signal` aborts it.
+ */
+export async function jsonLines(path, onLine, { signal, key = getKey() } = {}) {
+  const headers = { accept: "application/x-ndjson" };
+  if (key) headers.authorization = `Bearer ${key}`;
+  let res;
+  try {
+    res = await fetch(path, { headers, cache: "no-store", signal });
+  } catch (e) {
+    if (signal?.aborted) throw e;
+    throw new ApiError(0, "network_error", `could not reach the Den server (${e.message})`);
+  }
+  if (!res.ok) {
+    const text = await res.text();
+    let json;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+    throw failed(res, json, text, key);
+  }
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let rest = "";
+  const take = (line) => {
+    if (!line.trim()) return;
+    let obj;
+    try {
+      obj = JSON.parse(line);
+    } catch {
+      return; // not a JSON line: nothing to show
+    }
+    if (obj && obj.type !== "keepalive") onLine(obj);
+  };
+  for (;;) {
+    let chunk;
+    try {
+      chunk = await reader.read();
+    } catch (e) {
+      if (signal?.aborted) throw e;
+      throw new ApiError(0, "network_error", `the stream broke off (${e.message})`);
+    }
+    if (chunk.done) break;
+    rest += chunk.value;
+    const lines = rest.split("\n");
+    rest = lines.pop();
+    lines.forEach(take);
+  }
+  take(rest);
 }
 
 const q = (params) => {
@@ -92,3 +148,13 @@ export const deleteWebhook = (id) => request("DELETE", wh(id));
 /** One page, newest first: { deliveries, next_cursor }. */
 export const webhookDeliveries = (id, { status, limit = 50, cursor } = {}) => request("GET", `${wh(id)}/deliveries${q({ status, limit, cursor })}`);
 export const redeliver = (id, deliveryId) => request("POST", `${wh(id)}/deliveries/${encodeURIComponent(deliveryId)}/redeliver`);
+
+// Templates: the host's own (everyone's) and the caller's, with the caller's builds.
+const build = (id) => `/v1/templates/builds/${encodeURIComponent(id)}`;
+export const templates = () => request("GET", "/v1/templates").then((r) => r.templates);
+/** Newest first; `name` undefined: every build of the caller's. */
+export const templateBuilds = (name, limit = 50) => request("GET", `/v1/templates/builds${q({ name, limit })}`).then((r) => r.builds);
+export const templateBuild = (id) => request("GET", build(id));
+export const cancelBuild = (id) => request("POST", `${build(id)}/cancel`);
+/** A build's log lines ({seq, at, level, message}) from `offset`; `follow` streams until the build ends. */
+export const buildLog = (id, { offset, follow, signal }, onLine) => jsonLines(`${build(id)}/logs${q({ offset, follow: follow ? "true" : undefined })}`, onLine, { signal });

@@ -1,12 +1,14 @@
 // Entry point: sign-in or the signed-in shell, and a hash router between the views.
 //   #/                          sandboxes (with ?state=...&metadata=k=v,k2=v2)
 //   #/sandboxes/<id>            one sandbox
+//   #/templates[/<name>]        the templates the key can use, its builds (one template's) and a build's log (?build=<id>)
 //   #/webhooks[/<id>]           the owner's webhooks (and one's deliveries)
 import { clearKey, getKey, UNAUTHORIZED } from "./api.js";
 import { mountSignIn } from "./views/signin.js";
 import { mountShell } from "./views/shell.js";
 import { mountSandboxes } from "./views/sandboxes.js";
 import { mountSandbox } from "./views/sandbox.js";
+import { mountTemplates } from "./views/templates.js";
 import { mountWebhooks } from "./views/webhooks.js";
 
 const root = document.getElementById("app");
@@ -38,7 +40,10 @@ function route() {
   if (!shell) shell = mountShell(root, { onSignOut: () => signOut() });
   unmountView();
   const { parts, query } = parseHash();
-  if (parts[0] === "webhooks") {
+  if (parts[0] === "templates") {
+    shell.setSection("templates");
+    view = mountTemplates(shell.main, { name: parts[1], query });
+  } else if (parts[0] === "webhooks") {
     shell.setSection("webhooks");
     view = mountWebhooks(shell.main, { id: parts[1] });
   } else if (parts[0] === "sandboxes" && parts[1]) {

@@ -8,12 +8,15 @@
 import { createHash } from "node:crypto";
 import { readdir, rm, stat, utimes } from "node:fs/promises";
 import { join } from "node:path";
+import { BlobCache, imageCacheBytes } from "@den/images";
 import type { Runtime, TemplateInfo, TemplateRunConfig } from "@den/runtime";
 
 export type Log = (line: string) => void;
 
 /** Work dirs of image builds under the data dir (named by their pid: a dead one's are swept). */
 export const WORK_PREFIX = "image-build-";
+/** A build's VMs are this host's alone (no database row names them): their ids say so, and a restart removes them. */
+export const BUILD_VM_PREFIX = "bld";
 const STEP_PREFIX = "step.";
 
 /** Where a build is after its steps so far. */
@@ -63,20 +66,28 @@ function cacheDays(env: NodeJS.ProcessEnv): number {
  * templates unused for longer than the cache keeps them.
  */
 export async function sweepBuilds(rt: Runtime, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  // No build outlives its host agent: the VMs of those a crash cut short go first.
+  for (const sbx of rt.list()) if (sbx.id.startsWith(`${BUILD_VM_PREFIX}_`)) await sbx.destroy().catch(() => undefined);
   for (const d of await readdir(rt.dataDir)) {
     if (!d.startsWith(WORK_PREFIX)) continue;
     const pid = Number(d.split("-").pop());
     if (pid !== process.pid) await rm(join(rt.dataDir, d), { recursive: true, force: true });
   }
   const maxAgeMs = cacheDays(env) * 86_400_000;
-  let retired = false;
   for (const t of await rt.templates.list()) {
     if (!isStepTemplate(t.name) || !t.current) continue;
     const st = await stat(t.dir).catch(() => undefined);
     if (st && Date.now() - st.mtimeMs > maxAgeMs) {
       await rt.templates.retire(t.name);
-      retired = true;
     }
   }
-  if (retired) await rt.gc();
+  // Template versions a crash left half-installed (`.build-*` of dead processes) go with the gc.
+  await rt.gc();
+  // Blobs half-fetched by a dead process, and the cache over its size.
+  await imageCache(rt, env).collect();
+}
+
+/** This host's image layer cache (shared by every pull), bounded by DEN_IMAGE_CACHE_MB. */
+export function imageCache(rt: Runtime, env: NodeJS.ProcessEnv = process.env): BlobCache {
+  return new BlobCache(join(rt.dataDir, "image-cache"), { maxBytes: imageCacheBytes(env) });
 }

@@ -9,13 +9,13 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { host } from "@den/protocol";
 import {
-  BlobCache, RegistryClient, agentSourceKey, hostPlatform, importArchive, imageLimits, maxUnpackedBytes, buildAgent, defaultRegistry, diskSizeFor, imageCacheBytes, makeRootDisk, parseImageRef, prepareRootfs, unpackImage,
+  RegistryClient, agentSourceKey, type BlobCache, hostPlatform, importArchive, imageLimits, maxUnpackedBytes, buildAgent, defaultRegistry, diskSizeFor, makeRootDisk, parseImageRef, prepareRootfs, unpackImage,
   type ResolvedImage, type RunConfig,
 } from "@den/images";
 import { bakeFromDisk, cacheDir, deviceSetId, type Runtime, type TemplateRunConfig } from "@den/runtime";
 import type { ObjectStore } from "@den/store";
 import { fetchVerified } from "./context-copy.js";
-import { WORK_PREFIX, cacheKey, stepTemplate, touchStep, type BuildState, type Log } from "./build-cache.js";
+import { WORK_PREFIX, cacheKey, imageCache, stepTemplate, touchStep, type BuildState, type Log } from "./build-cache.js";
 
 /** Quotes one argument for a POSIX shell. */
 export function shellQuote(a: string): string {
@@ -51,11 +51,12 @@ type Auth = NonNullable<NonNullable<host.TemplateBuildSpec["fromImage"]>["auth"]
 
 export class ImageBases {
   private readonly blobs: BlobCache;
-  private readonly registry: RegistryClient;
+
+  private readonly env: NodeJS.ProcessEnv;
 
   constructor(private readonly rt: Runtime, private readonly store: ObjectStore, env: NodeJS.ProcessEnv = process.env) {
-    this.blobs = new BlobCache(join(rt.dataDir, "image-cache"), { maxBytes: imageCacheBytes(env) });
-    this.registry = RegistryClient.fromEnv(env);
+    this.blobs = imageCache(rt, env);
+    this.env = env;
   }
 
   /**
@@ -68,7 +69,7 @@ export class ImageBases {
     let image: ResolvedImage;
     if (from && ref) {
       log(`resolving ${from.ref}`);
-      image = await this.registry.resolve(ref, { ...(from.auth ? { auth: from.auth } : {}), signal });
+      image = await this.registry().resolve(ref, { ...(from.auth ? { auth: from.auth } : {}), signal });
     } else image = await this.importArchive(spec.fromArchive!, log, signal);
     const h = this.rt.host;
     const base = await this.rt.templates.resolve("base");
@@ -107,6 +108,11 @@ export class ImageBases {
     }
   }
 
+  /** A registry client with the settings as they are now (DEN_INSECURE_REGISTRIES, DEN_REGISTRY_CA_FILE, ...: read at each build). */
+  private registry(): RegistryClient {
+    return RegistryClient.fromEnv(this.env);
+  }
+
   /** An uploaded image archive: fetched from the store (its digest checked), its blobs put in the cache, its image read. */
   private async importArchive(archive: NonNullable<host.TemplateBuildSpec["fromArchive"]>, log: Log, signal?: AbortSignal): Promise<ResolvedImage> {
     const scratch = await mkdtemp(join(this.rt.dataDir, `${WORK_PREFIX}archive-${process.pid}-`));
@@ -132,7 +138,7 @@ export class ImageBases {
         continue;
       }
       log(`${d.digest.slice(0, 19)}: pulling ${(d.size / 1024 ** 2).toFixed(1)} MB`);
-      await this.registry.fetchBlob(ref, d, this.blobs, { ...(auth ? { auth } : {}), signal });
+      await this.registry().fetchBlob(ref, d, this.blobs, { ...(auth ? { auth } : {}), signal });
     }
   }
 }

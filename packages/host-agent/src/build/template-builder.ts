@@ -61,7 +61,7 @@ export class TemplateBuilder {
       log(`template ${target.name}@${target.version}: built before from the same content`);
       return existing;
     }
-    return this.bakeStarted(state, target, run, start, spec, log);
+    return this.bakeStarted(state, target, run, start, spec, log, signal);
   }
 
   /** One step from `state`: ENV, WORKDIR and USER change what later steps run with; RUN and COPY run in a VM. */
@@ -147,7 +147,7 @@ export class TemplateBuilder {
   /** Starts the start command in a VM of the last step, waits until ready, and bakes that VM as `target` (standalone). */
   private async bakeStarted(
     state: BuildState, target: { name: string; version: string }, run: TemplateRunConfig,
-    start: { argv?: string[]; cmd?: string; text: string } | undefined, spec: Spec, log: Log,
+    start: { argv?: string[]; cmd?: string; text: string } | undefined, spec: Spec, log: Log, signal?: AbortSignal,
   ): Promise<TemplateInfo & { reused: boolean }> {
     // (No network: the template's sandboxes get theirs at create; a start command that needs one at build time waits for it.)
     const sbx = await this.makeVm(`${state.tpl.name}@${state.tpl.version}`, undefined);
@@ -158,6 +158,8 @@ export class TemplateBuilder {
         const { proc } = await sbx.spawn(start.argv ?? start.cmd!, { env: run.env, ...(run.workdir ? { cwd: run.workdir } : {}), ...(run.user ? { user: run.user } : {}) });
         await this.waitReady(sbx, proc, run, spec, log);
       }
+      // (The last point a cancel stops it: past it the version is installed.)
+      if (signal?.aborted) throw new DenError("aborted", "the build was cancelled");
       log(`snapshotting`);
       const recipe = { kind: "build", source: state.source, startCmd: run.startCmd, readyCmd: run.readyCmd };
       return await bakeFromSandbox(this.rt, sbx.id, target, recipe, log, { meta: { source: state.source, run }, standalone: true });

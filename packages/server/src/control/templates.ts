@@ -282,6 +282,8 @@ export class Templates {
 
   /** A build a restart found unfinished (its operation settled by recovery): it ends as an error. */
   async interrupted(id: string): Promise<void> {
+    // A host that is still building it (the control plane died, not the host) stops: nobody waits for its result.
+    await this.ctx.hosts.each((h) => h.cancelBuild(id));
     await buildStore(this.ctx.store).finish(id, {
       state: "error", version: null, finished_at: this.ctx.clock.now(),
       error: JSON.stringify({ code: "aborted", message: "the build was interrupted by a restart of Den; start it again" }),

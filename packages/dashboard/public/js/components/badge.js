@@ -1,4 +1,4 @@
-// State badges, reason chips and metadata chips.
+// State badges (sandboxes, template builds), reason chips and metadata chips.
 import { h, setText } from "../dom.js";
 
 /** "running", "hibernated · warm", "hibernated · cold", ... */
@@ -31,6 +31,21 @@ export function updateStateBadge(el, sbx) {
   if (el.className !== cls) el.className = cls;
   setText(el.querySelector(".label"), stateLabel(sbx));
   el.title = HINTS[sbx.state === "hibernated" ? stateClass(sbx) : sbx.state] ?? sbx.state;
+}
+
+const BUILD_CLASS = { building: "state-building", waiting: "state-waiting", ready: "state-running", error: "state-error", cancelled: "state-destroyed" };
+const BUILD_HINTS = {
+  building: "Running in a build microVM",
+  waiting: "Announced, not started yet",
+  ready: "Built: the template version is usable",
+  error: "Failed",
+  cancelled: "Cancelled: nothing was kept",
+};
+
+/** A template build's state: building, waiting, ready, error, cancelled. */
+export function buildBadge(state, attrs = {}) {
+  return h("span", { class: `badge badge-sm ${BUILD_CLASS[state] ?? ""}`, title: BUILD_HINTS[state] ?? state, ...attrs },
+    h("span", { class: "dot", "aria-hidden": "true" }), h("span", { class: "label" }, state));
 }
 
 export function chip(text, attrs = {}) {

@@ -5,16 +5,16 @@ let seq = 0;
 
 /**
  * Asks to confirm; resolves with the fields' values ({} without fields), or null when
- * cancelled. fields: [{ name, label, type, value, min, max, placeholder, hint }]
+ * cancelled (its button says `cancelLabel`). fields: [{ name, label, type, value, min, max, placeholder, hint }]
  */
-export function confirmDialog({ title, message, confirmLabel = "Confirm", danger = false, fields = [] }) {
+export function confirmDialog({ title, message, confirmLabel = "Confirm", cancelLabel = "Cancel", danger = false, fields = [] }) {
   return new Promise((resolve) => {
     const id = `dlg-${++seq}`;
     const inputs = fields.map((f) => h("input", {
       id: `${id}-${f.name}`, name: f.name, type: f.type ?? "text", value: f.value ?? "", min: f.min, max: f.max,
       placeholder: f.placeholder, required: f.required, maxlength: f.maxlength, autocomplete: "off",
     }));
-    const cancel = h("button", { type: "submit", value: "cancel", formnovalidate: true, class: "button" }, "Cancel");
+    const cancel = h("button", { type: "submit", value: "cancel", formnovalidate: true, class: "button" }, cancelLabel);
     const ok = h("button", { type: "submit", value: "confirm", class: danger ? "button button-danger" : "button button-primary" }, confirmLabel);
     const form = h("form", { method: "dialog", class: "dialog-form" },
       h("h2", { id: `${id}-title`, class: "dialog-title" }, title),

@@ -17,6 +17,7 @@ export function mountShell(root, { onSignOut }) {
   const live = h("span", { class: "live", role: "status", "aria-label": "Live updates" }, h("span", { class: "dot", "aria-hidden": "true" }), liveText);
   const links = {
     sandboxes: h("a", { href: "#/", class: "nav-link" }, "Sandboxes"),
+    templates: h("a", { href: "#/templates", class: "nav-link" }, "Templates"),
     webhooks: h("a", { href: "#/webhooks", class: "nav-link" }, "Webhooks"),
   };
   const main = h("main", { id: "main", tabindex: "-1", class: "main" });
