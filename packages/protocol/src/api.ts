@@ -424,7 +424,8 @@ export const CreateTemplateRequest = z
   .refine((r) => r.dockerfile !== undefined || (r.context === undefined && r.build_args === undefined), "context and build_args go with a dockerfile")
   .refine((r) => r.from_image !== undefined || r.from_archive !== undefined || r.dockerfile !== undefined || (r.start_cmd === undefined && r.ready_cmd === undefined), "start_cmd and ready_cmd need from_image, from_archive or a dockerfile (setup commands' processes are what a template from a template keeps)");
 
-export const TemplateBuildState = z.enum(["building", "ready", "error", "cancelled"]);
+/** `waiting`: announced and not started yet (E2B's builder announces a build, then starts it). */
+export const TemplateBuildState = z.enum(["waiting", "building", "ready", "error", "cancelled"]);
 export type TemplateBuildState = z.infer<typeof TemplateBuildState>;
 
 /** A template build: what it builds, how it stands, and (once ended) what it made or why it failed. */

@@ -11,3 +11,4 @@ export type {
 } from "./host.js";
 export * as e2bApi from "./e2b/rest.js";
 export * as e2bVolumes from "./e2b/volume-content.js";
+export * as e2bTemplates from "./e2b/templates.js";

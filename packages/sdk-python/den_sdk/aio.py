@@ -78,9 +78,10 @@ from .ports import PortForward
 from .processes import Process, Processes, ProcessLogs
 from .pty import Pty, PtyExit, Ptys, PatternLike, _bytes_pattern
 from .sandbox import Network, Sandbox
-from .templates import Templates
+from .templates import ContextData, Templates
 from .types import (
     ApiKey,
+    BuildContext,
     FileInfo,
     HostInfo,
     ListeningPort,
@@ -90,6 +91,8 @@ from .types import (
     SandboxEvent,
     SandboxInfo,
     Template,
+    TemplateBuild,
+    TemplateBuildLogLine,
     UsageReport,
     Webhook,
     WebhookDeliveriesPage,
@@ -1564,6 +1567,14 @@ class AsyncTemplates:
         """
         return await _call(Templates.list, api_url=api_url, api_key=api_key)
 
+    @overload
+    @staticmethod
+    async def create(name: str, setup: Optional[Sequence[str]] = ..., *, wait: Literal[False], **kwargs: Any) -> TemplateBuild: ...
+
+    @overload
+    @staticmethod
+    async def create(name: str, setup: Optional[Sequence[str]] = ..., *, wait: Optional[Literal[True]] = ..., **kwargs: Any) -> Template: ...
+
     @staticmethod
     async def create(
         name: str,
@@ -1574,8 +1585,11 @@ class AsyncTemplates:
         setup_timeout_seconds: Optional[int] = None,
         api_url: Optional[str] = None,
         api_key: Optional[str] = None,
-    ) -> Template:
-        """Builds a template (see :meth:`Templates.create`).
+        **kwargs: Any,
+    ) -> Union[Template, TemplateBuild]:
+        """Builds a template (see :meth:`Templates.create`: the same arguments, ``from_image``,
+        ``dockerfile``, ``context``, ``build_args``, ``wait``, ... included). Returns the
+        :class:`Template`, or with ``wait=False`` the :class:`TemplateBuild`.
 
         Example::
 
@@ -1583,8 +1597,81 @@ class AsyncTemplates:
         """
         return await _call(
             Templates.create, name, setup, from_template=from_template, from_checkpoint=from_checkpoint,
-            setup_timeout_seconds=setup_timeout_seconds, api_url=api_url, api_key=api_key,
+            setup_timeout_seconds=setup_timeout_seconds, api_url=api_url, api_key=api_key, **kwargs,
         )
+
+    @staticmethod
+    async def start_build(name: str, setup: Optional[Sequence[str]] = None, **kwargs: Any) -> TemplateBuild:
+        """Starts a build and answers at once (see :meth:`Templates.start_build`; same arguments).
+
+        Example::
+
+            b = await AsyncTemplates.start_build("web", from_image="nginx:1.27")
+            async with AsyncTemplates.build_logs(b.id, follow=True) as lines:
+                async for line in lines:
+                    print(line.message)
+        """
+        return await _call(Templates.start_build, name, setup, **kwargs)
+
+    @staticmethod
+    async def upload_context(
+        data: ContextData, *, digest: Optional[str] = None, api_url: Optional[str] = None, api_key: Optional[str] = None,
+    ) -> BuildContext:
+        """Uploads a build context (see :meth:`Templates.upload_context`), from a worker thread.
+
+        Example::
+
+            ctx = await AsyncTemplates.upload_context("./app")
+        """
+        return await _call(Templates.upload_context, data, digest=digest, api_url=api_url, api_key=api_key)
+
+    @staticmethod
+    async def build(build_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> TemplateBuild:
+        """One build of yours (see :meth:`Templates.build`).
+
+        Example::
+
+            b = await AsyncTemplates.build("op_...")
+        """
+        return await _call(Templates.build, build_id, api_url=api_url, api_key=api_key)
+
+    @staticmethod
+    async def builds(
+        name: Optional[str] = None, *, limit: Optional[int] = None, api_url: Optional[str] = None, api_key: Optional[str] = None,
+    ) -> List[TemplateBuild]:
+        """Your builds, newest first (see :meth:`Templates.builds`).
+
+        Example::
+
+            for b in await AsyncTemplates.builds("web"):
+                print(b.id, b.state)
+        """
+        return await _call(Templates.builds, name, limit=limit, api_url=api_url, api_key=api_key)
+
+    @staticmethod
+    async def cancel_build(build_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> TemplateBuild:
+        """Cancels a running build (see :meth:`Templates.cancel_build`).
+
+        Example::
+
+            await AsyncTemplates.cancel_build(b.id)
+        """
+        return await _call(Templates.cancel_build, build_id, api_url=api_url, api_key=api_key)
+
+    @staticmethod
+    def build_logs(
+        build_id: str, offset: int = 0, follow: bool = False, *, api_url: Optional[str] = None, api_key: Optional[str] = None,
+    ) -> AsyncStream[TemplateBuildLogLine]:
+        """A build's log lines as an async iterator (see :meth:`Templates.build_logs`); an unknown
+        build raises at the first ``__anext__`` (or on entering ``async with``).
+
+        Example::
+
+            async with AsyncTemplates.build_logs(b.id, follow=True) as lines:
+                async for line in lines:
+                    print(line.message)
+        """
+        return AsyncStream(lambda: Templates.build_logs(build_id, offset, follow, api_url=api_url, api_key=api_key))
 
     @staticmethod
     async def delete(name: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> None:

@@ -21,6 +21,9 @@ __all__ = [
     "ListeningPort",
     "PortUrl",
     "Template",
+    "TemplateBuild",
+    "TemplateBuildLogLine",
+    "BuildContext",
     "ApiKey",
     "UsageReport",
     "UsageGroup",
@@ -420,6 +423,120 @@ class Template:
             vcpus=w["vcpus"], memory_mb=w["memory_mb"], disk_mb=w["disk_mb"],
             created_at=parse_time(w["created_at"]), source=w.get("source"), run=w.get("run"), raw=dict(w),  # type: ignore[arg-type]
         )
+
+
+@dataclass
+class TemplateBuild:
+    """A template build (the ``TemplateBuild`` body): what it builds (``name``; ``source``, e.g.
+    ``{"kind": "dockerfile", "from": "python:3.12"}``), how it stands (``state``: ``building``,
+    then ``ready``, ``error`` or ``cancelled``) and, once it has ended, the ``version`` it made or
+    the ``error`` it ended with (``{"code", "message", "details"?}``, as the API's errors are;
+    ``aborted`` for a cancelled one).
+
+    Example::
+
+        b = Templates.build("op_...")
+        if b.state == "ready":
+            print(f"{b.name}@{b.version}")
+        elif b.error:
+            print(b.error["code"], b.error["message"])
+    """
+
+    id: str
+    name: str
+    state: str
+    source: Dict[str, str]
+    version: Optional[str]
+    error: Optional[Dict[str, Any]]
+    created_at: datetime
+    finished_at: Optional[datetime]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def done(self) -> bool:
+        """Whether the build has ended (``ready``, ``error`` or ``cancelled``).
+
+        Example::
+
+            while not (b := Templates.build(b.id)).done:
+                time.sleep(1)
+        """
+        return self.state != "building"
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "TemplateBuild":
+        """Builds a build from its JSON.
+
+        Example::
+
+            TemplateBuild.from_wire(client.json("GET", "/v1/templates/builds/op_x"))
+        """
+        err = w["error"]
+        if err is not None and not (isinstance(err.get("code"), str) and isinstance(err.get("message"), str)):
+            raise TypeError("a build's error has a code and a message")
+        source = w["source"]
+        if not isinstance(source, dict):
+            raise TypeError("a build's source is an object")
+        return cls(
+            id=w["id"], name=w["name"], state=w["state"], source=dict(source), version=w["version"], error=err,
+            created_at=parse_time(w["created_at"]), finished_at=_opt_time(w["finished_at"]), raw=dict(w),  # type: ignore[arg-type]
+        )
+
+
+@dataclass
+class TemplateBuildLogLine:
+    """One line of a build's log (see :meth:`Templates.build_logs`). ``seq`` counts from 0:
+    ``offset=line.seq + 1`` resumes after it; ``level`` is ``info`` or ``error``.
+
+    Example::
+
+        for line in Templates.build_logs(build.id, follow=True):
+            print(line.message)
+    """
+
+    seq: int
+    at: datetime
+    level: str
+    message: str
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "TemplateBuildLogLine":
+        """Builds a line from its JSON.
+
+        Example::
+
+            TemplateBuildLogLine.from_wire({"seq": 0, "at": "2025-01-01T00:00:00Z", "level": "info", "message": "FROM base"})
+        """
+        if not isinstance(w["seq"], int) or not isinstance(w["message"], str):
+            raise TypeError("a log line has an integer seq and a string message")
+        return cls(seq=w["seq"], at=parse_time(w["at"]), level=w["level"], message=w["message"])  # type: ignore[arg-type]
+
+
+@dataclass
+class BuildContext:
+    """An uploaded build context (the answer to :meth:`Templates.upload_context`): ``context``
+    is the ``sha256:<hex>`` a Dockerfile build names; ``size`` its bytes.
+
+    Example::
+
+        ctx = Templates.upload_context("./app")
+        Templates.create("app", dockerfile=open("./app/Dockerfile").read(), context=ctx.context)
+    """
+
+    context: str
+    size: int
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "BuildContext":
+        """Builds it from its JSON.
+
+        Example::
+
+            BuildContext.from_wire({"context": "sha256:" + "0" * 64, "size": 10240})
+        """
+        if not isinstance(w["context"], str) or not isinstance(w["size"], int):
+            raise TypeError("a context is a string digest and an integer size")
+        return cls(context=w["context"], size=w["size"])
 
 
 @dataclass

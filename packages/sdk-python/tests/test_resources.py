@@ -16,6 +16,7 @@ from den_sdk import (
     Sandbox,
     SetupFailedError,
     Template,
+    TemplateBuild,
     Templates,
     Usage,
     UsageGroup,
@@ -68,6 +69,29 @@ class ResourcesTest(unittest.TestCase):
         self.assertEqual((cm.exception.status, cm.exception.details.get("stderr")), (422, "nope\n"))
         with self.assertRaises(NotFoundError):
             Templates.delete(f"{RUN_TAG}-never-built")
+
+    def test_template_build_started_followed_listed(self):
+        name = f"{RUN_TAG}-bld"
+        b = Templates.start_build(name, setup=["echo one > /etc/one", "echo two"])
+        self.assertIsInstance(b, TemplateBuild)
+        self.assertEqual(b.name, name)
+        try:
+            lines = list(Templates.build_logs(b.id, follow=True))
+            self.assertEqual([x.seq for x in lines], list(range(len(lines))))
+            self.assertIn("setup: echo one > /etc/one", [x.message for x in lines])
+            done = Templates.build(b.id)
+            self.assertEqual((done.state, done.error, done.done), ("ready", None, True))
+            self.assertIn((name, done.version), [(t.name, t.version) for t in Templates.list()])
+            self.assertEqual([x.id for x in Templates.builds(name)], [b.id])
+            self.assertEqual([x.message for x in Templates.build_logs(b.id, offset=1)], [x.message for x in lines[1:]])
+            self.assertEqual(Templates.cancel_build(b.id).state, "ready", "a build that ended is left as it is")
+        finally:
+            Templates.delete(name)
+        failed = Templates.start_build(f"{RUN_TAG}-bld-broken", setup=["echo nope >&2; false"])
+        for _ in Templates.build_logs(failed.id, follow=True):
+            pass
+        failed = Templates.build(failed.id)
+        self.assertEqual((failed.state, failed.error["code"]), ("error", "setup_failed"))
 
     def test_keys_create_use_revoke(self):
         owner = f"{RUN_TAG}-owner"

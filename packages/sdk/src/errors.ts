@@ -175,7 +175,7 @@ export class InvalidStateError extends DenApiError {}
 export class ConflictError extends DenApiError {}
 
 /**
- * 429 `quota_exceeded`: too many sandboxes (or vCPUs, memory, …) for this key.
+ * 429 `quota_exceeded`: too many sandboxes (or vCPUs, memory, …) for this key; `limit_exceeded`: too many template builds running at once.
  *
  * @example
  * ```ts
@@ -265,6 +265,7 @@ const BY_CODE: Readonly<Record<string, ApiErrorClass>> = {
   sandbox_not_found: SandboxNotFoundError,
   file_not_found: FileNotFoundError,
   volume_not_found: NotFoundError,
+  image_not_found: NotFoundError,
   proc_not_found: ProcessNotFoundError,
   template_not_found: TemplateNotFoundError,
   invalid_argument: InvalidArgumentError,
@@ -278,6 +279,7 @@ const BY_CODE: Readonly<Record<string, ApiErrorClass>> = {
   volume_in_use: ConflictError,
   disk_full: ConflictError,
   quota_exceeded: QuotaExceededError,
+  limit_exceeded: QuotaExceededError,
   payload_too_large: PayloadTooLargeError,
   exec_timeout: TimeoutError,
   timeout: TimeoutError,

@@ -26,7 +26,14 @@ export {
 } from "./exec.js";
 export { Process, Processes, type LogsOptions, type ProcessLogs, type WaitOptions } from "./processes.js";
 export { Filesystem, type ListFilesResult } from "./filesystem.js";
-export { Templates, type CreateTemplateSpec } from "./templates.js";
+export {
+  Templates,
+  type CreateTemplateSpec,
+  type UploadContextOptions,
+  type ListBuildsOptions,
+  type BuildLogsOptions,
+  type ContextBody,
+} from "./templates.js";
 export { Keys, type CreateKeyOptions } from "./keys.js";
 export {
   Webhooks,
@@ -72,6 +79,10 @@ export type {
   SandboxEvent,
   TemplateInfo,
   TemplateRun,
+  TemplateBuild,
+  TemplateBuildState,
+  TemplateBuildLogLine,
+  BuildContextInfo,
   ApiKeyInfo,
   WebhookInfo,
   WebhookDeliveryInfo,

@@ -278,6 +278,78 @@ export function toTemplateInfo(w: api.Template): TemplateInfo {
   };
 }
 
+/** Where a template build stands: `building`, then `ready`, `error` or `cancelled`. */
+export type TemplateBuildState = api.TemplateBuildState;
+
+/**
+ * A template build (the `TemplateBuild` body, camelCased): what it builds, how it stands, and
+ * once it has ended what it made (`version`) or why it failed (`error`).
+ *
+ * @example
+ * ```ts
+ * const b = await Templates.build("op_...");
+ * if (b.state === "ready") console.log(`${b.name}@${b.version}`);
+ * else if (b.error) console.error(b.error.code, b.error.message);
+ * ```
+ */
+export interface TemplateBuild {
+  id: string;
+  /** The template it builds. */
+  name: string;
+  state: TemplateBuildState;
+  /** What it builds from: `{ kind: "image", ref }`, `{ kind: "dockerfile", from }`, `{ kind: "template", from }`, ... */
+  source: Record<string, string>;
+  /** The version it made (once `ready`). */
+  version: string | null;
+  /** Why it failed (`error`), or `aborted` (`cancelled`); `details` as the API error's (e.g. a failed RUN's `stdout`/`stderr`). */
+  error: { code: string; message: string; details?: Record<string, unknown> } | null;
+  createdAt: Date;
+  finishedAt: Date | null;
+}
+
+/** Maps the wire `TemplateBuild` to {@link TemplateBuild}. */
+export function toTemplateBuild(w: api.TemplateBuild): TemplateBuild {
+  return {
+    id: w.id, name: w.name, state: w.state, source: w.source, version: w.version, error: w.error,
+    createdAt: new Date(w.created_at), finishedAt: date(w.finished_at),
+  };
+}
+
+/**
+ * One line of a build's log (see {@link Templates.buildLogs}); `seq` counts from 0, so
+ * `offset: line.seq + 1` resumes after it.
+ *
+ * @example
+ * ```ts
+ * for await (const l of Templates.buildLogs(id, { follow: true })) console.log(l.at.toISOString(), l.message);
+ * ```
+ */
+export interface TemplateBuildLogLine {
+  seq: number;
+  at: Date;
+  level: "info" | "error";
+  message: string;
+}
+
+/** Maps the wire `TemplateBuildLogLine` to {@link TemplateBuildLogLine}. */
+export function toTemplateBuildLogLine(w: api.TemplateBuildLogLine): TemplateBuildLogLine {
+  return { seq: w.seq, at: new Date(w.at), level: w.level, message: w.message };
+}
+
+/**
+ * An uploaded build context (the answer to {@link Templates.uploadContext}): `context` is the
+ * `sha256:<hex>` to pass as a Dockerfile build's `context`.
+ *
+ * @example
+ * ```ts
+ * const { context, size } = await Templates.uploadContext(tarBytes);
+ * ```
+ */
+export interface BuildContextInfo {
+  context: string;
+  size: number;
+}
+
 /**
  * An API key (the `ApiKey` body, camelCased). `key`, the secret, is only in the answer to
  * {@link Keys.create}.

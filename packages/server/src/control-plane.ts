@@ -19,7 +19,7 @@ import { Reaper } from "./control/reaper.js";
 import { OwnerSlots } from "./control/owner-slots.js";
 import { Recovery } from "./control/recovery.js";
 import { HostRegistry } from "./control/registry.js";
-import { contextName, putContext } from "./control/build-contexts.js";
+import { buildContexts, contextName, putContext, type BuildContexts } from "./control/build-contexts.js";
 import { buildStore, toApiBuild } from "./build-store.js";
 import { SharedTemplates } from "./control/shared-templates.js";
 import { Serializer } from "./control/serializer.js";
@@ -330,6 +330,11 @@ export class ControlPlane {
 
   deleteTemplate(p: Principal, name: string): Promise<void> {
     return this.templates.delete(p, name);
+  }
+
+  /** Build contexts in the object store, owner by owner (E2B's uploads take them by E2B's own names). */
+  get buildContexts(): BuildContexts {
+    return buildContexts(this.ctx);
   }
 
   /** Stores a build context (a tar) of the caller's, named by its sha256 (checked). */

@@ -86,3 +86,18 @@ export async function collectContexts(ctx: Ctx, maxAgeMs: number): Promise<numbe
   }
   return n;
 }
+
+/** The owner-scoped context calls, bound to one control plane (for the surfaces that take uploads). */
+export interface BuildContexts {
+  put(owner: string, name: string, body: Readable, maxBytes: number, expectDigest: boolean): Promise<{ sha256: string; size: number }>;
+  has(owner: string, name: string): Promise<boolean>;
+  ref(owner: string, digestOrName: string): Promise<{ key: string; sha256: string }>;
+}
+
+export function buildContexts(ctx: Ctx): BuildContexts {
+  return {
+    put: (owner, name, body, maxBytes, expectDigest) => putContext(ctx, owner, name, body, maxBytes, expectDigest),
+    has: (owner, name) => hasContext(ctx, owner, name),
+    ref: (owner, name) => contextRef(ctx, owner, name),
+  };
+}

@@ -20,9 +20,12 @@ export class DenEnvdSandboxes implements EnvdSandboxes {
     if (row.state === "hibernated" && row.auto_resume === 1 && !row.op_id && !opts.probe) row = await this.cp.wake(row.id, "user", row.run_timeout_seconds ?? DEFAULT_TIMEOUT_SECONDS);
     if (row.state !== "running" || (row.op_id && (row.op_kind === "destroy" || row.op_kind === "hibernate"))) throw new EnvdUnavailable(`sandbox ${row.id} is ${row.state === "hibernated" ? "paused" : row.state}`);
     const id = row.id;
+    const defaults = row.defaults ? (JSON.parse(row.defaults) as { cwd?: string; user?: string }) : {};
     return {
       guest: this.cp.hosts.of(row).guest(id),
       env: JSON.parse(row.env) as Record<string, string>,
+      ...(defaults.cwd ? { cwd: defaults.cwd } : {}),
+      ...(defaults.user ? { user: defaults.user } : {}),
       touch: () => void this.cp.touch(id).catch(() => undefined),
       onGone: (cb) => this.cp.ops.onGone(id, cb),
     };

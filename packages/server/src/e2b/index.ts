@@ -2,6 +2,10 @@ import type { ControlPlane } from "../control-plane.js";
 import { E2bMapper } from "./mapping.js";
 import { MetricsSeries } from "./metrics.js";
 import { E2bService } from "./service.js";
+import { E2bTemplateBuilds } from "./templates/builds.js";
+import { E2bTemplateCatalog } from "./templates/catalog.js";
+import type { E2bTemplates } from "./templates/routes.js";
+import { UploadLinks } from "./templates/uploads.js";
 import { E2bTokens } from "./tokens.js";
 import { E2bVolumes } from "./volumes.js";
 
@@ -15,6 +19,9 @@ export interface E2bSurface {
   mapper: E2bMapper;
   metrics: MetricsSeries;
   volumes: E2bVolumes;
+  templates: E2bTemplates;
+  /** The signed links of template file uploads (templates/uploads.ts). */
+  uploads: { links: UploadLinks };
 }
 
 /**
@@ -24,5 +31,10 @@ export interface E2bSurface {
  */
 export async function openE2b(cp: ControlPlane, domain: () => string): Promise<E2bSurface> {
   const tokens = await E2bTokens.open(cp.store);
-  return { tokens, service: new E2bService(cp), mapper: new E2bMapper(tokens, domain), metrics: new MetricsSeries(cp), volumes: new E2bVolumes(cp, tokens, domain) };
+  const links = await UploadLinks.open(cp.store);
+  const catalog = new E2bTemplateCatalog(cp);
+  return {
+    tokens, service: new E2bService(cp, catalog), mapper: new E2bMapper(tokens, domain), metrics: new MetricsSeries(cp), volumes: new E2bVolumes(cp, tokens, domain),
+    templates: { catalog, builds: new E2bTemplateBuilds(cp, catalog, links) }, uploads: { links },
+  };
 }

@@ -1,13 +1,15 @@
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { hasZodFastifySchemaValidationErrors, type ZodTypeProvider } from "fastify-type-provider-zod";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { ZodTypeProvider } from "fastify-type-provider-zod";
 import { z } from "zod";
 import { DenError, api, e2bApi } from "@den/protocol";
 import type { ControlPlane } from "../control-plane.js";
 import { bearerKey, type Principal } from "../store.js";
-import { validationMessage } from "../validation.js";
+import { useE2bErrors } from "./errors.js";
 import type { E2bMapper } from "./mapping.js";
 import type { MetricsSeries } from "./metrics.js";
 import type { E2bService } from "./service.js";
+import { registerE2bTemplateRoutes, type E2bTemplates } from "./templates/routes.js";
+import { registerE2bUploads, type UploadLinks } from "./templates/uploads.js";
 import { registerE2bVolumeRoutes } from "./volume-routes.js";
 import type { E2bVolumes } from "./volumes.js";
 
@@ -45,21 +47,16 @@ const who = (req: FastifyRequest): Principal => {
 /**
  * The E2B control-plane API at the root of Den's origin (its paths never collide with /v1
  * or the dashboard): thin routes that check E2B's bodies, call E2bService (volumes:
- * volume-routes.ts, E2bVolumes), and answer in E2B's shapes, with E2B's error body
+ * volume-routes.ts, E2bVolumes; templates: templates/), and answer in E2B's shapes, with E2B's error body
  * `{code: <status>, message}` (the client reads `code`).
  */
-export async function registerE2bRoutes(root: FastifyInstance, deps: { cp: ControlPlane; service: E2bService; mapper: E2bMapper; metrics: MetricsSeries; volumes: E2bVolumes }): Promise<void> {
-  const { cp, service, mapper, metrics, volumes } = deps;
+export async function registerE2bRoutes(root: FastifyInstance, deps: {
+  cp: ControlPlane; service: E2bService; mapper: E2bMapper; metrics: MetricsSeries; volumes: E2bVolumes; templates: E2bTemplates; uploads: { links: UploadLinks };
+}): Promise<void> {
+  const { cp, service, mapper, metrics, volumes, templates } = deps;
   await root.register(async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
-    app.setErrorHandler((err: FastifyError | Error, req, reply) => {
-      if (err instanceof DenError) return sendError(reply, err.status, err.message);
-      if (hasZodFastifySchemaValidationErrors(err)) return sendError(reply, 400, validationMessage(err));
-      const fe = err as FastifyError;
-      if (fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 500) return sendError(reply, fe.statusCode, fe.message);
-      req.log.error({ err }, "unhandled error in the E2B API");
-      return sendError(reply, 500, "internal error");
-    });
+    useE2bErrors(plain);
     app.addHook("onRequest", async (req) => {
       const key = (req.headers["x-api-key"] as string | undefined) ?? bearerKey(req.headers.authorization);
       const p = key && key.length <= 512 ? await cp.store.findKey(key) : undefined;
@@ -174,9 +171,8 @@ export async function registerE2bRoutes(root: FastifyInstance, deps: { cp: Contr
     });
 
     registerE2bVolumeRoutes(app, volumes, who);
+    registerE2bTemplateRoutes(app, cp, templates, who);
   });
-}
-
-function sendError(reply: FastifyReply, status: number, message: string): FastifyReply {
-  return reply.status(status).send({ code: status, message } satisfies e2bApi.ErrorBody);
+  // The upload links' target: a scope of its own, without the API key (the link's token is the authority).
+  await registerE2bUploads(root, { cp, ...deps.uploads });
 }

@@ -4,6 +4,7 @@ import type { Terms } from "../control/lifecycle.js";
 import { volumeStore } from "../control/volumes.js";
 import type { CheckpointRow, Principal, SandboxRow } from "../store.js";
 import { denStates } from "./mapping.js";
+import type { E2bTemplateCatalog } from "./templates/catalog.js";
 import { denPolicy, denPolicyUpdate } from "./network.js";
 import { denMounts } from "./volumes.js";
 
@@ -30,7 +31,8 @@ function decodeToken(t: string): { createdAt: number; id: string } {
  * sandbox that went to sleep on its own as dead).
  */
 export class E2bService {
-  constructor(private readonly cp: ControlPlane) {}
+  /** `catalog`: what a template name means here (a tag, a snapshot's name; templates/catalog.ts). */
+  constructor(private readonly cp: ControlPlane, private readonly catalog?: E2bTemplateCatalog) {}
 
   async create(p: Principal, b: e2bApi.NewSandbox): Promise<{ row: SandboxRow; templateId: string }> {
     const timeout = Math.max(1, b.timeout ?? DEFAULT_TIMEOUT_SECONDS);
@@ -51,13 +53,15 @@ export class E2bService {
       network: denPolicy(b.allow_internet_access, b.network),
       ...(volumes ? { volumes } : {}),
     };
-    const checkpoint = await this.snapshotNamed(p, b.templateID);
+    // `name:tag` is the version of the build with that tag; a checkpoint's id or name is a restore.
+    const template = this.catalog ? await this.catalog.sandboxTemplate(p, b.templateID) : b.templateID;
+    const checkpoint = await this.snapshotNamed(p, template);
     if (checkpoint) {
       if (b.envVars && Object.keys(b.envVars).length) throw new DenError("invalid_argument", "envVars: a sandbox made from a snapshot keeps the environment of the one it was taken from");
       const req = parseInput(api.RestoreCheckpointRequest, common, "request");
       return { row: await this.cp.restoreCheckpoint(p, checkpoint.id, req, terms), templateId: b.templateID };
     }
-    const req = parseInput(api.CreateSandboxRequest, { ...common, template: b.templateID, ...(b.envVars ? { env: b.envVars } : {}) }, "request");
+    const req = parseInput(api.CreateSandboxRequest, { ...common, template, ...(b.envVars ? { env: b.envVars } : {}) }, "request");
     return { row: await this.cp.create(p, req, terms), templateId: b.templateID };
   }
 
@@ -145,6 +149,8 @@ export class E2bService {
 
   async snapshot(p: Principal, id: string, name: string | undefined): Promise<CheckpointRow> {
     const row = await this.live(p, id);
+    // E2B's snapshots and templates share names: one name, one thing to create a sandbox from.
+    if (name && (await this.catalog?.taken(name))) throw new DenError("already_exists", `${name} is the name of a template`);
     return this.cp.checkpoint(p, row.id, name);
   }
 

@@ -81,7 +81,9 @@ async function start(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Promis
   if (ctx.state.processes.size >= MAX_PROCESSES) throw new ConnectError("resource_exhausted", `at most ${MAX_PROCESSES} processes per sandbox`);
   const cfg = req.process;
   const opts: GuestExecOptions = { env: { ...ctx.sandbox.env, ...cfg.envs }, user: ctx.user };
+  // (None named: the template's working directory, as E2B's envd starts there.)
   if (cfg.cwd) opts.cwd = resolvePath(ctx.user, cfg.cwd);
+  else if (ctx.sandbox.cwd) opts.cwd = ctx.sandbox.cwd;
   if (req.pty) opts.pty = { rows: req.pty.size.rows, cols: req.pty.size.cols };
   else if (req.stdin) opts.interactive = true;
   const proc = await withDeadline(ctx.sandbox.guest.execStream([cfg.cmd, ...(cfg.args ?? [])], opts), "process start", START_MS,

@@ -26,7 +26,7 @@ export function sandboxIdOf(h: IncomingHttpHeaders): string {
 }
 
 /** The user from `Authorization: Basic base64("<user>:")`, else `fallback`. */
-export function userOf(h: IncomingHttpHeaders, fallback = DEFAULT_USER): string {
+export function userOf(h: IncomingHttpHeaders, fallback: string = DEFAULT_USER): string {
   const auth = header(h, "authorization");
   if (!auth) return fallback;
   const m = /^Basic\s+([A-Za-z0-9+/=]{1,200})$/i.exec(auth.trim());

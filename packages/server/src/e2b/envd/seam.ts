@@ -29,6 +29,10 @@ export interface EnvdSandbox {
   guest: HostGuest;
   /** The sandbox's own environment (from its create call): the base of every process's env. */
   env?: Record<string, string>;
+  /** Its template's working directory (an image's WORKDIR): where a process starts that names none. */
+  cwd?: string;
+  /** Its template's default user (an image's USER): who a request that names none runs as. */
+  user?: string;
   /** Counts as activity (idle reaping); cheap to call often. */
   touch(): void;
   /** `cb` runs once when the sandbox stops being usable (killed, expired, paused, lost); returns an unsubscribe. */

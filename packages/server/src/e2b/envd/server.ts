@@ -99,7 +99,7 @@ export async function buildEnvdServer(sandboxes: EnvdSandboxes, opts: EnvdServer
       const body = await readBody(req, MAX_RPC_BODY);
       msg = unary ? parseJson(body) : decodeRequestEnvelope(body);
       const { id, sandbox } = await open(req);
-      ctx = { sandboxId: id, sandbox, state: states.get(id, sandbox), user: userOf(req.headers), timeoutMs: timeoutOf(req.headers["connect-timeout-ms"]) };
+      ctx = { sandboxId: id, sandbox, state: states.get(id, sandbox), user: userOf(req.headers, sandbox.user), timeoutMs: timeoutOf(req.headers["connect-timeout-ms"]) };
     } catch (e) {
       return sendUnaryError(res, toConnectError(e), gateStatus(e));
     }
@@ -144,7 +144,7 @@ export async function buildEnvdServer(sandboxes: EnvdSandboxes, opts: EnvdServer
     try {
       const q = filesQuery(req.url ?? "/", op);
       const { sandbox } = await open(req, q.signature);
-      const user = q.username ?? userOf(req.headers);
+      const user = q.username ?? userOf(req.headers, sandbox.user);
       const unsubscribe = sandbox.onGone(() => res.destroy());
       try {
         if (op === "read") await download(sandbox.guest, user, q, res);
