@@ -180,28 +180,7 @@ class Templates:
         return convert(client.json("POST", "/v1/templates", json_body=body, timeout=timeout), Template.from_wire)
 
     @staticmethod
-    def start_build(
-        name: str,
-        setup: Optional[Sequence[str]] = None,
-        *,
-        from_template: Optional[str] = None,
-        from_checkpoint: Optional[str] = None,
-        setup_timeout_seconds: Optional[int] = None,
-        from_image: Optional[Union[str, Mapping[str, Any]]] = None,
-        from_archive: Optional[str] = None,
-        dockerfile: Optional[str] = None,
-        context: Optional[str] = None,
-        build_args: Optional[Mapping[str, str]] = None,
-        start_cmd: Optional[str] = None,
-        ready_cmd: Optional[str] = None,
-        ready_timeout_seconds: Optional[int] = None,
-        vcpus: Optional[int] = None,
-        memory_mb: Optional[int] = None,
-        disk_mb: Optional[int] = None,
-        force: Optional[bool] = None,
-        api_url: Optional[str] = None,
-        api_key: Optional[str] = None,
-    ) -> TemplateBuild:
+    def start_build(name: str, setup: Optional[Sequence[str]] = None, **kwargs: Any) -> TemplateBuild:
         """Starts a build (the arguments of :meth:`create`) and answers at once with it
         (``state == "building"``). Follow it with :meth:`build_logs` (``follow=True`` ends when
         the build does), then read how it ended with :meth:`build`. Refusals that need no
@@ -216,12 +195,9 @@ class Templates:
             b = Templates.build(b.id)
             print(f"{b.name}@{b.version}" if b.state == "ready" else b.error)
         """
-        return Templates.create(  # type: ignore[call-overload,no-any-return]
-            name, setup, from_template=from_template, from_checkpoint=from_checkpoint, setup_timeout_seconds=setup_timeout_seconds,
-            from_image=from_image, from_archive=from_archive, dockerfile=dockerfile, context=context, build_args=build_args, start_cmd=start_cmd, ready_cmd=ready_cmd,
-            ready_timeout_seconds=ready_timeout_seconds, vcpus=vcpus, memory_mb=memory_mb, disk_mb=disk_mb, force=force, wait=False,
-            api_url=api_url, api_key=api_key,
-        )
+        if "wait" in kwargs:
+            raise TypeError("start_build always answers at once; use create to wait")
+        return Templates.create(name, setup, wait=False, **kwargs)  # type: ignore[no-any-return]
 
     @staticmethod
     def upload_context(
