@@ -222,6 +222,16 @@ describe("templates from OCI images", () => {
     const s = (await api("POST", "/v1/sandboxes", { template: "private" })).body;
     assert.equal((await exec(s.id, { cmd: "cat /www/index.html" })).stdout, "busybox here\n");
     await lifecycle(s.id, { path: "/index.html", body: "busybox here\n" });
+    // The deployment's credentials (a Docker-style auth file) stand in for a build's own.
+    const authFile = join(work, "registry-auth.json");
+    await writeFile(authFile, JSON.stringify({ auths: { [secure.host]: { auth: Buffer.from(`den:${password}`).toString("base64") } } }));
+    process.env.DEN_REGISTRY_AUTH_FILE = authFile;
+    try {
+      const viaFile = await api("POST", "/v1/templates", { name: "private2", from_image: ref("private/busybox:1", secure) });
+      assert.equal(viaFile.status, 201, viaFile.text);
+    } finally {
+      delete process.env.DEN_REGISTRY_AUTH_FILE;
+    }
     const ops = JSON.stringify((await api("GET", "/v1/operations?limit=200")).body);
     const events = JSON.stringify((await api("GET", "/v1/events?limit=500")).body);
     for (const text of [ops, events]) {

@@ -9,7 +9,7 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { host } from "@den/protocol";
 import {
-  RegistryClient, agentSourceKey, type BlobCache, hostPlatform, importArchive, imageLimits, maxUnpackedBytes, buildAgent, defaultRegistry, diskSizeFor, makeRootDisk, parseImageRef, prepareRootfs, unpackImage,
+  RegistryClient, agentSourceKey, deploymentAuth, type BlobCache, hostPlatform, importArchive, imageLimits, maxUnpackedBytes, buildAgent, defaultRegistry, diskSizeFor, makeRootDisk, parseImageRef, prepareRootfs, unpackImage,
   type ResolvedImage, type RunConfig,
 } from "@den/images";
 import { bakeFromDisk, cacheDir, deviceSetId, type Runtime, type TemplateRunConfig } from "@den/runtime";
@@ -67,9 +67,11 @@ export class ImageBases {
     const from = spec.fromImage;
     const ref = from ? parseImageRef(from.ref, { defaultRegistry: defaultRegistry() }) : undefined;
     let image: ResolvedImage;
+    // A build's own credentials, else the deployment's for that registry (DEN_REGISTRY_AUTH_FILE).
+    const auth = from ? from.auth ?? (await deploymentAuth(ref!.registry, this.env)) : undefined;
     if (from && ref) {
       log(`resolving ${from.ref}`);
-      image = await this.registry().resolve(ref, { ...(from.auth ? { auth: from.auth } : {}), signal });
+      image = await this.registry().resolve(ref, { ...(auth ? { auth } : {}), signal });
     } else image = await this.importArchive(spec.fromArchive!, log, signal);
     const h = this.rt.host;
     const base = await this.rt.templates.resolve("base");
@@ -90,7 +92,7 @@ export class ImageBases {
     await mkdir(work, { recursive: true });
     try {
       // (An archive's blobs are in the cache already: its import put them there.)
-      if (ref) await this.fetch(ref, image, from?.auth, log, signal);
+      if (ref) await this.fetch(ref, image, auth, log, signal);
       const { rootfs, unpackedBytes } = await unpackImage(image, this.blobs, work, { signal, log, limits: { maxUnpackedBytes: maxUnpackedBytes() } });
       await prepareRootfs(rootfs, await buildAgent({ cacheDir: cacheDir(), log }));
       const diskMb = diskSizeFor(unpackedBytes, spec.diskMb);

@@ -9,3 +9,4 @@ export * from "./archive.js";
 export * from "./unpack.js";
 export * from "./rootfs.js";
 export * from "./disk.js";
+export * from "./registry-credentials.js";
