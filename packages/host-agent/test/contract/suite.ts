@@ -296,6 +296,25 @@ export function hostContract(name: string, open: () => Promise<ContractHost>): v
       assert.ok(((await h.cpuSeconds(A)) ?? -1) >= 0);
     });
 
+    test("a template build: its log kept after it ends, idempotent by id; nothing of its VM left; an unknown build's log is empty and ended", async () => {
+      const name = `contract-${newId("t").slice(2, 10)}`;
+      const o = op();
+      const spec = { name, setup: ["echo built-in-the-build > /root/built"], setupTimeoutSeconds: 60 };
+      const [t, again] = await Promise.all([h.buildTemplate(o, spec), h.buildTemplate(o, spec)]);
+      assert.deepEqual(again, t, "asked again with the same id: the same build");
+      assert.equal(t.name, name);
+      const page = await h.buildLog(o, 0);
+      assert.ok(page.done, "the log of an ended build is done");
+      assert.ok(page.lines.some((l) => l.message.includes("setup: echo built-in-the-build")), JSON.stringify(page.lines));
+      assert.equal(page.next, page.lines.length);
+      assert.deepEqual((await h.buildLog(o, page.next)).lines, [], "read from its end: nothing more");
+      assert.ok((await h.templates()).some((x) => x.name === name && x.version === t.version && x.current));
+      assert.deepEqual((await h.inventory()).vms.filter((v) => v.id !== A && v.id !== B), [], "the build's VM is gone");
+      assert.deepEqual(await h.buildLog(op(), 0), { lines: [], next: 0, done: true });
+      await h.cancelBuild(op());
+      await h.deleteTemplate(name);
+    });
+
     test("destroy removes the VMs; the inventory then lists none of them", async () => {
       await h.destroy(A);
       await h.destroy(B);
