@@ -139,11 +139,13 @@ describe("the den CLI's control-plane commands", () => {
     assert.equal((await ok(["template", "logs", buildId, "--follow"])).out, log.join("\n") + "\n", "--follow of an ended build: its log, then the end");
 
     // --follow of a running build: the lines as they come, until it ends.
-    const slow = run(["template", "create", "cli-follow", "--run", "sleep 2", "--run", "echo done"]);
+    // (Found once it exists: on a loaded machine each CLI call takes a second, so the build
+    // gets long enough to be running when it is followed, and following an ended one ends the same.)
+    const slow = run(["template", "create", "cli-follow", "--run", "sleep 6", "--run", "echo done"]);
     const running = await waitFor("the build to start", async () => {
       const list = (await json(["template", "builds", "cli-follow"])) as Array<{ id: string; state: string }>;
-      return list.find((b) => b.state === "building");
-    });
+      return list[0];
+    }, 60_000);
     const followed = await ok(["template", "logs", running.id, "--follow"]);
     assert.match(followed.out, /setup: echo done\ntemplate cli-follow@[0-9a-f]+\n$/);
     const slowDone = await slow;
