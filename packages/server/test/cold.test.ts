@@ -137,6 +137,12 @@ for (const kind of ["local", "s3"] as const) {
         assert.equal(refused.body.error.code, "quota_exceeded");
         const cold = await user("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" });
         assert.equal(cold.status, 429, cold.text);
+        // A template build, and the upload of a build context, would add to what is stored: refused too.
+        const build = await user("POST", "/v1/templates", { name: `quota-${kind}`, setup: ["true"] });
+        assert.equal(build.status, 429, build.text);
+        assert.equal(build.body.error.code, "quota_exceeded");
+        const upload = await user("PUT", `/v1/templates/contexts/sha256:${"0".repeat(64)}`, Buffer.from("x"), { "content-type": "application/octet-stream" });
+        assert.equal(upload.status, 429, upload.text);
         // Refused, and nothing lost: it still runs with its data.
         assert.equal((await user("POST", `/v1/sandboxes/${id}/exec`, { cmd: "stat -c %s /tmp/blob" })).body.stdout, "5000000\n");
         // Under the quota before, past it with what the upload wrote: refused at the commit, its copy released.

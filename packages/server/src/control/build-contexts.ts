@@ -34,6 +34,7 @@ export function contextName(digestOrName: string): string {
  * otherwise are refused and removed. Returns the bytes' sha256 and size.
  */
 export async function putContext(ctx: Ctx, owner: string, name: string, body: Readable, maxBytes: number, expectDigest: boolean): Promise<{ sha256: string; size: number }> {
+  await withinStoredBytes(ctx, owner);
   const key = `${prefix(ctx, owner)}/${name}`;
   const hash = createHash("sha256");
   let size = 0;
@@ -60,6 +61,15 @@ export async function putContext(ctx: Ctx, owner: string, name: string, body: Re
   // Its digest beside it: a context named by a client is checked against this one.
   await ctx.objects.putBytes(`${key}.sha256`, Buffer.from(sha256));
   return { sha256, size };
+}
+
+/** An owner at the stored-bytes quota builds nothing more and uploads no context (a build adds to what is stored). */
+export async function withinStoredBytes(ctx: Ctx, owner: string): Promise<void> {
+  const max = ctx.config.limits.storedBytesPerOwner;
+  const used = await ctx.store.storedBytes(owner);
+  if (used >= max) {
+    throw new DenError("quota_exceeded", `owner ${owner} keeps ${used} bytes in the snapshot store, the quota is ${max}; delete checkpoints or destroy hibernated sandboxes before a template build`, { stored_bytes: used, quota_bytes: max });
+  }
 }
 
 /** Whether the owner has context `name` (E2B's `present`). */

@@ -6,7 +6,7 @@ type BuiltTemplate = host.BuiltTemplate;
 const LOG_POLL_MS = 500;
 import { effectivePolicy } from "../network.js";
 import { buildStore, type BuildRow } from "../build-store.js";
-import { contextRef } from "./build-contexts.js";
+import { contextRef, withinStoredBytes } from "./build-contexts.js";
 import { dockerfileSpec, imageSpec, sourceOf } from "./build-plan.js";
 import type { Principal, TemplateRow } from "../store.js";
 import { hostOfId, storedRef, type Ctx } from "./context.js";
@@ -124,6 +124,7 @@ export class Templates {
     if ((!row || row.deleted_at !== null) && (await store.countTemplates(p.owner)) >= config.limits.templatesPerOwner) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${config.limits.templatesPerOwner} templates`);
     }
+    await withinStoredBytes(this.ctx, p.owner);
     if ((await buildStore(store).countBuilding(p.owner)) >= config.limits.buildsPerOwner) {
       throw new DenError("limit_exceeded", `at most ${config.limits.buildsPerOwner} template builds at once per owner (DEN_MAX_BUILDS_PER_OWNER); wait for one to end`);
     }
