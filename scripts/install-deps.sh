@@ -16,4 +16,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q >/dev/null
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian's registry package starts a registry of its own on :5000; the tests run theirs.
+  if printf '%s\n' "${missing[@]}" | grep -qx docker-registry && command -v systemctl >/dev/null; then
+    systemctl disable --now docker-registry >/dev/null 2>&1 || true
+  fi
 fi
