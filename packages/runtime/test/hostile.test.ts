@@ -7,13 +7,23 @@ import { DenError } from "@den/protocol";
 import type { Runtime, Sandbox } from "../src/index.js";
 import { rssKb, testRuntime } from "./helpers.js";
 
-/** A guest script that kills the agent and takes over its port to write what `payload` prints. */
+/**
+ * A guest script that kills the agent and takes over its port to write what `payload` prints.
+ * Init starts the agent again at once, and on a busy host it can open the port first (a
+ * virtio port has one opener): kill and try again until the port is ours. (`command exec`:
+ * a failed open must not end the shell, as a plain `exec` redirection's does.)
+ */
 function hijackPort(payload: string): string {
   return `setsid sh -c '
     sleep 0.5
     port=/dev/$(basename $(dirname $(grep -l den.agent /sys/class/virtio-ports/*/name)))
-    for p in $(pidof den-agent); do [ "$p" != 1 ] && kill -9 "$p"; done
-    exec 3<>"$port" || exit 1
+    i=0
+    while :; do
+      for p in $(pidof den-agent); do [ "$p" != 1 ] && kill -9 "$p"; done
+      if command exec 3<>"$port"; then break; fi
+      i=$((i + 1)); [ $i -lt 100 ] || exit 1
+      sleep 0.02
+    done
     ${payload} >&3
     sleep 1
   ' >/dev/null 2>&1 < /dev/null &`;
