@@ -4,7 +4,7 @@
  * against S3 (s3rver), durable checkpoints and their restore, and creates from a custom
  * template beside creates from `base`.
  */
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import S3rver from "s3rver";
@@ -15,6 +15,7 @@ import { findInstanceProcesses, type SnapshotManifest } from "@den/runtime";
 import { privateMemoryMb, processCpuSeconds } from "@den/host-agent";
 import { downloadSnapshot, readStoredManifest, snapshotKey, type ObjectStore } from "@den/store";
 import { benchImages } from "./image-bench.js";
+import { benchCode } from "./code-bench.js";
 import { rawDestroy, rawRestore, type RawTemplate } from "./raw-qemu.js";
 import { fmt, pct, row, rows, time } from "./table.js";
 
@@ -200,6 +201,7 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
         notes.push(`create from a custom template vs from base, to first exec (p50): ${fmt(pct(fromCustom.den, 50))} vs ${fmt(pct(fromBase.den, 50))}`);
         await api("DELETE", "/v1/templates/bench-project");
         notes.push(...(await benchImages(api, opts.dataDir, opts.runs, !!opts.full, made)));
+        notes.push(...(await benchCode(api, server.url, KEY, opts.runs, existsSync(join(opts.dataDir, "templates", "code-interpreter-v1")), made)));
         notes.push(...(await benchClients(server, opts.runs, made)));
         if (opts.full) {
           for (const mb of [512, 2048]) await coldBySize(api, made, mb, 400, Math.min(opts.runs, 10));

@@ -1,11 +1,11 @@
 import { execFile, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, readdirSync } from "node:fs";
-import { mkdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { DenError } from "@den/protocol";
-import { AGENT_DIR, IMAGES_DIR, type Recipe } from "./recipe.js";
+import { AGENT_DIR, IMAGES_DIR, loadRecipe, type Recipe } from "./recipe.js";
 
 const execFileP = promisify(execFile);
 
@@ -119,18 +119,26 @@ export async function buildImage(recipe: Recipe, opts: BuildOptions): Promise<Im
   const initrdDir = await cachedStep(join(root, `initrd-${initrdKey}`), "initramfs", opts, (out) =>
     runScript(script("build-initrd.sh"), { KERNEL_DIR: kernelDir, OUT: out }));
 
-  const rootfsKey = hash("rootfs", recipe.suite, recipe.packages.join(","), fileHash(script("build-rootfs.sh")));
-  const rootfsDir = await cachedStep(join(root, `rootfs-${rootfsKey}`), "root filesystem (debootstrap)", opts, (out) =>
-    runScript(script("build-rootfs.sh"), { SUITE: recipe.suite, MIRROR: aptMirror(), PACKAGES: recipe.packages.join(","), OUT: out }));
+  const { rootfsKey, rootfsDir, baseDir } = await buildRootfs(root, recipe, opts);
 
   const agentKey = agentSourceKey();
   const agentDir = dirname(await buildAgent(opts));
 
-  const diskKey = hash("disk", rootfsKey, agentKey, String(recipe.diskMb), fileHash(script("build-disk.sh")));
-  const diskDir = await cachedStep(join(root, `disk-${diskKey}`), "root disk", opts, (out) =>
-    runScript(script("build-disk.sh"), { ROOTFS_DIR: rootfsDir, AGENT: join(agentDir, "den-agent"), DISK_MB: String(recipe.diskMb), OUT: out }));
+  const files = Object.entries(recipe.files ?? {}).sort(([a], [b]) => a.localeCompare(b));
+  const filesKey = hash("files", ...files.flatMap(([to, from]) => [to, fileHash(join(IMAGES_DIR, from))]));
+  const diskKey = hash("disk", rootfsKey, agentKey, String(recipe.diskMb), fileHash(script("build-disk.sh")), ...(files.length ? [filesKey] : []));
+  const diskDir = await cachedStep(join(root, `disk-${diskKey}`), "root disk", opts, async (out) => {
+    // Den's own files for the template (a service it runs), staged as a tree the script copies over the root.
+    const extra = join(out, "extra");
+    for (const [to, from] of files) {
+      await mkdir(dirname(join(extra, to)), { recursive: true });
+      await copyFile(join(IMAGES_DIR, from), join(extra, to));
+    }
+    await runScript(script("build-disk.sh"), { ROOTFS_DIR: rootfsDir, AGENT: join(agentDir, "den-agent"), DISK_MB: String(recipe.diskMb), OUT: out, ...(files.length ? { EXTRA_DIR: extra } : {}) });
+    await rm(extra, { recursive: true, force: true });
+  });
 
-  await pruneCache(root, new Set([kernelDir, initrdDir, rootfsDir, agentDir, diskDir]));
+  await pruneCache(root, new Set([kernelDir, initrdDir, rootfsDir, agentDir, diskDir, ...(baseDir ? [baseDir] : [])]));
   const kernelVersion = (await readFile(join(kernelDir, "kernel-version"), "utf8")).trim();
   return {
     key: hash("image", kernelKey, initrdKey, diskKey),
@@ -139,6 +147,31 @@ export async function buildImage(recipe: Recipe, opts: BuildOptions): Promise<Im
     disk: join(diskDir, "rootfs.qcow2"),
     kernelVersion,
   };
+}
+
+/**
+ * The recipe's root filesystem: debootstrapped, or (a recipe `from` another) that recipe's
+ * tree plus the recipe's packages installed by apt in a chroot. Cached by the hash of its inputs.
+ */
+async function buildRootfs(root: string, recipe: Recipe, opts: BuildOptions): Promise<{ rootfsKey: string; rootfsDir: string; baseDir?: string }> {
+  const debootstrap = async (r: Recipe, what: string) => {
+    const key = hash("rootfs", r.suite, r.packages.join(","), fileHash(script("build-rootfs.sh")));
+    const dir = await cachedStep(join(root, `rootfs-${key}`), what, opts, (out) =>
+      runScript(script("build-rootfs.sh"), { SUITE: r.suite, MIRROR: aptMirror(), PACKAGES: r.packages.join(","), OUT: out }));
+    return { key, dir };
+  };
+  if (!recipe.from) {
+    const { key, dir } = await debootstrap(recipe, "root filesystem (debootstrap)");
+    return { rootfsKey: key, rootfsDir: dir };
+  }
+  const base = loadRecipe(recipe.from);
+  if (base.from) throw new DenError("invalid_argument", `recipe ${recipe.name}: its base ${base.name} has a base of its own (one level only)`);
+  if (base.suite !== recipe.suite) throw new DenError("invalid_argument", `recipe ${recipe.name}: suite ${recipe.suite} differs from its base's (${base.suite})`);
+  const b = await debootstrap(base, `root filesystem of ${base.name} (debootstrap)`);
+  const key = hash("rootfs-extend", b.key, recipe.packages.join(","), fileHash(script("build-rootfs-extend.sh")));
+  const dir = await cachedStep(join(root, `rootfs-${key}`), `root filesystem (${base.name} + apt install)`, opts, (out) =>
+    runScript(script("build-rootfs-extend.sh"), { BASE_DIR: b.dir, SUITE: recipe.suite, MIRROR: aptMirror(), PACKAGES: recipe.packages.join(","), OUT: out }));
+  return { rootfsKey: key, rootfsDir: dir, baseDir: b.dir };
 }
 
 /** The guest agent's static binary (built once per source change, cached): every template's init. */

@@ -4,8 +4,9 @@ import { join } from "node:path";
 import type { ImageArtifacts, Recipe } from "@den/images";
 import { deviceSetId } from "./qemu.js";
 import type { Runtime } from "./runtime.js";
-import { digestFiles, hostSection, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
+import { digestFiles, hostSection, writeManifest, type SnapshotManifest, type TemplateRef, type TemplateRunConfig } from "./snapshot.js";
 import { TEMPLATE_FILES, checkTemplateName, type TemplateInfo } from "./templates.js";
+import { startService, type ServiceStart } from "./bake-service.js";
 import { runTool } from "./util.js";
 
 /** A template's disk may overlay its source's, up to this many levels; deeper ones are flattened. */
@@ -51,7 +52,17 @@ export async function bakeTemplate(rt: Runtime, recipe: Recipe, image: ImageArti
     log(`template ${ref.name}@${ref.version}: already built`);
     return existing;
   }
-  return bakeInto(rt, ref, recipe, { kernel: image.kernel, initrd: image.initrd, disk: image.disk }, `booting ${image.kernelVersion}`, log, undefined, { source: `recipe ${recipe.name}` });
+  const run = recipeRun(recipe);
+  const meta = { source: `recipe ${recipe.name}`, ...(run ? { run } : {}) };
+  const start = run ? { run, ...(recipe.run?.readyTimeoutSeconds ? { readyTimeoutSeconds: recipe.run.readyTimeoutSeconds } : {}) } : undefined;
+  return bakeInto(rt, ref, recipe, { kernel: image.kernel, initrd: image.initrd, disk: image.disk }, `booting ${image.kernelVersion}`, log, undefined, meta, false, start);
+}
+
+/** A recipe's service as a template's run settings (what the manifest records). */
+function recipeRun(recipe: Recipe): TemplateRunConfig | undefined {
+  const r = recipe.run;
+  if (!r) return undefined;
+  return { env: r.env ?? {}, workdir: r.workdir ?? null, user: r.user ?? null, startCmd: r.startCmd, readyCmd: r.readyCmd };
 }
 
 /**
@@ -65,11 +76,14 @@ export async function bakeVariant(rt: Runtime, base: TemplateInfo, vcpus: number
   if (rt.templates.has(ref)) return rt.templates.resolve(`${ref.name}@${ref.version}`);
   const recipe = { ...(JSON.parse(await readFile(join(base.dir, TEMPLATE_FILES.recipe), "utf8")) as TemplateRecipe), name: ref.name, vcpus, memoryMb };
   const files = { kernel: join(base.dir, TEMPLATE_FILES.kernel), initrd: join(base.dir, TEMPLATE_FILES.initrd), disk: join(base.dir, TEMPLATE_FILES.disk) };
-  return bakeInto(rt, ref, recipe, files, `variant of ${base.name}@${base.version}`, log, base, { source: base.manifest.source, run: base.manifest.run });
+  // A base that runs a service (a recipe's, an image's start command) has it running in its variants too.
+  const run = base.manifest.run;
+  const start = run?.startCmd ? { run, ...(recipe.run?.readyTimeoutSeconds ? { readyTimeoutSeconds: recipe.run.readyTimeoutSeconds } : {}) } : undefined;
+  return bakeInto(rt, ref, recipe, files, `variant of ${base.name}@${base.version}`, log, base, { source: base.manifest.source, run }, false, start);
 }
 
 /** What a template records of how it was made (recipe.json): a recipe, or what an image build used. */
-export type TemplateRecipe = Pick<Recipe, "name" | "vcpus" | "memoryMb" | "diskMb">;
+export type TemplateRecipe = Pick<Recipe, "name" | "vcpus" | "memoryMb" | "diskMb" | "run">;
 
 /** What a template's manifest says of where it came from and how its sandboxes run. */
 export type TemplateMeta = Pick<SnapshotManifest, "source" | "run">;
@@ -89,7 +103,7 @@ export async function bakeFromDisk(
 /** Boots kernel + disk once with its RAM in a file, waits for the agent, snapshots, installs. */
 async function bakeInto(
   rt: Runtime, ref: TemplateRef, recipe: TemplateRecipe, from: { kernel: string; initrd: string; disk: string },
-  what: string, log: (l: string) => void, overlayOn?: TemplateInfo, meta: TemplateMeta = {}, moveDisk = false,
+  what: string, log: (l: string) => void, overlayOn?: TemplateInfo, meta: TemplateMeta = {}, moveDisk = false, start?: ServiceStart,
 ): Promise<TemplateInfo & { reused: boolean }> {
   const dir = await rt.templates.buildDir(ref);
   try {
@@ -115,7 +129,9 @@ async function bakeInto(
     });
     let pauseMs = 0;
     try {
-      log(`template ${ref.name}@${ref.version}: agent ${agent.hello.agent} up after ${((Date.now() - t0) / 1000).toFixed(1)} s; snapshotting`);
+      log(`template ${ref.name}@${ref.version}: agent ${agent.hello.agent} up after ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      if (start) await startService(agent, start, (l) => log(`template ${ref.name}@${ref.version}: ${l}`));
+      log(`template ${ref.name}@${ref.version}: snapshotting`);
       await agent.quiesce();
       const p0 = performance.now();
       await vm.stop();
