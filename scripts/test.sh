@@ -10,8 +10,11 @@ export DEN_DATA_DIR=${DEN_TEST_DATA_DIR:-/var/lib/den-test}
 # runs a throwaway server; Den itself needs it only with DEN_DATABASE_URL), and Debian's
 # distribution registry and skopeo (image templates are pulled from a registry on loopback
 # that the tests fill). `npm start` installs none of them.
-bash scripts/install-deps.sh chromium postgresql docker-registry skopeo
+bash scripts/install-deps.sh chromium postgresql docker-registry skopeo python3-ipykernel python3-jupyter-client python3-matplotlib python3-pandas python3-numpy
 bash scripts/setup.sh
+# The code interpreter's template (the E2B code-interpreter tests and the bench use it): built
+# from Debian's packages as base is, cached by its recipe's hash.
+node packages/cli/dist/src/bin.js template build code-interpreter-v1
 # Sandboxes left by an interrupted earlier run would skew the leak checks.
 node --input-type=module -e '
   import { Runtime } from "@den/runtime";
@@ -20,12 +23,12 @@ node --input-type=module -e '
   for (const s of await rt.listSnapshots()) await rt.deleteSnapshot(s.id);
   rt.close();'
 # Then the rest of what earlier runs left goes, all but the base template (setup.sh above
-# rebuilt it if its recipe changed), the instance's id and its compiled helpers: a database,
+# rebuilt it if its recipe changed; the code interpreter's too), the instance's id and its compiled helpers: a database,
 # a store, volumes or templates of an earlier run (by hand, or interrupted) would otherwise
 # be judged as this run's (a store holding another database's snapshots failed the crash
 # test's leak check). Every run starts as a fresh machine's does, less the base template's bake.
 find "$DEN_DATA_DIR" -mindepth 1 -maxdepth 1 ! -name templates ! -name instance-id ! -name bin -exec rm -rf {} +
-find "$DEN_DATA_DIR/templates" -mindepth 1 -maxdepth 1 ! -name base -exec rm -rf {} +
+find "$DEN_DATA_DIR/templates" -mindepth 1 -maxdepth 1 ! -name base ! -name code-interpreter-v1 -exec rm -rf {} +
 # The guest agent on its own, over a unix socket on the host (no VM): protocol edge cases.
 agent_tmp=$(mktemp -d)
 trap 'rm -rf "$agent_tmp"' EXIT
