@@ -18,6 +18,7 @@ import { registerMcp } from "./commands/mcp.js";
 import { registerCreate } from "./commands/create.js";
 import { registerLs } from "./commands/ls.js";
 import { registerExec } from "./commands/exec.js";
+import { registerRunCode } from "./commands/run-code.js";
 import { registerShell } from "./commands/shell.js";
 import { registerCp } from "./commands/cp.js";
 import { registerHibernate } from "./commands/hibernate.js";
@@ -58,6 +59,7 @@ program.option("--data-dir <dir>", "where templates, sandboxes and snapshots liv
 registerCreate(program);
 registerLs(program);
 registerExec(program);
+registerRunCode(program);
 registerShell(program);
 registerCp(program);
 registerHibernate(program);

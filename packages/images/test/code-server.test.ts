@@ -288,6 +288,7 @@ test("output is bounded: 10 MB of prints end promptly with one marker", async ()
   assert.ok(text.startsWith("000000 "));
   assert.equal(of(run, "stderr").filter((e) => /output truncated after 1048576 bytes/.test(e.text as string)).length, 1);
   assert.ok(run.ms < 20_000, `took ${run.ms} ms`);
+  assert.equal(mainText(run), "'done'", "the cell's value still comes: results have a budget of their own");
   // The context is fine afterwards.
   assert.equal(mainText(await execute({ code: "survivor" })), "7");
 });

@@ -87,3 +87,19 @@ export const PortUrl = api.CreatePortUrlRequest.safeExtend({
   port: api.CreatePortUrlRequest.shape.port.describe("the TCP port a server listens on inside the sandbox"),
   expires_in_seconds: api.CreatePortUrlRequest.shape.expires_in_seconds.describe("how long the URL works (default 3600)"),
 });
+
+/** How long run_code lets code run when the caller does not say (as exec's default). */
+export const DEFAULT_RUN_CODE_TIMEOUT_MS = 120_000;
+
+export const RunCode = api.RunCodeRequest.safeExtend({
+  sandbox_id: sandboxId.describe("the sandbox's id (sbx_...); it must be made from the template code-interpreter-v1 (create_sandbox with template code-interpreter-v1)"),
+  code: api.RunCodeRequest.shape.code.max(MAX_WRITE_CHARS).describe("the code to run, as a notebook cell: the last expression's value is returned as a result"),
+  language: api.RunCodeRequest.shape.language.describe("the language (default python); each language's default context keeps its state between calls. Not with context_id"),
+  context_id: api.RunCodeRequest.shape.context_id.describe("run in this code context instead (its variables persist between calls)"),
+  env_vars: api.RunCodeRequest.shape.env_vars.describe("environment variables for this run, on top of the sandbox's own"),
+  timeout_ms: z.number().int().min(1000).max(api.API_LIMITS.maxExecTimeoutSeconds * 1000).default(DEFAULT_RUN_CODE_TIMEOUT_MS)
+    .describe("interrupt the code after this many milliseconds (default 120000)"),
+  max_output_bytes: z
+    .number().int().min(1024).max(MAX_OUTPUT_BYTES).default(DEFAULT_OUTPUT_BYTES)
+    .describe("bytes kept of stdout, of stderr and of the results' text: their start and their end; the middle of longer output is dropped and marked"),
+});

@@ -4,16 +4,18 @@ import { DenClient, Sandbox, type DenClientOptions } from "@den/sdk";
 import { registerTools, type DenAccess } from "./tools/define.js";
 import { checkpointSandbox, createSandbox, destroySandbox, forkSandbox, getPortUrl, hibernateSandbox, listSandboxes, restoreCheckpoint, wakeSandbox } from "./tools/sandboxes.js";
 import { exec } from "./tools/exec.js";
+import { runCode } from "./tools/code.js";
 import { listFiles, readFile, writeFile } from "./tools/files.js";
 
 export const TOOLS = [
-  createSandbox, listSandboxes, exec, readFile, writeFile, listFiles,
+  createSandbox, listSandboxes, exec, runCode, readFile, writeFile, listFiles,
   hibernateSandbox, wakeSandbox, checkpointSandbox, restoreCheckpoint, forkSandbox, destroySandbox, getPortUrl,
 ];
 
 const INSTRUCTIONS =
   "Den gives you Linux sandboxes (microVMs) that keep their state across calls. Create one with create_sandbox, then use its id with exec and the file tools; " +
-  "hibernate_sandbox it while you wait on something long, checkpoint_sandbox before a risky step, and destroy_sandbox it when the task is done.";
+  "hibernate_sandbox it while you wait on something long, checkpoint_sandbox before a risky step, and destroy_sandbox it when the task is done. " +
+  "For notebook-style Python (state kept between calls, plots returned as images), create it from the template code-interpreter-v1 and use run_code.";
 
 /**
  * An MCP server whose tools act on Den through the TypeScript SDK with `options` (the API's

@@ -28,6 +28,13 @@ export const API_LIMITS = {
 } as const;
 
 export const SandboxId = z.string().regex(/^sbx_[a-z2-7]{16}$/, "not a sandbox id");
+/**
+ * Other names of Den's built-in templates: `code-interpreter` is the code interpreter's
+ * template as E2B's client also knows it (its default is `code-interpreter-v1`). A template
+ * of the deployment's own under such a name takes precedence.
+ */
+export const TEMPLATE_ALIASES: Readonly<Record<string, string>> = { "code-interpreter": "code-interpreter-v1" };
+
 export const TemplateSpec = z
   .string()
   .regex(/^[a-z0-9][a-z0-9._-]{0,62}(@[0-9a-f]{12})?$/, "template must be a name or name@version");
@@ -540,7 +547,14 @@ export type HostList = z.infer<typeof HostList>;
 export const CreateKeyRequest = z.strictObject({
   owner: z.string().min(1).max(64).regex(/^[A-Za-z0-9_.-]+$/, "owner names are letters, digits, _ . -"),
   admin: z.boolean().optional(),
+  /**
+   * The secret's form: `den` (default) `den_` + 32 base64url characters; `e2b` `e2b_` + 48
+   * hex digits, the form E2B's Python client accepts (it refuses keys not matching
+   * `^e2b_[0-9a-f]+$`). Both carry 192 random bits and work everywhere.
+   */
+  format: z.enum(["den", "e2b"]).optional(),
 });
+export type KeyFormat = NonNullable<z.infer<typeof CreateKeyRequest>["format"]>;
 export const ApiKey = z.object({
   id: z.string(),
   owner: z.string(),
@@ -731,3 +745,91 @@ export const ListWebhookDeliveriesResponse = z.object({
   next_cursor: z.string().nullable(),
 });
 export type ListWebhookDeliveriesResponse = z.infer<typeof ListWebhookDeliveriesResponse>;
+
+// ---- code interpreter ----
+
+/**
+ * The code interpreter's guest port: a sandbox made from `code-interpreter-v1` (or a
+ * template built on it) runs a server there that speaks E2B's code-interpreter protocol;
+ * /v1's `code/...` routes forward to it.
+ */
+export const CODE_INTERPRETER_TEMPLATE = "code-interpreter-v1";
+
+/** A language of the code interpreter (`python` unless given; the template's server says which it has). */
+export const CodeLanguage = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.+-]{0,31}$/, "a language is a short name such as python, js or bash");
+
+/** A code context's id (the guest's server names them); it travels in URL paths. */
+export const CodeContextId = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/, "not a code context id");
+
+export const RunCodeRequest = z
+  .strictObject({
+    /** The code to run (a cell). Bounded by the request body limit (DEN_MAX_BODY_BYTES, 16 MiB). */
+    code: z.string(),
+    /** The language of a fresh default context of that language; not with `context_id`. */
+    language: CodeLanguage.optional(),
+    /** Run in this context (its variables and imports persist between runs); default: the language's default context. */
+    context_id: CodeContextId.optional(),
+    /** Environment variables for this run only, on top of the sandbox's own. */
+    env_vars: EnvVars.optional(),
+  })
+  .refine((r) => r.context_id === undefined || r.language === undefined, "give context_id or language, not both (a context has its language)");
+export type RunCodeRequest = z.infer<typeof RunCodeRequest>;
+
+/**
+ * One result of a run (the value of the last expression, or an object the code displayed), in
+ * every MIME form the kernel gave: `png`, `jpeg` and `pdf` are base64; `json` and `extra`
+ * are JSON values. `is_main_result`: the cell's own value (Out[n]), not a display.
+ */
+export const CodeResult = z.looseObject({
+  is_main_result: z.boolean().optional(),
+  text: z.string().optional(),
+  html: z.string().optional(),
+  markdown: z.string().optional(),
+  svg: z.string().optional(),
+  png: z.string().optional(),
+  jpeg: z.string().optional(),
+  pdf: z.string().optional(),
+  latex: z.string().optional(),
+  json: z.unknown().optional(),
+  javascript: z.string().optional(),
+  extra: z.unknown().optional(),
+});
+export type CodeResult = z.infer<typeof CodeResult>;
+
+/** An exception the code raised: its class name, its message, and the formatted traceback. */
+export const CodeError = z.object({ name: z.string(), value: z.string(), traceback: z.string() });
+export type CodeError = z.infer<typeof CodeError>;
+
+/**
+ * One line of `POST /v1/sandboxes/{id}/code/execute` (NDJSON), as the guest's server sends
+ * it: `stdout`/`stderr` text as it is printed, `result`s, at most one `error`,
+ * `number_of_executions`, then `end_of_execution` last. `unexpected_end_of_execution`: the
+ * run ended without its end (the kernel died, or Den lost the guest: then with Den's `error`
+ * code). Lines of other types may come; skip them.
+ */
+export const CodeStreamLine = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("stdout"), text: z.string(), timestamp: z.unknown().optional() }),
+  z.object({ type: z.literal("stderr"), text: z.string(), timestamp: z.unknown().optional() }),
+  CodeResult.extend({ type: z.literal("result") }),
+  CodeError.extend({ type: z.literal("error") }),
+  z.object({ type: z.literal("number_of_executions"), execution_count: z.number().int() }),
+  z.object({ type: z.literal("end_of_execution") }),
+  z.object({ type: z.literal("unexpected_end_of_execution"), error: z.object({ code: z.string(), message: z.string() }).optional() }),
+  /** Sent every 15 s of silence so proxies and HTTP clients keep the stream open; ignore it. */
+  z.object({ type: z.literal("keepalive") }),
+]);
+export type CodeStreamLine = z.infer<typeof CodeStreamLine>;
+
+export const CreateCodeContextRequest = z.strictObject({
+  language: CodeLanguage.optional(),
+  /** The context's working directory (default: the server's, /home/user in the template). */
+  cwd: GuestPath.optional(),
+});
+export type CreateCodeContextRequest = z.infer<typeof CreateCodeContextRequest>;
+
+/** A code context: a kernel whose state (variables, imports, cwd) persists between runs. */
+export const CodeContext = z.object({ id: z.string(), language: z.string(), cwd: z.string() });
+export type CodeContext = z.infer<typeof CodeContext>;
+
+export const ListCodeContextsResponse = z.object({ contexts: z.array(CodeContext) });
+export type ListCodeContextsResponse = z.infer<typeof ListCodeContextsResponse>;

@@ -15,6 +15,8 @@ export const ERROR_STATUS = {
   file_not_found: 404,
   volume_not_found: 404,
   not_found: 404,
+  /** A code context the sandbox's code interpreter does not have (never made, removed, or gone with a wake from cold). */
+  context_not_found: 404,
   cwd_not_found: 400,
   not_a_directory: 400,
   is_a_directory: 400,
@@ -27,6 +29,8 @@ export const ERROR_STATUS = {
   disk_full: 409,
   permission_denied: 403,
   sandbox_not_running: 409,
+  /** Nothing serves the code interpreter's port in the sandbox: it was not made from `code-interpreter-v1` (or a template built on it), or its server is down. */
+  code_interpreter_unavailable: 409,
   exec_timeout: 408,
   quota_exceeded: 429,
   limit_exceeded: 429,

@@ -44,6 +44,7 @@ from .aio import (
     AsyncKeys,
     AsyncProcess,
     AsyncProcesses,
+    AsyncCodeContexts,
     AsyncPty,
     AsyncPtys,
     AsyncSandbox,
@@ -89,6 +90,7 @@ from .errors import (
     VolumeNotFoundError,
     error_class_for,
 )
+from .code import CodeContexts
 from .exec import ExecChunk, ExecExit, ExecResult, ExecStream
 from .filesystem import Filesystem, ListFilesResult
 from .hosts import Hosts
@@ -102,9 +104,14 @@ from .types import (
     WEBHOOK_EVENT_TYPES,
     ApiKey,
     BuildContext,
+    CodeContext,
+    Execution,
+    ExecutionError,
+    ExecutionResult,
     FileInfo,
     HostInfo,
     HostKind,
+    Logs,
     HostResources,
     ListeningPort,
     NetworkPolicy,
@@ -145,6 +152,12 @@ __all__ = [
     "FileInfo",
     "Process",
     "Processes",
+    "CodeContexts",
+    "CodeContext",
+    "Execution",
+    "ExecutionError",
+    "ExecutionResult",
+    "Logs",
     "ProcessLogs",
     "ProcessStatus",
     "SandboxEvent",
@@ -186,6 +199,7 @@ __all__ = [
     "AsyncSandbox",
     "AsyncFilesystem",
     "AsyncProcesses",
+    "AsyncCodeContexts",
     "AsyncProcess",
     "AsyncPtys",
     "AsyncPty",

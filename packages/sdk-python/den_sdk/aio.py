@@ -69,6 +69,7 @@ from typing import (
 from ._client import UNSET, AbortScope, Client, seg
 from ._websocket import MAX_HEAD_BYTES, MAX_ERROR_BODY_BYTES, _split, parse_head
 from .checkpoints import Checkpoint, Checkpoints
+from .code import CodeContexts, ContextLike
 from .errors import SandboxNotFoundError, error_from_response
 from .exec import Command, ExecChunk, ExecExit, ExecResult, ExecStream, command_body
 from .filesystem import Filesystem, ListFilesResult
@@ -82,6 +83,10 @@ from .templates import ContextData, Templates
 from .types import (
     ApiKey,
     BuildContext,
+    CodeContext,
+    Execution,
+    ExecutionError,
+    ExecutionResult,
     FileInfo,
     HostInfo,
     ListeningPort,
@@ -106,6 +111,7 @@ __all__ = [
     "AsyncSandbox",
     "AsyncFilesystem",
     "AsyncProcesses",
+    "AsyncCodeContexts",
     "AsyncProcess",
     "AsyncPtys",
     "AsyncPty",
@@ -715,6 +721,56 @@ class AsyncProcess:
         await _call(self._sync.kill)
 
 
+class AsyncCodeContexts:
+    """The code interpreter's contexts of one sandbox (``sbx.code_contexts``), as coroutines.
+
+    Example::
+
+        ctx = await sbx.code_contexts.create(language="python")
+        await sbx.run_code("x = 1", context=ctx)
+        await sbx.code_contexts.remove(ctx)
+    """
+
+    def __init__(self, sync: CodeContexts) -> None:
+        self._sync = sync
+
+    async def create(self, language: Optional[str] = None, cwd: Optional[str] = None) -> CodeContext:
+        """Starts a context (a kernel of ``language``, default python, in ``cwd``).
+
+        Example::
+
+            ctx = await sbx.code_contexts.create(language="python", cwd="/tmp")
+        """
+        return await _call(self._sync.create, language, cwd)
+
+    async def list(self) -> List[CodeContext]:
+        """The sandbox's contexts.
+
+        Example::
+
+            print([c.id for c in await sbx.code_contexts.list()])
+        """
+        return await _call(self._sync.list)
+
+    async def restart(self, ctx: ContextLike) -> None:
+        """Restarts a context (its variables are gone).
+
+        Example::
+
+            await sbx.code_contexts.restart(ctx)
+        """
+        await _call(self._sync.restart, ctx)
+
+    async def remove(self, ctx: ContextLike) -> None:
+        """Removes a context (its kernel stops).
+
+        Example::
+
+            await sbx.code_contexts.remove(ctx)
+        """
+        await _call(self._sync.remove, ctx)
+
+
 class AsyncProcesses:
     """The background processes of one sandbox (``sbx.processes``), as coroutines.
 
@@ -1114,6 +1170,8 @@ class AsyncSandbox:
         self.processes = AsyncProcesses(sync.processes)
         #: The sandbox's interactive terminals: ``await sbx.pty.create(...)``.
         self.pty = AsyncPtys(sync.pty)
+        #: The code interpreter's contexts (see :class:`AsyncCodeContexts`).
+        self.code_contexts = AsyncCodeContexts(sync.code_contexts)
 
     def __repr__(self) -> str:
         return f"AsyncSandbox(id={self.id!r}, state={self.state!r})"
@@ -1332,6 +1390,33 @@ class AsyncSandbox:
         """
         body = command_body(cmd, timeout_seconds=timeout_seconds, cwd=cwd, env=env, stdin=stdin)
         return AwaitableContext(AsyncExecStream(self._sync._client, self.id, body)._open)
+
+    async def run_code(
+        self,
+        code: str,
+        language: Optional[str] = None,
+        context: Optional[ContextLike] = None,
+        *,
+        on_stdout: Optional[Callable[[str], Any]] = None,
+        on_stderr: Optional[Callable[[str], Any]] = None,
+        on_result: Optional[Callable[[ExecutionResult], Any]] = None,
+        on_error: Optional[Callable[[ExecutionError], Any]] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> Execution:
+        """Runs code in the sandbox's code interpreter (as :meth:`Sandbox.run_code`); the
+        callbacks are called on the event loop's thread. Cancelling the task hangs up, and Den
+        interrupts the run.
+
+        Example::
+
+            e = await sbx.run_code("x = 41\\nx + 1", on_stdout=print)
+            print(e.text)   # "42"
+        """
+        return await _call(
+            self._sync.run_code, code, language, context, on_stdout=_on_loop(on_stdout), on_stderr=_on_loop(on_stderr),
+            on_result=_on_loop(on_result), on_error=_on_loop(on_error), envs=envs, timeout=timeout,
+        )
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -1808,14 +1893,15 @@ class AsyncKeys:
     """
 
     @staticmethod
-    async def create(owner: str, admin: Optional[bool] = None, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> ApiKey:
-        """Creates a key; its ``key`` (the secret) is shown only this once.
+    async def create(owner: str, admin: Optional[bool] = None, *, format: Optional[str] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> ApiKey:
+        """Creates a key; its ``key`` (the secret) is shown only this once. ``format="e2b"``:
+        an ``e2b_<hex>`` secret, the form the ``e2b`` Python client accepts.
 
         Example::
 
             created = await AsyncKeys.create(owner="agent-fleet")
         """
-        return await _call(Keys.create, owner, admin, api_url=api_url, api_key=api_key)
+        return await _call(Keys.create, owner, admin, format=format, api_url=api_url, api_key=api_key)
 
     @staticmethod
     async def list(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[ApiKey]:

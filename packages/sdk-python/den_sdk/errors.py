@@ -77,6 +77,7 @@ ERROR_STATUS: Dict[str, int] = {
     "file_not_found": 404,
     "volume_not_found": 404,
     "not_found": 404,
+    "context_not_found": 404,
     "cwd_not_found": 400,
     "not_a_directory": 400,
     "is_a_directory": 400,
@@ -87,6 +88,7 @@ ERROR_STATUS: Dict[str, int] = {
     "disk_full": 409,
     "permission_denied": 403,
     "sandbox_not_running": 409,
+    "code_interpreter_unavailable": 409,
     "exec_timeout": 408,
     "quota_exceeded": 429,
     "limit_exceeded": 429,
@@ -321,7 +323,8 @@ class VolumeInUseError(ConflictError):
 
 class InvalidStateError(DenError):
     """409/410 ``invalid_state``, ``operation_in_progress``, ``sandbox_not_running`` or ``sandbox_destroyed``: the
-    sandbox is not in a state that allows the call.
+    sandbox is not in a state that allows the call (409 ``code_interpreter_unavailable``: it
+    has no code interpreter, as it was not made from ``code-interpreter-v1``).
 
     Example::
 
@@ -496,6 +499,7 @@ ERROR_CLASSES: Dict[str, Type[DenError]] = {
     "unreadable": InvalidArgumentError,
     "not_found": NotFoundError,
     "route_not_found": NotFoundError,
+    "context_not_found": NotFoundError,
     "sandbox_not_found": SandboxNotFoundError,
     "template_not_found": TemplateNotFoundError,
     "snapshot_not_found": CheckpointNotFoundError,
@@ -510,6 +514,7 @@ ERROR_CLASSES: Dict[str, Type[DenError]] = {
     "operation_in_progress": InvalidStateError,
     "sandbox_not_running": InvalidStateError,
     "sandbox_destroyed": InvalidStateError,
+    "code_interpreter_unavailable": InvalidStateError,
     "snapshot_incompatible": SnapshotError,
     "snapshot_corrupt": SnapshotError,
     "setup_failed": SetupFailedError,

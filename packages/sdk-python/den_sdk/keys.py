@@ -22,10 +22,11 @@ class Keys:
     """
 
     @staticmethod
-    def create(owner: str, admin: Optional[bool] = None, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> ApiKey:
+    def create(owner: str, admin: Optional[bool] = None, *, format: Optional[str] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> ApiKey:
         """Creates a key for ``owner`` (its sandboxes are visible to every key of the same
-        owner); ``admin`` lets it manage keys. The answer's ``key`` is the secret, shown only
-        this once.
+        owner); ``admin`` lets it manage keys; ``format="e2b"`` makes its secret ``e2b_`` +
+        hex digits, the form the ``e2b`` Python client accepts (default ``"den"``: ``den_...``;
+        either works everywhere). The answer's ``key`` is the secret, shown only this once.
 
         Example::
 
@@ -35,6 +36,8 @@ class Keys:
         body: Dict[str, Any] = {"owner": owner}
         if admin is not None:
             body["admin"] = bool(admin)
+        if format is not None:
+            body["format"] = format
         return convert(Client(api_url, api_key).json("POST", "/v1/keys", json_body=body), ApiKey.from_wire)
 
     @staticmethod

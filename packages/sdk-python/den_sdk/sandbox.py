@@ -7,13 +7,14 @@ from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Option
 
 from ._client import UNSET, Client, seg
 from .checkpoints import Checkpoint
+from .code import CodeContexts, ContextLike, run_code
 from .errors import SandboxNotFoundError
 from .exec import BUFFERED_EXEC_MAX_SECONDS, Command, ExecResult, ExecStream, command_body, exec_buffered, exec_streamed
 from .filesystem import Filesystem
 from .ports import PortForward, connect_port
 from .processes import Process, Processes
 from .pty import Ptys
-from .types import ListeningPort, NetworkPolicy, NetworkStatus, PortUrl, SandboxEvent, SandboxInfo, convert, network_to_wire
+from .types import ExecutionError, ExecutionResult, Execution, ListeningPort, NetworkPolicy, NetworkStatus, PortUrl, SandboxEvent, SandboxInfo, convert, network_to_wire
 from .volumes import VolumeMountLike, mounts_to_wire
 
 __all__ = ["Sandbox"]
@@ -69,6 +70,8 @@ class Sandbox:
         self.processes = Processes(client, info.id)
         #: The sandbox's interactive terminals: ``sbx.pty.create(...)`` (see :class:`Ptys`).
         self.pty = Ptys(client, info.id)
+        #: The code interpreter's contexts (a sandbox made from ``code-interpreter-v1``; see :class:`CodeContexts`).
+        self.code_contexts = CodeContexts(client, info.id)
 
     def __repr__(self) -> str:
         return f"Sandbox(id={self.id!r}, state={self.state!r})"
@@ -344,6 +347,39 @@ class Sandbox:
                 print(run.wait().exit_code)
         """
         return ExecStream(self._client, self.id, command_body(cmd, timeout_seconds=timeout_seconds, cwd=cwd, env=env, stdin=stdin))
+
+    def run_code(
+        self,
+        code: str,
+        language: Optional[str] = None,
+        context: Optional[ContextLike] = None,
+        *,
+        on_stdout: Optional[Callable[[str], Any]] = None,
+        on_stderr: Optional[Callable[[str], Any]] = None,
+        on_result: Optional[Callable[[ExecutionResult], Any]] = None,
+        on_error: Optional[Callable[[ExecutionError], Any]] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> Execution:
+        """Runs code in the sandbox's code interpreter (a sandbox made from
+        ``code-interpreter-v1``): in the language's default context (python unless ``language``
+        says), or in ``context`` (its variables and imports persist between runs). The callbacks
+        get what the code prints and returns as it comes; the :class:`Execution` has it all. An
+        exception the code raises is not raised here: check ``error``. ``timeout`` (seconds)
+        hangs up, which interrupts the run, and raises :class:`DenTimeoutError`. A sandbox
+        without a code interpreter raises :class:`InvalidStateError`
+        (``code_interpreter_unavailable``).
+
+        Example::
+
+            with Sandbox.create(template="code-interpreter-v1") as sbx:
+                e = sbx.run_code("import math\\nprint('pi')\\nmath.pi", on_stdout=print)
+                print(e.text)   # "3.141592653589793"
+        """
+        return run_code(
+            self._client, self.id, code, language=language, context=context, on_stdout=on_stdout, on_stderr=on_stderr,
+            on_result=on_result, on_error=on_error, envs=envs, timeout=timeout,
+        )
 
     # ----------------------------------------------------------------- lifecycle
 

@@ -37,6 +37,11 @@ __all__ = [
     "WebhookPayload",
     "WebhookDeliveriesPage",
     "WEBHOOK_EVENT_TYPES",
+    "CodeContext",
+    "ExecutionResult",
+    "ExecutionError",
+    "Logs",
+    "Execution",
     "parse_time",
 ]
 
@@ -922,3 +927,147 @@ class WebhookDeliveriesPage:
 
     def __len__(self) -> int:
         return len(self.deliveries)
+
+
+# ---------------------------------------------------------------- code interpreter
+
+#: The MIME forms a code result may carry (``png``, ``jpeg`` and ``pdf`` are base64).
+RESULT_FORMATS = ("text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex", "json", "javascript")
+
+
+@dataclass
+class CodeContext:
+    """A code context of a code-interpreter sandbox: a kernel of one ``language`` whose state
+    (variables, imports, ``cwd``) persists between runs.
+
+    Example::
+
+        ctx = sbx.code_contexts.create(language="python", cwd="/tmp")
+        sbx.run_code("x = 1", context=ctx)
+    """
+
+    id: str
+    language: str
+    cwd: str
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "CodeContext":
+        """Builds the context from its JSON.
+
+        Example::
+
+            CodeContext.from_wire({"id": "c1", "language": "python", "cwd": "/home/user"})
+        """
+        return cls(id=str(w["id"]), language=str(w["language"]), cwd=str(w["cwd"]))
+
+
+@dataclass
+class ExecutionResult:
+    """One result of a run: the cell's value (``is_main_result``) or something it displayed (a
+    plot), in every MIME form the kernel gave; ``png``, ``jpeg`` and ``pdf`` are base64.
+
+    Example::
+
+        e = sbx.run_code("import matplotlib.pyplot as plt; plt.plot([1, 2]); plt.show()")
+        png = next(r.png for r in e.results if r.png)   # base64
+    """
+
+    is_main_result: bool = False
+    text: Optional[str] = None
+    html: Optional[str] = None
+    markdown: Optional[str] = None
+    svg: Optional[str] = None
+    png: Optional[str] = None
+    jpeg: Optional[str] = None
+    pdf: Optional[str] = None
+    latex: Optional[str] = None
+    json: Any = None
+    javascript: Optional[str] = None
+    extra: Any = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, w: Mapping[str, Any]) -> "ExecutionResult":
+        """Builds the result from a ``result`` line of the run's stream.
+
+        Example::
+
+            ExecutionResult.from_wire({"type": "result", "is_main_result": True, "text": "2"})
+        """
+        def s(k: str) -> Optional[str]:
+            v = w.get(k)
+            return v if isinstance(v, str) else None
+
+        return cls(
+            is_main_result=bool(w.get("is_main_result", False)), text=s("text"), html=s("html"), markdown=s("markdown"),
+            svg=s("svg"), png=s("png"), jpeg=s("jpeg"), pdf=s("pdf"), latex=s("latex"), json=w.get("json"),
+            javascript=s("javascript"), extra=w.get("extra"), raw=dict(w),
+        )
+
+    def formats(self) -> List[str]:
+        """The MIME forms this result has.
+
+        Example::
+
+            ExecutionResult(text="2", html="<b>2</b>").formats()   # ["text", "html"]
+        """
+        return [k for k in RESULT_FORMATS if getattr(self, k) is not None]
+
+
+@dataclass
+class ExecutionError:
+    """An exception the code raised: its class ``name``, its message (``value``) and the
+    formatted ``traceback``. A run that raises still returns: check :attr:`Execution.error`.
+
+    Example::
+
+        err = sbx.run_code("1 / 0").error
+        print(err.name, err.value)   # ZeroDivisionError division by zero
+    """
+
+    name: str
+    value: str
+    traceback: str
+
+
+@dataclass
+class Logs:
+    """What a run printed, one entry per piece as it came.
+
+    Example::
+
+        print("".join(sbx.run_code("print(1)").logs.stdout))   # "1\\n"
+    """
+
+    stdout: List[str] = field(default_factory=list)
+    stderr: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Execution:
+    """What a run left behind: ``results``, ``logs``, the ``error`` it raised (if any) and the
+    kernel's ``execution_count``. :attr:`text` is the cell's value as a REPL shows it.
+
+    Example::
+
+        e = sbx.run_code("x = 41\\nx + 1")
+        print(e.text, e.error)   # "42" None
+    """
+
+    results: List[ExecutionResult] = field(default_factory=list)
+    logs: Logs = field(default_factory=Logs)
+    error: Optional[ExecutionError] = None
+    execution_count: Optional[int] = None
+
+    @property
+    def text(self) -> Optional[str]:
+        """The main result's text (None if the cell had no value).
+
+        Example::
+
+            assert sbx.run_code("1 + 1").text == "2"
+        """
+        for r in self.results:
+            if r.is_main_result:
+                return r.text
+        return None

@@ -111,6 +111,11 @@ class ResourcesTest(unittest.TestCase):
             list(Sandbox.list(api_key=k.key))
         with self.assertRaises(NotFoundError):
             Keys.revoke("key_does_not_exist")
+        # format="e2b": the e2b_<hex> form the e2b Python client insists on, a key like any other.
+        e = Keys.create(owner=owner, format="e2b")
+        self.assertRegex(e.key, r"^e2b_[0-9a-f]{48}$")
+        self.assertEqual(list(Sandbox.list(api_key=e.key)), [])
+        Keys.revoke(e.id)
 
     def test_usage_and_hosts(self):
         r = Usage.get()

@@ -155,7 +155,8 @@ export class InvalidArgumentError extends DenApiError {}
 
 /**
  * 409/410 `invalid_state`, `operation_in_progress`, `sandbox_not_running` or `sandbox_destroyed`: the sandbox is not
- * in a state that allows the call.
+ * in a state that allows the call (409 `code_interpreter_unavailable`: it has no code interpreter, as it was not
+ * made from `code-interpreter-v1`).
  *
  * @example
  * ```ts
@@ -261,6 +262,7 @@ const BY_CODE: Readonly<Record<string, ApiErrorClass>> = {
   permission_denied: ForbiddenError,
   not_found: NotFoundError,
   route_not_found: NotFoundError,
+  context_not_found: NotFoundError,
   snapshot_not_found: NotFoundError,
   sandbox_not_found: SandboxNotFoundError,
   file_not_found: FileNotFoundError,
@@ -274,6 +276,7 @@ const BY_CODE: Readonly<Record<string, ApiErrorClass>> = {
   operation_in_progress: InvalidStateError,
   sandbox_not_running: InvalidStateError,
   sandbox_destroyed: InvalidStateError,
+  code_interpreter_unavailable: InvalidStateError,
   already_exists: ConflictError,
   not_empty: ConflictError,
   volume_in_use: ConflictError,

@@ -24,6 +24,16 @@ export {
   type ExecChunk,
   type ExecExit,
 } from "./exec.js";
+export {
+  CodeContexts,
+  CODE_MAX_LINE_BYTES,
+  type CodeContext,
+  type CreateCodeContextOptions,
+  type Execution,
+  type ExecutionError,
+  type ExecutionResult,
+  type RunCodeOptions,
+} from "./code.js";
 export { Process, Processes, type LogsOptions, type ProcessLogs, type WaitOptions } from "./processes.js";
 export { Filesystem, type ListFilesResult } from "./filesystem.js";
 export {

@@ -16,6 +16,11 @@ export interface CreateKeyOptions extends DenClientOptions, RequestOptions {
   owner: string;
   /** Whether the new key may manage keys. */
   admin?: boolean;
+  /**
+   * The secret's form: `"den"` (default, `den_...`) or `"e2b"` (`e2b_` + hex digits, the
+   * form E2B's Python client accepts). Either works everywhere a Den key does.
+   */
+  format?: "den" | "e2b";
 }
 
 /**
@@ -42,6 +47,7 @@ export const Keys = {
     const client = new DenClient(opts);
     const body: WireInput<typeof api.CreateKeyRequest> = { owner: opts.owner };
     if (opts.admin !== undefined) body.admin = opts.admin;
+    if (opts.format !== undefined) body.format = opts.format;
     return toApiKeyInfo(await client.json({ method: "POST", path: "/v1/keys", json: body, signal: opts.signal }, api.ApiKey.parse));
   },
 

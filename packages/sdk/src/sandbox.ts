@@ -16,6 +16,7 @@ import {
   execWithCallbacks,
 } from "./exec.js";
 import { Filesystem } from "./filesystem.js";
+import { CodeContexts, type Execution, type RunCodeOptions, runCode } from "./code.js";
 import { readNdjson } from "./ndjson.js";
 import { type Process, Processes } from "./processes.js";
 import {
@@ -149,6 +150,16 @@ export class Sandbox {
    * ```
    */
   readonly filesystem: Filesystem;
+  /**
+   * The code interpreter's contexts (a sandbox made from `code-interpreter-v1`): kernels whose
+   * state persists between {@link Sandbox.runCode} runs.
+   *
+   * @example
+   * ```ts
+   * const ctx = await sbx.codeContexts.create({ language: "python" });
+   * ```
+   */
+  readonly codeContexts: CodeContexts;
 
   /** @internal Use {@link Sandbox.create}, {@link Sandbox.connect} or {@link Sandbox.list}. */
   constructor(client: DenClient, info: SandboxInfo) {
@@ -156,6 +167,7 @@ export class Sandbox {
     this.#info = info;
     this.processes = new Processes(client, info.id);
     this.filesystem = new Filesystem(client, info.id);
+    this.codeContexts = new CodeContexts(client, info.id);
   }
 
   /**
@@ -342,6 +354,26 @@ export class Sandbox {
    */
   execStream(cmd: Command, opts: CommandOptions = {}): ExecStream {
     return new ExecStream(this.#client, this.id, cmd, opts);
+  }
+
+  /**
+   * Runs code in the sandbox's code interpreter (a sandbox made from `code-interpreter-v1`):
+   * in the language's default context (python unless `language` says), or in `context`,
+   * whose variables and imports persist between runs. The callbacks get what the code prints
+   * and returns as it comes; the {@link Execution} has it all. An exception the code raises
+   * is not a rejection: check `error`. `timeoutMs` (or `signal`) hangs up, which interrupts
+   * the run, and rejects (a `TimeoutError` for `timeoutMs`). A sandbox without a code
+   * interpreter: `InvalidStateError` (`code_interpreter_unavailable`).
+   *
+   * @example
+   * ```ts
+   * const sbx = await Sandbox.create({ template: "code-interpreter-v1" });
+   * const e = await sbx.runCode("import math\nprint('pi')\nmath.pi", { onStdout: (s) => process.stdout.write(s) });
+   * console.log(e.text); // "3.141592653589793"
+   * ```
+   */
+  runCode(code: string, opts: RunCodeOptions = {}): Promise<Execution> {
+    return runCode(this.#client, this.id, code, opts);
   }
 
   /**

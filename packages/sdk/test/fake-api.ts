@@ -179,7 +179,7 @@ export class FakeDen {
         const r = parse(api.CreateKeyRequest);
         const k: api.ApiKey = { id: `key_${this.keys.length}`, owner: r.owner, admin: r.admin ?? false, created_at: new Date().toISOString(), revoked_at: null };
         this.keys.push(k);
-        return send(res, 201, { ...k, key: `den_secret_${k.id}` });
+        return send(res, 201, { ...k, key: r.format === "e2b" ? `e2b_${"0".repeat(47)}${this.keys.length}` : `den_secret_${k.id}` });
       }
       if (p === "/v1/keys" && m === "GET") return send(res, 200, { keys: this.keys });
       const km = /^\/v1\/keys\/([^/]+)$/.exec(p);

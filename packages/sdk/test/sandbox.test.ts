@@ -238,6 +238,9 @@ test("Templates.list and the admin Keys helpers", async () => {
   assert.deepEqual(den.lastRequest("POST", /^\/v1\/keys$/)?.json, { owner: "ci", admin: false });
   assert.match(created.key ?? "", /^den_secret_/);
   assert.equal(created.revokedAt, null);
+  const e2bKey = await Keys.create({ ...admin, owner: "py", format: "e2b" });
+  assert.deepEqual(den.lastRequest("POST", /^\/v1\/keys$/)?.json, { owner: "py", format: "e2b" });
+  assert.match(e2bKey.key ?? "", /^e2b_[0-9a-f]+$/);
   const all = await Keys.list(admin);
   assert.ok(all.some((k) => k.id === created.id && k.key === undefined));
   const revoked = await Keys.revoke(created.id, admin);

@@ -8,6 +8,7 @@ import type { ControlPlane } from "./control-plane.js";
 import { bearerKey, type Principal } from "./store.js";
 import { registerSandboxRoutes } from "./routes/sandboxes.js";
 import { registerExecRoutes } from "./routes/exec.js";
+import { registerCodeRoutes } from "./routes/code.js";
 import { registerFileRoutes } from "./routes/files.js";
 import { registerAdminRoutes } from "./routes/admin.js";
 import { registerHostRoutes } from "./routes/hosts.js";
@@ -32,6 +33,8 @@ declare module "fastify" {
   interface FastifyInstance {
     /** Every documented route, as registered (the OpenAPI test checks the document against it). */
     denRoutes: Array<{ method: string; url: string }>;
+    /** The port proxy this app serves sandboxes' ports with (the envd listener forwards E2B's port traffic through it too). */
+    portProxy: PortProxy;
   }
 }
 
@@ -108,6 +111,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   });
   const routes: Array<{ method: string; url: string }> = [];
   app.decorate("denRoutes", routes);
+  app.decorate("portProxy", proxy);
   app.addHook("onRoute", (r) => {
     if ((r.schema as { hide?: boolean } | undefined)?.hide) return;
     for (const m of [r.method].flat()) if (m !== "HEAD") routes.push({ method: m, url: r.url });
@@ -196,6 +200,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   registerSandboxRoutes(typed, cp);
   registerUsageRoutes(typed, cp);
   registerExecRoutes(typed, cp);
+  registerCodeRoutes(typed, cp);
   registerFileRoutes(typed, cp);
   registerAdminRoutes(typed, cp);
   registerHostRoutes(typed, cp);

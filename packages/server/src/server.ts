@@ -12,6 +12,7 @@ import { openStore } from "./object-store.js";
 import { Store } from "./store.js";
 import { openE2b, volumeContentRoutes } from "./e2b/index.js";
 import { DenEnvdSandboxes } from "./e2b/envd-access.js";
+import { E2bPortTraffic } from "./e2b/port-traffic.js";
 import { buildEnvdServer } from "./e2b/envd/index.js";
 
 /** http://host:port, an IPv6 address in brackets. */
@@ -89,7 +90,11 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   let envd: Awaited<ReturnType<typeof buildEnvdServer>> | undefined;
   try {
     if (config.e2b.envdPort !== null) {
-      envd = await buildEnvdServer(new DenEnvdSandboxes(cp, e2b.tokens), { logger: (opts.logger ?? false) as boolean | Record<string, unknown>, maxUploadBytes: config.limits.uploadBytes });
+      envd = await buildEnvdServer(new DenEnvdSandboxes(cp, e2b.tokens), {
+        logger: (opts.logger ?? false) as boolean | Record<string, unknown>, maxUploadBytes: config.limits.uploadBytes,
+        // E2B's port traffic (`E2b-Sandbox-Port`, the code interpreter's) through the port proxy.
+        portTraffic: new E2bPortTraffic(cp, app.portProxy, e2b.tokens),
+      });
       // E2B's volume content API: guest bytes too, so on this origin (E2B_VOLUME_API_URL), never the API's.
       await envd.register(volumeContentRoutes(e2b.volumes, { maxUploadBytes: config.limits.uploadBytes }));
       await envd.listen({ port: config.e2b.envdPort, host: config.e2b.envdHost });

@@ -25,6 +25,15 @@ export function bearerKey(header: string | undefined): string | undefined {
   return /^Bearer\s+(\S{1,512})$/.exec(header ?? "")?.[1];
 }
 
+/**
+ * A new key's secret, 192 random bits: `den_` + base64url, or `e2b_` + hex (the form E2B's
+ * Python client insists on, `^e2b_[0-9a-f]+$`). Keys are looked up by their hash, whatever their form.
+ */
+export function newKeySecret(format: "den" | "e2b" = "den"): string {
+  const bits = randomBytes(24);
+  return format === "e2b" ? `e2b_${bits.toString("hex")}` : `den_${bits.toString("base64url")}`;
+}
+
 export function hashKey(secret: string): string {
   return createHash("sha256").update(secret).digest("hex");
 }
@@ -277,7 +286,7 @@ export class Store {
 
   // ---- keys ----
 
-  async createKey(owner: string, admin: boolean, secret = `den_${randomBytes(24).toString("base64url")}`): Promise<{ id: string; secret: string }> {
+  async createKey(owner: string, admin: boolean, secret = newKeySecret()): Promise<{ id: string; secret: string }> {
     const id = `key_${randomBytes(8).toString("hex")}`;
     await this.db.insertInto("api_keys").values({ id, owner, hash: hashKey(secret), admin: admin ? 1 : 0, created_at: Date.now(), revoked_at: null }).execute();
     return { id, secret };
@@ -290,7 +299,7 @@ export class Store {
    */
   async firstAdminKey(): Promise<string | undefined> {
     if ((await this.countKeys()) > 0) return undefined;
-    const secret = `den_${randomBytes(24).toString("base64url")}`;
+    const secret = newKeySecret();
     return this.transaction(async (s) => {
       const claim = await s.db.insertInto("settings").values({ key: "first_admin_key", value: hashKey(secret) }).onConflict((oc) => oc.column("key").doNothing()).executeTakeFirst();
       if (Number(claim.numInsertedOrUpdatedRows ?? 0) !== 1) return undefined;
@@ -379,6 +388,11 @@ export class Store {
     return this.db.selectFrom("sandboxes").selectAll().where("state", "!=", "destroyed").execute();
   }
 
+  /** The ids of every sandbox not destroyed (nor failed), of all owners. */
+  async liveSandboxIds(): Promise<string[]> {
+    return (await this.db.selectFrom("sandboxes").select("id").where("state", "not in", ["destroyed", "error"]).execute()).map((r) => r.id);
+  }
+
   async countLive(owner: string): Promise<number> {
     const r = await this.db.selectFrom("sandboxes").select((eb) => eb.fn.countAll<number>().as("n"))
       .where("owner", "=", owner).where("state", "not in", ["destroyed", "error"]).executeTakeFirstOrThrow();
@@ -397,11 +411,11 @@ export class Store {
   }
 
   /**
-   * A page of an owner's sandboxes newest first (E2B's list): in `states`, with every
-   * metadata pair, of a template, created at or after `since`, after `cursor` (the last
-   * row of the previous page: its created_at and id).
+   * A page of an owner's sandboxes newest first (E2B's list; `order: "asc"` oldest first): in
+   * `states`, with every metadata pair, of a template, created at or after `since`, after
+   * `cursor` (the last row of the previous page: its created_at and id).
    */
-  async listSandboxesNewest(owner: string, q: { states: string[]; metadata: Record<string, string>; template?: string; since?: number; limit: number; cursor?: { createdAt: number; id: string } }): Promise<SandboxRow[]> {
+  async listSandboxesNewest(owner: string, q: { states: string[]; metadata: Record<string, string>; template?: string; since?: number; limit: number; cursor?: { createdAt: number; id: string }; order?: "asc" | "desc" }): Promise<SandboxRow[]> {
     let query = this.db.selectFrom("sandboxes").selectAll().where("owner", "=", owner).where("state", "in", q.states);
     for (const [k, v] of Object.entries(q.metadata)) {
       query = query.where("id", "in", (eb) => eb.selectFrom("sandbox_metadata").select("sandbox_id").where("key", "=", k).where("value", "=", v));
@@ -409,8 +423,10 @@ export class Store {
     if (q.template !== undefined) query = query.where("template", "=", q.template);
     if (q.since !== undefined) query = query.where("created_at", ">=", q.since);
     const c = q.cursor;
-    if (c) query = query.where((eb) => eb.or([eb("created_at", "<", c.createdAt), eb.and([eb("created_at", "=", c.createdAt), eb("id", "<", c.id)])]));
-    return query.orderBy("created_at", "desc").orderBy("id", "desc").limit(q.limit).execute();
+    const asc = q.order === "asc";
+    const past = asc ? ">" : "<";
+    if (c) query = query.where((eb) => eb.or([eb("created_at", past, c.createdAt), eb.and([eb("created_at", "=", c.createdAt), eb("id", past, c.id)])]));
+    return query.orderBy("created_at", asc ? "asc" : "desc").orderBy("id", asc ? "asc" : "desc").limit(q.limit).execute();
   }
 
   /** Bytes in the snapshot store that something still needs (cold sandboxes', checkpoints'), of one owner or of all. */

@@ -74,6 +74,12 @@ describe("the den CLI's control-plane commands", () => {
     assert.equal(revoked.code, 1);
     assert.equal(revoked.err.trim().split("\n").length, 1, "one line, no stack trace");
     assert.match(revoked.err, /^den: unauthorized: /);
+    // --e2b: the e2b_<hex> form E2B's Python client insists on, a key like any other.
+    const e2bKey = await json(["keys", "create", "--owner", "cli-owner", "--e2b"]);
+    assert.match(e2bKey.key, /^e2b_[0-9a-f]{48}$/);
+    const listed = await run(["ls", "--json"], { key: e2bKey.key });
+    assert.equal(listed.code, 0, listed.err);
+    assert.deepEqual(JSON.parse(listed.out), []);
     const usage = await json(["usage"]);
     assert.ok(Array.isArray(usage.groups));
     // Templates through the server: list, build one from base plus a setup command, use it.

@@ -131,6 +131,15 @@ describe("the E2B control-plane API through the e2b client, on the memory host",
     }
     assert.deepEqual(sizes, [10, 10, 5]);
     assert.deepEqual(seen, [...ids].reverse(), "every one once, newest first");
+    // order=asc: by start time across the whole set, oldest first (paged the same way); desc is the default.
+    const ascending: string[] = [];
+    const up = Sandbox.list({ query: { metadata: { page: "yes" } }, limit: 10, order: "asc" });
+    while (up.hasNext) ascending.push(...(await up.nextItems()).map((s) => s.sandboxId));
+    assert.deepEqual(ascending, ids, "order=asc: oldest first");
+    assert.deepEqual((await Sandbox.list({ query: { metadata: { page: "yes" } }, limit: 3, order: "desc" }).nextItems()).map((s) => s.sandboxId), [...ids].reverse().slice(0, 3));
+    const badOrder = await fetch(`${server.url}/v2/sandboxes?order=sideways`, { headers: { "x-api-key": ADMIN_KEY } });
+    assert.equal(badOrder.status, 400, "another order is refused");
+    assert.equal(((await badOrder.json()) as { code: number }).code, 400);
     const running = await Sandbox.list({ query: { metadata: { page: "yes" }, state: ["running"] } }).nextItems();
     assert.deepEqual(running.map((s) => s.sandboxId).sort(), ids.slice(20).sort());
     const paused = await Sandbox.list({ query: { metadata: { page: "yes" }, state: ["paused"] }, limit: 100 }).nextItems();

@@ -1,7 +1,7 @@
 /**
  * The tiny shell an in-memory guest's exec runs: a handful of builtins over the guest's
  * file tree (echo, printf, cat, true, false, exit, sleep, mkdir, rm, mv, ls, pwd, cd, test,
- * [, touch, head, chown, chmod, kill, sync, nohup, set -e, sh -c, bash -c), `$VAR`,
+ * [, touch, head, chown, chmod, kill, sync, nohup, set -e, sh -c, bash [-l] -c), `$VAR`,
  * `${VAR}`, `$!`, `$?` and `$(...)` (expanded when their command runs), quotes, `;` `&&`
  * `||` `|`, redirections (`>` `>>` `<` `2>` `2>&1` `>&2`) and a trailing `&`. Anything else
  * is "not found", exit 127. Clear, not complete: tests script the rest (`script()`).
@@ -564,8 +564,9 @@ const BUILTINS: Record<string, Builtin> = {
   bash: shell,
 };
 
-/** `sh -c SCRIPT`, `sh FILE`, or `sh` reading its script from stdin. */
+/** `sh -c SCRIPT`, `sh FILE`, or `sh` reading its script from stdin; `-l` (a login shell, as E2B's envd starts commands) changes nothing here. */
 async function shell(args: string[], io: ShellIo): Promise<number> {
+  while (args[0] === "-l" || args[0] === "--login") args = args.slice(1);
   if (args[0] === "-c") return args[1] === undefined ? fail(io, "sh: -c requires an argument", 2) : subShell(args[1], io);
   let script: string;
   try {

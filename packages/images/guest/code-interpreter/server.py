@@ -34,7 +34,8 @@ import zmq
 from jupyter_client.session import Session
 
 # ---- bounds -------------------------------------------------------------------------------
-MAX_OUTPUT_BYTES = 1024 * 1024  # stdout+stderr+results forwarded per execution
+MAX_OUTPUT_BYTES = 1024 * 1024  # stdout+stderr forwarded per execution
+MAX_RESULT_BYTES = 16 * 1024 * 1024  # results (plots, tables) forwarded per execution, apart from the streams
 MAX_ERROR_FIELD = 64 * 1024  # an error's value and traceback, each
 MAX_BODY_BYTES = 16 * 1024 * 1024  # request body
 MAX_CONTEXTS = 64
@@ -123,6 +124,7 @@ class Sink:
         self.gone = False
         self.sent = 0
         self.truncated = False
+        self.result_bytes = 0
         self.pending = []
 
     def fileno(self):
@@ -174,8 +176,7 @@ class Sink:
             self._marker()
 
     def result(self, data, is_main):
-        if self.truncated:
-            return
+        # Results have a budget of their own: a cell whose prints were cut still gives its value.
         event = {"type": "result", "is_main_result": bool(is_main)}
         extra = {}
         for mime, value in data.items():
@@ -187,10 +188,11 @@ class Sink:
         if extra:
             event["extra"] = extra
         size = len(json.dumps(event))
-        if self._budget(size) == size:
+        if self.result_bytes + size <= MAX_RESULT_BYTES:
+            self.result_bytes += size
             self.pending.append(event)
-        else:
-            self._marker()  # a result is all or nothing
+        else:  # a result is all or nothing
+            self.pending.append({"type": "stderr", "text": "[den: a result of %d bytes dropped: past %d bytes of results]\n" % (size, MAX_RESULT_BYTES), "timestamp": now_iso()})
 
     def error(self, name, value, traceback):
         self.pending.append(

@@ -53,7 +53,7 @@ export const exec = tool({
 });
 
 /** Sends `notifications/progress` (elapsed seconds) while the command runs, if the caller gave a progress token. */
-function reportProgress(extra: ToolExtra, t0: number): () => void {
+export function reportProgress(extra: ToolExtra, t0: number): () => void {
   const progressToken = extra._meta?.progressToken;
   if (progressToken === undefined) return () => {};
   const timer = setInterval(() => {

@@ -26,6 +26,14 @@ export async function templateSettings(ctx: Ctx, template: string, req: Settings
   return { ...req, env: { ...run.env, ...req.env }, defaults: Object.keys(defaults).length ? JSON.stringify(defaults) : null };
 }
 
+/** A built-in template's other name as the template's own (`code-interpreter`), unless a template of that name exists. */
+async function builtinName(ctx: Ctx, template: string): Promise<string> {
+  const [name, version] = template.split("@") as [string, string | undefined];
+  const to = api.TEMPLATE_ALIASES[name];
+  if (!to || (await ctx.store.templateRow(name))) return template;
+  return version === undefined ? to : `${to}@${version}`;
+}
+
 /** What the API that made a sandbox settled about it: how its deadline behaves, wake on traffic, public ports (see SandboxesTable); /v1 keeps the defaults. */
 export type Terms = Pick<SandboxRow, "deadline_mode" | "on_deadline" | "run_timeout_seconds" | "auto_resume" | "surface" | "public_ports">;
 const V1_TERMS: Terms = { deadline_mode: "ttl", on_deadline: "destroy", run_timeout_seconds: null, auto_resume: 0, surface: "v1", public_ports: 0 };
@@ -139,7 +147,7 @@ export class Lifecycle {
     if ((req.disk_mb ?? 0) > lim.diskMbPerSandbox) throw new DenError("invalid_argument", `disk_mb: at most ${lim.diskMbPerSandbox} on this server`);
     await this.quota(p);
     const vols = await resolveMounts(this.ctx, p.owner, req.volumes);
-    const template = req.template ?? config.defaults.template;
+    const template = await builtinName(this.ctx, req.template ?? config.defaults.template);
     const shape = { ...(req.vcpus ? { vcpus: req.vcpus } : {}), ...(req.memory_mb ? { memoryMb: req.memory_mb } : {}) };
     // A create no host can hold is refused before it leaves a record behind.
     const pull = await this.ctx.shared.pullFor(template);

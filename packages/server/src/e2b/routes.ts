@@ -89,9 +89,8 @@ export async function registerE2bRoutes(root: FastifyInstance, deps: {
       schema: { ...hide, querystring: z.object({ state: States, metadata: z.string().max(8192).optional(), template: z.string().max(128).optional(), startedAfter: z.string().max(64).optional(), limit: Limit, nextToken: z.string().max(512).optional(), order: z.enum(["asc", "desc"]).optional() }) },
     }, async (req, reply) => {
       const q = req.query;
-      if (q.order === "asc") throw new DenError("invalid_argument", "order: asc is not supported (the list is newest first)");
       const { rows, next } = await service.list(who(req), {
-        metadata: metadataQuery(q.metadata), ...(q.state ? { states: q.state } : {}), ...(q.template ? { template: q.template } : {}),
+        metadata: metadataQuery(q.metadata), ...(q.order ? { order: q.order } : {}), ...(q.state ? { states: q.state } : {}), ...(q.template ? { template: q.template } : {}),
         ...(q.startedAfter ? { startedAfter: q.startedAfter } : {}), ...(q.limit ? { limit: q.limit } : {}), ...(q.nextToken ? { nextToken: q.nextToken } : {}),
       });
       if (next) reply.header(e2bApi.NEXT_TOKEN_HEADER, next);

@@ -11,14 +11,17 @@ import { denMounts } from "./volumes.js";
 /** E2B's default sandbox timeout, in seconds. */
 export const DEFAULT_TIMEOUT_SECONDS = 300;
 
-/** A page token: the last row of a page (its created_at and id), opaque to the client. */
-const encodeToken = (r: SandboxRow) => Buffer.from(JSON.stringify([r.created_at, r.id])).toString("base64url");
-function decodeToken(t: string): { createdAt: number; id: string } {
+/** A page token: the last row of a page (its created_at and id) and the list's order, opaque to the client. */
+const encodeToken = (r: SandboxRow, order: "asc" | "desc") => Buffer.from(JSON.stringify(order === "asc" ? [r.created_at, r.id, "asc"] : [r.created_at, r.id])).toString("base64url");
+function decodeToken(t: string, order: "asc" | "desc"): { createdAt: number; id: string } {
   try {
-    const [createdAt, id] = JSON.parse(Buffer.from(t, "base64url").toString("utf8")) as [unknown, unknown];
-    if (typeof createdAt === "number" && typeof id === "string" && api.SandboxId.safeParse(id).success) return { createdAt, id };
-  } catch {
-    // fall through
+    const [createdAt, id, dir] = JSON.parse(Buffer.from(t, "base64url").toString("utf8")) as [unknown, unknown, unknown];
+    if (typeof createdAt === "number" && typeof id === "string" && api.SandboxId.safeParse(id).success) {
+      if ((dir ?? "desc") !== order) throw new DenError("invalid_argument", `nextToken belongs to a list in the other order (order=${dir === "asc" ? "asc" : "desc"})`);
+      return { createdAt, id };
+    }
+  } catch (e) {
+    if (e instanceof DenError) throw e;
   }
   throw new DenError("invalid_argument", "nextToken is not a token this server gave out");
 }
@@ -98,7 +101,9 @@ export class E2bService {
     return (await volumeStore(this.cp.store).mountsOf(id)).map((m) => ({ name: m.name, path: m.path }));
   }
 
-  async list(p: Principal, q: { states?: e2bApi.SandboxState[]; metadata: Record<string, string>; template?: string; startedAfter?: string; limit?: number; nextToken?: string }): Promise<{ rows: SandboxRow[]; next: string | null }> {
+  /** E2B's list: by start time (Den's created_at), newest first unless `order` is `asc`; paged. */
+  async list(p: Principal, q: { states?: e2bApi.SandboxState[]; metadata: Record<string, string>; template?: string; startedAfter?: string; limit?: number; nextToken?: string; order?: "asc" | "desc" }): Promise<{ rows: SandboxRow[]; next: string | null }> {
+    const order = q.order ?? "desc";
     const limit = Math.min(q.limit ?? e2bApi.PAGE_MAX, e2bApi.PAGE_MAX);
     let since: number | undefined;
     if (q.startedAfter !== undefined) {
@@ -106,12 +111,12 @@ export class E2bService {
       if (!Number.isFinite(since)) throw new DenError("invalid_argument", `startedAfter: not a timestamp: ${JSON.stringify(q.startedAfter.slice(0, 64))}`);
     }
     const rows = await this.cp.store.listSandboxesNewest(p.owner, {
-      states: denStates(q.states), metadata: q.metadata, limit: limit + 1,
+      states: denStates(q.states), metadata: q.metadata, limit: limit + 1, order,
       ...(q.template ? { template: q.template } : {}), ...(since !== undefined ? { since } : {}),
-      ...(q.nextToken ? { cursor: decodeToken(q.nextToken) } : {}),
+      ...(q.nextToken ? { cursor: decodeToken(q.nextToken, order) } : {}),
     });
     const page = rows.slice(0, limit);
-    return { rows: page, next: rows.length > limit ? encodeToken(page[page.length - 1]!) : null };
+    return { rows: page, next: rows.length > limit ? encodeToken(page[page.length - 1]!, order) : null };
   }
 
   /** false: there was no such sandbox (the client's `kill` answers false). */

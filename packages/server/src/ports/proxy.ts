@@ -87,7 +87,17 @@ function secureContext(req: http.IncomingMessage, host: string): boolean {
 }
 
 /** How a request proved it may use the port. */
-type Grant = { owner: string } & ({ via: "key" } | { via: "token"; token: string; fromQuery: boolean } | { via: "public" });
+export type Grant = { owner: string } & ({ via: "key" } | { via: "token"; token: string; fromQuery: boolean } | { via: "public" });
+
+/** What a caller of `forward` changes in what reaches the guest, and how errors are answered. */
+export interface ForwardOptions {
+  /** Request headers (lower-case names) not passed to the guest, besides Den's own credentials. */
+  drop?: ReadonlySet<string>;
+  /** Headers added to the guest's request. */
+  add?: Array<[string, string]>;
+  /** Answers an error met before the guest's answer began (default: Den's JSON error body). */
+  fail?: (res: http.ServerResponse, e: DenError) => void;
+}
 
 /** E2B's header for the ports of a sandbox that is not public. */
 const TRAFFIC_HEADER = "e2b-traffic-access-token";
@@ -152,7 +162,7 @@ export class PortProxy {
   }
 
   /** Headers for the guest's server: Den's own credentials removed, forwarding headers added. */
-  private guestHeaders(req: http.IncomingMessage, t: PortTarget, grant: Grant, keepUpgrade: boolean): Array<[string, string]> {
+  private guestHeaders(req: http.IncomingMessage, t: PortTarget, grant: Grant, keepUpgrade: boolean, o: ForwardOptions = {}): Array<[string, string]> {
     const out: Array<[string, string]> = [];
     const raw = req.rawHeaders;
     for (let i = 0; i + 1 < raw.length; i += 2) {
@@ -161,6 +171,7 @@ export class PortProxy {
       let value = raw[i + 1]!;
       if (lower === "authorization" && grant.via === "key") continue; // a Den key never enters a sandbox
       if (lower === TRAFFIC_HEADER) continue; // a credential of Den's, like the key
+      if (o.drop?.has(lower)) continue;
       if (!keepUpgrade && HOP_BY_HOP.has(lower)) continue;
       if (lower.startsWith("x-forwarded-")) continue;
       if (lower === "cookie") {
@@ -172,6 +183,7 @@ export class PortProxy {
     out.push(["X-Forwarded-For", req.socket.remoteAddress ?? ""], ["X-Forwarded-Proto", "http"]);
     if (req.headers.host) out.push(["X-Forwarded-Host", req.headers.host]);
     if (t.prefix) out.push(["X-Forwarded-Prefix", t.prefix]);
+    if (o.add) out.push(...o.add);
     return out;
   }
 
@@ -209,10 +221,11 @@ export class PortProxy {
     }
   }
 
-  /** Forwards one HTTP request to the guest's server on the target port. */
+  /** Serves one HTTP request of the path route or a virtual host: auth, then `forward`. */
   async handle(req: http.IncomingMessage, res: http.ServerResponse, t: PortTarget): Promise<void> {
+    let grant: Grant;
     try {
-      const grant = await this.authorize(req, t);
+      grant = await this.authorize(req, t);
       if (this.redirectToOrigin(req, res, t, grant)) return;
       if (t.bare) {
         // Relative links of the app resolve under the port's path only with a trailing slash.
@@ -220,18 +233,37 @@ export class PortProxy {
         res.writeHead(308, { location: `${t.prefix}/${q < 0 ? "" : t.guestPath.slice(q)}` }).end();
         return;
       }
+    } catch (e) {
+      sendError(res, e);
+      return;
+    }
+    await this.forward(req, res, t, grant);
+  }
+
+  /**
+   * Forwards one HTTP request, already authorized by `grant`, to the guest's server on the
+   * target port: the request's body and the guest's answer stream through as they come
+   * (nothing buffered), the connection counts against the owner's limit, the sandbox is
+   * active (and woken, if hibernated) while it lasts.
+   */
+  async forward(req: http.IncomingMessage, res: http.ServerResponse, t: PortTarget, grant: Grant, o: ForwardOptions = {}): Promise<void> {
+    const failed = (e: unknown) => {
+      if (o.fail && !res.headersSent) o.fail(res, asDenError(e));
+      else sendError(res, e);
+    };
+    try {
       const release = this.claim(grant.owner);
       res.on("close", release);
       await this.cp.withExec(t.sandbox, async () => {
         const tunnel = await this.tunnel(t);
         await new Promise<void>((resolve) => {
           const preq = http.request({
-            method: req.method, path: t.guestPath, headers: headerObject(this.guestHeaders(req, t, grant, false)),
+            method: req.method, path: t.guestPath, headers: headerObject(this.guestHeaders(req, t, grant, false, o)),
             createConnection: () => tunnel as never,
           });
           const fail = (e: Error) => {
             tunnel.destroy();
-            if (!res.headersSent) sendError(res, e instanceof DenError ? e : new DenError("agent_unavailable", `port ${t.port}: ${e.message}`));
+            if (!res.headersSent) failed(e instanceof DenError ? e : new DenError("agent_unavailable", `port ${t.port}: ${e.message}`));
             else res.destroy();
             resolve();
           };
@@ -249,6 +281,8 @@ export class PortProxy {
             // The token is in this page's URL: its links must not hand it to other sites.
             if (cookie) headers.push("Set-Cookie", cookie, "Referrer-Policy", "same-origin");
             res.writeHead(pres.statusCode ?? 502, pres.statusMessage, headers);
+            // Now, not with the first body chunk: a stream's client waits on the headers (a silent cell's, a long poll's).
+            res.flushHeaders();
             pres.pipe(res);
             pres.on("error", fail);
           });
@@ -260,7 +294,7 @@ export class PortProxy {
         });
       });
     } catch (e) {
-      sendError(res, e);
+      failed(e);
     }
   }
 
@@ -277,32 +311,41 @@ export class PortProxy {
       checkOrigin(req);
       const rawTcp = t.bare && (req.headers.upgrade ?? "").toLowerCase() === "den-tcp";
       if (t.bare && !rawTcp) throw new DenError("invalid_argument", `upgrade to ${JSON.stringify(req.headers.upgrade)} needs a path after the port (${t.prefix}/...)`);
-      const release = this.claim(grant.owner);
-      socket.on("close", release);
-      const tunnel = await this.tunnel(t);
-      tunnel.on("error", () => socket.destroy());
-      if (rawTcp) {
-        socket.write("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: den-tcp\r\n\r\n");
-      } else {
-        const lines = [`${req.method} ${t.guestPath} HTTP/1.1`, ...this.guestHeaders(req, t, grant, true).map(([k, v]) => `${k}: ${v}`)];
-        tunnel.write(lines.join("\r\n") + "\r\n\r\n");
-      }
-      if (head.length) tunnel.write(head);
-      socket.pipe(tunnel);
-      tunnel.pipe(socket);
-      // A spliced connection is activity for as long as it lasts.
-      void this.cp.withExec(t.sandbox, () => new Promise<void>((resolve) => {
-        socket.on("close", () => {
-          tunnel.destroy();
-          resolve();
-        });
-        tunnel.on("close", () => socket.destroy());
-      }));
+      await this.splice(req, socket, head, t, grant, {}, rawTcp);
     } catch (e) {
       const err = asDenError(e);
       const body = JSON.stringify({ error: { code: err.code, message: err.message } });
       socket.end(`HTTP/1.1 ${err.status} ${http.STATUS_CODES[err.status] ?? "Error"}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
     }
+  }
+
+  /**
+   * Splices an upgrade, already authorized by `grant`, to the target port: the request goes
+   * to the guest's server, which answers it itself (`rawTcp`: Den answers 101 and the bytes
+   * go to the port as they are). Throws, having written nothing, when the port cannot be reached.
+   */
+  async splice(req: http.IncomingMessage, socket: Duplex, head: Buffer, t: PortTarget, grant: Grant, o: Omit<ForwardOptions, "fail"> = {}, rawTcp = false): Promise<void> {
+    const release = this.claim(grant.owner);
+    socket.on("close", release);
+    const tunnel = await this.tunnel(t);
+    tunnel.on("error", () => socket.destroy());
+    if (rawTcp) {
+      socket.write("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: den-tcp\r\n\r\n");
+    } else {
+      const lines = [`${req.method} ${t.guestPath} HTTP/1.1`, ...this.guestHeaders(req, t, grant, true, o).map(([k, v]) => `${k}: ${v}`)];
+      tunnel.write(lines.join("\r\n") + "\r\n\r\n");
+    }
+    if (head.length) tunnel.write(head);
+    socket.pipe(tunnel);
+    tunnel.pipe(socket);
+    // A spliced connection is activity for as long as it lasts.
+    void this.cp.withExec(t.sandbox, () => new Promise<void>((resolve) => {
+      socket.on("close", () => {
+        tunnel.destroy();
+        resolve();
+      });
+      tunnel.on("close", () => socket.destroy());
+    }));
   }
 }
 

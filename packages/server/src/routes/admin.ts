@@ -4,6 +4,7 @@ import { DenError, api } from "@den/protocol";
 import { principal, requireAdmin, type TypedApp } from "../app.js";
 import type { ControlPlane } from "../control-plane.js";
 import { ndjsonStream } from "../ndjson.js";
+import { newKeySecret } from "../store.js";
 
 const BuildParams = z.object({ id: z.string().min(1).max(64) });
 
@@ -100,7 +101,7 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     schema: { summary: "Create an API key (admin); the secret is returned once", body: api.CreateKeyRequest, response: { 201: api.ApiKey } },
   }, async (req, reply) => {
     requireAdmin(req);
-    const { id, secret } = await cp.store.createKey(req.body.owner, req.body.admin ?? false);
+    const { id, secret } = await cp.store.createKey(req.body.owner, req.body.admin ?? false, newKeySecret(req.body.format ?? "den"));
     const key = (await cp.store.listKeys()).find((k) => k.id === id)!;
     return reply.status(201).send({ ...key, key: secret });
   });

@@ -205,8 +205,49 @@ describe("envd with the e2b client", () => {
     assert.equal(await sbx.files.exists("/tmp/envd/tree"), false);
     await sbx.commands.run("ln -s /etc/hostname /tmp/envd/link");
     const link = await sbx.files.getInfo("/tmp/envd/link");
-    assert.equal(link.type, "symlink");
+    assert.equal(link.type, "file", "as envd: the type of what it leads to");
     assert.equal(link.symlinkTarget, "/etc/hostname");
+  });
+
+  it("files: symlinks as envd reports them, a listing's order and types, removing what is not there", async () => {
+    await sbx.commands.run([
+      "mkdir -p /tmp/envd/ln/sub /tmp/envd/ln/a && cd /tmp/envd/ln",
+      "echo f > f.txt && touch B.txt sub/x a/y && chmod 750 sub",
+      "ln -s f.txt rel && ln -s ../ln/sub todir && ln -s /tmp/envd/ln/rel chain && ln -s nowhere broken && mkfifo fifo",
+    ].join(" && "));
+    const rel = await sbx.files.getInfo("/tmp/envd/ln/rel");
+    assert.equal(rel.type, "file");
+    assert.equal(rel.symlinkTarget, "/tmp/envd/ln/f.txt", "a relative target, against the link's directory");
+    assert.match(rel.permissions, /^L/);
+    assert.equal(rel.mode, 0o644, "the target's permission bits");
+    assert.equal((await sbx.files.getInfo("/tmp/envd/ln/chain")).symlinkTarget, "/tmp/envd/ln/f.txt", "a chain to its end");
+    const todir = await sbx.files.getInfo("/tmp/envd/ln/todir");
+    assert.equal(todir.type, "dir");
+    assert.equal(todir.symlinkTarget, "/tmp/envd/ln/sub");
+    assert.equal(todir.mode, 0o750);
+    const broken = await sbx.files.getInfo("/tmp/envd/ln/broken");
+    assert.equal(broken.type, undefined, "FILE_TYPE_UNSPECIFIED: nothing at its end");
+    assert.equal(broken.symlinkTarget, "/tmp/envd/ln/broken", "envd gives a broken link's own path");
+
+    // On the wire: every entry, depth first, by name, links not followed; a broken link and a FIFO unspecified.
+    const raw = await fetch(`${url}/filesystem.Filesystem/ListDir`, { method: "POST", headers: { "content-type": "application/json", "e2b-sandbox-id": id, "x-access-token": token }, body: JSON.stringify({ path: "/tmp/envd/ln", depth: 2 }) });
+    const wire = ((await raw.json()) as { entries: Array<{ path: string; type: string }> }).entries;
+    assert.deepEqual(wire.map((e) => `${e.path.slice("/tmp/envd/ln/".length)} ${e.type.replace("FILE_TYPE_", "")}`), [
+      "B.txt FILE", "a DIRECTORY", "a/y FILE", "broken UNSPECIFIED", "chain FILE", "f.txt FILE", "fifo UNSPECIFIED", "rel FILE", "sub DIRECTORY", "sub/x FILE", "todir DIRECTORY",
+    ]);
+    // The client leaves out the entries of no type it knows, as it does with E2B's envd.
+    const listed = await sbx.files.list("/tmp/envd/ln", { depth: 2 });
+    assert.deepEqual(listed.map((e) => e.path.slice("/tmp/envd/ln/".length)), ["B.txt", "a", "a/y", "chain", "f.txt", "rel", "sub", "sub/x", "todir"]);
+    const type = (n: string) => listed.find((e) => e.name === n)!.type;
+    assert.deepEqual(["B.txt", "a", "chain", "rel", "sub", "todir"].map(type), ["file", "dir", "file", "file", "dir", "dir"]);
+    assert.equal(listed.find((e) => e.name === "rel")!.symlinkTarget, "/tmp/envd/ln/f.txt");
+    // A link to a directory lists that directory, its entries under the path asked for.
+    assert.deepEqual((await sbx.files.list("/tmp/envd/ln/todir")).map((e) => e.path), ["/tmp/envd/ln/todir/x"]);
+
+    await sbx.files.remove("/tmp/envd/not-there");
+    await sbx.files.remove("/tmp/envd/not/there/either");
+    await sbx.files.remove("/tmp/envd/ln");
+    assert.equal(await sbx.files.exists("/tmp/envd/ln"), false);
   });
 
   it("watchDir reports create, write and remove", async () => {
@@ -288,5 +329,76 @@ describe("envd with the e2b client", () => {
     assert.ok(e instanceof TimeoutError, String(e));
     assert.match((e as Error).message, /killed|end of life/);
     assert.equal(await sbx.isRunning(), false);
+  });
+
+  describe("through Den's own E2B surface (E2B_API_URL, E2B_SANDBOX_URL)", () => {
+    before(() => {
+      process.env.E2B_API_URL = server.url;
+      process.env.E2B_API_KEY = ADMIN_KEY;
+      process.env.E2B_SANDBOX_URL = server.envdUrl!;
+    });
+    const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+    it("a background command a pause interrupts finishes after the resume, warm and cold; its timeout counts only while the sandbox runs", { timeout: 300_000 }, async () => {
+      const e2 = await Sandbox.create("base", { timeoutMs: 600_000 });
+      try {
+        // Warm (E2B's pause): the command sleeps on across it.
+        const h = await e2.commands.run("sleep 2; echo done > /tmp/x; echo out", { background: true });
+        // Its timeout (6 s) is longer than it runs, not than the pause: a pause must not count.
+        const t = await e2.commands.run("sleep 4; echo late > /tmp/t", { background: true, timeoutMs: 6_000 });
+        assert.equal(await e2.pause(), true);
+        await pause(8_000);
+        const back = await Sandbox.connect(e2.sandboxId, { timeoutMs: 600_000 });
+        await waitFor("the warm command's file", async () => ((await back.files.exists("/tmp/x")) ? true : undefined), 30_000, 250);
+        assert.equal(await back.files.read("/tmp/x"), "done\n");
+        await waitFor("the timed command's file (not killed by the pause)", async () => ((await back.files.exists("/tmp/t")) ? true : undefined), 30_000, 250);
+        assert.equal(await back.files.read("/tmp/t"), "late\n");
+        await waitFor("both gone from the list", async () => (!(await back.commands.list()).some((p) => p.pid === h.pid || p.pid === t.pid) ? true : undefined), 15_000, 250);
+
+        // Still running at the wake: connect follows it to its end and its output.
+        const slow = await back.commands.run("sleep 3; echo slow", { background: true });
+        assert.equal(await back.pause(), true);
+        const again = await Sandbox.connect(e2.sandboxId, { timeoutMs: 600_000 });
+        const r = await (await again.commands.connect(slow.pid)).wait();
+        assert.equal(r.exitCode, 0);
+        assert.equal(r.stdout, "slow\n");
+
+        // Cold: its VM is restored mid-sleep; the guest runs it on, reported from its buffers.
+        const c = await again.commands.run("sleep 3; echo cold > /tmp/c; echo cold-out", { background: true });
+        const cold = await client(server.url)("POST", `/v1/sandboxes/${e2.sandboxId}/hibernate`, { mode: "cold" });
+        assert.ok(cold.status < 300, cold.text);
+        await waitFor("cold", async () => ((await client(server.url)("GET", `/v1/sandboxes/${e2.sandboxId}`)).body?.hibernate_mode === "cold" ? true : undefined), 120_000, 500);
+        const woken = await Sandbox.connect(e2.sandboxId, { timeoutMs: 600_000 });
+        await waitFor("the cold command's file", async () => ((await woken.files.exists("/tmp/c")) ? true : undefined), 30_000, 250);
+        assert.equal(await woken.files.read("/tmp/c"), "cold\n");
+        await waitFor("gone from the list", async () => (!(await woken.commands.list()).some((p) => p.pid === c.pid) ? true : undefined), 15_000, 250);
+      } finally {
+        await Sandbox.kill(e2.sandboxId).catch(() => undefined);
+      }
+    });
+
+    it("signed URLs from the shared envd origin (no sandbox named) find their sandbox; expired or wrong ones are 401", async () => {
+      const e2 = await Sandbox.create("base", { timeoutMs: 600_000 });
+      try {
+        await e2.files.write("/tmp/signed.txt", "signed over the shared origin");
+        const u = await e2.downloadUrl("/tmp/signed.txt", { useSignatureExpiration: 60 });
+        assert.ok(!u.includes(e2.sandboxId), u);
+        const down = await fetch(u);
+        assert.equal(down.status, 200, await down.clone().text());
+        assert.equal(await down.text(), "signed over the shared origin");
+        const form = new FormData();
+        form.append("file", new Blob(["up"]), "/tmp/up.txt");
+        const up = await fetch(await e2.uploadUrl("/tmp/up.txt"), { method: "POST", body: form });
+        assert.equal(up.status, 200, await up.clone().text());
+        assert.equal(await e2.files.read("/tmp/up.txt"), "up");
+        const token = (e2 as unknown as { envdAccessToken: string }).envdAccessToken;
+        const expired = await getSignature({ path: "/tmp/signed.txt", operation: "read", user: undefined, expirationInSeconds: -10, envdAccessToken: token });
+        assert.equal((await fetch(`${server.envdUrl}/files?path=/tmp/signed.txt&signature=${encodeURIComponent(expired.signature)}&signature_expiration=${expired.expiration}`)).status, 401);
+        const forged = await getSignature({ path: "/tmp/signed.txt", operation: "read", user: undefined, expirationInSeconds: 60, envdAccessToken: "wrong" });
+        assert.equal((await fetch(`${server.envdUrl}/files?path=/tmp/signed.txt&signature=${encodeURIComponent(forged.signature)}&signature_expiration=${forged.expiration}`)).status, 401);
+      } finally {
+        await Sandbox.kill(e2.sandboxId).catch(() => undefined);
+      }
+    });
   });
 });

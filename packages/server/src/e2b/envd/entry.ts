@@ -49,24 +49,110 @@ export async function metadataOf(guest: HostGuest, state: SandboxState, path: st
   return Object.keys(out).length ? out : undefined;
 }
 
-export function entryInfo(path: string, s: FileStat, metadata?: Record<string, string>): e2b.EntryInfo {
+/** Where a symlink leads: the absolute path at the end of its chain and what is there (none: broken or a loop). */
+export interface LinkEnd {
+  path: string;
+  stat?: FileStat;
+}
+
+/** Links one resolution follows before it calls the chain a loop (Go's EvalSymlinks: 255). */
+const MAX_LINKS = 255;
+
+/** A guest path as Go's `filepath.EvalSymlinks` gives it: every link on the way followed, relative targets against their link's directory. */
+export type Resolved = { ok: true; path: string; stat: FileStat } | { ok: false; why: "missing" | "loop" };
+
+/**
+ * Resolves guest paths the way E2B's envd does (inside the VM, with EvalSymlinks), one
+ * `lstat` per path component, each remembered for the resolver's life (one request), so a
+ * listing's links share their parents' lookups.
+ */
+export class LinkResolver {
+  private readonly seen = new Map<string, Promise<FileStat | undefined>>();
+
+  constructor(private readonly guest: HostGuest) {}
+
+  /** The guest's lstat of `p`; undefined when it is not there (or cannot be, like `file/x`). */
+  lstat(p: string): Promise<FileStat | undefined> {
+    let s = this.seen.get(p);
+    if (!s) {
+      s = withDeadline(this.guest.files.stat(p), `stat of ${p}`).catch((e: unknown) => {
+        // Not there, not a directory on the way, no permission: nothing to resolve to.
+        if (e instanceof DenError && e.status < 500 && e.status !== 408) return undefined;
+        throw e;
+      });
+      this.seen.set(p, s);
+    }
+    return s;
+  }
+
+  async resolve(path: string): Promise<Resolved> {
+    let todo = path.split("/").filter(Boolean);
+    let done = "/";
+    let stat: FileStat | undefined = await this.lstat("/");
+    let links = 0;
+    while (todo.length) {
+      const name = todo.shift()!;
+      if (name === ".") continue;
+      if (name === "..") {
+        done = posix.dirname(done);
+        stat = await this.lstat(done);
+        continue;
+      }
+      const next = posix.join(done, name);
+      const s = await this.lstat(next);
+      if (!s) return { ok: false, why: "missing" };
+      if (s.type === "symlink") {
+        if (++links > MAX_LINKS || s.target === undefined) return { ok: false, why: s.target === undefined ? "missing" : "loop" };
+        todo = [...s.target.split("/").filter(Boolean), ...todo];
+        if (s.target.startsWith("/")) done = "/";
+        continue;
+      }
+      if (todo.length && s.type !== "dir") return { ok: false, why: "missing" };
+      done = next;
+      stat = s;
+    }
+    return stat ? { ok: true, path: done, stat } : { ok: false, why: "missing" };
+  }
+
+  /** A link's end as envd reports it: resolved, or (broken, a loop) the link's own path. */
+  async linkEnd(path: string): Promise<LinkEnd> {
+    const r = await this.resolve(path);
+    return r.ok ? { path: r.path, stat: r.stat } : { path };
+  }
+}
+
+/**
+ * EntryInfo from an `lstat`. A symlink is reported as E2B's envd reports it: the type and
+ * permission bits of what it leads to (FILE_TYPE_UNSPECIFIED and 0 when that is nothing),
+ * its own `permissions` (`Lrwxrwxrwx`), size and times, and `symlinkTarget` the absolute
+ * path at the end of its chain (a broken link: its own path).
+ */
+export function entryInfo(path: string, s: FileStat, metadata?: Record<string, string>, link?: LinkEnd): e2b.EntryInfo {
+  const isLink = s.type === "symlink";
+  const type: e2b.FileType = isLink ? (link?.stat ? TYPES[link.stat.type] : "FILE_TYPE_UNSPECIFIED") : TYPES[s.type];
   return {
     name: path === "/" ? "/" : posix.basename(path),
-    type: TYPES[s.type],
+    type,
     path,
     size: String(s.size),
-    mode: s.mode & 0o777,
+    mode: isLink ? (link?.stat ? link.stat.mode & 0o777 : 0) : s.mode & 0o777,
     permissions: permissions(s.type, s.mode),
     owner: idName(s.uid),
     group: idName(s.gid),
     modifiedTime: new Date(s.mtime_ms).toISOString(),
-    ...(s.target !== undefined ? { symlinkTarget: s.target } : {}),
+    ...(isLink ? { symlinkTarget: link?.path ?? path } : {}),
     ...(metadata ? { metadata } : {}),
   };
 }
 
-/** Stat plus metadata (files only: that is where uploads put it). */
+/** An entry from its `lstat`: metadata for files (that is where uploads put it), the end of a symlink's chain. */
+export async function entryOf(guest: HostGuest, state: SandboxState, path: string, s: FileStat, links: LinkResolver): Promise<e2b.EntryInfo> {
+  if (s.type === "symlink") return entryInfo(path, s, undefined, await links.linkEnd(path));
+  return entryInfo(path, s, s.type === "file" ? await metadataOf(guest, state, path) : undefined);
+}
+
+/** Stat plus metadata (files only: that is where uploads put it); a symlink's info names where it leads. */
 export async function statEntry(guest: HostGuest, state: SandboxState, path: string): Promise<e2b.EntryInfo> {
   const s = await withDeadline(guest.files.stat(path), `stat of ${path}`);
-  return entryInfo(path, s, s.type === "file" ? await metadataOf(guest, state, path) : undefined);
+  return entryOf(guest, state, path, s, new LinkResolver(guest));
 }

@@ -3,7 +3,7 @@ import { posix } from "node:path";
 import { DenError, e2b } from "@den/protocol";
 import { ConnectError, parseMessage, toConnectError, type EnvelopeStream } from "./connect.js";
 import { withDeadline } from "./deadline.js";
-import { entryInfo, metadataOf, statEntry } from "./entry.js";
+import { LinkResolver, entryOf, statEntry } from "./entry.js";
 import { resolvePath } from "./request.js";
 import type { RpcContext, Service } from "./rpc.js";
 import { mapLimit, walk } from "./walk.js";
@@ -81,20 +81,26 @@ export const filesystemService: Service = {
     },
     async ListDir(ctx, raw): Promise<e2b.ListDirResponse> {
       const req = parseMessage(e2b.ListDirRequest, raw);
-      const root = path(ctx, req.path);
-      const s = await withDeadline(ctx.sandbox.guest.files.stat(root), `stat of ${root}`);
-      if (s.type !== "dir") throw new ConnectError("invalid_argument", `${root} is not a directory`);
-      const found = await walk(ctx.sandbox.guest, root, Math.max(req.depth ?? 1, 1));
+      const requested = path(ctx, req.path);
+      // As envd: the path itself may be a link to the directory; the entries keep the path asked for.
+      const links = new LinkResolver(ctx.sandbox.guest);
+      const root = await links.resolve(requested);
+      if (!root.ok) throw root.why === "loop" ? new ConnectError("failed_precondition", `cyclic symlink or chain of more than 255 links at ${requested}`) : new ConnectError("not_found", `directory not found: ${requested}`);
+      if (root.stat.type !== "dir") throw new ConnectError("invalid_argument", `path is not a directory: ${requested}`);
+      const found = await walk(ctx.sandbox.guest, root.path, Math.max(req.depth ?? 1, 1));
       const entries = await mapLimit(found, STAT_CONCURRENCY, async (w) => {
-        const st = await withDeadline(ctx.sandbox.guest.files.stat(w.path), `stat of ${w.path}`).catch(() => undefined);
+        const st = await links.lstat(w.path);
         if (!st) return undefined; // removed since it was listed
-        return entryInfo(w.path, st, st.type === "file" ? await metadataOf(ctx.sandbox.guest, ctx.state, w.path) : undefined);
+        return entryOf(ctx.sandbox.guest, ctx.state, posix.join(requested, w.rel), st, links);
       });
       return { entries: entries.filter((e): e is e2b.EntryInfo => e !== undefined) };
     },
     async Remove(ctx, raw) {
       const p = path(ctx, parseMessage(e2b.RemoveRequest, raw).path);
-      await withDeadline(ctx.sandbox.guest.files.remove(p, { recursive: true }), `remove of ${p}`);
+      // As envd (os.RemoveAll): a path that is not there is already removed.
+      await withDeadline(ctx.sandbox.guest.files.remove(p, { recursive: true }), `remove of ${p}`).catch((e: unknown) => {
+        if (!(e instanceof DenError && e.code === "file_not_found")) throw e;
+      });
       return {};
     },
     async CreateWatcher(ctx, raw): Promise<e2b.CreateWatcherResponse> {

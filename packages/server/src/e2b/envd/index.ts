@@ -1,2 +1,3 @@
 export { buildEnvdServer, type EnvdServerOptions } from "./server.js";
-export { EnvdDenied, EnvdUnavailable, checkCredentials, envdSignature, secretEquals, signatureMatches, type EnvdCredentials, type EnvdSandbox, type EnvdSandboxes, type EnvdSignature } from "./seam.js";
+export type { EnvdPortTraffic } from "./listener.js";
+export { EnvdDenied, EnvdUnavailable, checkCredentials, envdSignature, secretEquals, signatureDigest, signatureMatches, signedWith, type EnvdCredentials, type EnvdSandbox, type EnvdSandboxes, type EnvdSignature } from "./seam.js";

@@ -86,6 +86,10 @@ async function start(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Promis
   else if (ctx.sandbox.cwd) opts.cwd = ctx.sandbox.cwd;
   if (req.pty) opts.pty = { rows: req.pty.size.rows, cols: req.pty.size.cols };
   else if (req.stdin) opts.interactive = true;
+  // The command's timeout is the guest's to keep, on its own clock: it holds with nobody
+  // attached, and counts only while the sandbox runs (a pause stops it, as E2B's envd,
+  // inside the VM, counts), across a cold wake or a Den restart too.
+  if (ctx.timeoutMs) opts.timeoutMs = ctx.timeoutMs;
   const proc = await withDeadline(ctx.sandbox.guest.execStream([cfg.cmd, ...(cfg.args ?? [])], opts), "process start", START_MS,
     (lateProc) => void lateProc.kill().catch(() => undefined)); // nobody tracks it: it must not run on
   const p = ctx.state.processes.add(proc, {
@@ -94,7 +98,7 @@ async function start(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Promis
     pty: !!req.pty,
     stdin: !!req.stdin,
   });
-  if (ctx.timeoutMs) p.killAfter(ctx.timeoutMs, () => out.end(new ConnectError("deadline_exceeded", `command timed out after ${ctx.timeoutMs} ms`)));
+  if (ctx.timeoutMs) p.onTimeout = () => out.end(new ConnectError("deadline_exceeded", `command timed out after ${ctx.timeoutMs} ms`));
   const following = follow(ctx, p, out, { ownDeadline: true });
   void p.run();
   await following;

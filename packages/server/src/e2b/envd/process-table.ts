@@ -50,7 +50,8 @@ export class ManagedProcess {
   private readonly subs = new Set<Subscriber>();
   private stdinOpen: boolean;
   private ended = false;
-  private deadline: NodeJS.Timeout | undefined;
+  /** Its timeout passed (the guest killed it): told before the end goes out, so the Start stream ends with `deadline_exceeded`. */
+  onTimeout: (() => void) | undefined;
 
   constructor(readonly proc: GuestExecProcess, readonly meta: ProcessMeta, private readonly onDone: (p: ManagedProcess) => void) {
     this.pid = proc.pid;
@@ -68,14 +69,6 @@ export class ManagedProcess {
     return () => this.subs.delete(s);
   }
 
-  /** Kill it after `ms` whoever is reading (a command's timeout holds even in the background). */
-  killAfter(ms: number, onKill: () => void): void {
-    this.deadline = setTimeout(() => {
-      onKill();
-      this.kill().catch(() => undefined);
-    }, ms);
-  }
-
   /** Reads output until the process exits. Called once, after the first subscriber attached. */
   async run(): Promise<void> {
     let exit: EndEvent | undefined;
@@ -86,12 +79,13 @@ export class ManagedProcess {
         const ev: e2b.ProcessEvent = { data: this.meta.pty ? { pty: b64 } : c.stream === "stderr" ? { stderr: b64 } : { stdout: b64 } };
         await Promise.all([...this.subs].map((s) => this.deliver(s, ev)));
       }
-      exit = endEvent(await this.proc.wait());
+      const e = await this.proc.wait();
+      if (e.timedOut) this.onTimeout?.();
+      exit = endEvent(e);
     } catch {
       exit = undefined; // the guest connection broke: the sandbox went away or restarted
     } finally {
       this.ended = true;
-      clearTimeout(this.deadline);
       for (const s of this.subs) s.end(exit);
       this.subs.clear();
       this.onDone(this);

@@ -20,9 +20,14 @@ function header(h: IncomingHttpHeaders, name: string): string | undefined {
 
 /** The sandbox a request is for; none is the same as an unknown one (502). */
 export function sandboxIdOf(h: IncomingHttpHeaders): string {
-  const id = header(h, "e2b-sandbox-id") ?? ENVD_HOST_RE.exec(header(h, "host") ?? "")?.[1];
+  const id = namedSandbox(h);
   if (!id || !SANDBOX_ID_RE.test(id)) throw new EnvdUnavailable("no sandbox named (E2b-Sandbox-Id header)");
   return id;
+}
+
+/** The sandbox a request names (`E2b-Sandbox-Id`, or a `49983-<id>.` host), if it names one. */
+export function namedSandbox(h: IncomingHttpHeaders): string | undefined {
+  return header(h, "e2b-sandbox-id") ?? ENVD_HOST_RE.exec(header(h, "host") ?? "")?.[1];
 }
 
 /** The user from `Authorization: Basic base64("<user>:")`, else `fallback`. */

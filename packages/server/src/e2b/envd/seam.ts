@@ -48,6 +48,13 @@ export interface EnvdSandboxes {
    * health check, which is no traffic (it never wakes a sandbox that auto-resumes).
    */
   open(sandboxId: string, credentials: EnvdCredentials, opts?: { probe?: boolean }): Promise<EnvdSandbox>;
+  /**
+   * The sandbox whose envd token made `signature`, for a signed `/files` URL that names no
+   * sandbox (the client's `downloadUrl`/`uploadUrl` with `E2B_SANDBOX_URL` set carry no id);
+   * undefined when none did or it has expired. `open` still checks it. Optional: without it
+   * such a URL answers 502, as a request naming no sandbox does.
+   */
+  bySignature?(signature: EnvdSignature): Promise<string | undefined>;
 }
 
 export class EnvdDenied extends Error {
@@ -74,6 +81,17 @@ export function secretEquals(a: string, b: string): boolean {
 export function envdSignature(token: string, s: Omit<EnvdSignature, "value">): string {
   const raw = s.expiration === undefined ? `${s.path}:${s.operation}:${s.user}:${token}` : `${s.path}:${s.operation}:${s.user}:${token}:${s.expiration}`;
   return "v1_" + createHash("sha256").update(raw).digest("base64").replace(/=+$/, "");
+}
+
+/** A signature's value as its 32 digest bytes; undefined when it is not one the client makes. */
+export function signatureDigest(value: string): Buffer | undefined {
+  return /^v1_[A-Za-z0-9+/]{43}$/.test(value) ? Buffer.from(value.slice(3), "base64") : undefined;
+}
+
+/** Whether `digest` (signatureDigest of the presented value) was made with `token`, in constant time; expiry not checked. */
+export function signedWith(token: string, s: Omit<EnvdSignature, "value">, digest: Buffer): boolean {
+  const raw = s.expiration === undefined ? `${s.path}:${s.operation}:${s.user}:${token}` : `${s.path}:${s.operation}:${s.user}:${token}:${s.expiration}`;
+  return timingSafeEqual(createHash("sha256").update(raw).digest(), digest);
 }
 
 /** True when `s` was made with `token` and has not expired (`nowMs`: the clock to judge by). */

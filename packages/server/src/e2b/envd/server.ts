@@ -9,11 +9,12 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { DenError, e2b } from "@den/protocol";
 import { ConnectError, EnvelopeStream, decodeRequestEnvelope, keepaliveOf, parseJson, sendUnary, sendUnaryError, timeoutOf, toConnectError } from "./connect.js";
 import { HttpError, download, filesQuery, httpStatusOf, sendHttpError, upload } from "./files-http.js";
+import { envdHttpServer, type EnvdPortTraffic } from "./listener.js";
 import { filesystemService } from "./filesystem-service.js";
 import { processService } from "./process-service.js";
-import { credentialsOf, sandboxIdOf, userOf } from "./request.js";
+import { credentialsOf, namedSandbox, sandboxIdOf, userOf } from "./request.js";
 import type { RpcContext, Service } from "./rpc.js";
-import { EnvdDenied, EnvdUnavailable, type EnvdSandbox, type EnvdSandboxes } from "./seam.js";
+import { EnvdDenied, EnvdUnavailable, type EnvdSandbox, type EnvdSandboxes, type EnvdSignature } from "./seam.js";
 import { SandboxStates } from "./state.js";
 
 /** An RPC request body (SendInput carries at most 1 MiB, base64). */
@@ -26,6 +27,8 @@ export interface EnvdServerOptions {
   logger?: boolean | FastifyBaseLogger | Record<string, unknown>;
   /** The most bytes one uploaded file may have (default 1 GiB). */
   maxUploadBytes?: number;
+  /** Takes E2B's port traffic (`E2b-Sandbox-Port` other than envd's) before envd routes a request. */
+  portTraffic?: EnvdPortTraffic;
 }
 
 /** A client gets this long to send an RPC body (it is small). */
@@ -68,7 +71,10 @@ function gateStatus(e: unknown): number | undefined {
 }
 
 export async function buildEnvdServer(sandboxes: EnvdSandboxes, opts: EnvdServerOptions = {}): Promise<FastifyInstance> {
-  const app = Fastify({ logger: (opts.logger ?? false) as boolean, bodyLimit: MAX_RPC_BODY, routerOptions: { maxParamLength: 200 } });
+  const app = Fastify({
+    logger: (opts.logger ?? false) as boolean, bodyLimit: MAX_RPC_BODY, routerOptions: { maxParamLength: 200 },
+    serverFactory: (handler) => envdHttpServer(handler, opts.portTraffic),
+  });
   const states = new SandboxStates();
   const maxUpload = opts.maxUploadBytes ?? DEFAULT_MAX_UPLOAD;
   // Bodies are read by the routes themselves, bounded, from the raw request.
@@ -78,11 +84,18 @@ export async function buildEnvdServer(sandboxes: EnvdSandboxes, opts: EnvdServer
 
   /** `probe`: a health check, which is not activity (a poller must not keep a sandbox from idling). */
   const open = async (req: IncomingMessage, signature?: Parameters<typeof credentialsOf>[1], probe = false): Promise<{ id: string; sandbox: EnvdSandbox }> => {
-    const id = sandboxIdOf(req.headers);
+    // A signed URL from the shared origin names no sandbox: its signature does (the seam finds which).
+    const id = !namedSandbox(req.headers) && signature && sandboxes.bySignature ? await signedSandbox(signature) : sandboxIdOf(req.headers);
     const sandbox = await sandboxes.open(id, credentialsOf(req.headers, signature), { probe });
     if (!probe) sandbox.touch();
     return { id, sandbox };
   };
+
+  async function signedSandbox(signature: EnvdSignature): Promise<string> {
+    const id = await sandboxes.bySignature!(signature);
+    if (!id) throw new EnvdDenied(signature.expiration !== undefined && signature.expiration * 1000 < Date.now() ? "the signed URL has expired" : "the signature matches no sandbox");
+    return id;
+  }
 
   async function rpc(req: IncomingMessage, res: ServerResponse, serviceName: string, method: string): Promise<void> {
     const service = SERVICES[serviceName];
@@ -181,6 +194,17 @@ export async function buildEnvdServer(sandboxes: EnvdSandboxes, opts: EnvdServer
     try {
       await open(req.raw, undefined, true);
       reply.raw.writeHead(204).end();
+    } catch (e) {
+      fileError(reply.raw, e);
+    }
+  });
+  // The sandbox's env vars (E2B's code interpreter reads them here), behind the same credentials.
+  app.get("/envs", async (req, reply) => {
+    reply.hijack();
+    try {
+      const { sandbox } = await open(req.raw);
+      const body = JSON.stringify(sandbox.env ?? {});
+      reply.raw.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body), "cache-control": "no-store" }).end(body);
     } catch (e) {
       fileError(reply.raw, e);
     }

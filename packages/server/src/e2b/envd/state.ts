@@ -17,12 +17,18 @@ export interface SandboxState {
 const MAX_SANDBOXES = 10_000;
 
 export class SandboxStates {
-  private readonly states = new Map<string, { state: SandboxState; unsubscribe: () => void }>();
+  private readonly states = new Map<string, { state: SandboxState; unsubscribe: () => void; dropped?: boolean }>();
 
   get(id: string, sandbox: EnvdSandbox): SandboxState {
     const have = this.states.get(id);
     if (have) {
-      have.state.processes.onEmpty = undefined; // in use again (a wake): kept until the next drop
+      if (have.dropped) {
+        // In use again (a wake): kept until the next drop, which it must hear of again.
+        have.state.processes.onEmpty = undefined;
+        have.dropped = false;
+        have.unsubscribe();
+        have.unsubscribe = sandbox.onGone(() => this.drop(id));
+      }
       return have.state;
     }
     if (this.states.size >= MAX_SANDBOXES) this.drop(this.states.keys().next().value!);
@@ -41,6 +47,7 @@ export class SandboxStates {
   drop(id: string): void {
     const s = this.states.get(id);
     if (!s) return;
+    s.dropped = true;
     s.state.watchers.clear();
     if (s.state.processes.size) {
       s.state.processes.onEmpty = () => this.forget(id, s);
@@ -49,7 +56,7 @@ export class SandboxStates {
     this.forget(id, s);
   }
 
-  private forget(id: string, s: { state: SandboxState; unsubscribe: () => void }): void {
+  private forget(id: string, s: { state: SandboxState; unsubscribe: () => void; dropped?: boolean }): void {
     if (this.states.get(id) !== s) return;
     this.states.delete(id);
     s.unsubscribe();

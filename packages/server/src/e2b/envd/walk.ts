@@ -16,8 +16,27 @@ export interface Walked {
   entry: DirEntry;
 }
 
-/** Breadth first, symlinks not followed; `depth` 1 = the root's own entries. */
+/**
+ * Symlinks not followed; `depth` 1 = the root's own entries. In the order E2B's envd (Go's
+ * `filepath.WalkDir`) gives: depth first, each directory's entries by name (bytewise), a
+ * directory before what is in it.
+ */
 export async function walk(guest: HostGuest, root: string, depth: number, max = MAX_WALK_ENTRIES): Promise<Walked[]> {
+  const out = await walkLevels(guest, root, depth, max);
+  const key = new Map(out.map((w) => [w, w.rel.split("/").map((c) => Buffer.from(c))]));
+  return out.sort((a, b) => {
+    const x = key.get(a)!;
+    const y = key.get(b)!;
+    for (let i = 0; i < Math.min(x.length, y.length); i++) {
+      const c = Buffer.compare(x[i]!, y[i]!);
+      if (c) return c;
+    }
+    return x.length - y.length;
+  });
+}
+
+/** Level by level (one listing per directory, at most `max` entries). */
+async function walkLevels(guest: HostGuest, root: string, depth: number, max = MAX_WALK_ENTRIES): Promise<Walked[]> {
   const out: Walked[] = [];
   let level: Array<{ rel: string; path: string }> = [{ rel: "", path: root }];
   for (let d = 1; d <= Math.min(depth, MAX_WALK_DEPTH) && level.length; d++) {
