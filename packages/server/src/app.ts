@@ -95,7 +95,8 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   // Requests for sandboxes' ports bypass the API's routing: their bodies and upgrades go to the guest as they are.
   const tokens = await PortTokens.open(cp.store, cp.config.dataDir);
   const e2bTokens = opts.e2b?.tokens;
-  const proxy = new PortProxy(cp, tokens, cp.config.ports.domain, cp.config.ports.maxConnectionsPerOwner, e2bTokens ? (id, t) => e2bTokens.check("traffic", id, t) : undefined);
+  const proxy = new PortProxy(cp, tokens, cp.config.ports.domain, cp.config.ports.maxConnectionsPerOwner, e2bTokens ? (id, t) => e2bTokens.check("traffic", id, t) : undefined,
+    e2bTokens ? (id, t) => e2bTokens.check("envd", id, t) : undefined);
   const app = Fastify({
     serverFactory: (handler) => http.createServer((req, res) => {
       const t = proxy.match(req);

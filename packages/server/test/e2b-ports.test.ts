@@ -169,6 +169,8 @@ describe("E2B's port traffic on the envd listener, on the memory host", () => {
     const vhost = await request(m.server.url, "GET", "/health?y=2", { host });
     assert.equal(vhost.status, 200, vhost.body);
     assert.equal(last().url, "/health?y=2");
+    assert.equal((await request(m.server.url, "POST", "/execute", { host })).status, 401, "running code there takes the envd token too");
+    assert.equal((await request(m.server.url, "POST", "/execute", { host, "x-access-token": sbx.envdAccessToken })).status, 200);
   });
 
   test("the answer streams: its first line arrives while the guest is still writing", async () => {
@@ -235,6 +237,15 @@ describe("E2B's port traffic on the envd listener, on the memory host", () => {
     assert.equal(closed.status, 502);
     assert.match(String(closed.headers["content-type"]), /^text\/plain/);
     assert.match(closed.body, /nothing listens on port 49999/);
+
+    // Running code takes the envd token even where the ports are public (the client sends it on /execute).
+    serve(pub.sandboxID, 49999);
+    const ph = { "e2b-sandbox-id": pub.sandboxID, "e2b-sandbox-port": "49999" };
+    assert.equal((await request(envd, "POST", "/execute", ph)).status, 401, "no envd token: no code runs");
+    assert.equal((await request(envd, "POST", "/execute", { ...ph, "x-access-token": "wrong" })).status, 401);
+    assert.equal((await request(envd, "POST", "/execute", { ...ph, "x-access-token": pub.envdAccessToken })).status, 200);
+    assert.equal((await request(envd, "POST", "/execute", { ...ph, "x-api-key": ADMIN_KEY })).status, 200, "or the owner's key");
+    assert.equal((await request(envd, "GET", "/contexts", ph)).status, 200, "the context calls are public ports' traffic");
 
     const unknown = await request(envd, "GET", "/", { "e2b-sandbox-id": "sbx_aaaaaaaaaaaaaaaa", "e2b-sandbox-port": "49999" });
     assert.equal(unknown.status, 404);

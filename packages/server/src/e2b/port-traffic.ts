@@ -100,6 +100,11 @@ export class E2bPortTraffic implements EnvdPortTraffic {
     let row = api.SandboxId.safeParse(id).success ? await this.cp.store.getSandbox(id) : undefined;
     if (!row || row.state === "destroyed") throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(id.slice(0, 64))} does not exist`);
     const grant = await this.authorize(req, row);
+    // Running code is a command: as E2B's code server does, it takes the sandbox's envd
+    // token (the client sends it on /execute only), not just a sandbox id and public ports.
+    if (port === CODE_PORT && grant.via !== "key" && (req.url ?? "/").split("?")[0] === "/execute" && !this.tokens.check("envd", row.id, header(req, "x-access-token"))) {
+      throw new DenError("unauthorized", "running code needs the sandbox's envd access token (X-Access-Token, the create call's envdAccessToken)");
+    }
     // E2B's pause: a sandbox made with autoResume wakes for its traffic (as for envd), another
     // stays paused (502). A /v1 sandbox wakes for its ports as on the port proxy's routes.
     if (row.state === "hibernated" && row.surface === "e2b") {

@@ -5,6 +5,7 @@ import type { ControlPlane } from "../control-plane.js";
 import type { PortTokens } from "./tokens.js";
 import { bearerKey } from "../store.js";
 import { portOrigin } from "./origins.js";
+import { CODE_PORT } from "./code-port.js";
 import { OwnerSlots } from "../control/owner-slots.js";
 
 /** The query parameter and cookie a signed port URL's token travels in. */
@@ -119,6 +120,8 @@ export class PortProxy {
     maxPerOwner = 256,
     /** Checks an E2B traffic token of a sandbox (none: no E2B API). */
     private readonly trafficToken?: (sandbox: string, token: string | undefined) => boolean,
+    /** Checks an E2B envd token of a sandbox: what running code on its port 49999 takes without a key. */
+    private readonly envdToken?: (sandbox: string, token: string | undefined) => boolean,
   ) {
     this.open = new OwnerSlots(maxPerOwner, "connections to sandbox ports", "DEN_MAX_PORT_CONNECTIONS_PER_OWNER");
   }
@@ -155,7 +158,14 @@ export class PortProxy {
     // so that nothing unauthenticated ever shows guest content on the API's own origin.
     if (row && t.prefix === "") {
       const traffic = req.headers[TRAFFIC_HEADER];
-      if (row.public_ports === 1 || this.trafficToken?.(row.id, typeof traffic === "string" ? traffic : undefined)) return { owner: row.owner, via: "public" };
+      if (row.public_ports === 1 || this.trafficToken?.(row.id, typeof traffic === "string" ? traffic : undefined)) {
+        // Running code is a command: it takes the sandbox's envd token too (older code-interpreter clients come this way).
+        const access = req.headers["x-access-token"];
+        if (t.port === CODE_PORT && t.guestPath.split("?")[0] === "/execute" && !this.envdToken?.(row.id, typeof access === "string" ? access : undefined)) {
+          throw new DenError("unauthorized", "running code needs the sandbox's envd access token (X-Access-Token, the create call's envdAccessToken)");
+        }
+        return { owner: row.owner, via: "public" };
+      }
     }
     if (t.token) throw new DenError("unauthorized", "the port URL's token is invalid or has expired");
     throw new DenError("unauthorized", "a port needs the owner's API key (Authorization: Bearer <key>) or a signed URL");
