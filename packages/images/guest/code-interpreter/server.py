@@ -280,7 +280,40 @@ def silent_code(src):
     return "exec(compile(%r, '<den>', 'exec'), {})" % src
 
 
-class PythonKernel:
+class KernelProcess:
+    """What a context's kernel process has in common, Python's or bash's: liveness, how it
+    ended, and a kill of its whole process group (what it started goes with it)."""
+
+    proc = None
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def describe_exit(self):
+        rc = self.proc.returncode if self.proc else None
+        if rc is None:
+            return "unknown status"
+        if rc < 0:
+            try:
+                return "killed by %s" % signal.Signals(-rc).name
+            except ValueError:
+                return "killed by signal %d" % -rc
+        return "exit status %d" % rc
+
+    def kill_group(self):
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class PythonKernel(KernelProcess):
     language = "python"
 
     def __init__(self, cwd, rundir):
@@ -358,20 +391,6 @@ class PythonKernel:
                 while self.session.recv(sock, mode=zmq.NOBLOCK)[1] is not None:
                     pass
 
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def describe_exit(self):
-        rc = self.proc.returncode if self.proc else None
-        if rc is None:
-            return "unknown status"
-        if rc < 0:
-            try:
-                return "killed by %s" % signal.Signals(-rc).name
-            except ValueError:
-                return "killed by signal %d" % -rc
-        return "exit status %d" % rc
-
     def interrupt(self):
         # The kernel only (not its process group): a process the user started in the
         # background from this context must survive the interruption of a later cell.
@@ -385,15 +404,7 @@ class PythonKernel:
         for s in self.sockets:
             s.close(linger=0)
         self.sockets = []
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        self.kill_group()
         for f in os.listdir(self.rundir):
             if f.startswith(self.name):
                 try:
@@ -489,7 +500,7 @@ class PythonKernel:
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class BashKernel:
+class BashKernel(KernelProcess):
     """A persistent `bash --norc` driven over pipes: each cell is written to a file and sourced
     (stdin from /dev/null), so cwd, variables and functions persist; a per-execution random
     marker printed after it on stdout (with $?) and stderr tells where the cell's output ends."""
@@ -518,15 +529,6 @@ class BashKernel:
         self.proc.stdin.write(text.encode())
         self.proc.stdin.flush()
 
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def describe_exit(self):
-        rc = self.proc.returncode if self.proc else None
-        if rc is not None and rc < 0:
-            return "killed by signal %d" % -rc
-        return "exit status %s" % rc
-
     def interrupt(self):
         if self.alive():
             try:
@@ -536,14 +538,7 @@ class BashKernel:
 
     def kill(self):
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+            self.kill_group()
             for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
                 try:
                     f.close()
