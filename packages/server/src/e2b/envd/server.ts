@@ -74,6 +74,9 @@ export async function buildEnvdServer(sandboxes: EnvdSandboxes, opts: EnvdServer
   const app = Fastify({
     logger: (opts.logger ?? false) as boolean, bodyLimit: MAX_RPC_BODY, routerOptions: { maxParamLength: 200 },
     serverFactory: (handler) => envdHttpServer(handler, opts.portTraffic),
+    // A stop cuts what still streams (a command's output, a port's answer): their sandboxes
+    // hibernate with the stop anyway, and a close must not wait out a client that never hangs up.
+    forceCloseConnections: true,
   });
   const states = new SandboxStates();
   const maxUpload = opts.maxUploadBytes ?? DEFAULT_MAX_UPLOAD;
