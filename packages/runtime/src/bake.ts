@@ -54,8 +54,7 @@ export async function bakeTemplate(rt: Runtime, recipe: Recipe, image: ImageArti
   }
   const run = recipeRun(recipe);
   const meta = { source: `recipe ${recipe.name}`, ...(run ? { run } : {}) };
-  const start = run ? { run, ...(recipe.run?.readyTimeoutSeconds ? { readyTimeoutSeconds: recipe.run.readyTimeoutSeconds } : {}) } : undefined;
-  return bakeInto(rt, ref, recipe, { kernel: image.kernel, initrd: image.initrd, disk: image.disk }, `booting ${image.kernelVersion}`, log, undefined, meta, false, start);
+  return bakeInto(rt, ref, recipe, { kernel: image.kernel, initrd: image.initrd, disk: image.disk }, `booting ${image.kernelVersion}`, log, undefined, meta, false, serviceOf(run, recipe));
 }
 
 /** A recipe's service as a template's run settings (what the manifest records). */
@@ -63,6 +62,13 @@ function recipeRun(recipe: Recipe): TemplateRunConfig | undefined {
   const r = recipe.run;
   if (!r) return undefined;
   return { env: r.env ?? {}, workdir: r.workdir ?? null, user: r.user ?? null, startCmd: r.startCmd, readyCmd: r.readyCmd };
+}
+
+/** The service a bake starts, if the template has one: its start command, within the recipe's ready timeout. */
+function serviceOf(run: TemplateRunConfig | undefined, recipe: Pick<Recipe, "run">): ServiceStart | undefined {
+  if (!run?.startCmd) return undefined;
+  const t = recipe.run?.readyTimeoutSeconds;
+  return { run, ...(t ? { readyTimeoutSeconds: t } : {}) };
 }
 
 /**
@@ -78,8 +84,7 @@ export async function bakeVariant(rt: Runtime, base: TemplateInfo, vcpus: number
   const files = { kernel: join(base.dir, TEMPLATE_FILES.kernel), initrd: join(base.dir, TEMPLATE_FILES.initrd), disk: join(base.dir, TEMPLATE_FILES.disk) };
   // A base that runs a service (a recipe's, an image's start command) has it running in its variants too.
   const run = base.manifest.run;
-  const start = run?.startCmd ? { run, ...(recipe.run?.readyTimeoutSeconds ? { readyTimeoutSeconds: recipe.run.readyTimeoutSeconds } : {}) } : undefined;
-  return bakeInto(rt, ref, recipe, files, `variant of ${base.name}@${base.version}`, log, base, { source: base.manifest.source, run }, false, start);
+  return bakeInto(rt, ref, recipe, files, `variant of ${base.name}@${base.version}`, log, base, { source: base.manifest.source, run }, false, serviceOf(run, recipe));
 }
 
 /** What a template records of how it was made (recipe.json): a recipe, or what an image build used. */

@@ -8,6 +8,7 @@ export { listPorts, openTunnel, type TunnelOptions } from "./tunnel.js";
 export { AgentClient } from "./agent-client.js";
 export { TEMPLATE_FILES, TemplateStore, type TemplateInfo } from "./templates.js";
 export { bakeFromDisk, bakeFromSandbox, bakeTemplate, bakeVariant, reuseTemplate, templateVersion, type TemplateMeta, type TemplateRecipe } from "./bake.js";
+export { startService, type ServiceStart } from "./bake-service.js";
 export { hostProfile, cacheDir, type HostProfile } from "./host.js";
 export { type SnapshotManifest, type TemplateRunConfig, readManifest, verifySnapshot } from "./snapshot.js";
 export { deviceSetId, findInstanceProcesses, VM_FILES } from "./qemu.js";

@@ -357,9 +357,10 @@ class Client:
         return iter_ndjson(self.request(method, path, **kw))
 
 
-def iter_ndjson(res: Any) -> Generator[Dict[str, Any], None, None]:
+def iter_ndjson(res: Any, max_line_bytes: int = MAX_LINE_BYTES, skip_non_objects: bool = False) -> Generator[Dict[str, Any], None, None]:
     """The objects of an open NDJSON response, one per line (keepalive lines skipped); the
-    response is closed when the iterator ends or is closed.
+    response is closed when the iterator ends or is closed. A line over ``max_line_bytes``
+    raises; a JSON value that is no object raises too, or is skipped with ``skip_non_objects``.
 
     Example::
 
@@ -369,10 +370,10 @@ def iter_ndjson(res: Any) -> Generator[Dict[str, Any], None, None]:
     try:
         status = res.status
         while True:
-            line = res.readline(MAX_LINE_BYTES + 1)
+            line = res.readline(max_line_bytes + 1)
             if not line:
                 return
-            if len(line) > MAX_LINE_BYTES:
+            if len(line) > max_line_bytes:
                 raise InvalidResponseError("invalid_response", "NDJSON line over the size cap", status)
             line = line.strip()
             if not line:
@@ -382,6 +383,8 @@ def iter_ndjson(res: Any) -> Generator[Dict[str, Any], None, None]:
             except ValueError:
                 raise InvalidResponseError("invalid_response", f"NDJSON line is not JSON: {line[:200]!r}", status) from None
             if not isinstance(value, dict):
+                if skip_non_objects:
+                    continue
                 raise InvalidResponseError("invalid_response", "NDJSON line is not an object", status)
             if value.get("type") == "keepalive":
                 continue

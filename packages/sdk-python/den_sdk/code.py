@@ -4,14 +4,13 @@ code prints and returns as NDJSON lines (``POST /v1/sandboxes/{id}/code/execute`
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from . import _client
-from ._client import AbortScope, Client, seg
-from .errors import DenError, DenTimeoutError, InvalidResponseError, api_error
+from ._client import AbortScope, Client, iter_ndjson, seg
+from .errors import DenError, DenTimeoutError, api_error
 from .types import CodeContext, Execution, ExecutionError, ExecutionResult, convert
 
 __all__ = ["CodeContexts", "run_code", "CODE_MAX_LINE_BYTES"]
@@ -77,21 +76,8 @@ def run_code(
                     timeout=timeout if timeout is not None and timeout > client.timeout else None,
                 )
                 status = res.status
-                while True:
-                    raw = res.readline(CODE_MAX_LINE_BYTES + 1)
-                    if not raw:
-                        break
-                    if len(raw) > CODE_MAX_LINE_BYTES:
-                        raise InvalidResponseError("invalid_response", "a line of the run's stream is over the size cap", status)
-                    raw = raw.strip()
-                    if not raw:
-                        continue
-                    try:
-                        line = json.loads(raw.decode("utf-8"))
-                    except ValueError:
-                        raise InvalidResponseError("invalid_response", f"NDJSON line is not JSON: {raw[:200]!r}", status) from None
-                    if not isinstance(line, dict):
-                        continue
+                # (Keepalive lines and values that are no object are skipped, as lines of unknown types below.)
+                for line in iter_ndjson(res, CODE_MAX_LINE_BYTES, skip_non_objects=True):
                     t = line.get("type")
                     if t in ("stdout", "stderr"):
                         text = str(line.get("text", ""))

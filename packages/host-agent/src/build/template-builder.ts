@@ -9,7 +9,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { DenError, type api, type host } from "@den/protocol";
 import type { ObjectStore } from "@den/store";
-import { bakeFromSandbox, reuseTemplate, type Runtime, type Sandbox, type TemplateInfo, type TemplateRunConfig } from "@den/runtime";
+import { bakeFromSandbox, reuseTemplate, startService, type Runtime, type Sandbox, type TemplateInfo, type TemplateRunConfig } from "@den/runtime";
 import { cacheKey, stepRef, stepTemplate, touchStep, type BuildState, type Log } from "./build-cache.js";
 import { copyFromContext } from "./context-copy.js";
 import { ImageBases, shellQuote } from "./image-base.js";
@@ -17,10 +17,8 @@ import { ImageBases, shellQuote } from "./image-base.js";
 type Spec = host.TemplateBuildSpec;
 type Step = host.BuildStep;
 
+/** A build's ready command passes within this (its `readyTimeoutSeconds` aside). */
 const DEFAULT_READY_TIMEOUT_S = 120;
-/** Without a ready command, the start command gets this long before the bake. */
-const START_GRACE_MS = 2000;
-const READY_POLL_MS = 500;
 /** Output of a failed step kept in its error. */
 const OUTPUT_TAIL = 4096;
 
@@ -154,9 +152,7 @@ export class TemplateBuilder {
     try {
       if (run.workdir) await sbx.files.mkdir(run.workdir, { parents: true });
       if (start) {
-        log(`starting: ${start.text}`);
-        const { proc } = await sbx.spawn(start.argv ?? start.cmd!, { env: run.env, ...(run.workdir ? { cwd: run.workdir } : {}), ...(run.user ? { user: run.user } : {}) });
-        await this.waitReady(sbx, proc, run, spec, log);
+        await startService(await sbx.agent(), { run, command: start.argv ?? start.cmd!, readyTimeoutSeconds: spec.readyTimeoutSeconds ?? DEFAULT_READY_TIMEOUT_S }, log);
       }
       // (The last point a cancel stops it: past it the version is installed.)
       if (signal?.aborted) throw new DenError("aborted", "the build was cancelled");
@@ -165,26 +161,6 @@ export class TemplateBuilder {
       return await bakeFromSandbox(this.rt, sbx.id, target, recipe, log, { meta: { source: state.source, run }, standalone: true });
     } finally {
       await sbx.destroy();
-    }
-  }
-
-  private async waitReady(sbx: Sandbox, proc: number, run: TemplateRunConfig, spec: Spec, log: Log): Promise<void> {
-    const ready = spec.readyCmd;
-    if (!ready) {
-      await new Promise((r) => setTimeout(r, START_GRACE_MS));
-      return;
-    }
-    const timeoutS = spec.readyTimeoutSeconds ?? DEFAULT_READY_TIMEOUT_S;
-    const deadline = Date.now() + timeoutS * 1000;
-    log(`waiting for: ${ready}`);
-    for (;;) {
-      const r = await sbx.exec(ready, { env: run.env, timeoutMs: Math.max(1000, Math.min(30_000, deadline - Date.now())) });
-      if (r.exitCode === 0) return;
-      if (Date.now() > deadline) {
-        const out = await sbx.processes.read(proc, "stderr").then((x) => Buffer.from(x.data, "base64").toString("utf8").slice(-2000)).catch(() => "");
-        throw new DenError("setup_failed", `the ready command did not pass within ${timeoutS} s: ${ready.slice(0, 200)}`, { stderr: out, ready_stderr: r.stderr.subarray(-2000).toString("utf8") });
-      }
-      await new Promise((res) => setTimeout(res, READY_POLL_MS));
     }
   }
 }
