@@ -5,6 +5,7 @@ import type { ObjectStore } from "@den/store";
 import type { ServerConfig } from "./config.js";
 import { type CheckpointRow, type Principal, type SandboxRow, type Store } from "./db/store.js";
 import { Meter, meteredState, type HostWork } from "./meter.js";
+import { Keys } from "./keys.js";
 import { usageReport } from "./usage.js";
 import { Metrics } from "./metrics.js";
 import { Checkpoints } from "./checkpoints.js";
@@ -62,6 +63,8 @@ export class ControlPlane {
   readonly registry: HostRegistry;
   readonly webhooks: Webhooks;
   readonly volumes: Volumes;
+  /** API keys: who a caller is (every surface asks here). */
+  readonly keys: Keys;
   private readonly ctx: Ctx;
   /** When this process started: volume holds of helper VMs older than this are a dead process's. */
   private readonly startedAt: number;
@@ -111,6 +114,7 @@ export class ControlPlane {
     this.checkpoints = new Checkpoints(this.ctx, this.queue, this.lifecycle);
     this.templates = new Templates(this.ctx, this.checkpoints);
     this.volumes = new Volumes(this.ctx);
+    this.keys = new Keys(store);
     this.startedAt = clock.now();
     const l = config.limits;
     this.slots = {
@@ -143,7 +147,7 @@ export class ControlPlane {
   /** Each host agent: where it is, whether it answers (or holds its lease), its capacity and use, and how many sandboxes live on it. */
   async hostList(): Promise<api.HostEntry[]> {
     await this.hosts.refresh();
-    const counts = await this.store.countLiveByHost();
+    const counts = await this.store.sandboxes.countLiveByHost();
     const answers = new Map((await this.hosts.each((h) => h.capacity())).map((r) => [r.host.instance, r]));
     return this.hosts.known().map((row): api.HostEntry => {
       const r = answers.get(row.id);
@@ -172,7 +176,7 @@ export class ControlPlane {
 
   /** The caller's sandbox, or 404 (another owner's sandbox does not exist for them). */
   async owned(p: Principal, id: string): Promise<SandboxRow> {
-    const row = api.SandboxId.safeParse(id).success ? await this.store.getSandbox(id) : undefined;
+    const row = api.SandboxId.safeParse(id).success ? await this.store.sandboxes.get(id) : undefined;
     if (!row || row.owner !== p.owner) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(id)} does not exist`);
     return row;
   }
@@ -181,21 +185,21 @@ export class ControlPlane {
 
   /** A page of the caller's sandboxes (destroyed ones only when asked by state), oldest id first. */
   async list(p: Principal, q: { state?: string; metadata: Record<string, string>; limit: number; cursor?: string }): Promise<{ rows: SandboxRow[]; next: string | null }> {
-    const rows = await this.store.listSandboxes(p.owner, { ...q, limit: q.limit + 1 });
+    const rows = await this.store.sandboxes.list(p.owner, { ...q, limit: q.limit + 1 });
     const page = rows.slice(0, q.limit);
     return { rows: page, next: rows.length > q.limit ? page[page.length - 1]!.id : null };
   }
 
   /** A sandbox's events after `after`; `ended` once it is destroyed and nothing is left to read. */
   async events(row: SandboxRow, after: number): Promise<{ events: api.SandboxEvent[]; ended: boolean }> {
-    const events = await this.store.events(row.id, after);
-    const ended = !events.length && (await this.store.getSandbox(row.id))?.state === "destroyed";
+    const events = await this.store.events.list(row.id, after);
+    const ended = !events.length && (await this.store.sandboxes.get(row.id))?.state === "destroyed";
     return { events, ended };
   }
 
   /** The caller's checkpoints (of one sandbox, if named), oldest first. */
   listCheckpoints(p: Principal, sandboxId?: string): Promise<CheckpointRow[]> {
-    return this.store.listCheckpoints(p.owner, sandboxId);
+    return this.store.checkpoints.list(p.owner, sandboxId);
   }
 
   // ---- the state machine (control/lifecycle.ts) ----
@@ -245,7 +249,7 @@ export class ControlPlane {
   }
 
   async recover(p: Principal, id: string, checkpointId?: string): Promise<SandboxRow> {
-    const cp = checkpointId ? await this.checkpoints.owned(p, checkpointId) : (await this.store.listCheckpoints(p.owner, id)).at(-1);
+    const cp = checkpointId ? await this.checkpoints.owned(p, checkpointId) : (await this.store.checkpoints.list(p.owner, id)).at(-1);
     if (!cp || cp.sandbox_id !== id) {
       const row = await this.owned(p, id);
       if (row.state !== "lost") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a lost sandbox is recovered`);
@@ -257,7 +261,7 @@ export class ControlPlane {
   /** The checkpoint a lost sandbox would be recovered from, if any. */
   async recoveryPoint(row: SandboxRow): Promise<{ checkpoint_id: string; created_at: string; age_seconds: number } | null> {
     if (row.state !== "lost") return null;
-    const cp = (await this.store.listCheckpoints(row.owner, row.id)).at(-1);
+    const cp = (await this.store.checkpoints.list(row.owner, row.id)).at(-1);
     return cp ? { checkpoint_id: cp.id, created_at: new Date(cp.created_at).toISOString(), age_seconds: Math.round((this.clock.now() - cp.created_at) / 1000) } : null;
   }
 
@@ -355,7 +359,7 @@ export class ControlPlane {
    */
   async guest(id: string): Promise<HostGuest> {
     await this.queue.idle(id);
-    let row = (await this.store.getSandbox(id))!;
+    let row = (await this.store.sandboxes.get(id))!;
     if (row.state === "hibernated") row = await this.wake(id, "user");
     if (row.state === "destroyed") throw new DenError("sandbox_destroyed", `sandbox ${id} has been destroyed`);
     if (row.state !== "running") throw new DenError("sandbox_not_running", `sandbox ${id} is ${row.state}`);
@@ -372,7 +376,7 @@ export class ControlPlane {
   /** A call on a sandbox's guest missed its deadline: its events say so (at most one such event a second). */
   async guestUnresponsive(id: string, message: string): Promise<void> {
     const now = this.clock.now();
-    if (now - (this.lastUnresponsive.get(id) ?? 0) < 1000 || !(await this.store.getSandbox(id))) return;
+    if (now - (this.lastUnresponsive.get(id) ?? 0) < 1000 || !(await this.store.sandboxes.get(id))) return;
     this.lastUnresponsive.set(id, now);
     if (this.lastUnresponsive.size > 10_000) this.lastUnresponsive.delete(this.lastUnresponsive.keys().next().value!);
     await this.ops.event(id, "guest.unresponsive", null, { message });
@@ -391,7 +395,7 @@ export class ControlPlane {
     this.lastTouch.delete(id);
     this.lastTouch.set(id, { seen: now, written: write ? now : prev.written });
     if (this.lastTouch.size > MAX_TOUCHES_KEPT) this.lastTouch.delete(this.lastTouch.keys().next().value!);
-    if (write) await this.store.updateSandbox(id, { last_activity_at: now });
+    if (write) await this.store.sandboxes.update(id, { last_activity_at: now });
   }
 
   /** The latest activity seen by this replica (newer than the database's by up to a second). */
@@ -456,9 +460,9 @@ export class ControlPlane {
     if (q.owner !== undefined && !p.admin) throw new DenError("forbidden", "only an admin key reads another owner's usage");
     // An admin without `owner` sees every owner; anyone else sees their own.
     const owner = q.owner ?? (p.admin ? undefined : p.owner);
-    const segments = await this.store.segments(from, to, owner);
+    const segments = await this.store.usage.segments(from, to, owner);
     const cpu = await this.hosts.cpu();
-    for (const row of await this.store.liveSandboxes()) {
+    for (const row of await this.store.sandboxes.live()) {
       if (owner !== undefined && row.owner !== owner) continue;
       const state = meteredState(row);
       if (!state || row.meter_since === null || row.meter_since >= to) continue;
@@ -469,10 +473,10 @@ export class ControlPlane {
         stored_bytes: state === "cold" ? Number(row.stored_bytes ?? 0) : 0,
       });
     }
-    for (const c of await this.store.allCheckpoints(owner)) {
+    for (const c of await this.store.checkpoints.all(owner)) {
       segments.push({ sandbox_id: c.sandbox_id, owner: c.owner, state: "checkpoint", start_ms: c.created_at, end_ms: Math.max(now, c.created_at + 1), vcpus: 0, memory_mb: 0, host_cpu_ms: 0, den_cpu_ms: 0, stored_bytes: Number(c.stored_bytes) });
     }
-    const rows = new Map((await this.store.sandboxesByIds([...new Set(segments.map((s) => s.sandbox_id))])).map((r) => [r.id, r]));
+    const rows = new Map((await this.store.sandboxes.byIds([...new Set(segments.map((s) => s.sandbox_id))])).map((r) => [r.id, r]));
     const groupBy = q.group_by ?? "sandbox";
     return usageReport({
       segments, from, to, groupBy, prices: this.config.prices,
@@ -510,7 +514,7 @@ export class ControlPlane {
   async hibernateAllCold(deadline: number): Promise<{ done: number; left: number }> {
     let done = 0;
     let left = 0;
-    for (const row of await this.store.liveSandboxes()) {
+    for (const row of await this.store.sandboxes.live()) {
       if (row.state !== "running" && !(row.state === "hibernated" && modeOf(row) === "warm")) continue;
       if (Date.now() >= deadline) {
         left++;

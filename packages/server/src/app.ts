@@ -161,7 +161,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   /** A Den key (`Authorization: Bearer`), on /v1 and /mcp: a missing or wrong one is a 401 before any handler runs. */
   const authenticate = async (req: FastifyRequest) => {
     const key = bearerKey(req.headers.authorization);
-    const p = key ? await cp.store.findKey(key) : undefined;
+    const p = await cp.keys.principal(key);
     if (!p) throw new DenError("unauthorized", key ? "invalid or revoked API key" : "missing API key (Authorization: Bearer <key>)");
     req.principal = p;
   };

@@ -65,11 +65,7 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   });
   let createdAdminKey: string | undefined;
   try {
-    if (config.apiKey) {
-      if (!(await store.hasKeyHash(config.apiKey))) await store.createKey("admin", true, config.apiKey);
-    } else {
-      createdAdminKey = await store.firstAdminKey();
-    }
+    createdAdminKey = await cp.keys.bootstrap(config.apiKey);
     await cp.reconcile();
   } catch (e) {
     cp.hosts.close();

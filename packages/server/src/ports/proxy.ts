@@ -138,8 +138,8 @@ export class PortProxy {
   /** The owner's key (never another's), or a valid signed token from the URL or its cookie. */
   private async authorize(req: http.IncomingMessage, t: PortTarget): Promise<Grant> {
     const key = bearerKey(req.headers.authorization);
-    const principal = key ? await this.cp.store.findKey(key) : undefined;
-    const row = await this.cp.store.getSandbox(t.sandbox);
+    const principal = await this.cp.keys.principal(key);
+    const row = await this.cp.store.sandboxes.get(t.sandbox);
     if (principal) {
       // Another owner's sandbox does not exist for them.
       if (!row || row.owner !== principal.owner) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(t.sandbox)} does not exist`);

@@ -5,7 +5,6 @@ import type { TypedApp } from "../typed-app.js";
 import { principal, requireAdmin } from "../principal.js";
 import type { ControlPlane } from "@den/control-plane";
 import { ndjsonStream } from "../ndjson.js";
-import { newKeySecret } from "@den/control-plane";
 
 const BuildParams = z.object({ id: z.string().min(1).max(64) });
 
@@ -102,8 +101,7 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     schema: { summary: "Create an API key (admin); the secret is returned once", body: api.CreateKeyRequest, response: { 201: api.ApiKey } },
   }, async (req, reply) => {
     requireAdmin(req);
-    const { id, secret } = await cp.store.createKey(req.body.owner, req.body.admin ?? false, newKeySecret(req.body.format ?? "den"));
-    const key = (await cp.store.listKeys()).find((k) => k.id === id)!;
+    const { secret, ...key } = await cp.keys.create(req.body.owner, req.body.admin ?? false, req.body.format ?? "den");
     return reply.status(201).send({ ...key, key: secret });
   });
 
@@ -111,14 +109,14 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     schema: { summary: "List API keys (admin)", response: { 200: z.object({ keys: z.array(api.ApiKey) }) } },
   }, async (req) => {
     requireAdmin(req);
-    return { keys: await cp.store.listKeys() };
+    return { keys: await cp.keys.list() };
   });
 
   app.delete("/v1/keys/:id", {
     schema: { summary: "Revoke an API key (admin)", params: z.object({ id: z.string().max(64) }), response: { 200: api.ApiKey } },
   }, async (req) => {
     requireAdmin(req);
-    const k = await cp.store.revokeKey(req.params.id);
+    const k = await cp.keys.revoke(req.params.id);
     if (!k) throw new DenError("not_found", `API key ${JSON.stringify(req.params.id)} does not exist`);
     return k;
   });

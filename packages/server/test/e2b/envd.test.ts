@@ -39,9 +39,9 @@ describe("envd with the e2b client", () => {
     const seam: EnvdSandboxes = {
       async open(sandboxId, creds) {
         if (!creds.accessToken && !creds.apiKey && !creds.signature) throw new EnvdDenied();
-        const row = await cp.store.getSandbox(sandboxId);
+        const row = await cp.store.sandboxes.get(sandboxId);
         if (!row || row.state !== "running") throw new EnvdUnavailable(`sandbox ${sandboxId} is not running`);
-        await checkCredentials(creds, sandboxId === id ? token : undefined, async (key) => (await cp.store.findKey(key))?.owner === row.owner);
+        await checkCredentials(creds, sandboxId === id ? token : undefined, async (key) => (await cp.store.keys.find(key))?.owner === row.owner);
         const guest = await cp.guest(sandboxId);
         return {
           guest,
