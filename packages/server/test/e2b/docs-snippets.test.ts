@@ -18,7 +18,8 @@
  * their own, with `curl` made to fail on an HTTP error (`--fail-with-body`), so a wrong flag
  * or a refused request fails the block. TypeScript is compiled with the repo's `typescript`
  * (transpileModule: no type check) and run as an ES module. After each block the sandboxes,
- * checkpoints, volumes, webhooks and templates it left are removed (but `ID`).
+ * checkpoints, volumes, webhooks and templates it left are removed (but `ID`; what was there
+ * before the test is left alone).
  *
  * E2B's sandboxes (and so the E2B blocks) have open egress, which changes a host's
  * networking: this file runs in the network test namespace (scripts/netns-test.sh), where
@@ -137,13 +138,26 @@ describe("the docs' code blocks, run against den serve", () => {
     sharedId = r.body.id;
   }
 
-  /** What a block left behind goes, so the next one starts as a reader's first does. */
+  /** What was there before the first block (earlier test files' leftovers are theirs). */
+  const before0 = new Set<string>();
+  const lists = async () => ({
+    sandboxes: ((await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []).filter((s: { state: string }) => s.state !== "destroyed").map((s: { id: string }) => `/v1/sandboxes/${s.id}`),
+    checkpoints: ((await api("GET", "/v1/checkpoints")).body?.checkpoints ?? []).map((c: { id: string }) => `/v1/checkpoints/${c.id}`),
+    volumes: ((await api("GET", "/v1/volumes")).body?.volumes ?? []).map((v: { name: string }) => `/v1/volumes/${v.name}`),
+    webhooks: ((await api("GET", "/v1/webhooks")).body?.webhooks ?? []).map((w: { id: string }) => `/v1/webhooks/${w.id}`),
+    templates: ((await api("GET", "/v1/templates")).body?.templates ?? []).filter((t: { owner: string | null }) => t.owner).map((t: { name: string }) => `/v1/templates/${t.name}`),
+  });
+
+  /** What a block left behind goes (sandboxes first: a volume they mount cannot), so the next starts as a reader's first does. */
   async function cleanUp(keep: string): Promise<void> {
-    for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body?.sandboxes ?? []) if (s.id !== keep && s.state !== "destroyed") await api("DELETE", `/v1/sandboxes/${s.id}`);
-    for (const c of (await api("GET", "/v1/checkpoints")).body?.checkpoints ?? []) await api("DELETE", `/v1/checkpoints/${c.id}`);
-    for (const v of (await api("GET", "/v1/volumes")).body?.volumes ?? []) await api("DELETE", `/v1/volumes/${v.name}`);
-    for (const w of (await api("GET", "/v1/webhooks")).body?.webhooks ?? []) await api("DELETE", `/v1/webhooks/${w.id}`);
-    for (const t of (await api("GET", "/v1/templates")).body?.templates ?? []) if (t.owner) await api("DELETE", `/v1/templates/${t.name}`);
+    const now = await lists();
+    for (const kind of ["sandboxes", "checkpoints", "volumes", "webhooks", "templates"] as const) {
+      for (const path of now[kind]) {
+        if (before0.has(path) || path === `/v1/sandboxes/${keep}`) continue;
+        const r = await api("DELETE", path);
+        if (r.status >= 300 && r.status !== 404) throw new Error(`cleaning up after a block: DELETE ${path}: ${r.status} ${r.text}`);
+      }
+    }
   }
 
   before(async () => {
@@ -164,7 +178,7 @@ describe("the docs' code blocks, run against den serve", () => {
     script("npx", `if [ "$1" = den ]; then shift; exec den "$@"; fi\nexec ${JSON.stringify(realNpx)} "$@"`);
     script("curl", `exec ${JSON.stringify(realCurl)} --fail-with-body "$@"`);
     server = await spawnServer(PORT, { DEN_ENVD_PORT: String(ENVD_PORT), DEN_BUILD_EGRESS: "none" });
-    await cleanUp("");
+    for (const paths of Object.values(await lists())) for (const p of paths) before0.add(p);
     await ensureShared();
   });
 
