@@ -84,7 +84,7 @@ export class DenEnvdSandboxes implements EnvdSandboxes {
   }
 
   async open(sandboxId: string, credentials: EnvdCredentials, opts: { probe?: boolean } = {}): Promise<EnvdSandbox> {
-    const found = api.SandboxId.safeParse(sandboxId).success ? await this.cp.store.sandboxes.get(sandboxId) : undefined;
+    const found = await this.cp.sandbox(sandboxId);
     if (!found) throw new EnvdUnavailable(`sandbox ${JSON.stringify(sandboxId.slice(0, 64))} does not exist`);
     await checkCredentials(credentials, this.tokens.envd(found.id), (key) => this.cp.keys.isOwners(key, found.owner));
     let row = found;
@@ -93,11 +93,11 @@ export class DenEnvdSandboxes implements EnvdSandboxes {
     const id = row.id;
     const defaults = row.defaults ? (JSON.parse(row.defaults) as { cwd?: string; user?: string }) : {};
     return {
-      guest: this.cp.hosts.of(row).guest(id),
+      guest: this.cp.guests.peek(row),
       env: JSON.parse(row.env) as Record<string, string>,
       ...(defaults.cwd ? { cwd: defaults.cwd } : {}),
       ...(defaults.user ? { user: defaults.user } : {}),
-      touch: () => void this.cp.touch(id).catch(() => undefined),
+      touch: () => void this.cp.activity.touch(id).catch(() => undefined),
       onGone: (cb) => this.cp.ops.onGone(id, cb),
     };
   }

@@ -35,14 +35,14 @@ export class MetricsSeries {
 
   /** Reads the guest now (without waking it or counting as activity) and keeps the reading. */
   async sample(id: string): Promise<e2bApi.SandboxMetric> {
-    const row = await this.cp.store.sandboxes.get(id);
+    const row = await this.cp.sandbox(id);
     if (!row || row.state !== "running") throw new Error(`sandbox ${id} is not running`);
     return this.sampleRow(row);
   }
 
   private async sampleRow(row: SandboxRow): Promise<e2bApi.SandboxMetric> {
     const id = row.id;
-    const guest = this.cp.hosts.of(row).guest(id);
+    const guest = this.cp.guests.peek(row);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("the guest did not report its metrics in time")), SAMPLE_MS)));
     try {

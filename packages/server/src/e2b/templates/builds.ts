@@ -65,7 +65,7 @@ export class E2bTemplateBuilds {
     contextName(hash);
     const url = new URL(`${UPLOAD_PATH}/${hash}`, origin);
     url.searchParams.set("token", this.links.token(p.owner, hash, this.cp.clock.now() + UPLOAD_LINK_MS));
-    return { present: await this.cp.buildContexts.has(p.owner, hash), url: url.toString() };
+    return { present: await this.cp.builds.contexts.has(p.owner, hash), url: url.toString() };
   }
 
   /** `POST /v2/templates/{templateID}/builds/{buildID}`: the announced build starts (or, refused, ends as an error). */
@@ -77,7 +77,7 @@ export class E2bTemplateBuilds {
     this.starting.add(buildID);
     try {
       const { plan, source } = await planBuild(b, askedShape(row), {
-        context: async (hash) => ((await this.cp.buildContexts.has(p.owner, hash)) ? this.cp.buildContexts.ref(p.owner, hash) : undefined),
+        context: async (hash) => ((await this.cp.builds.contexts.has(p.owner, hash)) ? this.cp.builds.contexts.ref(p.owner, hash) : undefined),
         template: (ref) => this.catalog.source(p, ref),
       });
       const described = { ...sourceOf(row), ...source };
