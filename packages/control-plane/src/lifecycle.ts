@@ -8,6 +8,8 @@ import { hostOfId, modeOf, pendingStored, refOf, storedRef, type Ctx, type Hiber
 import type { NetworkPolicies } from "./network-policy.js";
 import type { Reason } from "./operations.js";
 import type { Serializer } from "./serializer.js";
+import * as destroyOp from "./ops/destroy.js";
+import * as hibernateOp from "./ops/hibernate.js";
 import { placeWithVolumes, resolveMounts, specsOf, volumeMounts, volumeStore, type ResolvedMounts } from "./volumes.js";
 
 export type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env"> & {
@@ -76,6 +78,11 @@ function roomToMake(d: Record<string, unknown>, memoryMb: number): number {
 
 export class Lifecycle {
   constructor(private readonly ctx: Ctx, private readonly queue: Serializer, private readonly network: NetworkPolicies) {}
+
+  /** What the operations' modules (ops/) run with. */
+  private get opDeps() {
+    return { ctx: this.ctx, lifecycle: this, network: this.network };
+  }
 
   /** Refuses a sandbox (or `adding` of them) over the owner's limit. */
   async quota(p: Principal, adding = 1): Promise<void> {
@@ -217,27 +224,7 @@ export class Lifecycle {
   makeRoom?: (hostId: string, needMb: number, except: string, measure: Measure) => Promise<number>;
 
   async destroy(id: string, reason: Reason): Promise<SandboxRow> {
-    return this.queue.run(id, async () => {
-      const { store, ops, hosts, metrics, clock } = this.ctx;
-      const row = (await store.sandboxes.get(id))!;
-      if (row.state === "destroyed") return row;
-      const host = hosts.of(row);
-      const op = ops.newOp("destroy", id, reason, {});
-      // The intent goes first: a crash after it finishes the destroy at the next start.
-      await ops.begin(row, op);
-      await this.network.flush(id);
-      try {
-        await metrics.time("destroy", "", () => host.destroy(id));
-      } catch (e) {
-        // The VM is still there: the sandbox stays as it was, and a retry destroys it.
-        await ops.fail(op, id, e);
-        throw e;
-      }
-      const done = await ops.finish(op, id, { state: "destroyed", reason, patch: { destroyed_at: clock.now() } }, (tx) => this.releaseHeld(tx, row));
-      await this.dropWarm(row);
-      this.ctx.meter.forget(id);
-      return done;
-    });
+    return this.queue.run(id, () => destroyOp.run(this.opDeps, id, reason));
   }
 
   /** A destroyed sandbox's cold snapshot is no longer needed (the garbage collector takes it). */
@@ -256,128 +243,7 @@ export class Lifecycle {
   }
 
   async hibernate(id: string, reason: Reason, mode: HibernateMode = "warm"): Promise<SandboxRow> {
-    return this.queue.run(id, async () => {
-      const row = (await this.ctx.store.sandboxes.get(id))!;
-      if (row.state === "hibernated") {
-        const now = modeOf(row);
-        // Asleep already as asked, or keeping more than asked (warm is any hibernation; a cold one keeps its disk too).
-        if (mode === now || mode === "warm" || (mode === "disk" && now === "cold")) return row;
-        if (now === "disk") throw new DenError("invalid_state", `sandbox ${id} is hibernated to its disk; moving it to the snapshot store is not supported yet (wake it first)`);
-      }
-      if (row.state !== "running" && row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a running sandbox can hibernate`);
-      if (mode === "cold") return this.toCold(row, reason);
-      if (mode === "disk") return this.toDisk(row, reason);
-      return this.toWarm(row, reason);
-    });
-  }
-
-  private async toWarm(row: SandboxRow, reason: Reason): Promise<SandboxRow> {
-    const { ops, metrics, meter } = this.ctx;
-    const host = this.ctx.hosts.of(row);
-    const snapshot = newId("snap");
-    const op = ops.newOp("hibernate", row.id, reason, { mode: "warm", snapshot });
-    await this.network.flush(row.id);
-    await meter.sample(row.id);
-    await ops.begin(row, op);
-    const t0 = performance.now();
-    try {
-      await metrics.time("hibernate", "warm", () => meter.work(row.id, () => host.hibernateWarm(op.id, row.id, snapshot)));
-    } catch (e) {
-      await ops.fail(op, row.id, e);
-      throw e;
-    }
-    return ops.finish(op, row.id, {
-      state: "hibernated", reason, patch: { hibernate_snapshot: snapshot, hibernate_mode: "warm", stored_bytes: null, ...this.pausedDeadline(row) },
-      data: { mode: "warm", snapshot, ms: Math.round(performance.now() - t0) },
-    });
-  }
-
-  /**
-   * Running (or warm) to disk: the guest flushes and its VM shuts down, its disk kept on its
-   * host; its memory is given up. Nothing leaves the host, so a crash anywhere leaves the VM
-   * or its disk (recovery finishes it forward). From warm, its memory snapshot goes only
-   * once the record stops pointing at it.
-   */
-  private async toDisk(row: SandboxRow, reason: Reason): Promise<SandboxRow> {
-    const { ops, metrics, meter } = this.ctx;
-    const host = this.ctx.hosts.of(row);
-    const fromWarm = row.state === "hibernated" ? row.hibernate_snapshot : null;
-    const op = ops.newOp("hibernate", row.id, reason, { mode: "disk", from_warm: fromWarm });
-    if (!fromWarm) await this.network.flush(row.id);
-    await meter.sample(row.id);
-    await ops.begin(row, op);
-    faultPoint("hibernate-disk-after-intent");
-    const t0 = performance.now();
-    try {
-      await metrics.time("hibernate", "disk", () => meter.work(row.id, () => host.hibernateDisk(op.id, row.id)));
-    } catch (e) {
-      await ops.fail(op, row.id, e);
-      throw e;
-    }
-    faultPoint("hibernate-disk-after-stop");
-    const done = await ops.finish(op, row.id, {
-      state: "hibernated", reason, patch: this.diskPatch(row),
-      data: { mode: "disk", ms: Math.round(performance.now() - t0), ...(fromWarm ? { from_warm: fromWarm } : {}) },
-    });
-    await this.dropWarm(row);
-    return done;
-  }
-
-  /** The fields of a sandbox that is now hibernated to its disk (also when recovery finishes one). */
-  diskPatch(row: SandboxRow): Partial<SandboxRow> {
-    return { hibernate_snapshot: null, hibernate_mode: "disk", stored_bytes: null, ...this.pausedDeadline(row) };
-  }
-
-  /**
-   * Running (or warm) to cold: upload with the VM paused, commit the record that points at
-   * the stored copy, and only then remove the VM. A crash anywhere leaves either the VM
-   * (paused, resumed at the next start) or a committed stored copy, never neither.
-   */
-  private async toCold(row: SandboxRow, reason: Reason): Promise<SandboxRow> {
-    const { ops, metrics, meter, clock } = this.ctx;
-    const host = this.ctx.hosts.of(row);
-    await this.storeQuota(row.owner);
-    // From warm, the snapshot taken when it paused is the one to store, under its own id.
-    const fromWarm = row.state === "hibernated" ? row.hibernate_snapshot : null;
-    const stored = pendingStored(this.ctx, fromWarm ?? newId("snap"), row, "cold");
-    const op = ops.newOp("hibernate", row.id, reason, { mode: "cold", snapshot: stored.id, key: stored.key, from_warm: fromWarm });
-    if (!fromWarm) await this.network.flush(row.id);
-    await meter.sample(row.id);
-    await ops.begin(row, op, (tx) => tx.snapshots.insert(stored));
-    faultPoint("hibernate-cold-after-intent");
-    const t0 = performance.now();
-    let up: { storedBytes: number; heldVolumes?: string[] };
-    try {
-      up = await metrics.time("hibernate", "cold", () => meter.work(row.id, () => host.upload(op.id, row.id, refOf(stored), fromWarm ?? undefined)));
-    } catch (e) {
-      await ops.fail(op, row.id, e, {}, (tx) => tx.snapshots.release(stored.id, clock.now()));
-      throw e;
-    }
-    faultPoint("hibernate-cold-after-upload");
-    const max = this.ctx.config.limits.storedBytesPerOwner;
-    const done = await ops.finish(op, row.id, {
-      state: "hibernated", reason, patch: { hibernate_snapshot: stored.id, hibernate_mode: "cold", stored_bytes: up.storedBytes, ...this.pausedDeadline(row) },
-      data: { mode: "cold", snapshot: stored.id, ms: Math.round(performance.now() - t0), stored_bytes: up.storedBytes, memory_bytes: row.memory_mb * 1024 * 1024 },
-      result: up,
-    }, async (tx) => {
-      // The quota holds what the upload actually wrote, checked with the commit.
-      await tx.snapshots.checkQuota(row.owner, up.storedBytes, max);
-      await tx.snapshots.complete(stored.id, up.storedBytes);
-      // The volumes its guest let go of are free for others while it sleeps (its mounts stay,
-      // for the wake); those a process kept files open on stay held by it.
-      await volumeMounts(tx).release(row.id, up.heldVolumes ?? []);
-    }).catch(async (e: unknown) => {
-      if (!(e instanceof DenError && e.code === "quota_exceeded")) throw e;
-      // Refused: the record stays as it was, the copy is released, and a VM the upload left
-      // paused goes back to work (should this process die first, the next start resumes it).
-      await ops.fail(op, row.id, e, {}, (tx) => tx.snapshots.release(stored.id, clock.now()));
-      if (!fromWarm) await host.wakeWarm(newId("op"), row.id, null).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: not resumed after a refused cold hibernate`));
-      throw e;
-    });
-    faultPoint("hibernate-cold-after-commit");
-    await this.removeVm(row, fromWarm);
-    faultPoint("hibernate-cold-after-vm-removal");
-    return done;
+    return this.queue.run(id, () => hibernateOp.run(this.opDeps, id, reason, mode));
   }
 
   /** After a cold hibernate committed: the VM and its local files go (the next start retries a failure). */
@@ -412,7 +278,7 @@ export class Lifecycle {
       let row = (await this.ctx.store.sandboxes.get(id))!;
       if (row.state !== "hibernated") return this.wakeNow(id, reason, timeoutSeconds);
       if (modeOf(row) === "cold") row = await this.wakeNow(id, reason);
-      if (row.state === "running" || modeOf(row) === "warm") await this.toDisk(row, reason);
+      if (row.state === "running" || modeOf(row) === "warm") await hibernateOp.toDisk(this.opDeps, row, reason);
       return this.wakeNow(id, reason, timeoutSeconds);
     });
   }

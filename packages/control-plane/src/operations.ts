@@ -1,5 +1,6 @@
 import { DenError, type api } from "@den/protocol";
 import { newId } from "@den/protocol";
+import { opArgs, type OpArgs } from "./ops/args.js";
 import type { Meter } from "./meter.js";
 import type { Metrics } from "./metrics.js";
 import type { OperationRow, SandboxRow, Store } from "./db/store.js";
@@ -85,10 +86,10 @@ export class Operations {
     for (const cb of set) cb();
   }
 
-  /** A new operation row (not yet written). */
-  newOp(kind: api.OperationKind, sandboxId: string | null, reason: Reason, args: Record<string, unknown>): OperationRow {
+  /** A new operation row (not yet written); its arguments are checked against its kind's schema (ops/args.ts). */
+  newOp<K extends api.OperationKind>(kind: K, sandboxId: string | null, reason: Reason, args: OpArgs<K>): OperationRow {
     return {
-      id: newId("op"), sandbox_id: sandboxId, kind, args: JSON.stringify(args), status: "pending", result: null, error: null,
+      id: newId("op"), sandbox_id: sandboxId, kind, args: JSON.stringify(opArgs[kind].parse(args)), status: "pending", result: null, error: null,
       reason, host: null, created_at: this.clock.now(), finished_at: null, owner: this.replica,
     };
   }
@@ -228,9 +229,4 @@ export function inProgress(row: SandboxRow): DenError {
   return new DenError("operation_in_progress", `sandbox ${row.id} is busy with another operation (${row.op_kind ?? "unknown"}); try again when it ends`, {
     ...(row.op_kind ? { operation: row.op_kind } : {}),
   });
-}
-
-/** The arguments an operation was begun with. */
-export function argsOf<T>(op: OperationRow): T {
-  return JSON.parse(op.args) as T;
 }

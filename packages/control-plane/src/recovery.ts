@@ -1,16 +1,13 @@
-import { storedBytes, storedSnapshotComplete } from "@den/store";
 import type { OperationRow, SandboxRow } from "./db/store.js";
-import type { HostAgent } from "@den/protocol";
-import { newId } from "@den/protocol";
+import { api, newId, type HostAgent } from "@den/protocol";
 import { hasVm, modeOf, type Ctx } from "./context.js";
-import { deadlineAfter, type Lifecycle } from "./lifecycle.js";
+import type { Lifecycle } from "./lifecycle.js";
 import type { Forks } from "./forks.js";
 import type { NetworkPolicies } from "./network-policy.js";
-import { argsOf, type Reason } from "./operations.js";
+import { STOPPED } from "./ops/common.js";
+import { argsOf, detachedOps, sandboxOps, type OpDeps, type Settling } from "./ops/index.js";
 import type { Templates } from "./templates.js";
-import { volumeMounts, volumeStore } from "./volumes.js";
 
-const STOPPED = "the server stopped during this operation";
 
 /**
  * After a (re)start: every operation still pending is finished or rolled back from the
@@ -32,6 +29,11 @@ export class Recovery {
     private readonly markLost: (id: string) => Promise<void>,
   ) {
     this.startedAt = ctx.clock.now();
+  }
+
+  /** What the operations' modules (ops/) settle with. */
+  private get deps(): OpDeps {
+    return { ctx: this.ctx, lifecycle: this.lifecycle, network: this.network, forks: this.forks, templates: this.templates };
   }
 
   async run(): Promise<void> {
@@ -69,9 +71,9 @@ export class Recovery {
   }
 
   private async settle(op: OperationRow): Promise<void> {
-    const { store, ops, hosts, clock, objects } = this.ctx;
+    const { store, ops, hosts } = this.ctx;
     const row = op.sandbox_id ? await store.sandboxes.get(op.sandbox_id) : undefined;
-    if (row && row.op_id === op.id && op.kind === "destroy" && argsOf<{ lost?: boolean }>(op).lost && !hosts.has(row.host_id)) {
+    if (row && row.op_id === op.id && op.kind === "destroy" && argsOf(op, "destroy").lost && !hosts.has(row.host_id)) {
       // Declared lost with its host: nothing was to be asked of it.
       await ops.finish(op, row.id, { state: "lost", reason: "host_lost" });
       return;
@@ -81,137 +83,16 @@ export class Recovery {
     // A host that outlived the control plane may still be at it: the facts count once it is done
     // (a host that does not answer throws here, and the operation is settled on a later pass).
     for (const h of row ? [host] : hosts.all) await h.settled(op.id);
-    const rollBack = (out = {}, also?: Parameters<typeof ops.fail>[4]) => ops.fail(op, row && row.op_id === op.id ? row.id : null, new Error(STOPPED), { reason: "restart", ...out }, also, "rolled_back");
-    if (op.kind === "template_build") {
-      await this.templates.interrupted(op.id);
-      return this.templates.giveBack(op.args, new Error(STOPPED), op);
-    }
-    if (op.kind === "template_delete") {
-      await this.templates.deleteOnHosts(argsOf<{ name: string }>(op).name);
-      return ops.settleDetached(op, undefined);
-    }
-    if (!row || row.op_id !== op.id) {
+    const kind = api.OperationKind.safeParse(op.kind).data;
+    if (kind === "template_build" || kind === "template_delete") return detachedOps[kind].settle(this.deps, op);
+    const rollBack: Settling["rollBack"] = (out = {}, also) => ops.fail(op, row && row.op_id === op.id ? row.id : null, new Error(STOPPED), { reason: "restart", ...out }, also, "rolled_back");
+    if (!row || row.op_id !== op.id || !kind) {
       // Its sandbox moved on (or never was): the operation has nothing left to hold.
       await rollBack();
       return;
     }
-    const id = row.id;
-    const vm = (await host.inventory()).vms.find((v) => v.id === id);
-    switch (op.kind) {
-      case "create":
-      case "restore": {
-        // Nobody got this sandbox back from its call: none of it is kept.
-        await host.destroy(id);
-        await rollBack({ state: "destroyed", patch: { destroyed_at: clock.now() }, data: { message: STOPPED } });
-        return;
-      }
-      case "destroy": {
-        await host.destroy(id);
-        const lost = argsOf<{ lost?: boolean }>(op).lost === true;
-        await ops.finish(op, id, lost ? { state: "lost", reason: "host_lost" } : { state: "destroyed", reason: op.reason as Reason, patch: { destroyed_at: clock.now() } }, lost ? undefined : (tx) => this.lifecycle.releaseHeld(tx, row));
-        if (!lost) await this.lifecycle.dropWarm(row);
-        return;
-      }
-      case "hibernate": {
-        const a = argsOf<{ mode: "warm" | "cold" | "disk"; snapshot: string; key?: string; from_warm?: string | null }>(op);
-        if (a.mode === "disk") return this.settleDisk(op, row, vm);
-        if (a.mode === "warm") {
-          if ((await host.inventory()).snapshots.includes(a.snapshot)) {
-            await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "warm", stored_bytes: null, ...this.lifecycle.pausedDeadline(row) }, data: { mode: "warm", snapshot: a.snapshot, recovered: true } });
-            return;
-          }
-          await host.resume(id);
-          await rollBack();
-          return;
-        }
-        if (await storedSnapshotComplete(objects, a.key!)) {
-          // The stored copy is whole: the hibernate took effect; the VM goes only now.
-          const bytes = await storedBytes(objects, a.key!);
-          await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "cold", stored_bytes: bytes, ...this.lifecycle.pausedDeadline(row) }, data: { mode: "cold", snapshot: a.snapshot, stored_bytes: bytes, recovered: true } }, (tx) => tx.snapshots.complete(a.snapshot, bytes));
-          await this.lifecycle.removeVm(row, a.from_warm ?? null);
-          return;
-        }
-        // Not whole: the VM (paused for the upload) works on, and the half upload is released.
-        if (!a.from_warm) await host.resume(id);
-        await rollBack({}, (tx) => tx.snapshots.release(a.snapshot, clock.now()));
-        return;
-      }
-      case "wake": {
-        const a = argsOf<{ mode: "warm" | "cold" | "disk"; snapshot: string | null; held_volumes?: string[] }>(op);
-        if (hasVm(vm)) {
-          // It came back before the stop: the record follows the VM.
-          await host.resume(id);
-          const done = await ops.finish(op, id, { state: "running", reason: op.reason as Reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now(), ...deadlineAfter(row, "running", clock.now(), 0) }, data: { mode: a.mode, recovered: true } },
-            a.mode === "cold" && a.snapshot ? (tx) => tx.snapshots.release(a.snapshot!, clock.now()) : undefined);
-          await this.lifecycle.dropWarm(row);
-          await this.network.restore(done);
-          return;
-        }
-        // It stays hibernated: its snapshot (or its disk, shut down) was never touched, and the
-        // volumes a cold wake held again are let go of (those it kept through its sleep stay held).
-        if (a.mode === "cold") await host.destroy(id);
-        await rollBack({}, a.held_volumes ? (tx) => volumeMounts(tx).release(id, a.held_volumes!) : undefined);
-        return;
-      }
-      case "recover": {
-        if (hasVm(vm)) {
-          await host.resume(id);
-          const done = await ops.finish(op, id, { state: "running", reason: "user", data: { recovered: true } });
-          await this.network.restore(done);
-          return;
-        }
-        await host.destroy(id);
-        await rollBack();
-        return;
-      }
-      case "checkpoint": {
-        // The VM may be frozen mid-snapshot; the half-taken checkpoint is released.
-        const a = argsOf<{ checkpoint: string }>(op);
-        await host.resume(id);
-        await rollBack({}, (tx) => tx.snapshots.release(a.checkpoint, clock.now()));
-        return;
-      }
-      case "fork": {
-        // Children live on the host their rows name (the parent's, or others for a fork across hosts).
-        const a = argsOf<{ children: string[]; via?: string }>(op);
-        for (const c of a.children) await hosts.of((await store.sandboxes.get(c)) ?? row).destroy(c);
-        await host.resume(id);
-        await rollBack({}, async (tx) => {
-          await this.forks.dropChildren(tx, op, a.children, "restart", STOPPED);
-          if (a.via) await tx.snapshots.release(a.via, clock.now());
-        });
-        return;
-      }
-      case "set_network":
-        // The policy was written with the intent; networks follow the database below.
-        await ops.finish(op, id, {});
-        return;
-      default:
-        await rollBack();
-    }
-  }
-
-  /**
-   * A disk hibernate cut short: nothing of it left the host, so it is finished forward (the
-   * VM shuts down keeping its disk, unless it already has). Only if that fails now does the
-   * sandbox go back to what it was.
-   */
-  private async settleDisk(op: OperationRow, row: SandboxRow, vm: { state: string } | undefined): Promise<void> {
-    const { ops } = this.ctx;
-    const host = this.ctx.hosts.of(row);
-    const fromWarm = argsOf<{ from_warm?: string | null }>(op).from_warm ?? null;
-    if (vm?.state !== "off") {
-      try {
-        await host.hibernateDisk(op.id, row.id);
-      } catch (err) {
-        this.ctx.log.warn({ err }, `sandbox ${row.id}: an interrupted disk hibernate could not be finished; it is rolled back`);
-        if (!fromWarm) await host.resume(row.id);
-        await ops.fail(op, row.id, new Error(STOPPED), { reason: "restart" }, undefined, "rolled_back");
-        return;
-      }
-    }
-    await ops.finish(op, row.id, { state: "hibernated", reason: op.reason as Reason, patch: this.lifecycle.diskPatch(row), data: { mode: "disk", recovered: true } });
-    await this.lifecycle.dropWarm(row);
+    const vm = (await host.inventory()).vms.find((v) => v.id === row.id);
+    await sandboxOps[kind].settle(this.deps, { op, row, host, vm, rollBack });
   }
 
   /**
@@ -267,7 +148,8 @@ export class Recovery {
   private async keep(live: SandboxRow[]): Promise<Set<string>> {
     const keep = new Set(live.filter((r) => r.state === "hibernated" && modeOf(r) === "warm" && r.hibernate_snapshot).map((r) => r.hibernate_snapshot!));
     for (const op of await this.ctx.store.operations.pending()) {
-      const snapshot = op.kind === "hibernate" ? argsOf<{ snapshot?: string }>(op).snapshot : undefined;
+      const a = op.kind === "hibernate" ? argsOf(op, "hibernate") : undefined;
+      const snapshot = a && a.mode !== "disk" ? a.snapshot : undefined;
       if (snapshot) keep.add(snapshot);
     }
     return keep;

@@ -30,7 +30,7 @@ describe("operations", () => {
     const { ops, store } = server.cp;
     const id = (await api("POST", "/v1/sandboxes", {})).body.id;
     await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "echo kept > /root/k" });
-    const op = ops.newOp("checkpoint", id, "user", {});
+    const op = ops.newOp("checkpoint", id, "user", { checkpoint: "snap_heldbythetest00" });
     await ops.begin((await store.sandboxes.get(id))!, op);
     const shown = (await api("GET", `/v1/sandboxes/${id}`)).body;
     assert.equal(shown.state, "running", "the state stays the last settled one");
