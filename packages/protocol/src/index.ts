@@ -1,6 +1,7 @@
 export * from "./errors.js";
 export { parseInput } from "./parse.js";
 export * from "./frames.js";
+export { ExecOutput, type ExecOutputFlow } from "./exec-output.js";
 export * from "./messages.js";
 export * as api from "./api.js";
 export * as host from "./host.js";
