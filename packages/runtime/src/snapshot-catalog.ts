@@ -6,7 +6,7 @@ import type { DataDirLayout } from "./data-dir.js";
 import type { HostProfile } from "./host.js";
 import type { VmPool } from "./pool.js";
 import type { SandboxRegistry } from "./registry.js";
-import type { SnapshotOptions } from "./sandbox.js";
+import type { SnapshotOptions } from "./sandbox-snapshot.js";
 import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, type TemplateStore } from "./templates.js";
 import { ID_PATTERN, newId, privateDir, qcow2BackingFile, runTool } from "./util.js";
