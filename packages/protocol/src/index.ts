@@ -3,6 +3,7 @@ export { parseInput } from "./parse.js";
 export { newId, ID_PATTERN } from "./ids.js";
 export { ipToInt, intToIp, parseCidr, inCidr, isCidr } from "./cidr.js";
 export * from "./frames.js";
+export { ExecOutput, type ExecOutputFlow } from "./exec-output.js";
 export * from "./messages.js";
 export * as api from "./api.js";
 export * as host from "./host.js";

@@ -95,7 +95,7 @@ export class AgentClient {
   /**
    * Connects to the agent socket, then says hello and waits for the SYNC marker.
    * `afterConnect` runs once the socket is connected and the hello queued: a restore
-   * resumes the VM there, so the guest never sees the host side closed (see restoreFrom).
+   * resumes the VM there, so the guest never sees the host side closed (see Launcher.restoreFrom).
    *
    * A hello that goes unanswered is retried on a fresh connection (with growing
    * patience): the guest then sees a clean close and reopen, which recovers from a

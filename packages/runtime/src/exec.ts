@@ -1,4 +1,4 @@
-import { Channel, DenError, type ExitEvent, type GuestChunk, type GuestExecOptions, type GuestExecResult, type GuestExit } from "@den/protocol";
+import { Channel, DenError, ExecOutput, type ExitEvent, type GuestChunk, type GuestExecOptions, type GuestExecResult, type GuestExit } from "@den/protocol";
 import type { AgentClient } from "./agent-client.js";
 import { checkGuestUser } from "./files.js";
 
@@ -52,14 +52,8 @@ export class ExecProcess implements AsyncIterable<ExecChunk> {
   proc = 0;
   pid = 0;
   private id = 0;
-  private queue: ExecChunk[] = [];
-  private wake: (() => void) | undefined;
-  private exit: ExitInfo | undefined;
-  private error: Error | undefined;
-  private exitWaiters: Array<{ resolve: (e: ExitInfo) => void; reject: (e: Error) => void }> = [];
-  private iterating = false;
-  /** wait() was called with no reader: output is consumed and dropped as it arrives. */
-  private discarding = false;
+  /** Each chunk the reader is done with (or that wait() drops) is granted back to the guest as credit. */
+  private readonly output = new ExecOutput({ release: (c) => this.agent.grant(this.id, c.stream === "stderr" ? Channel.Stderr : Channel.Stdout, c.data.length) });
 
   private constructor(private readonly agent: AgentClient) {}
 
@@ -74,52 +68,19 @@ export class ExecProcess implements AsyncIterable<ExecChunk> {
 
   private sink() {
     return {
-      onData: (ch: Channel, data: Buffer) => {
-        this.queue.push({ stream: ch === Channel.Stderr ? "stderr" : "stdout", data });
-        if (this.discarding) this.drainUnread();
-        this.wake?.();
-      },
+      onData: (ch: Channel, data: Buffer) => this.output.push({ stream: ch === Channel.Stderr ? "stderr" : "stdout", data }),
       onEvent: (ev: Record<string, unknown>) => {
         if (ev.event !== "exit") return;
         const e = ev as unknown as ExitEvent;
         this.agent.release(this.id);
-        this.finish({ exitCode: e.exit_code, signal: e.signal, timedOut: e.timed_out });
+        this.output.finish({ exitCode: e.exit_code, signal: e.signal, timedOut: e.timed_out });
       },
-      onClose: (e: Error) => this.finish(undefined, e),
+      onClose: (e: Error) => this.output.finish(undefined, e),
     };
   }
 
-  private finish(exit: ExitInfo | undefined, error?: Error): void {
-    if (this.exit || this.error) return;
-    this.exit = exit;
-    this.error = error;
-    for (const w of this.exitWaiters.splice(0)) {
-      if (exit) w.resolve(exit);
-      else w.reject(error!);
-    }
-    this.wake?.();
-  }
-
-  /** Drops queued output and gives its credit back, so a command nobody reads never stalls. */
-  private drainUnread(): void {
-    for (const c of this.queue.splice(0)) this.agent.grant(this.id, c.stream === "stderr" ? Channel.Stderr : Channel.Stdout, c.data.length);
-  }
-
-  async *[Symbol.asyncIterator](): AsyncIterator<ExecChunk> {
-    if (this.iterating || this.discarding) throw new DenError("invalid_state", "exec output is already being read or was discarded by wait()");
-    this.iterating = true;
-    for (;;) {
-      const c = this.queue.shift();
-      if (c) {
-        yield c;
-        this.agent.grant(this.id, c.stream === "stderr" ? Channel.Stderr : Channel.Stdout, c.data.length);
-        continue;
-      }
-      if (this.error) throw this.error;
-      if (this.exit) return;
-      await new Promise<void>((r) => (this.wake = r));
-      this.wake = undefined;
-    }
+  [Symbol.asyncIterator](): AsyncIterator<ExecChunk> {
+    return this.output[Symbol.asyncIterator]();
   }
 
   /**
@@ -127,13 +88,7 @@ export class ExecProcess implements AsyncIterable<ExecChunk> {
    * without a reader attached, it discards the output so the command can finish.
    */
   wait(): Promise<ExitInfo> {
-    if (this.exit) return Promise.resolve(this.exit);
-    if (this.error) return Promise.reject(this.error);
-    if (!this.iterating) {
-      this.discarding = true;
-      this.drainUnread();
-    }
-    return new Promise((resolve, reject) => this.exitWaiters.push({ resolve, reject }));
+    return this.output.wait();
   }
 
   /** Writes to stdin (exec started with `interactive: true` or a pty). */

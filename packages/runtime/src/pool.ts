@@ -49,8 +49,8 @@ const keyOf = (s: PoolShape) => `${s.source}\0${s.vcpus}\0${s.memoryMb}`;
  * ones creates asked for lately (at most `maxShapes`); it is refilled in the background,
  * one spawn at a time, after the create that took a VM is done. Nothing here is durable:
  * a VM is a sandbox's only once its directory has been renamed to the sandbox's (see
- * Runtime.startSandbox), and whatever a killed Den left in the pool is killed at the next
- * open (Runtime.recover).
+ * Launcher.startSandbox), and whatever a killed Den left in the pool is killed at the next
+ * open (adoptDataDir).
  */
 export class VmPool {
   private readonly stock = new Map<string, PooledVm[]>();

@@ -113,7 +113,7 @@ export class Vm {
     try {
       // (Synchronous: ~12 ms on cgroup v1, on the event loop. A move off it was reverted for
       // ECONNRESETs that turned out to be QEMU's own crash at a restore's cont, see
-      // Runtime.restoreFrom; it could go off the event loop again.)
+      // Launcher.restoreFrom; it could go off the event loop again.)
       hostCgroups()?.place(spec.tag.instance, spec.tag.sandbox, pid, { vcpus: spec.vcpus, memoryMb: spec.memoryMb, cpuMax: cpuCeiling(spec.vcpus) });
       const vm = await Vm.attach(spec.dir, pid, opts);
       vm.incomingState = spec.incomingState;

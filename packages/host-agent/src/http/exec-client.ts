@@ -1,5 +1,5 @@
 import { WebSocket } from "ws";
-import { DenError, errorFromWire, host, type GuestChunk, type GuestExecProcess, type GuestExit } from "@den/protocol";
+import { DenError, ExecOutput, errorFromWire, host, type GuestChunk, type GuestExecProcess, type GuestExit } from "@den/protocol";
 import { transportError, type HostHttp } from "./fetch.js";
 import { errorFromResponse } from "./wire-errors.js";
 
@@ -18,16 +18,14 @@ const CONTROL_MS = 30_000;
 export class WsExecProcess implements GuestExecProcess {
   proc = 0;
   pid = 0;
-  private queue: GuestChunk[] = [];
-  private queued = 0;
-  private wake: (() => void) | undefined;
-  private exit: GuestExit | undefined;
-  private error: Error | undefined;
-  private exitWaiters: Array<{ resolve: (e: GuestExit) => void; reject: (e: Error) => void }> = [];
+  /** Output queued past QUEUE_HIGH stops the socket being read until the reader is below QUEUE_LOW. */
+  private readonly output = new ExecOutput({
+    high: QUEUE_HIGH, low: QUEUE_LOW,
+    pause: () => this.ws.pause(),
+    resume: () => this.ws.resume(),
+  });
   private acks = new Map<number, { resolve: () => void; reject: (e: Error) => void }>();
   private seq = 0;
-  private iterating = false;
-  private discarding = false;
 
   private constructor(private readonly ws: WebSocket) {}
 
@@ -57,7 +55,7 @@ export class WsExecProcess implements GuestExecProcess {
       ws.on("close", () => {
         clearTimeout(timer);
         const gone = new DenError("agent_unavailable", `${what}: the connection to the host agent closed before the process exited`);
-        if (!started) reject(p.error ?? gone);
+        if (!started) reject(p.output.error ?? gone);
         p.finish(undefined, gone);
       });
       ws.on("message", (data: Buffer, isBinary: boolean) => {
@@ -98,60 +96,26 @@ export class WsExecProcess implements GuestExecProcess {
   private onOutput(data: Buffer): void {
     if (data.length < 1) return;
     const stream = data[0] === host.ExecChannel.stderr ? "stderr" : "stdout";
-    if (this.discarding) return;
-    this.queue.push({ stream, data: data.subarray(1) });
-    this.queued += data.length - 1;
-    if (this.queued > QUEUE_HIGH && !this.ws.isPaused) this.ws.pause();
-    this.wake?.();
+    this.output.push({ stream, data: data.subarray(1) });
   }
 
   private finish(exit: GuestExit | undefined, error?: Error): void {
-    if (this.exit || this.error) return;
-    this.exit = exit;
-    this.error = error;
-    for (const w of this.exitWaiters.splice(0)) {
-      if (exit) w.resolve(exit);
-      else w.reject(error!);
-    }
+    if (!this.output.finish(exit, error)) return;
     for (const a of this.acks.values()) a.reject(error ?? new DenError("invalid_state", "the process has exited"));
     this.acks.clear();
-    if (this.ws.isPaused) this.ws.resume();
-    this.wake?.();
   }
 
-  async *[Symbol.asyncIterator](): AsyncIterator<GuestChunk> {
-    if (this.iterating || this.discarding) throw new DenError("invalid_state", "exec output is already being read or was discarded by wait()");
-    this.iterating = true;
-    for (;;) {
-      const c = this.queue.shift();
-      if (c) {
-        this.queued -= c.data.length;
-        if (this.queued < QUEUE_LOW && this.ws.isPaused) this.ws.resume();
-        yield c;
-        continue;
-      }
-      if (this.error) throw this.error;
-      if (this.exit) return;
-      await new Promise<void>((r) => (this.wake = r));
-      this.wake = undefined;
-    }
+  [Symbol.asyncIterator](): AsyncIterator<GuestChunk> {
+    return this.output[Symbol.asyncIterator]();
   }
 
+  /** Without a reader, output is dropped as it comes, so the process can finish. */
   wait(): Promise<GuestExit> {
-    if (this.exit) return Promise.resolve(this.exit);
-    if (this.error) return Promise.reject(this.error);
-    if (!this.iterating) {
-      // Nobody reads: drop output as it comes, so the process can finish.
-      this.discarding = true;
-      this.queue = [];
-      this.queued = 0;
-      if (this.ws.isPaused) this.ws.resume();
-    }
-    return new Promise((resolve, reject) => this.exitWaiters.push({ resolve, reject }));
+    return this.output.wait();
   }
 
   write(data: Buffer | string): Promise<void> {
-    if (this.exit || this.error) return Promise.reject(this.error ?? new DenError("invalid_state", "the process has exited"));
+    if (this.output.ended) return Promise.reject(this.output.error ?? new DenError("invalid_state", "the process has exited"));
     const frame = Buffer.concat([Buffer.of(host.ExecChannel.stdin), Buffer.from(data)]);
     // Resolves once the bytes have gone out: the socket's own flow control paces the writer.
     return new Promise((resolve, reject) => this.ws.send(frame, { binary: true }, (e) => (e ? reject(new DenError("agent_unavailable", `stdin: ${e.message}`)) : resolve())));
@@ -162,7 +126,7 @@ export class WsExecProcess implements GuestExecProcess {
   }
 
   private control(m: host.ExecClientMessage & { id: number }): Promise<void> {
-    if (this.exit || this.error || this.ws.readyState !== this.ws.OPEN) return Promise.reject(this.error ?? new DenError("invalid_state", "the process has exited"));
+    if (this.output.ended || this.ws.readyState !== this.ws.OPEN) return Promise.reject(this.output.error ?? new DenError("invalid_state", "the process has exited"));
     return new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.acks.delete(m.id);
@@ -183,7 +147,7 @@ export class WsExecProcess implements GuestExecProcess {
 
   async kill(): Promise<void> {
     // After it exited there is nothing left to kill.
-    if (this.exit) return;
+    if (this.output.exit) return;
     await this.control({ type: "kill", id: ++this.seq });
   }
 }
