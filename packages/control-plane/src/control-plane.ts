@@ -8,6 +8,7 @@ import { Keys } from "./keys.js";
 import { Activity } from "./activity.js";
 import { GuestAccess, type GuestSlots } from "./guest-access.js";
 import { TemplateBuilds } from "./template-builds.js";
+import { SandboxReads } from "./sandbox-reads.js";
 import { usageReport } from "./usage.js";
 import { Metrics } from "./metrics.js";
 import { Checkpoints } from "./checkpoints.js";
@@ -58,6 +59,8 @@ export class ControlPlane {
   readonly guests: GuestAccess;
   /** Template builds and their contexts, as the API sees them. */
   readonly builds: TemplateBuilds;
+  /** Sandboxes' rows as the surfaces read them. */
+  readonly reads: SandboxReads;
   readonly recovery: Recovery;
   readonly gc: StoreGc;
   readonly registry: HostRegistry;
@@ -125,6 +128,7 @@ export class ControlPlane {
     this.activity = new Activity(store, clock);
     this.guests = new GuestAccess(this.ctx, this.queue, this.activity, (id, reason) => this.wake(id, reason), (p, id) => this.owned(p, id), this.slots);
     this.builds = new TemplateBuilds(this.ctx, this.templates);
+    this.reads = new SandboxReads(store);
     const activity = this.activity;
     this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => activity.execing(id), touch: (id) => activity.touch(id), lastActive: (id) => activity.lastActive(id) });
     this.lifecycle.makeRoom = (host, mb, except, measure) => this.reaper.makeRoom(host, mb, except, measure);

@@ -38,6 +38,11 @@ export class Templates {
   }
 
   /** The template versions this principal may use. */
+  /** A template's row by name, whoever owns it (deleted ones too): E2B's catalog judges access itself. */
+  row(name: string): Promise<TemplateRow | undefined> {
+    return this.ctx.store.templates.row(name);
+  }
+
   async list(p: Principal): Promise<api.Template[]> {
     const rows = await this.ctx.store.templates.rows();
     const out: api.Template[] = [];

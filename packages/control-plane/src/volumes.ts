@@ -116,6 +116,11 @@ export class Volumes {
   }
 
   /** The caller's volume, or 404 (another owner's volume does not exist for them). */
+  /** A volume by id, whoever owns it (E2B's volume tokens name their owner; they are checked by the caller). */
+  async byId(id: string): Promise<VolumeRow | undefined> {
+    return api.VolumeId.safeParse(id).success ? this.vs.byId(id) : undefined;
+  }
+
   async owned(p: Principal, name: string): Promise<VolumeRow> {
     const v = api.VolumeName.safeParse(name).success ? await this.vs.byName(p.owner, name) : undefined;
     if (!v || v.state === "creating") throw new DenError("volume_not_found", `volume ${JSON.stringify(name)} does not exist`);

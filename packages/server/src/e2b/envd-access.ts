@@ -58,7 +58,7 @@ export class DenEnvdSandboxes implements EnvdSandboxes {
     for (let pass = 0; pass < 2; pass++) {
       // A second pass, over the sandboxes made since the list was read, when it is older than the request.
       if (pass === 1 && this.live && this.live.at >= asked) break;
-      if (!this.live || pass === 1 || Date.now() - this.live.at > LIVE_TTL_MS) this.live = { at: Date.now(), ids: await this.cp.store.sandboxes.liveIds() };
+      if (!this.live || pass === 1 || Date.now() - this.live.at > LIVE_TTL_MS) this.live = { at: Date.now(), ids: await this.cp.reads.liveIds() };
       let n = 0;
       for (const id of this.live.ids) {
         if (tried.has(id)) continue;

@@ -27,7 +27,7 @@ export class MetricsSeries {
 
   /** One sample of every running sandbox made through the E2B API; sandboxes that are gone are forgotten. */
   async pass(): Promise<void> {
-    const live = (await this.cp.store.sandboxes.live()).filter((r) => r.surface === "e2b");
+    const live = (await this.cp.reads.live()).filter((r) => r.surface === "e2b");
     const ids = new Set(live.map((r) => r.id));
     for (const id of this.series.keys()) if (!ids.has(id)) this.series.delete(id);
     for (const row of live.filter((r) => r.state === "running" && !r.op_id).slice(0, PER_PASS)) await this.sampleRow(row).catch(() => undefined);

@@ -165,7 +165,7 @@ export async function registerE2bRoutes(root: FastifyInstance, deps: {
     app.get("/sandboxes/metrics", { schema: { ...hide, querystring: z.object({ sandbox_ids: z.string().max(100 * 40) }) } }, async (req) => {
       const p = who(req);
       const ids = req.query.sandbox_ids.split(",").filter(Boolean).slice(0, 100);
-      const mine = (await cp.store.sandboxes.byIds(ids)).filter((r) => r.owner === p.owner).map((r) => r.id);
+      const mine = (await cp.reads.ownedOf(p, ids)).map((r) => r.id);
       return { sandboxes: metrics.latest(mine) };
     });
 

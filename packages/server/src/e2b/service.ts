@@ -1,7 +1,6 @@
 import { DenError, api, e2bApi, parseInput } from "@den/protocol";
 import type { ControlPlane } from "@den/control-plane";
 import type { Terms } from "@den/control-plane";
-import { volumeMounts } from "@den/control-plane";
 import type { CheckpointRow, Principal, SandboxRow } from "@den/control-plane";
 import { denStates } from "./mapping.js";
 import type { E2bTemplateCatalog } from "./templates/catalog.js";
@@ -98,7 +97,7 @@ export class E2bService {
 
   /** The volumes a sandbox mounts, as E2B lists them (name and path). */
   async volumeMounts(id: string): Promise<e2bApi.SandboxVolumeMount[]> {
-    return (await volumeMounts(this.cp.store).mountsOf(id)).map((m) => ({ name: m.name, path: m.path }));
+    return (await this.cp.reads.mountsOf(id)).map((m) => ({ name: m.name, path: m.path }));
   }
 
   /** E2B's list: by start time (Den's created_at), newest first unless `order` is `asc`; paged. */
@@ -110,7 +109,7 @@ export class E2bService {
       since = Date.parse(q.startedAfter);
       if (!Number.isFinite(since)) throw new DenError("invalid_argument", `startedAfter: not a timestamp: ${JSON.stringify(q.startedAfter.slice(0, 64))}`);
     }
-    const rows = await this.cp.store.sandboxes.listNewest(p.owner, {
+    const rows = await this.cp.reads.listNewest(p.owner, {
       states: denStates(q.states), metadata: q.metadata, limit: limit + 1, order,
       ...(q.template ? { template: q.template } : {}), ...(since !== undefined ? { since } : {}),
       ...(q.nextToken ? { cursor: decodeToken(q.nextToken, order) } : {}),

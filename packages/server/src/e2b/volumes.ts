@@ -1,7 +1,6 @@
 import { DenError, api, e2bApi, parseInput } from "@den/protocol";
 import type { ControlPlane } from "@den/control-plane";
 import { VolumeFiles } from "@den/control-plane";
-import { volumeStore } from "@den/control-plane";
 import { bearerKey, type Principal } from "@den/control-plane";
 import type { VolumeRow } from "@den/control-plane";
 import type { E2bTokens } from "./tokens.js";
@@ -72,7 +71,7 @@ export class E2bVolumes {
    */
   async authorize(volumeId: string, authorization: string | undefined): Promise<{ p: Principal; v: VolumeRow }> {
     const token = bearerKey(authorization);
-    const v = api.VolumeId.safeParse(volumeId).success ? await volumeStore(this.cp.store).byId(volumeId) : undefined;
+    const v = await this.cp.volumes.byId(volumeId);
     if (!v || !this.tokens.checkVolume(token, v.id, v.owner, this.cp.clock.now())) {
       throw new DenError("unauthorized", token ? "invalid or expired volume token (Volume.connect gets a new one)" : "missing volume token (Authorization: Bearer <VolumeAndToken.token>)");
     }
