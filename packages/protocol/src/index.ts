@@ -1,5 +1,7 @@
 export * from "./errors.js";
 export { parseInput } from "./parse.js";
+export { newId, ID_PATTERN } from "./ids.js";
+export { ipToInt, intToIp, parseCidr, inCidr, isCidr } from "./cidr.js";
 export * from "./frames.js";
 export * from "./messages.js";
 export * as api from "./api.js";

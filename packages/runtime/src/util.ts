@@ -1,23 +1,13 @@
 import { execFile } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync } from "node:fs";
 import { open } from "node:fs/promises";
-import { randomBytes } from "node:crypto";
 import { promisify } from "node:util";
 import { DenError } from "@den/protocol";
 
 const execFileP = promisify(execFile);
 
-const B32 = "abcdefghijklmnopqrstuvwxyz234567";
-
-/** A random id like `sbx_k3j9...`: 16 base32 characters, 80 bits. */
-export function newId(prefix: string): string {
-  const bytes = randomBytes(16);
-  let s = "";
-  for (const b of bytes) s += B32[b & 31];
-  return `${prefix}_${s}`;
-}
-
-export const ID_PATTERN = /^[a-z]+_[a-z2-7]{16}$/;
+// Ids are the protocol's (the control plane makes them too, without this package).
+export { newId, ID_PATTERN } from "@den/protocol";
 
 /** Runs a helper program (qemu-img, cp) and turns a failure into a DenError with its stderr. */
 export async function runTool(cmd: string, args: string[], code: "qemu_error" | "io_error" = "io_error"): Promise<string> {

@@ -1,11 +1,11 @@
 import http from "node:http";
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawReplyDefaultExpression, type RawRequestDefaultExpression, type RawServerDefault } from "fastify";
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyRequest } from "fastify";
 import swagger from "@fastify/swagger";
 import websocket from "@fastify/websocket";
 import { hasZodFastifySchemaValidationErrors, jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from "fastify-type-provider-zod";
 import { DenError, type ErrorCode } from "@den/protocol";
-import type { ControlPlane } from "./control-plane.js";
-import { bearerKey, type Principal } from "./store.js";
+import type { ControlPlane } from "@den/control-plane";
+import { bearerKey } from "@den/control-plane";
 import { registerSandboxRoutes } from "./routes/sandboxes.js";
 import { registerExecRoutes } from "./routes/exec.js";
 import { registerCodeRoutes } from "./routes/code.js";
@@ -27,9 +27,6 @@ import { registerE2bRoutes, type E2bSurface } from "./e2b/index.js";
 import { validationMessage } from "./validation.js";
 
 declare module "fastify" {
-  interface FastifyRequest {
-    principal?: Principal;
-  }
   interface FastifyInstance {
     /** Every documented route, as registered (the OpenAPI test checks the document against it). */
     denRoutes: Array<{ method: string; url: string }>;
@@ -38,7 +35,8 @@ declare module "fastify" {
   }
 }
 
-export type TypedApp = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, ZodTypeProvider>;
+export type { TypedApp } from "./typed-app.js";
+export { principal, requireAdmin } from "./principal.js";
 
 const PTY_PATH_DOC = {
   "/v1/sandboxes/{id}/pty": {
@@ -79,17 +77,6 @@ function errorBody(code: ErrorCode, message: string, details?: Record<string, un
 }
 
 /** The caller's identity; routes under /v1 always have one (the auth hook ran). */
-export function principal(req: FastifyRequest): Principal {
-  if (!req.principal) throw new DenError("unauthorized", "missing API key");
-  return req.principal;
-}
-
-export function requireAdmin(req: FastifyRequest): Principal {
-  const p = principal(req);
-  if (!p.admin) throw new DenError("forbidden", "this route needs an admin key");
-  return p;
-}
-
 /** Builds the HTTP app: validation from the shared zod schemas, one error format, auth on /v1. */
 export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | object; e2b?: E2bSurface } = {}): Promise<FastifyInstance> {
   // Requests for sandboxes' ports bypass the API's routing: their bodies and upgrades go to the guest as they are.

@@ -1,7 +1,7 @@
 export { startServer, type RunningServer, type ServerOptions } from "./server.js";
 export { loadConfig, type ServerConfig } from "./config.js";
 export { buildApp } from "./app.js";
-export { ControlPlane, type Clock } from "./control-plane.js";
+export { ControlPlane, type Clock } from "@den/control-plane";
 export { openStore } from "./object-store.js";
 export { buildEnvdServer, EnvdDenied, EnvdUnavailable, checkCredentials, envdSignature, signatureMatches, type EnvdCredentials, type EnvdSandbox, type EnvdSandboxes, type EnvdServerOptions, type EnvdSignature } from "./e2b/envd/index.js";
 export { formatLogLine, logFormat, readableLogStream } from "./log-format.js";

@@ -2,7 +2,7 @@
 import { writeFileSync } from "node:fs";
 import { buildApp } from "./app.js";
 import { loadConfig } from "./config.js";
-import type { ControlPlane } from "./control-plane.js";
+import type { ControlPlane } from "@den/control-plane";
 
 // Route handlers never run here: generating the document needs only the routes' schemas.
 // (The port-URL secret is the one setting building the app reads: a throwaway one.)

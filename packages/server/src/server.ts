@@ -2,14 +2,14 @@ import { mkdir } from "node:fs/promises";
 import type { FastifyInstance } from "fastify";
 import { buildApp } from "./app.js";
 import type { ServerConfig } from "./config.js";
-import { ControlPlane, newDeploymentId, systemClock, type Clock } from "./control-plane.js";
-import { openDatabase } from "./db.js";
+import { ControlPlane, newDeploymentId, systemClock, type Clock } from "@den/control-plane";
+import { openDatabase } from "@den/control-plane";
 import { connectHost } from "./host-connection.js";
-import { HttpHostAgent } from "@den/host-agent";
+import { HttpHostAgent, processCpuSeconds, withHostWork } from "@den/host-agent";
 import type { HostAgent } from "@den/protocol";
-import { REPLICA_LEASE_MS, Replica } from "./control/replica.js";
+import { REPLICA_LEASE_MS, Replica } from "@den/control-plane";
 import { openStore } from "./object-store.js";
-import { Store } from "./store.js";
+import { Store } from "@den/control-plane";
 import { openE2b, volumeContentRoutes } from "./e2b/index.js";
 import { DenEnvdSandboxes } from "./e2b/envd-access.js";
 import { E2bPortTraffic } from "./e2b/port-traffic.js";
@@ -61,7 +61,7 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   const clock = opts.clock ?? systemClock;
   const replica = await Replica.open(store, clock, config.dataDir);
   const cp = new ControlPlane(store, hosts, config, objects, deployment, clock, {
-    replica: replica.id, ...(remote ? { connectHost: (address: string) => HttpHostAgent.connect(address, remote.secret) } : {}),
+    replica: replica.id, hostWork: { run: withHostWork, processCpuSeconds }, ...(remote ? { connectHost: (address: string) => HttpHostAgent.connect(address, remote.secret) } : {}),
   });
   let createdAdminKey: string | undefined;
   try {

@@ -4,8 +4,8 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { openDatabase } from "../src/db.js";
-import { Store } from "../src/store.js";
+import { openDatabase } from "@den/control-plane";
+import { Store } from "@den/control-plane";
 
 /** Events of every type are bounded per sandbox: the chatty families keep their newest `cap` each, all together four times `cap`. */
 test("event retention: each chatty family keeps its newest `cap`, lifecycle events outlive them up to 4x `cap` in all", async () => {

@@ -9,10 +9,10 @@
 import http from "node:http";
 import type { Duplex } from "node:stream";
 import { DenError, api } from "@den/protocol";
-import type { ControlPlane } from "../control-plane.js";
-import { OwnerSlots } from "../control/owner-slots.js";
+import type { ControlPlane } from "@den/control-plane";
+import { OwnerSlots } from "@den/control-plane";
 import { CODE_PORT, SANDBOX_ENV_HEADER, sandboxEnvHeader } from "../ports/code-port.js";
-import type { Principal, SandboxRow } from "../store.js";
+import type { Principal, SandboxRow } from "@den/control-plane";
 
 /** The longest line of a run's stream Den passes on (an image's base64 is one line). */
 export const MAX_CODE_LINE_BYTES = 32 * 1024 * 1024;

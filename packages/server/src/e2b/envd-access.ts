@@ -1,5 +1,5 @@
 import { api } from "@den/protocol";
-import type { ControlPlane } from "../control-plane.js";
+import type { ControlPlane } from "@den/control-plane";
 import { DenError } from "@den/protocol";
 import { checkCredentials, EnvdUnavailable, signatureDigest, signedWith, type EnvdCredentials, type EnvdSandbox, type EnvdSandboxes, type EnvdSignature } from "./envd/index.js";
 import { DEFAULT_TIMEOUT_SECONDS } from "./service.js";

@@ -1,4 +1,4 @@
-import type { ControlPlane } from "../control-plane.js";
+import type { ControlPlane } from "@den/control-plane";
 import { E2bMapper } from "./mapping.js";
 import { MetricsSeries } from "./metrics.js";
 import { E2bService } from "./service.js";

@@ -1,5 +1,5 @@
 import { e2bApi, type api } from "@den/protocol";
-import { networkOf, type SandboxRow } from "../store.js";
+import { networkOf, type SandboxRow } from "@den/control-plane";
 import type { E2bTokens } from "./tokens.js";
 
 const iso = (ms: number | null): string => new Date(ms ?? 0).toISOString();

@@ -1,6 +1,6 @@
 import type { GuestMetrics, e2bApi } from "@den/protocol";
-import type { ControlPlane } from "../control-plane.js";
-import type { SandboxRow } from "../store.js";
+import type { ControlPlane } from "@den/control-plane";
+import type { SandboxRow } from "@den/control-plane";
 
 /** Samples kept per sandbox: an hour at the default interval. */
 const KEPT = 720;

@@ -9,10 +9,10 @@
 import type http from "node:http";
 import type { Duplex } from "node:stream";
 import { api, DenError } from "@den/protocol";
-import type { ControlPlane } from "../control-plane.js";
+import type { ControlPlane } from "@den/control-plane";
 import { CODE_PORT, SANDBOX_ENV_HEADER, sandboxEnvHeader } from "../ports/code-port.js";
 import type { ForwardOptions, Grant, PortProxy, PortTarget } from "../ports/proxy.js";
-import { bearerKey, type SandboxRow } from "../store.js";
+import { bearerKey, type SandboxRow } from "@den/control-plane";
 import type { EnvdPortTraffic } from "./envd/index.js";
 import { DEFAULT_TIMEOUT_SECONDS } from "./service.js";
 import type { E2bTokens } from "./tokens.js";

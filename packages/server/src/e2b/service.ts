@@ -1,8 +1,8 @@
 import { DenError, api, e2bApi, parseInput } from "@den/protocol";
-import type { ControlPlane } from "../control-plane.js";
-import type { Terms } from "../control/lifecycle.js";
-import { volumeStore } from "../control/volumes.js";
-import type { CheckpointRow, Principal, SandboxRow } from "../store.js";
+import type { ControlPlane } from "@den/control-plane";
+import type { Terms } from "@den/control-plane";
+import { volumeStore } from "@den/control-plane";
+import type { CheckpointRow, Principal, SandboxRow } from "@den/control-plane";
 import { denStates } from "./mapping.js";
 import type { E2bTemplateCatalog } from "./templates/catalog.js";
 import { denPolicy, denPolicyUpdate } from "./network.js";

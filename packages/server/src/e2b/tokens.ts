@@ -1,5 +1,5 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
-import type { Store } from "../store.js";
+import type { Store } from "@den/control-plane";
 
 const VOLUME_TOKEN_PREFIX = "denvol.";
 const VOLUME_TOKEN = /^denvol\.(\d{1,12})\.([A-Za-z0-9_-]{43})$/;

@@ -12,7 +12,7 @@ import { Readable } from "node:stream";
 import type { z } from "zod";
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { DenError, e2bVolumes, parseInput, type FileStat } from "@den/protocol";
-import { volumePath, type VolumeEntry } from "../control/volume-files.js";
+import { volumePath, type VolumeEntry } from "@den/control-plane";
 import { limited } from "../routes/files.js";
 import type { E2bVolumes } from "./volumes.js";
 

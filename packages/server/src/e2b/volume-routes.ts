@@ -1,8 +1,8 @@
 import type { FastifyRequest } from "fastify";
 import { z } from "zod";
 import { DenError, e2bApi } from "@den/protocol";
-import type { TypedApp } from "../app.js";
-import type { Principal } from "../store.js";
+import type { TypedApp } from "../typed-app.js";
+import type { Principal } from "@den/control-plane";
 import type { E2bVolumes } from "./volumes.js";
 
 const Id = z.object({ volumeID: z.string().max(128) });

@@ -1,9 +1,9 @@
 import { DenError, api, e2bApi, parseInput } from "@den/protocol";
-import type { ControlPlane } from "../control-plane.js";
-import { VolumeFiles } from "../control/volume-files.js";
-import { volumeStore } from "../control/volumes.js";
-import { bearerKey, type Principal } from "../store.js";
-import type { VolumeRow } from "../volume-store.js";
+import type { ControlPlane } from "@den/control-plane";
+import { VolumeFiles } from "@den/control-plane";
+import { volumeStore } from "@den/control-plane";
+import { bearerKey, type Principal } from "@den/control-plane";
+import type { VolumeRow } from "@den/control-plane";
 import type { E2bTokens } from "./tokens.js";
 
 /** E2B's names are letters, digits and hyphens, Den's lower-case: one name either way (E2B lower-cases its secrets' names the same way). */

@@ -1,12 +1,12 @@
 import http from "node:http";
 import type { Duplex } from "node:stream";
 import { DenError } from "@den/protocol";
-import type { ControlPlane } from "../control-plane.js";
+import type { ControlPlane } from "@den/control-plane";
 import type { PortTokens } from "./tokens.js";
-import { bearerKey } from "../store.js";
+import { bearerKey } from "@den/control-plane";
 import { portOrigin } from "./origins.js";
 import { CODE_PORT } from "./code-port.js";
-import { OwnerSlots } from "../control/owner-slots.js";
+import { OwnerSlots } from "@den/control-plane";
 
 /** The query parameter and cookie a signed port URL's token travels in. */
 export const TOKEN_PARAM = "den_token";

@@ -1,7 +1,7 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { Store } from "../store.js";
+import type { Store } from "@den/control-plane";
 
 /**
  * Signed port URLs: a token names one sandbox, one port and an expiry, and carries an

@@ -1,10 +1,11 @@
 import { Readable } from "node:stream";
 import { z } from "zod";
 import { DenError, api } from "@den/protocol";
-import { principal, requireAdmin, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
+import type { TypedApp } from "../typed-app.js";
+import { principal, requireAdmin } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
 import { ndjsonStream } from "../ndjson.js";
-import { newKeySecret } from "../store.js";
+import { newKeySecret } from "@den/control-plane";
 
 const BuildParams = z.object({ id: z.string().min(1).max(64) });
 

@@ -1,9 +1,10 @@
 import { z } from "zod";
 import { api } from "@den/protocol";
-import { principal, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
+import type { TypedApp } from "../typed-app.js";
+import { principal } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
 import { IdParams } from "./params.js";
-import { toApiCheckpoint, toApiSandbox } from "../store.js";
+import { toApiCheckpoint, toApiSandbox } from "@den/control-plane";
 
 export function registerCheckpointRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes/:id/checkpoints", {

@@ -1,7 +1,8 @@
 import { z } from "zod";
 import { api } from "@den/protocol";
-import { principal, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
+import type { TypedApp } from "../typed-app.js";
+import { principal } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
 import { CodeInterpreter } from "../code/interpreter.js";
 import { ndjsonStream } from "../ndjson.js";
 import { IdParams } from "./params.js";

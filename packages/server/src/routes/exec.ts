@@ -1,9 +1,10 @@
 import { z } from "zod";
 import { DenError, api, type GuestCommand, type GuestExecOptions } from "@den/protocol";
-import { principal, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
+import type { TypedApp } from "../typed-app.js";
+import { principal } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
 import { IdParams } from "./params.js";
-import type { SandboxRow } from "../store.js";
+import type { SandboxRow } from "@den/control-plane";
 import { ndjsonStream } from "../ndjson.js";
 
 const ProcParams = z.object({ id: z.string().max(64), proc: z.coerce.number().int().min(1) });

@@ -2,8 +2,9 @@ import { Readable } from "node:stream";
 import { z } from "zod";
 import { DenError, api } from "@den/protocol";
 import type { DirEntry, FileStat as GuestStat } from "@den/protocol";
-import { principal, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
+import type { TypedApp } from "../typed-app.js";
+import { principal } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
 import { IdParams } from "./params.js";
 
 const PathQuery = z.object({ path: api.GuestPath });

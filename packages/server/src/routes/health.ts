@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { DenError } from "@den/protocol";
-import type { ControlPlane } from "../control-plane.js";
-import { bearerKey } from "../store.js";
+import type { ControlPlane } from "@den/control-plane";
+import { bearerKey } from "@den/control-plane";
 
 /**
  * Liveness, readiness and Prometheus metrics, outside /v1 (probes and scrapers). Metrics

@@ -1,8 +1,9 @@
 import { z } from "zod";
 import { DenError, api, host } from "@den/protocol";
 import { hasSecret } from "@den/host-agent";
-import { requireAdmin, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
+import type { TypedApp } from "../typed-app.js";
+import { requireAdmin } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
 
 const HostParams = z.object({ id: z.string().min(1).max(128) });
 

@@ -8,8 +8,8 @@
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance, FastifyRequest, onRequestAsyncHookHandler } from "fastify";
 import { handleStreamableHttp } from "@den/mcp";
-import type { ControlPlane } from "../control-plane.js";
-import { bearerKey } from "../store.js";
+import type { ControlPlane } from "@den/control-plane";
+import { bearerKey } from "@den/control-plane";
 import { fetchWithHost } from "../mcp/self-fetch.js";
 
 export const MCP_PATH = "/mcp";

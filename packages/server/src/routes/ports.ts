@@ -1,6 +1,7 @@
 import { DenError, api } from "@den/protocol";
-import { principal, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
+import type { TypedApp } from "../typed-app.js";
+import { principal } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
 import { TOKEN_PARAM } from "../ports/proxy.js";
 import { portOrigin, serverBase } from "../ports/origins.js";
 import type { PortTokens } from "../ports/tokens.js";

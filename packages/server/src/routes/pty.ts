@@ -2,8 +2,9 @@ import { z } from "zod";
 import type { WebSocket } from "ws";
 import { DenError, type GuestExecProcess } from "@den/protocol";
 import { pacedInput } from "@den/host-agent";
-import { principal, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
+import type { TypedApp } from "../typed-app.js";
+import { principal } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
 import { IdParams } from "./params.js";
 
 const ClientMessage = z.discriminatedUnion("type", [

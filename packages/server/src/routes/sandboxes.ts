@@ -1,9 +1,10 @@
 import { z } from "zod";
 import { DenError, api } from "@den/protocol";
-import { principal, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
+import type { TypedApp } from "../typed-app.js";
+import { principal } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
 import { IdParams } from "./params.js";
-import { toApiSandbox } from "../store.js";
+import { toApiSandbox } from "@den/control-plane";
 import { ndjsonStream } from "../ndjson.js";
 
 export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {

@@ -1,6 +1,7 @@
 import { api } from "@den/protocol";
-import { principal, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
+import type { TypedApp } from "../typed-app.js";
+import { principal } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
 
 export function registerUsageRoutes(app: TypedApp, cp: ControlPlane): void {
   app.get("/v1/usage", {

@@ -1,8 +1,9 @@
 import { Readable } from "node:stream";
 import { z } from "zod";
 import { DenError, api } from "@den/protocol";
-import { principal, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
+import type { TypedApp } from "../typed-app.js";
+import { principal } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
 import { bodySource, limited } from "./files.js";
 
 /** `:name` of a volume route: bounded here, checked against the owner's volumes by the service. */

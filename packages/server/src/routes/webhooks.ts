@@ -1,8 +1,9 @@
 import { z } from "zod";
 import { api } from "@den/protocol";
-import { principal, type TypedApp } from "../app.js";
-import type { ControlPlane } from "../control-plane.js";
-import { toApiWebhook } from "../control/webhooks/service.js";
+import type { TypedApp } from "../typed-app.js";
+import { principal } from "../principal.js";
+import type { ControlPlane } from "@den/control-plane";
+import { toApiWebhook } from "@den/control-plane";
 
 const WebhookParams = z.object({ id: z.string().max(64) });
 

@@ -12,7 +12,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { AuthenticationError, Sandbox, SandboxError, Volume, VolumeError, VolumeNotFoundError, VolumePathNotFoundError } from "e2b";
 import type { RunningServer } from "../../src/index.js";
-import { volumeStore } from "../../src/control/volumes.js";
+import { volumeStore } from "@den/control-plane";
 import { E2bTokens } from "../../src/e2b/tokens.js";
 import { ADMIN_KEY, client, testServer } from "../helpers.js";
 

@@ -6,7 +6,8 @@ import { withDeadline } from "./deadline.js";
 import { LinkResolver, entryOf, statEntry } from "./entry.js";
 import { resolvePath } from "./request.js";
 import type { RpcContext, Service } from "./rpc.js";
-import { mapLimit, walk } from "./walk.js";
+import { mapLimit } from "@den/control-plane";
+import { walk } from "./walk.js";
 import { DirPoller, type RawEvent } from "./watchers.js";
 
 /** Guest calls in flight at once for one listing's per-entry stats. */

@@ -8,8 +8,8 @@
  */
 import { DenError } from "@den/protocol";
 import { newId } from "@den/runtime";
-import { buildStore, type BuildRow } from "../../build-store.js";
-import type { Store } from "../../store.js";
+import { buildStore, type BuildRow } from "@den/control-plane";
+import type { Store } from "@den/control-plane";
 
 /** An announced build not started within this is given up. */
 export const WAITING_MS = 3600_000;

@@ -5,10 +5,10 @@
  * announced id), and the status the client polls (state, log from an offset, reason).
  */
 import { DenError, type e2bTemplates } from "@den/protocol";
-import { buildStore } from "../../build-store.js";
-import type { ControlPlane } from "../../control-plane.js";
-import { contextName } from "../../control/build-contexts.js";
-import type { Principal } from "../../store.js";
+import { buildStore } from "@den/control-plane";
+import type { ControlPlane } from "@den/control-plane";
+import { contextName } from "@den/control-plane";
+import type { Principal } from "@den/control-plane";
 import { AnnouncedBuilds } from "./announced.js";
 import type { E2bTemplateCatalog } from "./catalog.js";
 import { askedShape, e2bStatus, logEntry, reasonOf, sourceOf } from "./mapping.js";

@@ -6,9 +6,9 @@
  * start from are answered here (E2B-API.md, "Names").
  */
 import { DenError, type HostTemplate, type e2bTemplates } from "@den/protocol";
-import { buildStore, type BuildRow } from "../../build-store.js";
-import type { ControlPlane } from "../../control-plane.js";
-import type { Principal } from "../../store.js";
+import { buildStore, type BuildRow } from "@den/control-plane";
+import type { ControlPlane } from "@den/control-plane";
+import type { Principal } from "@den/control-plane";
 import { e2bBuild, tagsOf } from "./mapping.js";
 import { DEFAULT_TAG, isDenName, parseName, plainName } from "./names.js";
 import type { SourceTemplate } from "./steps.js";

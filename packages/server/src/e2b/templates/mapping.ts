@@ -4,7 +4,7 @@
  * and what an E2B build keeps in its row's `source` (tags, the asked shape).
  */
 import { e2bApi, type e2bTemplates } from "@den/protocol";
-import type { BuildRow } from "../../build-store.js";
+import type { BuildRow } from "@den/control-plane";
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const LEVELS = new Set(["debug", "info", "warn", "error"]);

@@ -7,10 +7,10 @@
 import type { FastifyRequest } from "fastify";
 import { z } from "zod";
 import { DenError, e2bApi, e2bTemplates } from "@den/protocol";
-import type { TypedApp } from "../../app.js";
+import type { TypedApp } from "../../typed-app.js";
 import { serverBase } from "../../ports/origins.js";
-import type { ControlPlane } from "../../control-plane.js";
-import type { Principal } from "../../store.js";
+import type { ControlPlane } from "@den/control-plane";
+import type { Principal } from "@den/control-plane";
 import type { E2bTemplateBuilds } from "./builds.js";
 import type { E2bTemplateCatalog } from "./catalog.js";
 

@@ -7,7 +7,7 @@
  * credentials go into the plan for this pull only, never into `source`.
  */
 import { DenError, api, type e2bTemplates, type host } from "@den/protocol";
-import { imageSpec } from "../../control/build-plan.js";
+import { imageSpec } from "@den/control-plane";
 import { portableReadyCmd } from "./ready.js";
 
 type Step = host.BuildStep;

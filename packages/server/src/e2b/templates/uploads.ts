@@ -13,8 +13,8 @@ import type { FastifyInstance } from "fastify";
 import type { ZodTypeProvider } from "fastify-type-provider-zod";
 import { z } from "zod";
 import { DenError, e2bTemplates } from "@den/protocol";
-import type { ControlPlane } from "../../control-plane.js";
-import type { Store } from "../../store.js";
+import type { ControlPlane } from "@den/control-plane";
+import type { Store } from "@den/control-plane";
 import { useE2bErrors } from "../errors.js";
 
 export const UPLOAD_PATH = "/e2b-uploads";

@@ -1,0 +1,531 @@
+import type { Readable } from "node:stream";
+import { DenError, api, type HostAgent, type HostGuest, type host } from "@den/protocol";
+import { newId } from "@den/protocol";
+import type { ObjectStore } from "@den/store";
+import type { ServerConfig } from "./config.js";
+import { type CheckpointRow, type Principal, type SandboxRow, type Store } from "./db/store.js";
+import { Meter, meteredState, type HostWork } from "./meter.js";
+import { usageReport } from "./usage.js";
+import { Metrics } from "./metrics.js";
+import { Checkpoints } from "./checkpoints.js";
+import { hostOfId, modeOf, type Ctx, type HibernateMode } from "./context.js";
+import { HostPool } from "./hosts.js";
+import { StoreGc } from "./gc.js";
+import { Lifecycle, type Terms } from "./lifecycle.js";
+import { Forks } from "./forks.js";
+import { NetworkPolicies } from "./network-policy.js";
+import { Operations, systemClock, type Clock, type Reason } from "./operations.js";
+import { Reaper } from "./reaper.js";
+import { OwnerSlots } from "./owner-slots.js";
+import { Recovery } from "./recovery.js";
+import { HostRegistry } from "./registry.js";
+import { buildContexts, contextName, putContext, type BuildContexts } from "./build-contexts.js";
+import { buildStore, toApiBuild } from "./db/build-store.js";
+import { SharedTemplates } from "./shared-templates.js";
+import { Serializer } from "./serializer.js";
+import { Templates } from "./templates.js";
+import { Webhooks } from "./webhooks/service.js";
+import { Volumes } from "./volumes.js";
+
+/** Sandboxes whose latest activity is kept in memory (the oldest are forgotten first; the database has it to the second). */
+const MAX_TOUCHES_KEPT = 100_000;
+
+export { systemClock, type Clock } from "./operations.js";
+export { toApiTemplate } from "./templates.js";
+export type { HibernateMode } from "./context.js";
+
+/**
+ * The control plane: the only owner of durable state. It composes one service per job
+ * (the sandbox state machine, checkpoints, templates, network policy, the reapers,
+ * recovery and the store's garbage collector, in control/) over the operations log, and
+ * keeps what the API's routes need in one place: ownership checks, the guest of a
+ * sandbox (woken first if need be), activity, and usage.
+ */
+export class ControlPlane {
+  private activeExecs = new Map<string, number>();
+  private lastTouch = new Map<string, { seen: number; written: number }>();
+  private lastUnresponsive = new Map<string, number>();
+  private readonly queue = new Serializer();
+  readonly meter: Meter;
+  readonly metrics: Metrics;
+  readonly ops: Operations;
+  readonly lifecycle: Lifecycle;
+  readonly forks: Forks;
+  readonly checkpoints: Checkpoints;
+  readonly templates: Templates;
+  readonly network: NetworkPolicies;
+  readonly reaper: Reaper;
+  /** Per-owner bounds on what requests hold open (see OwnerSlots). */
+  readonly slots: { bufferedExecs: OwnerSlots; streams: OwnerSlots; follows: OwnerSlots };
+  readonly recovery: Recovery;
+  readonly gc: StoreGc;
+  readonly registry: HostRegistry;
+  readonly webhooks: Webhooks;
+  readonly volumes: Volumes;
+  private readonly ctx: Ctx;
+  /** When this process started: volume holds of helper VMs older than this are a dead process's. */
+  private readonly startedAt: number;
+  /** The host agents sandboxes run on, and which one each sandbox is on. */
+  readonly hosts: HostPool;
+
+  constructor(
+    readonly store: Store,
+    hosts: readonly HostAgent[],
+    readonly config: ServerConfig,
+    objects: ObjectStore,
+    deployment: string,
+    readonly clock: Clock = systemClock,
+    opts: {
+      /** A client for a host that registered itself (none: registrations are not taken). */
+      connectHost?: (address: string) => Promise<HostAgent>;
+      /** This replica's id (see replica.ts). */
+      replica?: string;
+      /** How host work's CPU is measured (see Meter). */
+      hostWork?: HostWork;
+    } = {},
+  ) {
+    const connectHost = opts.connectHost;
+    const replica = opts.replica ?? "rep_local";
+    const adopt = (h: HostAgent) => {
+      h.onTransfer = (t) => {
+        // Every replica follows every host's events: the one running the transfer's operation records it.
+        if (!this.ops.runsHere(t.sandbox)) return;
+        this.log.info(t, `${t.direction} ${t.file}: ${t.bytes}${t.total !== null ? ` of ${t.total}` : ""} bytes`);
+        this.ops.event(t.sandbox, "transfer.progress", null, { ...t }).catch(() => undefined);
+      };
+    };
+    this.hosts = new HostPool(hosts, { store, adopt, now: () => clock.now(), ...(connectHost ? { connect: connectHost } : {}) });
+    this.meter = new Meter(async (id) => (await hostOfId(this.ctx, id)).cpuSeconds(id), opts.hostWork);
+    this.metrics = new Metrics(store, () => this.capacity());
+    this.ops = new Operations(store, this.meter, this.metrics, clock, config.limits.eventsPerSandbox, replica);
+    const log = { info: (o: object, m: string) => this.log.info(o, m), warn: (o: object, m: string) => this.log.warn(o, m) };
+    this.ops.log = log;
+    this.webhooks = new Webhooks(store, config.webhooks, replica, () => clock.now(), log);
+    this.ops.outbox = this.webhooks.outbox;
+    const ctx = { store, hosts: this.hosts, objects, deployment, replica, config, clock, ops: this.ops, meter: this.meter, metrics: this.metrics, log } as Omit<Ctx, "shared"> as Ctx;
+    ctx.shared = new SharedTemplates(ctx);
+    this.ctx = ctx;
+    this.network = new NetworkPolicies(this.ctx, this.queue, (p, id) => this.owned(p, id));
+    this.lifecycle = new Lifecycle(this.ctx, this.queue, this.network);
+    this.forks = new Forks(this.ctx, this.queue, this.lifecycle);
+    this.checkpoints = new Checkpoints(this.ctx, this.queue, this.lifecycle);
+    this.templates = new Templates(this.ctx, this.checkpoints);
+    this.volumes = new Volumes(this.ctx);
+    this.startedAt = clock.now();
+    const l = config.limits;
+    this.slots = {
+      bufferedExecs: new OwnerSlots(l.bufferedExecsPerOwner, "buffered execs", "DEN_MAX_BUFFERED_EXECS_PER_OWNER"),
+      streams: new OwnerSlots(l.streamsPerOwner, "exec streams and PTYs", "DEN_MAX_STREAMS_PER_OWNER"),
+      follows: new OwnerSlots(l.followsPerOwner, "event follows", "DEN_MAX_FOLLOWS_PER_OWNER"),
+    };
+    this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => this.activeExecs.has(id), touch: (id) => this.touch(id), lastActive: (id) => this.lastActive(id) });
+    this.lifecycle.makeRoom = (host, mb, except, measure) => this.reaper.makeRoom(host, mb, except, measure);
+    this.recovery = new Recovery(this.ctx, this.lifecycle, this.forks, this.network, this.templates, (id) => this.reaper.markLost(id));
+    this.gc = new StoreGc(this.ctx);
+    this.registry = new HostRegistry(this.ctx, this.queue, this.lifecycle, config.hostLeases, (h) => this.recovery.reconcileHost(h));
+  }
+
+  /** What all reachable hosts may hold and hold now, added up. */
+  async capacity(): Promise<host.CapacityReport> {
+    const sum: host.CapacityReport = { capacity: { vcpus: 0, memoryMb: 0, diskReserveMb: 0 }, used: { vcpus: 0, memoryMb: 0, sandboxes: 0 } };
+    for (const r of await this.hosts.each((h) => h.capacity())) {
+      if (!r.ok) continue;
+      sum.capacity.vcpus += r.value.capacity.vcpus;
+      sum.capacity.memoryMb += r.value.capacity.memoryMb;
+      sum.capacity.diskReserveMb += r.value.capacity.diskReserveMb;
+      sum.used.vcpus += r.value.used.vcpus;
+      sum.used.memoryMb += r.value.used.memoryMb;
+      sum.used.sandboxes += r.value.used.sandboxes;
+    }
+    return sum;
+  }
+
+  /** Each host agent: where it is, whether it answers (or holds its lease), its capacity and use, and how many sandboxes live on it. */
+  async hostList(): Promise<api.HostEntry[]> {
+    await this.hosts.refresh();
+    const counts = await this.store.countLiveByHost();
+    const answers = new Map((await this.hosts.each((h) => h.capacity())).map((r) => [r.host.instance, r]));
+    return this.hosts.known().map((row): api.HostEntry => {
+      const r = answers.get(row.id);
+      const why = this.hosts.unusable(row.id);
+      const report = r?.ok ? r.value : row.capacity ? (JSON.parse(row.capacity) as host.CapacityReport) : null;
+      return {
+        id: row.id, url: row.address, status: r?.ok ? "up" : "unreachable",
+        error: r?.ok ? null : r ? (r.error as Error).message : why === "unreachable" ? `no heartbeat since ${new Date(row.heartbeat_at ?? row.registered_at).toISOString()}` : "no client",
+        state: row.state as api.HostEntry["state"], managed: row.managed as api.HostEntry["managed"],
+        lease_until: row.lease_until === null ? null : new Date(row.lease_until).toISOString(),
+        lost_at: row.lost_at === null ? null : new Date(row.lost_at).toISOString(),
+        kind: row.kind ? (JSON.parse(row.kind) as api.HostEntry["kind"]) : null,
+        capacity: report ? { memory_mb: report.capacity.memoryMb, vcpus: report.capacity.vcpus, disk_reserve_mb: report.capacity.diskReserveMb } : null,
+        used: report ? { memory_mb: report.used.memoryMb, vcpus: report.used.vcpus, sandboxes: report.used.sandboxes } : null,
+        sandboxes: (counts.get(row.id) ?? 0) + (row.id === this.hosts.first?.instance ? counts.get(null) ?? 0 : 0),
+      };
+    });
+  }
+
+  get deployment(): string {
+    return this.ctx.deployment;
+  }
+
+  /** Where progress of long transfers and recovery are logged (the server hands in its logger). */
+  log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void } = { info: () => undefined, warn: () => undefined };
+
+  /** The caller's sandbox, or 404 (another owner's sandbox does not exist for them). */
+  async owned(p: Principal, id: string): Promise<SandboxRow> {
+    const row = api.SandboxId.safeParse(id).success ? await this.store.getSandbox(id) : undefined;
+    if (!row || row.owner !== p.owner) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(id)} does not exist`);
+    return row;
+  }
+
+  // ---- reads ----
+
+  /** A page of the caller's sandboxes (destroyed ones only when asked by state), oldest id first. */
+  async list(p: Principal, q: { state?: string; metadata: Record<string, string>; limit: number; cursor?: string }): Promise<{ rows: SandboxRow[]; next: string | null }> {
+    const rows = await this.store.listSandboxes(p.owner, { ...q, limit: q.limit + 1 });
+    const page = rows.slice(0, q.limit);
+    return { rows: page, next: rows.length > q.limit ? page[page.length - 1]!.id : null };
+  }
+
+  /** A sandbox's events after `after`; `ended` once it is destroyed and nothing is left to read. */
+  async events(row: SandboxRow, after: number): Promise<{ events: api.SandboxEvent[]; ended: boolean }> {
+    const events = await this.store.events(row.id, after);
+    const ended = !events.length && (await this.store.getSandbox(row.id))?.state === "destroyed";
+    return { events, ended };
+  }
+
+  /** The caller's checkpoints (of one sandbox, if named), oldest first. */
+  listCheckpoints(p: Principal, sandboxId?: string): Promise<CheckpointRow[]> {
+    return this.store.listCheckpoints(p.owner, sandboxId);
+  }
+
+  // ---- the state machine (control/lifecycle.ts) ----
+
+  async create(p: Principal, req: api.CreateSandboxRequest, terms?: Terms): Promise<SandboxRow> {
+    await this.templates.checkAccess(p, req.template ?? this.config.defaults.template);
+    return this.refusable(p, "create", () => this.lifecycle.create(p, req, terms));
+  }
+
+  destroy(id: string, reason: Reason): Promise<SandboxRow> {
+    return this.lifecycle.destroy(id, reason);
+  }
+
+  hibernate(id: string, reason: Reason, mode: HibernateMode = "warm"): Promise<SandboxRow> {
+    return this.lifecycle.hibernate(id, reason, mode);
+  }
+
+  wake(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
+    return this.lifecycle.wake(id, reason, timeoutSeconds);
+  }
+
+  /** A wake that boots the sandbox from its disk, its memory given up (E2B's `memory: false`). */
+  wakeByBoot(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
+    return this.lifecycle.wakeByBoot(id, reason, timeoutSeconds);
+  }
+
+  setTimeout(id: string, seconds: number, opts?: { extendOnly?: boolean }): Promise<SandboxRow> {
+    return this.lifecycle.setTimeout(id, seconds, opts);
+  }
+
+  setNetwork(p: Principal, id: string, req: api.NetworkPolicy): Promise<SandboxRow> {
+    return this.network.set(p, id, req);
+  }
+
+  networkStatus(p: Principal, id: string): Promise<api.NetworkStatus> {
+    return this.network.status(p, id);
+  }
+
+  pollRefusals(): Promise<void> {
+    return this.network.poll();
+  }
+
+  /** Forks a running sandbox (woken first if hibernated) into `count` children. */
+  async fork(p: Principal, id: string, count: number, ttlSeconds?: number, volumes?: api.VolumeMount[]): Promise<SandboxRow[]> {
+    await this.guest(id);
+    return this.refusable(p, "fork", () => this.forks.fork(p, id, count, ttlSeconds, volumes));
+  }
+
+  async recover(p: Principal, id: string, checkpointId?: string): Promise<SandboxRow> {
+    const cp = checkpointId ? await this.checkpoints.owned(p, checkpointId) : (await this.store.listCheckpoints(p.owner, id)).at(-1);
+    if (!cp || cp.sandbox_id !== id) {
+      const row = await this.owned(p, id);
+      if (row.state !== "lost") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a lost sandbox is recovered`);
+      throw new DenError("snapshot_not_found", `sandbox ${id} has no checkpoint to recover from`);
+    }
+    return this.lifecycle.recover(id, cp);
+  }
+
+  /** The checkpoint a lost sandbox would be recovered from, if any. */
+  async recoveryPoint(row: SandboxRow): Promise<{ checkpoint_id: string; created_at: string; age_seconds: number } | null> {
+    if (row.state !== "lost") return null;
+    const cp = (await this.store.listCheckpoints(row.owner, row.id)).at(-1);
+    return cp ? { checkpoint_id: cp.id, created_at: new Date(cp.created_at).toISOString(), age_seconds: Math.round((this.clock.now() - cp.created_at) / 1000) } : null;
+  }
+
+  /** Runs a create, restore or fork; a refusal for quota or capacity (no sandbox exists yet) is told to the owner's webhooks. */
+  private async refusable<T>(p: Principal, operation: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (e) {
+      if (e instanceof DenError && (e.code === "quota_exceeded" || e.code === "capacity_exhausted")) this.webhooks.refused(p.owner, e, operation);
+      throw e;
+    }
+  }
+
+  // ---- checkpoints and templates ----
+
+  /** A durable checkpoint of a running sandbox (it wakes first if hibernated). */
+  async checkpoint(p: Principal, id: string, name: string | undefined): Promise<CheckpointRow> {
+    await this.guest(id);
+    return this.checkpoints.take(p, id, name);
+  }
+
+  ownedCheckpoint(p: Principal, id: string): Promise<CheckpointRow> {
+    return this.checkpoints.owned(p, id);
+  }
+
+  deleteCheckpoint(p: Principal, id: string): Promise<void> {
+    return this.checkpoints.delete(p, id);
+  }
+
+  async restoreCheckpoint(p: Principal, id: string, req: api.RestoreCheckpointRequest, terms?: Terms): Promise<SandboxRow> {
+    const cp = await this.checkpoints.owned(p, id);
+    return this.refusable(p, "restore", () => this.lifecycle.restore(p, cp, req, terms));
+  }
+
+  listTemplates(p: Principal): Promise<api.Template[]> {
+    return this.templates.list(p);
+  }
+
+  createTemplate(p: Principal, req: api.CreateTemplateRequest): Promise<api.Template & { build_id: string }> {
+    return this.templates.create(p, req);
+  }
+
+  /** Starts a build and answers at once; its end is logged (the build's row and log say how it ended). */
+  async startTemplateBuild(p: Principal, req: api.CreateTemplateRequest): Promise<api.TemplateBuild> {
+    const { build, done } = await this.templates.start(p, req);
+    done.catch((err: unknown) => this.ctx.log.info({ err, build: build.id }, `template build ${build.id} of ${build.name} failed`));
+    return toApiBuild(build);
+  }
+
+  async templateBuild(p: Principal, id: string): Promise<api.TemplateBuild> {
+    return toApiBuild(await this.templates.ownedBuild(p, id));
+  }
+
+  async templateBuilds(p: Principal, name: string | undefined, limit: number): Promise<api.TemplateBuild[]> {
+    return (await buildStore(this.ctx.store).list(p.admin ? null : p.owner, name, limit)).map(toApiBuild);
+  }
+
+  async cancelTemplateBuild(p: Principal, id: string): Promise<api.TemplateBuild> {
+    await this.templates.cancel(p, id);
+    return toApiBuild(await this.templates.ownedBuild(p, id));
+  }
+
+  /** A build's log lines from `from` on (at most `limit`), and whether the build has ended. */
+  async templateBuildLogs(p: Principal, id: string, from: number, limit: number): Promise<{ lines: api.TemplateBuildLogLine[]; ended: boolean }> {
+    const row = await this.templates.ownedBuild(p, id);
+    const lines = await buildStore(this.ctx.store).logs(id, from, limit);
+    return {
+      lines: lines.map((l) => ({ seq: l.seq, at: new Date(l.at).toISOString(), level: l.level as "info" | "error", message: l.message })),
+      ended: row.state !== "building",
+    };
+  }
+
+  deleteTemplate(p: Principal, name: string): Promise<void> {
+    return this.templates.delete(p, name);
+  }
+
+  /** Build contexts in the object store, owner by owner (E2B's uploads take them by E2B's own names). */
+  get buildContexts(): BuildContexts {
+    return buildContexts(this.ctx);
+  }
+
+  /** Stores a build context (a tar) of the caller's, named by its sha256 (checked). */
+  async uploadContext(p: Principal, digest: string, body: Readable): Promise<api.BuildContext> {
+    const name = contextName(digest);
+    const { size } = await putContext(this.ctx, p.owner, name, body, this.ctx.config.limits.contextBytes, true);
+    return { context: `sha256:${name}`, size };
+  }
+
+  // ---- the guest of a sandbox, and activity ----
+
+  /**
+   * The guest of a sandbox for exec, file and process calls: a hibernated sandbox is
+   * woken first (the call just takes longer), after any operation on it in flight here;
+   * the call counts as activity.
+   */
+  async guest(id: string): Promise<HostGuest> {
+    await this.queue.idle(id);
+    let row = (await this.store.getSandbox(id))!;
+    if (row.state === "hibernated") row = await this.wake(id, "user");
+    if (row.state === "destroyed") throw new DenError("sandbox_destroyed", `sandbox ${id} has been destroyed`);
+    if (row.state !== "running") throw new DenError("sandbox_not_running", `sandbox ${id} is ${row.state}`);
+    await this.touch(id);
+    return this.hosts.of(row).guest(id);
+  }
+
+  /** The caller's sandbox and its guest, for the exec, file and process routes. */
+  async ownedGuest(p: Principal, id: string): Promise<{ row: SandboxRow; guest: HostGuest }> {
+    const row = await this.owned(p, id);
+    return { row, guest: await this.guest(row.id) };
+  }
+
+  /** A call on a sandbox's guest missed its deadline: its events say so (at most one such event a second). */
+  async guestUnresponsive(id: string, message: string): Promise<void> {
+    const now = this.clock.now();
+    if (now - (this.lastUnresponsive.get(id) ?? 0) < 1000 || !(await this.store.getSandbox(id))) return;
+    this.lastUnresponsive.set(id, now);
+    if (this.lastUnresponsive.size > 10_000) this.lastUnresponsive.delete(this.lastUnresponsive.keys().next().value!);
+    await this.ops.event(id, "guest.unresponsive", null, { message });
+  }
+
+  /**
+   * Marks activity: the database's copy is written at most once a second per sandbox, and
+   * the latest is kept here, so choosing the least recently active (for eviction) is exact
+   * to the call, not to the second.
+   */
+  async touch(id: string): Promise<void> {
+    const now = this.clock.now();
+    const prev = this.lastTouch.get(id);
+    const write = !prev || now - prev.written >= 1000;
+    // Re-inserted, so the map's order is by recency and the oldest go first past the bound.
+    this.lastTouch.delete(id);
+    this.lastTouch.set(id, { seen: now, written: write ? now : prev.written });
+    if (this.lastTouch.size > MAX_TOUCHES_KEPT) this.lastTouch.delete(this.lastTouch.keys().next().value!);
+    if (write) await this.store.updateSandbox(id, { last_activity_at: now });
+  }
+
+  /** The latest activity seen by this replica (newer than the database's by up to a second). */
+  lastActive(id: string): number | undefined {
+    return this.lastTouch.get(id)?.seen;
+  }
+
+  /**
+   * Records activity for every sandbox with an exec in flight through this replica: the
+   * replica that reaps may be another one, and it judges idleness by the database.
+   */
+  async touchActive(): Promise<void> {
+    for (const id of this.activeExecs.keys()) await this.touch(id).catch(() => undefined);
+  }
+
+  /** Brackets a running exec: a sandbox with an exec in flight is never idle. */
+  async withExec<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    this.execBegan(id);
+    try {
+      return await fn();
+    } finally {
+      await this.execEnded(id);
+    }
+  }
+
+  private execBegan(id: string): void {
+    this.activeExecs.set(id, (this.activeExecs.get(id) ?? 0) + 1);
+  }
+
+  private async execEnded(id: string): Promise<void> {
+    const n = (this.activeExecs.get(id) ?? 1) - 1;
+    if (n) this.activeExecs.set(id, n);
+    else this.activeExecs.delete(id);
+    await this.touch(id).catch(() => undefined);
+  }
+
+  /** Like withExec, for a streamed exec: active until the stream is consumed or dropped. */
+  async *withExecStream<T>(id: string, source: AsyncGenerator<T>): AsyncGenerator<T> {
+    this.execBegan(id);
+    try {
+      yield* source;
+    } finally {
+      await this.execEnded(id);
+    }
+  }
+
+  async recordExec(id: string, type: "exec.started" | "exec.ended", data: Record<string, unknown>): Promise<void> {
+    await this.ops.event(id, type, null, data);
+  }
+
+  // ---- usage ----
+
+  /**
+   * Usage over a period: closed segments plus the open ones up to now (running sandboxes,
+   * hibernated ones, live checkpoints), grouped by owner, sandbox or a metadata key.
+   */
+  async usage(p: Principal, q: api.UsageQuery): Promise<api.UsageReport> {
+    const now = this.clock.now();
+    const to = q.to !== undefined ? Date.parse(q.to) : now;
+    const from = q.from !== undefined ? Date.parse(q.from) : to - 86_400_000;
+    if (!(from < to)) throw new DenError("invalid_argument", "from must be before to");
+    if (q.owner !== undefined && !p.admin) throw new DenError("forbidden", "only an admin key reads another owner's usage");
+    // An admin without `owner` sees every owner; anyone else sees their own.
+    const owner = q.owner ?? (p.admin ? undefined : p.owner);
+    const segments = await this.store.segments(from, to, owner);
+    const cpu = await this.hosts.cpu();
+    for (const row of await this.store.liveSandboxes()) {
+      if (owner !== undefined && row.owner !== owner) continue;
+      const state = meteredState(row);
+      if (!state || row.meter_since === null || row.meter_since >= to) continue;
+      segments.push({
+        sandbox_id: row.id, owner: row.owner, state, start_ms: row.meter_since, end_ms: Math.max(now, row.meter_since + 1),
+        vcpus: row.vcpus, memory_mb: row.memory_mb,
+        host_cpu_ms: state === "cold" ? 0 : Math.round(this.meter.openCpu(row, cpu.get(row.id)) * 1000), den_cpu_ms: Math.round(this.meter.pendingDenCpu(row.id) * 1000),
+        stored_bytes: state === "cold" ? Number(row.stored_bytes ?? 0) : 0,
+      });
+    }
+    for (const c of await this.store.allCheckpoints(owner)) {
+      segments.push({ sandbox_id: c.sandbox_id, owner: c.owner, state: "checkpoint", start_ms: c.created_at, end_ms: Math.max(now, c.created_at + 1), vcpus: 0, memory_mb: 0, host_cpu_ms: 0, den_cpu_ms: 0, stored_bytes: Number(c.stored_bytes) });
+    }
+    const rows = new Map((await this.store.sandboxesByIds([...new Set(segments.map((s) => s.sandbox_id))])).map((r) => [r.id, r]));
+    const groupBy = q.group_by ?? "sandbox";
+    return usageReport({
+      segments, from, to, groupBy, prices: this.config.prices,
+      sandbox: (id) => {
+        const r = rows.get(id);
+        return r ? { owner: r.owner, metadata: JSON.parse(r.metadata) as Record<string, string> } : undefined;
+      },
+    });
+  }
+
+  // ---- passes ----
+
+  /** After a (re)start: finish or roll back what was in flight, make host and database agree, collect garbage. */
+  async reconcile(): Promise<void> {
+    await this.recovery.run();
+    // After the reconcile destroyed VMs no row knows (helpers among them): their holds go.
+    await this.volumes.sweep(this.startedAt);
+    await this.gc.collect();
+  }
+
+  /** Work replicas that are gone left: volumes' moves (their operations are the recovery's). */
+  settleOrphanMoves(): Promise<void> {
+    return this.volumes.settleAbandonedMoves(this.startedAt);
+  }
+
+  reap(): Promise<void> {
+    return this.reaper.pass();
+  }
+
+  /**
+   * A clean stop: cold-hibernate every running and warm-hibernated sandbox, so no VM
+   * outlives the server. Those not started before `deadline` stay as they are and are
+   * adopted at the next start; nothing is lost either way.
+   */
+  async hibernateAllCold(deadline: number): Promise<{ done: number; left: number }> {
+    let done = 0;
+    let left = 0;
+    for (const row of await this.store.liveSandboxes()) {
+      if (row.state !== "running" && !(row.state === "hibernated" && modeOf(row) === "warm")) continue;
+      if (Date.now() >= deadline) {
+        left++;
+        continue;
+      }
+      try {
+        await this.hibernate(row.id, "restart", "cold");
+        done++;
+      } catch {
+        left++;
+      }
+    }
+    return { done, left };
+  }
+}
+
+/** A new deployment id (kept in the database; its objects live under it in the store). */
+export const newDeploymentId = (): string => newId("dep");

@@ -1,0 +1,17 @@
+export { contextName } from "./build-contexts.js";
+export { imageSpec } from "./build-plan.js";
+export { type ServerConfig } from "./config.js";
+export { ControlPlane, newDeploymentId } from "./control-plane.js";
+export { buildStore, type BuildRow } from "./db/build-store.js";
+export { databaseConfig, openDatabase } from "./db/db.js";
+export { migrations } from "./db/migrations.js";
+export { Store, bearerKey, networkOf, newKeySecret, toApiCheckpoint, toApiSandbox, type CheckpointRow, type Principal, type SandboxRow } from "./db/store.js";
+export { type VolumeRow } from "./db/volume-store.js";
+export { type Terms } from "./lifecycle.js";
+export { systemClock, type Clock } from "./operations.js";
+export { OwnerSlots } from "./owner-slots.js";
+export { REPLICA_LEASE_MS, Replica } from "./replica.js";
+export { mapLimit } from "./util/map-limit.js";
+export { VolumeFiles, type VolumeEntry, volumePath } from "./volume-files.js";
+export { volumeStore } from "./volumes.js";
+export { toApiWebhook } from "./webhooks/service.js";
