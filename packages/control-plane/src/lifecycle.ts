@@ -155,7 +155,7 @@ export class Lifecycle {
     const id = newId("sbx");
     const op = { ...ops.newOp("create", id, "user", { template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}) }), host: host.instance };
     const row = this.newRow(p, id, await templateSettings(this.ctx, template, req), template, network, op, host.instance, deadline);
-    return this.materialize(row, op, () => metrics.time("create", "", () => host.create(op.id, {
+    return this.materialize(row, op, () => metrics.time("create", "", () => host.vms.create(op.id, {
       id, template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}), network, ...(vols.holds.length ? { volumes: specsOf(vols.holds) } : {}),
     })), { template }, vols);
   }
@@ -174,7 +174,7 @@ export class Lifecycle {
     const op = { ...ops.newOp("restore", id, "user", { checkpoint: cp.id }), host: host.instance };
     const row = this.newRow(p, id, await templateSettings(this.ctx, cp.template, { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }), cp.template, network, op, host.instance, deadline);
     const from = await storedRef(this.ctx, cp.id);
-    return this.materialize(row, op, () => metrics.time("restore", "", () => meter.work(id, () => host.restore(op.id, id, from, network, vols.holds.length ? specsOf(vols.holds) : undefined))), { checkpoint: cp.id }, vols);
+    return this.materialize(row, op, () => metrics.time("restore", "", () => meter.work(id, () => host.vms.restore(op.id, id, from, network, vols.holds.length ? specsOf(vols.holds) : undefined))), { checkpoint: cp.id }, vols);
   }
 
   /**
@@ -227,7 +227,7 @@ export class Lifecycle {
       await ops.begin(row, op);
       await this.network.flush(id);
       try {
-        await metrics.time("destroy", "", () => host.destroy(id));
+        await metrics.time("destroy", "", () => host.vms.destroy(id));
       } catch (e) {
         // The VM is still there: the sandbox stays as it was, and a retry destroys it.
         await ops.fail(op, id, e);
@@ -249,7 +249,7 @@ export class Lifecycle {
   async dropWarm(row: SandboxRow): Promise<void> {
     if (!row.hibernate_snapshot || modeOf(row) !== "warm") return;
     try {
-      await this.ctx.hosts.of(row).dropLocalSnapshot(row.hibernate_snapshot);
+      await this.ctx.hosts.of(row).snapshots.dropLocal(row.hibernate_snapshot);
     } catch (err) {
       this.ctx.log.warn({ err }, `could not delete snapshot ${row.hibernate_snapshot}`);
     }
@@ -281,7 +281,7 @@ export class Lifecycle {
     await ops.begin(row, op);
     const t0 = performance.now();
     try {
-      await metrics.time("hibernate", "warm", () => meter.work(row.id, () => host.hibernateWarm(op.id, row.id, snapshot)));
+      await metrics.time("hibernate", "warm", () => meter.work(row.id, () => host.vms.hibernateWarm(op.id, row.id, snapshot)));
     } catch (e) {
       await ops.fail(op, row.id, e);
       throw e;
@@ -309,7 +309,7 @@ export class Lifecycle {
     faultPoint("hibernate-disk-after-intent");
     const t0 = performance.now();
     try {
-      await metrics.time("hibernate", "disk", () => meter.work(row.id, () => host.hibernateDisk(op.id, row.id)));
+      await metrics.time("hibernate", "disk", () => meter.work(row.id, () => host.vms.hibernateDisk(op.id, row.id)));
     } catch (e) {
       await ops.fail(op, row.id, e);
       throw e;
@@ -348,7 +348,7 @@ export class Lifecycle {
     const t0 = performance.now();
     let up: { storedBytes: number; heldVolumes?: string[] };
     try {
-      up = await metrics.time("hibernate", "cold", () => meter.work(row.id, () => host.upload(op.id, row.id, refOf(stored), fromWarm ?? undefined)));
+      up = await metrics.time("hibernate", "cold", () => meter.work(row.id, () => host.vms.upload(op.id, row.id, refOf(stored), fromWarm ?? undefined)));
     } catch (e) {
       await ops.fail(op, row.id, e, {}, (tx) => tx.releaseStoredSnapshot(stored.id, clock.now()));
       throw e;
@@ -371,7 +371,7 @@ export class Lifecycle {
       // Refused: the record stays as it was, the copy is released, and a VM the upload left
       // paused goes back to work (should this process die first, the next start resumes it).
       await ops.fail(op, row.id, e, {}, (tx) => tx.releaseStoredSnapshot(stored.id, clock.now()));
-      if (!fromWarm) await host.wakeWarm(newId("op"), row.id, null).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: not resumed after a refused cold hibernate`));
+      if (!fromWarm) await host.vms.wakeWarm(newId("op"), row.id, null).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: not resumed after a refused cold hibernate`));
       throw e;
     });
     faultPoint("hibernate-cold-after-commit");
@@ -385,8 +385,8 @@ export class Lifecycle {
     const id = row.id;
     try {
       const host = this.ctx.hosts.of(row);
-      await host.destroy(id);
-      if (warmSnapshot) await host.dropLocalSnapshot(warmSnapshot);
+      await host.vms.destroy(id);
+      if (warmSnapshot) await host.snapshots.dropLocal(warmSnapshot);
     } catch (err) {
       this.ctx.log.warn({ err }, `cold sandbox ${id}: its VM could not be removed yet`);
     }
@@ -464,14 +464,14 @@ export class Lifecycle {
     const t0 = performance.now();
     try {
       await metrics.time("wake", mode, () => meter.work(id, async () => {
-        if (mode === "warm") await host.wakeWarm(op.id, id, snapshot);
+        if (mode === "warm") await host.vms.wakeWarm(op.id, id, snapshot);
         // A failed boot leaves it shut down, its disk as it was.
-        else if (mode === "disk") await host.wakeDisk(op.id, id);
-        else await host.restore(op.id, id, await storedRef(this.ctx, snapshot!), undefined, mounts.length ? specsOf(mounts.map((m) => ({ volumeId: m.volume_id, path: m.path, readOnly: m.read_only === 1 }))) : undefined);
+        else if (mode === "disk") await host.vms.wakeDisk(op.id, id);
+        else await host.vms.restore(op.id, id, await storedRef(this.ctx, snapshot!), undefined, mounts.length ? specsOf(mounts.map((m) => ({ volumeId: m.volume_id, path: m.path, readOnly: m.read_only === 1 }))) : undefined);
       }));
     } catch (e) {
       // It stays hibernated: its snapshot is untouched, and what it held again is let go of.
-      if (mode === "cold") await host.destroy(id).catch(() => undefined);
+      if (mode === "cold") await host.vms.destroy(id).catch(() => undefined);
       await ops.fail(op, id, e, {}, mounts.length ? (tx) => volumeStore(tx).release(id, heldBefore) : undefined);
       throw e;
     }
@@ -525,7 +525,7 @@ export class Lifecycle {
       });
       let info: HostSandboxInfo;
       try {
-        info = await host.restore(op.id, id, await storedRef(this.ctx, cp.id));
+        info = await host.vms.restore(op.id, id, await storedRef(this.ctx, cp.id));
       } catch (e) {
         await ops.fail(op, id, e);
         throw e;

@@ -101,12 +101,12 @@ export class Recovery {
       case "create":
       case "restore": {
         // Nobody got this sandbox back from its call: none of it is kept.
-        await host.destroy(id);
+        await host.vms.destroy(id);
         await rollBack({ state: "destroyed", patch: { destroyed_at: clock.now() }, data: { message: STOPPED } });
         return;
       }
       case "destroy": {
-        await host.destroy(id);
+        await host.vms.destroy(id);
         const lost = argsOf<{ lost?: boolean }>(op).lost === true;
         await ops.finish(op, id, lost ? { state: "lost", reason: "host_lost" } : { state: "destroyed", reason: op.reason as Reason, patch: { destroyed_at: clock.now() } }, lost ? undefined : (tx) => this.lifecycle.releaseHeld(tx, row));
         if (!lost) await this.lifecycle.dropWarm(row);
@@ -120,7 +120,7 @@ export class Recovery {
             await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "warm", stored_bytes: null, ...this.lifecycle.pausedDeadline(row) }, data: { mode: "warm", snapshot: a.snapshot, recovered: true } });
             return;
           }
-          await host.resume(id);
+          await host.vms.resume(id);
           await rollBack();
           return;
         }
@@ -132,7 +132,7 @@ export class Recovery {
           return;
         }
         // Not whole: the VM (paused for the upload) works on, and the half upload is released.
-        if (!a.from_warm) await host.resume(id);
+        if (!a.from_warm) await host.vms.resume(id);
         await rollBack({}, (tx) => tx.releaseStoredSnapshot(a.snapshot, clock.now()));
         return;
       }
@@ -140,7 +140,7 @@ export class Recovery {
         const a = argsOf<{ mode: "warm" | "cold" | "disk"; snapshot: string | null; held_volumes?: string[] }>(op);
         if (hasVm(vm)) {
           // It came back before the stop: the record follows the VM.
-          await host.resume(id);
+          await host.vms.resume(id);
           const done = await ops.finish(op, id, { state: "running", reason: op.reason as Reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now(), ...deadlineAfter(row, "running", clock.now(), 0) }, data: { mode: a.mode, recovered: true } },
             a.mode === "cold" && a.snapshot ? (tx) => tx.releaseStoredSnapshot(a.snapshot!, clock.now()) : undefined);
           await this.lifecycle.dropWarm(row);
@@ -149,33 +149,33 @@ export class Recovery {
         }
         // It stays hibernated: its snapshot (or its disk, shut down) was never touched, and the
         // volumes a cold wake held again are let go of (those it kept through its sleep stay held).
-        if (a.mode === "cold") await host.destroy(id);
+        if (a.mode === "cold") await host.vms.destroy(id);
         await rollBack({}, a.held_volumes ? (tx) => volumeStore(tx).release(id, a.held_volumes!) : undefined);
         return;
       }
       case "recover": {
         if (hasVm(vm)) {
-          await host.resume(id);
+          await host.vms.resume(id);
           const done = await ops.finish(op, id, { state: "running", reason: "user", data: { recovered: true } });
           await this.network.restore(done);
           return;
         }
-        await host.destroy(id);
+        await host.vms.destroy(id);
         await rollBack();
         return;
       }
       case "checkpoint": {
         // The VM may be frozen mid-snapshot; the half-taken checkpoint is released.
         const a = argsOf<{ checkpoint: string }>(op);
-        await host.resume(id);
+        await host.vms.resume(id);
         await rollBack({}, (tx) => tx.releaseStoredSnapshot(a.checkpoint, clock.now()));
         return;
       }
       case "fork": {
         // Children live on the host their rows name (the parent's, or others for a fork across hosts).
         const a = argsOf<{ children: string[]; via?: string }>(op);
-        for (const c of a.children) await hosts.of((await store.getSandbox(c)) ?? row).destroy(c);
-        await host.resume(id);
+        for (const c of a.children) await hosts.of((await store.getSandbox(c)) ?? row).vms.destroy(c);
+        await host.vms.resume(id);
         await rollBack({}, async (tx) => {
           await this.forks.dropChildren(tx, op, a.children, "restart", STOPPED);
           if (a.via) await tx.releaseStoredSnapshot(a.via, clock.now());
@@ -202,10 +202,10 @@ export class Recovery {
     const fromWarm = argsOf<{ from_warm?: string | null }>(op).from_warm ?? null;
     if (vm?.state !== "off") {
       try {
-        await host.hibernateDisk(op.id, row.id);
+        await host.vms.hibernateDisk(op.id, row.id);
       } catch (err) {
         this.ctx.log.warn({ err }, `sandbox ${row.id}: an interrupted disk hibernate could not be finished; it is rolled back`);
-        if (!fromWarm) await host.resume(row.id);
+        if (!fromWarm) await host.vms.resume(row.id);
         await ops.fail(op, row.id, new Error(STOPPED), { reason: "restart" }, undefined, "rolled_back");
         return;
       }
@@ -242,25 +242,25 @@ export class Recovery {
       const vm = vms.get(row.id);
       if ((row.state === "lost" || row.state === "error") && vm) {
         // Declared lost while its host was away (it may run elsewhere now): the database wins.
-        await host.destroy(row.id);
+        await host.vms.destroy(row.id);
       } else if (row.state === "running" && !hasVm(vm)) {
         await this.markLost(row.id);
       } else if (row.state === "running" && vm?.state === "paused") {
         // Frozen by an operation of an earlier version that never finished: running wins.
-        await host.resume(row.id);
+        await host.vms.resume(row.id);
       } else if (row.state === "hibernated" && modeOf(row) === "cold" && vm) {
         await this.lifecycle.removeVm(row, null);
       } else if (row.state === "hibernated" && modeOf(row) === "disk" && hasVm(vm)) {
         // A boot that outlived the wake that gave up on it (a host slower than its caller): off again, disk kept.
-        await host.hibernateDisk(newId("op"), row.id).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: its VM runs though it is hibernated to its disk`));
+        await host.vms.hibernateDisk(newId("op"), row.id).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: its VM runs though it is hibernated to its disk`));
       }
     }
-    for (const id of vms.keys()) if (!known.has(id)) await host.destroy(id);
+    for (const id of vms.keys()) if (!known.has(id)) await host.vms.destroy(id);
     // Networks follow the database (a policy change may have been cut short by the stop).
     for (const row of (await store.liveSandboxes()).filter(mine)) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
     // Every host keeps what any record needs (a superset costs a small file per stored
     // snapshot and cannot drop another's pin); the pins are the database's.
-    await host.collectLocal([...(await this.keep(await store.liveSandboxes()))], await store.templatePins());
+    await host.snapshots.collect([...(await this.keep(await store.liveSandboxes()))], await store.templatePins());
   }
 
   /** Local snapshots something still needs: warm hibernations', and those a warm hibernate in flight (on any replica) is taking. */
