@@ -51,6 +51,20 @@ test("every request needs the secret: none or a wrong one is a 401", async () =>
   }
 });
 
+test("the capacity and CPU routes of before answer from the inventory", async () => {
+  const capacity = { capacity: { memoryMb: 1024, vcpus: 4, diskReserveMb: 0 }, used: { vcpus: 1, memoryMb: 256, sandboxes: 1 } };
+  const inventory = { instance: "inst-test", vms: [{ id: "sbx_a", state: "running", cpuSeconds: 1.5 }], snapshots: [], capacity };
+  const app = await buildHostServer(fakeAgent({ inventory: async () => inventory }), { secret: SECRET });
+  try {
+    const get = async (url: string) => (await app.inject({ method: "GET", url, headers: { authorization: `Bearer ${SECRET}` } })).json();
+    assert.deepEqual(await get("/host/v1/capacity"), capacity);
+    assert.deepEqual(await get("/host/v1/vms/sbx_a/cpu"), { cpuSeconds: 1.5 });
+    assert.deepEqual(await get("/host/v1/vms/sbx_b/cpu"), { cpuSeconds: null });
+  } finally {
+    await app.close();
+  }
+});
+
 test("a DenError thrown by the host comes back to the client as the same DenError; a bug as internal; a bad body as invalid_argument", async () => {
   let transfer: ((t: TransferEvent) => void) | undefined;
   const agent = fakeAgent({

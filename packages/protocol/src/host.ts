@@ -268,6 +268,8 @@ export const control = {
   checkpoint: route({ method: "POST", path: "/host/v1/vms/:id/checkpoint", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ pauseMs: z.number().min(0), storedBytes: Count }) }),
   fork: route({ method: "POST", path: "/host/v1/vms/:id/fork", body: z.object({ ...OpBody, children: z.array(Id).min(1).max(64), network: NetworkPolicy.optional(), volumes: VolumeSpecs.optional() }), response: z.object({ children: z.array(SandboxInfo) }) }),
   resume: route({ method: "POST", path: "/host/v1/vms/:id/resume", response: Ok }),
+  /** Kept for control planes of before (answered from the inventory, which this client asks instead). */
+  cpuSeconds: route({ method: "GET", path: "/host/v1/vms/:id/cpu", response: z.object({ cpuSeconds: z.number().nullable() }) }),
   setNetwork: route({ method: "PUT", path: "/host/v1/vms/:id/network", body: z.object({ policy: NetworkPolicy }), response: Ok }),
   networkRefusals: route({ method: "GET", path: "/host/v1/vms/:id/network/refusals", response: z.object({ refused: Refusals.nullable() }) }),
   dropLocalSnapshot: route({ method: "DELETE", path: "/host/v1/snapshots/:snapshotId", response: Ok }),
@@ -277,6 +279,8 @@ export const control = {
   inventory: route({ method: "GET", path: "/host/v1/inventory", response: Inventory }),
   checkCreate: route({ method: "POST", path: "/host/v1/admission/create", body: z.object({ spec: CheckCreateSpec }), response: Ok }),
   checkShape: route({ method: "POST", path: "/host/v1/admission/shape", body: z.object({ shape: Shape }), response: Ok }),
+  /** Kept for control planes of before (answered from the inventory, which this client asks instead). */
+  capacity: route({ method: "GET", path: "/host/v1/capacity", response: CapacityReport }),
   templates: route({ method: "GET", path: "/host/v1/templates", response: z.object({ templates: z.array(Template) }) }),
   deleteTemplate: route({ method: "DELETE", path: "/host/v1/templates/:name", response: Ok }),
   buildTemplate: route({ method: "POST", path: "/host/v1/templates/builds", body: z.object({ ...OpBody, spec: TemplateBuildSpec }), response: BuiltTemplate }),

@@ -15,7 +15,7 @@ const MINUTE = 60 * SECOND;
  * template build runs setup commands, so those get long deadlines rather than none.
  */
 export const TIMEOUTS: Record<keyof Routes, number> = {
-  info: 30 * SECOND, inventory: 30 * SECOND, volumeImages: 30 * SECOND, networkRefusals: 30 * SECOND,
+  info: 30 * SECOND, inventory: 30 * SECOND, volumeImages: 30 * SECOND, networkRefusals: 30 * SECOND, capacity: 30 * SECOND, cpuSeconds: 30 * SECOND,
   templates: 30 * SECOND, checkCreate: 30 * SECOND, checkShape: 30 * SECOND, resume: MINUTE, setNetwork: MINUTE,
   destroy: 2 * MINUTE, dropLocalSnapshot: MINUTE, unpin: MINUTE, collectLocal: 5 * MINUTE, deleteTemplate: 5 * MINUTE,
   create: 15 * MINUTE, hibernateWarm: 10 * MINUTE, wakeWarm: 10 * MINUTE, hibernateDisk: 10 * MINUTE, wakeDisk: 10 * MINUTE,

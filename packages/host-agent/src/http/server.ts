@@ -3,7 +3,7 @@ import type { Duplex } from "node:stream";
 import Fastify, { type FastifyError, type FastifyInstance } from "fastify";
 import { WebSocketServer } from "ws";
 import type { z } from "zod";
-import { DenError, host, type HostAgent, parseInput } from "@den/protocol";
+import { DenError, host, inventoryCpuSeconds, type HostAgent, parseInput } from "@den/protocol";
 import { checkSecret, hasSecret } from "./auth.js";
 import { EventHub } from "./events.js";
 import { serveExecSocket } from "./exec-socket.js";
@@ -58,6 +58,9 @@ function handlers(agent: HostAgent): Handlers {
     fetchTemplate: async (p, b) => (await templates.fetch(b.op, id(p, "name"), id(p, "version"), b.key, b.current), ok),
     settled: async (p) => (await agent.settled(id(p, "op")), ok),
     inventory: () => agent.inventory(),
+    // (What the inventory says, for control planes of before that ask for these alone.)
+    capacity: async () => (await agent.inventory()).capacity,
+    cpuSeconds: async (p) => ({ cpuSeconds: inventoryCpuSeconds(await agent.inventory(), id(p)) ?? null }),
   };
 }
 
