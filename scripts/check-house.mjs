@@ -25,7 +25,7 @@ const LAYERS = {
   runtime: ["protocol", "images", "store"],
   "host-agent": ["protocol", "images", "store", "runtime"],
   "control-plane": ["protocol", "store", "images"],
-  dashboard: ["protocol"],
+  dashboard: [],
   sdk: ["protocol"],
   mcp: ["protocol", "sdk"],
   server: ["protocol", "store", "images", "runtime", "host-agent", "control-plane", "dashboard", "mcp"],
@@ -38,6 +38,23 @@ const NO_CIRCLES = ["control-plane", "server", "host-agent"];
 const SIZED = ["control-plane", "host-agent", "runtime"];
 /** Control-plane modules the server's surfaces may not import: repositories and the host registry. */
 const SURFACE_FORBIDDEN = [/^@den\/control-plane\/(dist\/src\/)?db(\/|$)/, /^@den\/control-plane\/(dist\/src\/)?hosts?\//];
+/** The same through the ControlPlane object: a surface reads no repository (`cp.store`) and picks no host (`cp.hosts`). */
+const SURFACE_REACH = /\bcp\.(store|hosts)\b/;
+/** The server's composition (it builds the control plane and runs its loops), not a surface. */
+const COMPOSITION = ["packages/server/src/server.ts"];
+/**
+ * Surfaces that still reach past the services, and how many times: what is left of moving
+ * them behind services (the count may only go down; a new reach anywhere fails).
+ */
+const SURFACE_DEBT = {
+  "packages/server/src/e2b/service.ts": 2,
+  "packages/server/src/e2b/routes.ts": 1,
+  "packages/server/src/e2b/templates/catalog.ts": 5,
+  "packages/server/src/e2b/templates/builds.ts": 3,
+  "packages/server/src/e2b/metrics.ts": 1,
+  "packages/server/src/e2b/volumes.ts": 1,
+  "packages/server/src/e2b/envd-access.ts": 1,
+};
 
 const problems = [];
 
@@ -74,6 +91,7 @@ function importsOf(sf) {
 }
 
 const packages = readdirSync(join(root, "packages")).filter((p) => existsSync(join(root, "packages", p, "package.json")));
+for (const pkg of packages) checkReadme(pkg);
 for (const pkg of packages) {
   const src = join(root, "packages", pkg, "src");
   const files = tsFiles(src);
@@ -86,6 +104,7 @@ for (const pkg of packages) {
     for (const { spec, line } of importsOf(sf)) {
       const m = /^@den\/([^/]+)/.exec(spec);
       if (m) {
+        if (m[1] !== pkg && !declared(pkg).has(`@den/${m[1]}`)) problems.push(`${rel}:${line}: ${pkg} imports ${spec}, which its package.json does not list`);
         if (allowed && m[1] !== pkg && !allowed.includes(m[1])) problems.push(`${rel}:${line}: ${pkg} imports ${spec} (a ${pkg} may import ${allowed.length ? allowed.map((a) => "@den/" + a).join(", ") : "no other package"})`);
         if (pkg === "server" && SURFACE_FORBIDDEN.some((re) => re.test(spec))) problems.push(`${rel}:${line}: the server imports ${spec} (surfaces call the control plane's services, not its repositories or host registry)`);
       } else if (spec.startsWith(".")) {
@@ -94,9 +113,35 @@ for (const pkg of packages) {
       }
     }
     graph.set(file, edges);
+    if (pkg === "server" && !COMPOSITION.includes(rel)) checkReach(rel);
     if (SIZED.includes(pkg)) checkClasses(sf, rel);
   }
   if (NO_CIRCLES.includes(pkg)) findCircles(graph);
+}
+
+/** A package's declared dependencies (a workspace link resolves an undeclared one too, until a clean install). */
+function declared(pkg) {
+  const json = JSON.parse(readFileSync(join(root, "packages", pkg, "package.json"), "utf8"));
+  return new Set([...Object.keys(json.dependencies ?? {}), ...Object.keys(json.devDependencies ?? {}), ...Object.keys(json.peerDependencies ?? {})]);
+}
+
+/** Every package's README says what it owns and, on a `**May import:**` line, exactly the packages LAYERS lets it import. */
+function checkReadme(pkg) {
+  const file = join(root, "packages", pkg, "README.md");
+  if (!existsSync(file)) return void problems.push(`packages/${pkg}: no README.md (what the package owns and what it may import)`);
+  const line = readFileSync(file, "utf8").split("\n").find((l) => l.startsWith("**May import:**"));
+  if (!line) return void problems.push(`packages/${pkg}/README.md: no "**May import:**" line`);
+  const said = new Set([...line.matchAll(/@den\/([a-z-]+)/g)].map((m) => m[1]));
+  const allowed = new Set(LAYERS[pkg] ?? []);
+  const differ = [...said].filter((p) => !allowed.has(p)).concat([...allowed].filter((p) => !said.has(p)));
+  if (differ.length) problems.push(`packages/${pkg}/README.md: its "May import" line and scripts/check-house.mjs's LAYERS differ on ${differ.map((p) => "@den/" + p).join(", ")}`);
+}
+
+function checkReach(rel) {
+  const lines = readFileSync(join(root, rel), "utf8").split("\n");
+  const at = lines.flatMap((l, i) => (SURFACE_REACH.test(l) ? [i + 1] : []));
+  const allowed = SURFACE_DEBT[rel] ?? 0;
+  if (at.length > allowed) problems.push(`${rel}:${at.join(",")}: a surface reaches the control plane's repositories or hosts (cp.store, cp.hosts) ${at.length} time(s)${allowed ? `, ${allowed} allowed until they move behind services` : ""}; call a service`);
 }
 
 function checkClasses(sf, rel) {

@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEN_SETUP_NO_TEMPLATE=1 bash scripts/setup.sh
+node scripts/check-house.mjs
 # The image tests' registry and image tools (scripts/test.sh installs the same).
 bash scripts/install-deps.sh docker-registry skopeo python3-ipykernel python3-jupyter-client python3-matplotlib python3-pandas python3-numpy
 t0=$SECONDS

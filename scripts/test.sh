@@ -12,6 +12,10 @@ export DEN_DATA_DIR=${DEN_TEST_DATA_DIR:-/var/lib/den-test}
 # that the tests fill). `npm start` installs none of them.
 bash scripts/install-deps.sh chromium postgresql docker-registry skopeo python3-ipykernel python3-jupyter-client python3-matplotlib python3-pandas python3-numpy
 bash scripts/setup.sh
+# The house's walls before anything runs: packages import only those below them, no import
+# circles, surfaces call services, no class past 400 lines or 30 methods, every package's
+# README says what it may import (scripts/check-house.mjs; a violation fails the suite here).
+node scripts/check-house.mjs
 # The code interpreter's template (the E2B code-interpreter tests and the bench use it): built
 # from Debian's packages as base is, cached by its recipe's hash.
 node packages/cli/dist/src/bin.js template build code-interpreter-v1

@@ -144,7 +144,7 @@ export async function benchServer(opts: { dataDir: string; runs: number; full?: 
         // What the guest had changed (the filter's kept pages) and what each part stored, from the stored manifest.
         const made = await storedParts(server, sbx.id);
         if (made) parts.push(made);
-        const snap = (await server.cp.store.getSandbox(sbx.id))?.hibernate_snapshot;
+        const snap = (await server.cp.store.sandboxes.get(sbx.id))?.hibernate_snapshot;
         w.den.push(await time(() => exec(sbx.id, "true")));
         cpu.push(denCpuSeconds() - c0);
         cpuHibernate.push(c1 - c0);
@@ -276,7 +276,7 @@ async function rawColdWake(server: Awaited<ReturnType<typeof startServer>>, snap
 
 /** A cold sandbox's stored snapshot in parts: its state object, its disk object, and the RAM its guest had changed. */
 async function storedParts(server: Awaited<ReturnType<typeof startServer>>, id: string): Promise<{ changed: number; state: number; disk: number } | undefined> {
-  const snap = (await server.cp.store.getSandbox(id))?.hibernate_snapshot;
+  const snap = (await server.cp.store.sandboxes.get(id))?.hibernate_snapshot;
   const store = (server.cp.hosts.first as unknown as { store?: ObjectStore }).store;
   if (!snap || !store) return undefined;
   const m = await readStoredManifest(store, snapshotKey(snap, server.cp.deployment));

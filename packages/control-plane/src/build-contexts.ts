@@ -66,7 +66,7 @@ export async function putContext(ctx: Ctx, owner: string, name: string, body: Re
 /** An owner at the stored-bytes quota builds nothing more and uploads no context (a build adds to what is stored). */
 export async function withinStoredBytes(ctx: Ctx, owner: string): Promise<void> {
   const max = ctx.config.limits.storedBytesPerOwner;
-  const used = await ctx.store.storedBytes(owner);
+  const used = await ctx.store.snapshots.storedBytes(owner);
   if (used >= max) {
     throw new DenError("quota_exceeded", `owner ${owner} keeps ${used} bytes in the snapshot store, the quota is ${max}; delete checkpoints or destroy hibernated sandboxes before a template build`, { stored_bytes: used, quota_bytes: max });
   }

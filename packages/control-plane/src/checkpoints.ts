@@ -14,19 +14,19 @@ export class Checkpoints {
   async take(p: Principal, id: string, name: string | undefined): Promise<CheckpointRow> {
     return this.queue.run(id, async () => {
       const { store, ops, metrics, meter, clock } = this.ctx;
-      const row = (await store.getSandbox(id))!;
+      const row = (await store.sandboxes.get(id))!;
       const host = this.ctx.hosts.of(row);
       if (row.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}`);
       await this.lifecycle.storeQuota(row.owner);
       const stored = pendingStored(this.ctx, newId("snap"), row, "checkpoint");
       const op = ops.newOp("checkpoint", id, "user", { checkpoint: stored.id, key: stored.key, name: name ?? null });
-      await ops.begin(row, op, (tx) => tx.insertStoredSnapshot(stored));
+      await ops.begin(row, op, (tx) => tx.snapshots.insert(stored));
       faultPoint("checkpoint-after-intent");
       let c: { pauseMs: number; storedBytes: number };
       try {
         c = await metrics.time("checkpoint", "", () => meter.work(id, () => host.vms.checkpoint(op.id, id, refOf(stored))));
       } catch (e) {
-        await ops.fail(op, id, e, {}, (tx) => tx.releaseStoredSnapshot(stored.id, clock.now()));
+        await ops.fail(op, id, e, {}, (tx) => tx.snapshots.release(stored.id, clock.now()));
         throw e;
       }
       faultPoint("checkpoint-after-upload");
@@ -38,13 +38,13 @@ export class Checkpoints {
       const max = this.ctx.config.limits.storedBytesPerOwner;
       await ops.finish(op, id, { result: { checkpoint: cp.id } }, async (tx) => {
         // The quota holds what was actually uploaded, checked with the commit.
-        await tx.checkStoredQuota(row.owner, c.storedBytes, max);
-        await tx.insertCheckpoint(cp);
-        await tx.completeStoredSnapshot(cp.id, c.storedBytes);
+        await tx.snapshots.checkQuota(row.owner, c.storedBytes, max);
+        await tx.checkpoints.insert(cp);
+        await tx.snapshots.complete(cp.id, c.storedBytes);
         await ops.event(id, "checkpoint", "user", { checkpoint: cp.id, name: cp.name, pause_ms: cp.pause_ms, stored_bytes: cp.stored_bytes }, tx);
       }).catch(async (e: unknown) => {
         if (!(e instanceof DenError && e.code === "quota_exceeded")) throw e;
-        await ops.fail(op, id, e, {}, (tx) => tx.releaseStoredSnapshot(stored.id, clock.now()));
+        await ops.fail(op, id, e, {}, (tx) => tx.snapshots.release(stored.id, clock.now()));
         throw e;
       });
       faultPoint("checkpoint-after-commit");
@@ -53,7 +53,7 @@ export class Checkpoints {
   }
 
   async owned(p: Principal, id: string): Promise<CheckpointRow> {
-    const row = api.CheckpointId.safeParse(id).success ? await this.ctx.store.getCheckpoint(id) : undefined;
+    const row = api.CheckpointId.safeParse(id).success ? await this.ctx.store.checkpoints.get(id) : undefined;
     if (!row || row.owner !== p.owner) throw new DenError("snapshot_not_found", `checkpoint ${JSON.stringify(id)} does not exist`);
     return row;
   }
@@ -70,12 +70,12 @@ export class Checkpoints {
     const op = ops.newOp("checkpoint_delete", row.sandbox_id, "user", { checkpoint: row.id });
     await ops.record(op, async (tx) => {
       // Its time in the store stays on the bill.
-      await tx.insertSegment({
+      await tx.usage.insert({
         sandbox_id: row.sandbox_id, owner: row.owner, state: "checkpoint", start_ms: row.created_at, end_ms: clock.now(),
         vcpus: 0, memory_mb: 0, host_cpu_ms: 0, den_cpu_ms: 0, stored_bytes: Number(row.stored_bytes),
       });
-      await tx.deleteCheckpoint(row.id);
-      await tx.releaseStoredSnapshot(row.id, clock.now());
+      await tx.checkpoints.delete(row.id);
+      await tx.snapshots.release(row.id, clock.now());
       await ops.event(row.sandbox_id, "checkpoint.deleted", "user", { checkpoint: row.id, name: row.name }, tx);
     });
   }

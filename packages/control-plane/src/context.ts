@@ -62,12 +62,12 @@ export const refOf = (r: Pick<StoredSnapshotRow, "id" | "key">): StoredRef => ({
 
 /** Where a stored snapshot is: its catalog row (or, for one no row knows, the layout before deployments). */
 export async function storedRef(ctx: Ctx, id: string): Promise<StoredRef> {
-  const row = await ctx.store.getStoredSnapshot(id);
+  const row = await ctx.store.snapshots.get(id);
   return row ? refOf(row) : { id, key: snapshotKey(id) };
 }
 
 /** The host a sandbox lives on (by its id; a sandbox with no row is the first host's). */
 export async function hostOfId(ctx: Ctx, id: string): Promise<HostAgent> {
-  const row = await ctx.store.getSandbox(id);
+  const row = await ctx.store.sandboxes.get(id);
   return ctx.hosts.get(row?.host_id ?? null);
 }

@@ -1,10 +1,13 @@
-import type { Readable } from "node:stream";
-import { DenError, api, inventoryCpuSeconds, type HostAgent, type HostGuest, type host } from "@den/protocol";
+import { DenError, api, inventoryCpuSeconds, type HostAgent, type host } from "@den/protocol";
 import { newId } from "@den/protocol";
 import type { ObjectStore } from "@den/store";
 import type { ServerConfig } from "./config.js";
 import { type CheckpointRow, type Principal, type SandboxRow, type Store } from "./db/store.js";
 import { Meter, meteredState, type HostWork } from "./meter.js";
+import { Keys } from "./keys.js";
+import { Activity } from "./activity.js";
+import { GuestAccess, type GuestSlots } from "./guest-access.js";
+import { TemplateBuilds } from "./template-builds.js";
 import { usageReport } from "./usage.js";
 import { Metrics } from "./metrics.js";
 import { Checkpoints } from "./checkpoints.js";
@@ -19,16 +22,11 @@ import { Reaper } from "./reaper.js";
 import { OwnerSlots } from "./owner-slots.js";
 import { Recovery } from "./recovery.js";
 import { HostRegistry } from "./registry.js";
-import { buildContexts, contextName, putContext, type BuildContexts } from "./build-contexts.js";
-import { buildStore, toApiBuild } from "./db/build-store.js";
 import { SharedTemplates } from "./shared-templates.js";
 import { Serializer } from "./serializer.js";
 import { Templates } from "./templates.js";
 import { Webhooks } from "./webhooks/service.js";
 import { Volumes } from "./volumes.js";
-
-/** Sandboxes whose latest activity is kept in memory (the oldest are forgotten first; the database has it to the second). */
-const MAX_TOUCHES_KEPT = 100_000;
 
 export { systemClock, type Clock } from "./operations.js";
 export { toApiTemplate } from "./templates.js";
@@ -42,9 +40,6 @@ export type { HibernateMode } from "./context.js";
  * sandbox (woken first if need be), activity, and usage.
  */
 export class ControlPlane {
-  private activeExecs = new Map<string, number>();
-  private lastTouch = new Map<string, { seen: number; written: number }>();
-  private lastUnresponsive = new Map<string, number>();
   private readonly queue = new Serializer();
   readonly meter: Meter;
   readonly metrics: Metrics;
@@ -55,13 +50,21 @@ export class ControlPlane {
   readonly templates: Templates;
   readonly network: NetworkPolicies;
   readonly reaper: Reaper;
-  /** Per-owner bounds on what requests hold open (see OwnerSlots). */
-  readonly slots: { bufferedExecs: OwnerSlots; streams: OwnerSlots; follows: OwnerSlots };
+  /** Per-owner bounds on what requests hold open (see OwnerSlots; the guests' own). */
+  readonly slots: GuestSlots;
+  /** Sandboxes' activity seen here: calls on their guests, execs in flight. */
+  readonly activity: Activity;
+  /** The way to a sandbox's guest for every surface: wake, activity, exec events, owners' bounds. */
+  readonly guests: GuestAccess;
+  /** Template builds and their contexts, as the API sees them. */
+  readonly builds: TemplateBuilds;
   readonly recovery: Recovery;
   readonly gc: StoreGc;
   readonly registry: HostRegistry;
   readonly webhooks: Webhooks;
   readonly volumes: Volumes;
+  /** API keys: who a caller is (every surface asks here). */
+  readonly keys: Keys;
   private readonly ctx: Ctx;
   /** When this process started: volume holds of helper VMs older than this are a dead process's. */
   private readonly startedAt: number;
@@ -111,6 +114,7 @@ export class ControlPlane {
     this.checkpoints = new Checkpoints(this.ctx, this.queue, this.lifecycle);
     this.templates = new Templates(this.ctx, this.checkpoints);
     this.volumes = new Volumes(this.ctx);
+    this.keys = new Keys(store);
     this.startedAt = clock.now();
     const l = config.limits;
     this.slots = {
@@ -118,7 +122,11 @@ export class ControlPlane {
       streams: new OwnerSlots(l.streamsPerOwner, "exec streams and PTYs", "DEN_MAX_STREAMS_PER_OWNER"),
       follows: new OwnerSlots(l.followsPerOwner, "event follows", "DEN_MAX_FOLLOWS_PER_OWNER"),
     };
-    this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => this.activeExecs.has(id), touch: (id) => this.touch(id), lastActive: (id) => this.lastActive(id) });
+    this.activity = new Activity(store, clock);
+    this.guests = new GuestAccess(this.ctx, this.queue, this.activity, (id, reason) => this.wake(id, reason), (p, id) => this.owned(p, id), this.slots);
+    this.builds = new TemplateBuilds(this.ctx, this.templates);
+    const activity = this.activity;
+    this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => activity.execing(id), touch: (id) => activity.touch(id), lastActive: (id) => activity.lastActive(id) });
     this.lifecycle.makeRoom = (host, mb, except, measure) => this.reaper.makeRoom(host, mb, except, measure);
     this.recovery = new Recovery(this.ctx, this.lifecycle, this.forks, this.network, this.templates, (id) => this.reaper.markLost(id));
     this.gc = new StoreGc(this.ctx);
@@ -143,7 +151,7 @@ export class ControlPlane {
   /** Each host agent: where it is, whether it answers (or holds its lease), its capacity and use, and how many sandboxes live on it. */
   async hostList(): Promise<api.HostEntry[]> {
     await this.hosts.refresh();
-    const counts = await this.store.countLiveByHost();
+    const counts = await this.store.sandboxes.countLiveByHost();
     const answers = new Map((await this.hosts.each(async (h) => (await h.inventory()).capacity)).map((r) => [r.host.instance, r]));
     return this.hosts.known().map((row): api.HostEntry => {
       const r = answers.get(row.id);
@@ -172,30 +180,43 @@ export class ControlPlane {
 
   /** The caller's sandbox, or 404 (another owner's sandbox does not exist for them). */
   async owned(p: Principal, id: string): Promise<SandboxRow> {
-    const row = api.SandboxId.safeParse(id).success ? await this.store.getSandbox(id) : undefined;
+    const row = api.SandboxId.safeParse(id).success ? await this.store.sandboxes.get(id) : undefined;
     if (!row || row.owner !== p.owner) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(id)} does not exist`);
     return row;
   }
 
+  /** A deployment-wide setting (a secret, say), made with `make()` by whichever replica asks first. */
+  setting(key: string, make: () => string): Promise<string> {
+    return this.store.setting(key, make);
+  }
+
   // ---- reads ----
+
+  /**
+   * A sandbox by its id, whoever owns it (undefined for an id that is not one): for the
+   * surfaces that authenticate by the sandbox's own token (envd, port traffic, signed port URLs).
+   */
+  async sandbox(id: string): Promise<SandboxRow | undefined> {
+    return api.SandboxId.safeParse(id).success ? this.store.sandboxes.get(id) : undefined;
+  }
 
   /** A page of the caller's sandboxes (destroyed ones only when asked by state), oldest id first. */
   async list(p: Principal, q: { state?: string; metadata: Record<string, string>; limit: number; cursor?: string }): Promise<{ rows: SandboxRow[]; next: string | null }> {
-    const rows = await this.store.listSandboxes(p.owner, { ...q, limit: q.limit + 1 });
+    const rows = await this.store.sandboxes.list(p.owner, { ...q, limit: q.limit + 1 });
     const page = rows.slice(0, q.limit);
     return { rows: page, next: rows.length > q.limit ? page[page.length - 1]!.id : null };
   }
 
   /** A sandbox's events after `after`; `ended` once it is destroyed and nothing is left to read. */
   async events(row: SandboxRow, after: number): Promise<{ events: api.SandboxEvent[]; ended: boolean }> {
-    const events = await this.store.events(row.id, after);
-    const ended = !events.length && (await this.store.getSandbox(row.id))?.state === "destroyed";
+    const events = await this.store.events.list(row.id, after);
+    const ended = !events.length && (await this.store.sandboxes.get(row.id))?.state === "destroyed";
     return { events, ended };
   }
 
   /** The caller's checkpoints (of one sandbox, if named), oldest first. */
   listCheckpoints(p: Principal, sandboxId?: string): Promise<CheckpointRow[]> {
-    return this.store.listCheckpoints(p.owner, sandboxId);
+    return this.store.checkpoints.list(p.owner, sandboxId);
   }
 
   // ---- the state machine (control/lifecycle.ts) ----
@@ -226,26 +247,14 @@ export class ControlPlane {
     return this.lifecycle.setTimeout(id, seconds, opts);
   }
 
-  setNetwork(p: Principal, id: string, req: api.NetworkPolicy): Promise<SandboxRow> {
-    return this.network.set(p, id, req);
-  }
-
-  networkStatus(p: Principal, id: string): Promise<api.NetworkStatus> {
-    return this.network.status(p, id);
-  }
-
-  pollRefusals(): Promise<void> {
-    return this.network.poll();
-  }
-
   /** Forks a running sandbox (woken first if hibernated) into `count` children. */
   async fork(p: Principal, id: string, count: number, ttlSeconds?: number, volumes?: api.VolumeMount[]): Promise<SandboxRow[]> {
-    await this.guest(id);
+    await this.guests.reach(id);
     return this.refusable(p, "fork", () => this.forks.fork(p, id, count, ttlSeconds, volumes));
   }
 
   async recover(p: Principal, id: string, checkpointId?: string): Promise<SandboxRow> {
-    const cp = checkpointId ? await this.checkpoints.owned(p, checkpointId) : (await this.store.listCheckpoints(p.owner, id)).at(-1);
+    const cp = checkpointId ? await this.checkpoints.owned(p, checkpointId) : (await this.store.checkpoints.list(p.owner, id)).at(-1);
     if (!cp || cp.sandbox_id !== id) {
       const row = await this.owned(p, id);
       if (row.state !== "lost") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a lost sandbox is recovered`);
@@ -257,7 +266,7 @@ export class ControlPlane {
   /** The checkpoint a lost sandbox would be recovered from, if any. */
   async recoveryPoint(row: SandboxRow): Promise<{ checkpoint_id: string; created_at: string; age_seconds: number } | null> {
     if (row.state !== "lost") return null;
-    const cp = (await this.store.listCheckpoints(row.owner, row.id)).at(-1);
+    const cp = (await this.store.checkpoints.list(row.owner, row.id)).at(-1);
     return cp ? { checkpoint_id: cp.id, created_at: new Date(cp.created_at).toISOString(), age_seconds: Math.round((this.clock.now() - cp.created_at) / 1000) } : null;
   }
 
@@ -275,171 +284,13 @@ export class ControlPlane {
 
   /** A durable checkpoint of a running sandbox (it wakes first if hibernated). */
   async checkpoint(p: Principal, id: string, name: string | undefined): Promise<CheckpointRow> {
-    await this.guest(id);
+    await this.guests.reach(id);
     return this.checkpoints.take(p, id, name);
-  }
-
-  ownedCheckpoint(p: Principal, id: string): Promise<CheckpointRow> {
-    return this.checkpoints.owned(p, id);
-  }
-
-  deleteCheckpoint(p: Principal, id: string): Promise<void> {
-    return this.checkpoints.delete(p, id);
   }
 
   async restoreCheckpoint(p: Principal, id: string, req: api.RestoreCheckpointRequest, terms?: Terms): Promise<SandboxRow> {
     const cp = await this.checkpoints.owned(p, id);
     return this.refusable(p, "restore", () => this.lifecycle.restore(p, cp, req, terms));
-  }
-
-  listTemplates(p: Principal): Promise<api.Template[]> {
-    return this.templates.list(p);
-  }
-
-  createTemplate(p: Principal, req: api.CreateTemplateRequest): Promise<api.Template & { build_id: string }> {
-    return this.templates.create(p, req);
-  }
-
-  /** Starts a build and answers at once; its end is logged (the build's row and log say how it ended). */
-  async startTemplateBuild(p: Principal, req: api.CreateTemplateRequest): Promise<api.TemplateBuild> {
-    const { build, done } = await this.templates.start(p, req);
-    done.catch((err: unknown) => this.ctx.log.info({ err, build: build.id }, `template build ${build.id} of ${build.name} failed`));
-    return toApiBuild(build);
-  }
-
-  async templateBuild(p: Principal, id: string): Promise<api.TemplateBuild> {
-    return toApiBuild(await this.templates.ownedBuild(p, id));
-  }
-
-  async templateBuilds(p: Principal, name: string | undefined, limit: number): Promise<api.TemplateBuild[]> {
-    return (await buildStore(this.ctx.store).list(p.admin ? null : p.owner, name, limit)).map(toApiBuild);
-  }
-
-  async cancelTemplateBuild(p: Principal, id: string): Promise<api.TemplateBuild> {
-    await this.templates.cancel(p, id);
-    return toApiBuild(await this.templates.ownedBuild(p, id));
-  }
-
-  /** A build's log lines from `from` on (at most `limit`), and whether the build has ended. */
-  async templateBuildLogs(p: Principal, id: string, from: number, limit: number): Promise<{ lines: api.TemplateBuildLogLine[]; ended: boolean }> {
-    const row = await this.templates.ownedBuild(p, id);
-    const lines = await buildStore(this.ctx.store).logs(id, from, limit);
-    return {
-      lines: lines.map((l) => ({ seq: l.seq, at: new Date(l.at).toISOString(), level: l.level as "info" | "error", message: l.message })),
-      ended: row.state !== "building",
-    };
-  }
-
-  deleteTemplate(p: Principal, name: string): Promise<void> {
-    return this.templates.delete(p, name);
-  }
-
-  /** Build contexts in the object store, owner by owner (E2B's uploads take them by E2B's own names). */
-  get buildContexts(): BuildContexts {
-    return buildContexts(this.ctx);
-  }
-
-  /** Stores a build context (a tar) of the caller's, named by its sha256 (checked). */
-  async uploadContext(p: Principal, digest: string, body: Readable): Promise<api.BuildContext> {
-    const name = contextName(digest);
-    const { size } = await putContext(this.ctx, p.owner, name, body, this.ctx.config.limits.contextBytes, true);
-    return { context: `sha256:${name}`, size };
-  }
-
-  // ---- the guest of a sandbox, and activity ----
-
-  /**
-   * The guest of a sandbox for exec, file and process calls: a hibernated sandbox is
-   * woken first (the call just takes longer), after any operation on it in flight here;
-   * the call counts as activity.
-   */
-  async guest(id: string): Promise<HostGuest> {
-    await this.queue.idle(id);
-    let row = (await this.store.getSandbox(id))!;
-    if (row.state === "hibernated") row = await this.wake(id, "user");
-    if (row.state === "destroyed") throw new DenError("sandbox_destroyed", `sandbox ${id} has been destroyed`);
-    if (row.state !== "running") throw new DenError("sandbox_not_running", `sandbox ${id} is ${row.state}`);
-    await this.touch(id);
-    return this.hosts.of(row).guest(id);
-  }
-
-  /** The caller's sandbox and its guest, for the exec, file and process routes. */
-  async ownedGuest(p: Principal, id: string): Promise<{ row: SandboxRow; guest: HostGuest }> {
-    const row = await this.owned(p, id);
-    return { row, guest: await this.guest(row.id) };
-  }
-
-  /** A call on a sandbox's guest missed its deadline: its events say so (at most one such event a second). */
-  async guestUnresponsive(id: string, message: string): Promise<void> {
-    const now = this.clock.now();
-    if (now - (this.lastUnresponsive.get(id) ?? 0) < 1000 || !(await this.store.getSandbox(id))) return;
-    this.lastUnresponsive.set(id, now);
-    if (this.lastUnresponsive.size > 10_000) this.lastUnresponsive.delete(this.lastUnresponsive.keys().next().value!);
-    await this.ops.event(id, "guest.unresponsive", null, { message });
-  }
-
-  /**
-   * Marks activity: the database's copy is written at most once a second per sandbox, and
-   * the latest is kept here, so choosing the least recently active (for eviction) is exact
-   * to the call, not to the second.
-   */
-  async touch(id: string): Promise<void> {
-    const now = this.clock.now();
-    const prev = this.lastTouch.get(id);
-    const write = !prev || now - prev.written >= 1000;
-    // Re-inserted, so the map's order is by recency and the oldest go first past the bound.
-    this.lastTouch.delete(id);
-    this.lastTouch.set(id, { seen: now, written: write ? now : prev.written });
-    if (this.lastTouch.size > MAX_TOUCHES_KEPT) this.lastTouch.delete(this.lastTouch.keys().next().value!);
-    if (write) await this.store.updateSandbox(id, { last_activity_at: now });
-  }
-
-  /** The latest activity seen by this replica (newer than the database's by up to a second). */
-  lastActive(id: string): number | undefined {
-    return this.lastTouch.get(id)?.seen;
-  }
-
-  /**
-   * Records activity for every sandbox with an exec in flight through this replica: the
-   * replica that reaps may be another one, and it judges idleness by the database.
-   */
-  async touchActive(): Promise<void> {
-    for (const id of this.activeExecs.keys()) await this.touch(id).catch(() => undefined);
-  }
-
-  /** Brackets a running exec: a sandbox with an exec in flight is never idle. */
-  async withExec<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    this.execBegan(id);
-    try {
-      return await fn();
-    } finally {
-      await this.execEnded(id);
-    }
-  }
-
-  private execBegan(id: string): void {
-    this.activeExecs.set(id, (this.activeExecs.get(id) ?? 0) + 1);
-  }
-
-  private async execEnded(id: string): Promise<void> {
-    const n = (this.activeExecs.get(id) ?? 1) - 1;
-    if (n) this.activeExecs.set(id, n);
-    else this.activeExecs.delete(id);
-    await this.touch(id).catch(() => undefined);
-  }
-
-  /** Like withExec, for a streamed exec: active until the stream is consumed or dropped. */
-  async *withExecStream<T>(id: string, source: AsyncGenerator<T>): AsyncGenerator<T> {
-    this.execBegan(id);
-    try {
-      yield* source;
-    } finally {
-      await this.execEnded(id);
-    }
-  }
-
-  async recordExec(id: string, type: "exec.started" | "exec.ended", data: Record<string, unknown>): Promise<void> {
-    await this.ops.event(id, type, null, data);
   }
 
   // ---- usage ----
@@ -456,9 +307,9 @@ export class ControlPlane {
     if (q.owner !== undefined && !p.admin) throw new DenError("forbidden", "only an admin key reads another owner's usage");
     // An admin without `owner` sees every owner; anyone else sees their own.
     const owner = q.owner ?? (p.admin ? undefined : p.owner);
-    const segments = await this.store.segments(from, to, owner);
+    const segments = await this.store.usage.segments(from, to, owner);
     const cpu = await this.hosts.cpu();
-    for (const row of await this.store.liveSandboxes()) {
+    for (const row of await this.store.sandboxes.live()) {
       if (owner !== undefined && row.owner !== owner) continue;
       const state = meteredState(row);
       if (!state || row.meter_since === null || row.meter_since >= to) continue;
@@ -469,10 +320,10 @@ export class ControlPlane {
         stored_bytes: state === "cold" ? Number(row.stored_bytes ?? 0) : 0,
       });
     }
-    for (const c of await this.store.allCheckpoints(owner)) {
+    for (const c of await this.store.checkpoints.all(owner)) {
       segments.push({ sandbox_id: c.sandbox_id, owner: c.owner, state: "checkpoint", start_ms: c.created_at, end_ms: Math.max(now, c.created_at + 1), vcpus: 0, memory_mb: 0, host_cpu_ms: 0, den_cpu_ms: 0, stored_bytes: Number(c.stored_bytes) });
     }
-    const rows = new Map((await this.store.sandboxesByIds([...new Set(segments.map((s) => s.sandbox_id))])).map((r) => [r.id, r]));
+    const rows = new Map((await this.store.sandboxes.byIds([...new Set(segments.map((s) => s.sandbox_id))])).map((r) => [r.id, r]));
     const groupBy = q.group_by ?? "sandbox";
     return usageReport({
       segments, from, to, groupBy, prices: this.config.prices,
@@ -510,7 +361,7 @@ export class ControlPlane {
   async hibernateAllCold(deadline: number): Promise<{ done: number; left: number }> {
     let done = 0;
     let left = 0;
-    for (const row of await this.store.liveSandboxes()) {
+    for (const row of await this.store.sandboxes.live()) {
       if (row.state !== "running" && !(row.state === "hibernated" && modeOf(row) === "warm")) continue;
       if (Date.now() >= deadline) {
         left++;

@@ -9,7 +9,7 @@ import { termsOf, vmFields, type Lifecycle, type Settings, type Terms } from "./
 import type { Reason } from "./operations.js";
 import type { Serializer } from "./serializer.js";
 import { VolumeMoves } from "./volume-moves.js";
-import { resolveMounts, specsOf, volumeStore } from "./volumes.js";
+import { resolveMounts, specsOf, volumeMounts, volumeStore } from "./volumes.js";
 import type { api } from "@den/protocol";
 
 /**
@@ -30,7 +30,7 @@ export class Forks {
     const vols = await resolveMounts(this.ctx, p.owner, volumes);
     return this.queue.run(id, async () => {
       const { store, ops, metrics, meter, clock } = this.ctx;
-      const parent = (await store.getSandbox(id))!;
+      const parent = (await store.sandboxes.get(id))!;
       // Children share the parent's memory and disk copy-on-write: they live on its host, if it has room.
       const host = this.ctx.hosts.of(parent);
       if (parent.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${parent.state}`);
@@ -44,8 +44,8 @@ export class Forks {
       const op = ops.newOp("fork", id, "user", { children: ids });
       await ops.begin(parent, op, async (tx) => {
         for (const c of ids) {
-          await volumeStore(tx).take(c, vols.holds, clock.now(), host.instance);
-          await tx.insertSandbox(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, host.instance, this.forkTerms(parent, ttlSeconds)), this.ctx.config.limits.sandboxesPerOwner);
+          await volumeMounts(tx).take(c, vols.holds, clock.now(), host.instance);
+          await tx.sandboxes.insert(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, host.instance, this.forkTerms(parent, ttlSeconds)), this.ctx.config.limits.sandboxesPerOwner);
           await ops.event(c, "creating", "user", { forked_from: id }, tx);
         }
       });
@@ -105,9 +105,9 @@ export class Forks {
     const stored = pendingStored(this.ctx, newId("snap"), parent, "checkpoint");
     const op = ops.newOp("fork", parent.id, "user", { children: ids, via: stored.id });
     await ops.begin(parent, op, async (tx) => {
-      await tx.insertStoredSnapshot(stored);
+      await tx.snapshots.insert(stored);
       for (const c of ids) {
-        await tx.insertSandbox(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, targets.get(c)!.instance, this.forkTerms(parent, ttlSeconds)), this.ctx.config.limits.sandboxesPerOwner);
+        await tx.sandboxes.insert(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, targets.get(c)!.instance, this.forkTerms(parent, ttlSeconds)), this.ctx.config.limits.sandboxesPerOwner);
         await this.ctx.ops.event(c, "creating", "user", { forked_from: parent.id }, tx);
       }
     });
@@ -122,7 +122,7 @@ export class Forks {
       for (const c of ids) await targets.get(c)!.vms.destroy(c).catch(() => undefined);
       await ops.fail(op, parent.id, e, {}, async (tx) => {
         await this.dropChildren(tx, op, ids, "error", (e as Error).message);
-        await tx.releaseStoredSnapshot(stored.id, clock.now());
+        await tx.snapshots.release(stored.id, clock.now());
       });
       throw e;
     }
@@ -132,7 +132,7 @@ export class Forks {
         out.push(await ops.settle(tx, op, c, { state: "running", reason: "user", patch: { ...vmFields(kids[i]!), last_activity_at: clock.now() }, data: { forked_from: parent.id, host: targets.get(c)!.instance } }));
       }
       await ops.event(parent.id, "forked", "user", { children: ids }, tx);
-      await tx.releaseStoredSnapshot(stored.id, clock.now());
+      await tx.snapshots.release(stored.id, clock.now());
     });
     return out;
   }
@@ -154,7 +154,7 @@ export class Forks {
   /** Fork children that never came to be: destroyed, with why. */
   async dropChildren(tx: Store, op: OperationRow, ids: string[], reason: Reason, message: string): Promise<void> {
     for (const c of ids) {
-      const row = await tx.getSandbox(c);
+      const row = await tx.sandboxes.get(c);
       if (row?.op_id === op.id) await this.ctx.ops.settle(tx, op, c, { state: "destroyed", reason, patch: { destroyed_at: this.ctx.clock.now() }, data: { message } });
     }
   }

@@ -17,22 +17,22 @@ export class StoreGc {
   async collect(): Promise<void> {
     const { store, objects, hosts, deployment, clock, config } = this.ctx;
     const cutoff = clock.now() - config.storeGc.graceMs;
-    for (const row of await store.releasedStoredSnapshots(cutoff)) {
+    for (const row of await store.snapshots.released(cutoff)) {
       await deleteStoredSnapshot(objects, row.key);
       // Whichever host made it pinned its template version; the others have nothing to let go.
       for (const r of await hosts.each((h) => h.snapshots.unpin(row.id))) if (!r.ok) throw r.error;
-      await store.deleteStoredSnapshotRow(row.id);
+      await store.snapshots.deleteRow(row.id);
     }
     // Objects under this deployment's prefix that no row names (a row is always written
     // before its upload starts, so these are leftovers of a lost row). Listed before the
     // catalog is read, so an upload that begins in between is never mistaken for one.
     const listed = await listStoredSnapshots(objects, deployment);
-    const known = await store.storedSnapshotIds();
+    const known = await store.snapshots.ids();
     for (const s of listed) if (!known.has(s.id) && s.modifiedAt <= cutoff) await deleteStoredSnapshot(objects, s.key);
     await this.collectTemplates(cutoff);
     await collectContexts(this.ctx, config.storeGc.contextMaxAgeMs);
     await objects.sweepAbandoned?.(`${deployment}/`);
-    await store.pruneOperations(clock.now() - OPERATIONS_KEPT_MS);
+    await store.operations.prune(clock.now() - OPERATIONS_KEPT_MS);
   }
 
   /**
@@ -47,9 +47,9 @@ export class StoreGc {
     const root = `${deployment}/templates/`;
     // Listed before the rows are read, so an upload that claims its row in between is never mistaken for a leftover.
     const listed = await objects.list(root);
-    const rows = await store.templateVersions();
-    const needed = await store.sandboxTemplateVersions();
-    for (const p of await store.templatePins()) if (typeof p !== "string") needed.add(`${p.template.name}@${p.template.version}`);
+    const rows = await store.templates.versions();
+    const needed = await store.templates.sandboxVersions();
+    for (const p of await store.snapshots.templatePins()) if (typeof p !== "string") needed.add(`${p.template.name}@${p.template.version}`);
     const held = await hosts.each((h) => h.templates.list());
     // A host that did not answer may hold any of them: nothing goes this pass.
     if (held.some((r) => !r.ok)) return;
@@ -60,7 +60,7 @@ export class StoreGc {
         known.add(row.key);
         continue;
       }
-      await store.dropTemplateVersion(row.name, row.version, "complete");
+      await store.templates.dropVersion(row.name, row.version, "complete");
       await deleteStoredSnapshot(objects, row.key);
       this.ctx.log.info({ template: `${row.name}@${row.version}` }, `template ${row.name}@${row.version} is no longer needed: deleted from the store`);
     }

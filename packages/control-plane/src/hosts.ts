@@ -51,14 +51,14 @@ export class HostPool {
   /** Records the configured hosts and loads the registered ones (at start). */
   async open(): Promise<void> {
     const store = this.opts.store;
-    if (store) for (const h of this.configured) await store.upsertConfigHost(h.instance, h.address, this.now());
+    if (store) for (const h of this.configured) await store.hosts.upsertConfigured(h.instance, h.address, this.now());
     await this.refresh();
   }
 
   /** Reloads the hosts table and connects to registered hosts it has no client for yet. */
   async refresh(): Promise<void> {
     if (!this.opts.store) return;
-    this.rows = new Map((await this.opts.store.hostRows()).map((r) => [r.id, r]));
+    this.rows = new Map((await this.opts.store.hosts.rows()).map((r) => [r.id, r]));
     const pending: Promise<void>[] = [];
     for (const r of this.rows.values()) {
       if (r.managed !== "lease" || this.unusable(r.id) !== null) continue;

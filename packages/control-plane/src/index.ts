@@ -13,5 +13,5 @@ export { OwnerSlots } from "./owner-slots.js";
 export { REPLICA_LEASE_MS, Replica } from "./replica.js";
 export { mapLimit } from "./util/map-limit.js";
 export { VolumeFiles, type VolumeEntry, volumePath } from "./volume-files.js";
-export { volumeStore } from "./volumes.js";
+export { volumeMounts, volumeStore } from "./volumes.js";
 export { toApiWebhook } from "./webhooks/service.js";

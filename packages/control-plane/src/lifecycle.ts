@@ -8,7 +8,7 @@ import { hostOfId, modeOf, pendingStored, refOf, storedRef, type Ctx, type Hiber
 import type { NetworkPolicies } from "./network-policy.js";
 import type { Reason } from "./operations.js";
 import type { Serializer } from "./serializer.js";
-import { placeWithVolumes, resolveMounts, specsOf, volumeStore, type ResolvedMounts } from "./volumes.js";
+import { placeWithVolumes, resolveMounts, specsOf, volumeMounts, volumeStore, type ResolvedMounts } from "./volumes.js";
 
 export type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_seconds" | "idle_timeout_seconds" | "on_idle" | "metadata" | "env"> & {
   /** JSON {cwd?, user?}: the template's defaults for commands (see SandboxesTable.defaults). */
@@ -17,7 +17,7 @@ export type Settings = Pick<api.CreateSandboxRequest, "persistent" | "ttl_second
 
 /** A template's env and command defaults for a new sandbox (an image's ENV, WORKDIR, USER), under what the request gives. */
 export async function templateSettings(ctx: Ctx, template: string, req: Settings): Promise<Settings> {
-  const row = await ctx.store.templateRow(template.split("@")[0]!.split(".")[0]!);
+  const row = await ctx.store.templates.row(template.split("@")[0]!.split(".")[0]!);
   if (!row?.run) return req;
   const { run } = JSON.parse(row.run) as { run: api.TemplateRun | null };
   if (!run) return req;
@@ -29,7 +29,7 @@ export async function templateSettings(ctx: Ctx, template: string, req: Settings
 async function builtinName(ctx: Ctx, template: string): Promise<string> {
   const [name, version] = template.split("@") as [string, string | undefined];
   const to = api.TEMPLATE_ALIASES[name];
-  if (!to || (await ctx.store.templateRow(name))) return template;
+  if (!to || (await ctx.store.templates.row(name))) return template;
   return version === undefined ? to : `${to}@${version}`;
 }
 
@@ -80,7 +80,7 @@ export class Lifecycle {
   /** Refuses a sandbox (or `adding` of them) over the owner's limit. */
   async quota(p: Principal, adding = 1): Promise<void> {
     const max = this.ctx.config.limits.sandboxesPerOwner;
-    if ((await this.ctx.store.countLive(p.owner)) + adding > max) {
+    if ((await this.ctx.store.sandboxes.countLive(p.owner)) + adding > max) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${max} sandboxes; destroy some first`);
     }
   }
@@ -88,7 +88,7 @@ export class Lifecycle {
   /** A new checkpoint or cold snapshot is refused once the owner's stored bytes reach the quota. */
   async storeQuota(owner: string): Promise<void> {
     const max = this.ctx.config.limits.storedBytesPerOwner;
-    const used = await this.ctx.store.storedBytes(owner);
+    const used = await this.ctx.store.snapshots.storedBytes(owner);
     if (used >= max) {
       throw new DenError("quota_exceeded", `owner ${owner} keeps ${used} bytes in the snapshot store, the quota is ${max}; delete checkpoints or destroy hibernated sandboxes first`, { stored_bytes: used, quota_bytes: max });
     }
@@ -120,9 +120,9 @@ export class Lifecycle {
     const { store, ops, clock } = this.ctx;
     await store.transaction(async (tx) => {
       // Its volumes are held with its row: of two racing creates, one gets a writer's hold.
-      if (vols?.holds.length) await volumeStore(tx).take(row.id, vols.holds, clock.now(), row.host_id ?? undefined);
-      await tx.insertSandbox(row, this.ctx.config.limits.sandboxesPerOwner);
-      await tx.insertOperation(op);
+      if (vols?.holds.length) await volumeMounts(tx).take(row.id, vols.holds, clock.now(), row.host_id ?? undefined);
+      await tx.sandboxes.insert(row, this.ctx.config.limits.sandboxesPerOwner);
+      await tx.operations.insert(op);
       await ops.event(row.id, "creating", "user", data, tx);
     });
     ops.holdLocal(row.id);
@@ -167,7 +167,7 @@ export class Lifecycle {
     // The checkpoint's own mounts are not carried: its volumes are not part of it. It mounts what is named here.
     const vols = await resolveMounts(this.ctx, p.owner, req.volumes);
     // Preferably on the host of the sandbox it was taken from (it surely has the template version); else any that has it and room.
-    const origin = (await this.ctx.store.getSandbox(cp.sandbox_id))?.host_id ?? null;
+    const origin = (await this.ctx.store.sandboxes.get(cp.sandbox_id))?.host_id ?? null;
     const host = await placeWithVolumes(this.ctx, vols.holds.map((h) => h.volumeId), (only, exclude) => this.placeStored(cp, origin, undefined, only, exclude));
     const network = effectivePolicy(req.network ?? networkOf(cp), config.network);
     const id = newId("sbx");
@@ -184,7 +184,7 @@ export class Lifecycle {
    * snapshot needs of the host it is restored on) that has its template version and room.
    */
   async placeStored(s: Pick<SandboxRow, "template" | "template_version" | "vcpus" | "memory_mb">, origin: string | null, reserved?: Map<string, number>, only?: string | null, exclude?: string): Promise<HostAgent> {
-    const kind = origin ? (await this.ctx.store.getHost(origin))?.kind ?? undefined : undefined;
+    const kind = origin ? (await this.ctx.store.hosts.get(origin))?.kind ?? undefined : undefined;
     const template = `${s.template}@${s.template_version}`;
     const pull = await this.ctx.shared.pullFor(template);
     return this.ctx.hosts.place({ template, vcpus: s.vcpus, memoryMb: s.memory_mb }, { prefer: origin, ...(kind ? { kind } : {}), ...(reserved ? { reserved } : {}), ...(pull ? { pull } : {}), ...(only ? { only } : {}), ...(exclude ? { exclude } : {}) });
@@ -219,7 +219,7 @@ export class Lifecycle {
   async destroy(id: string, reason: Reason): Promise<SandboxRow> {
     return this.queue.run(id, async () => {
       const { store, ops, hosts, metrics, clock } = this.ctx;
-      const row = (await store.getSandbox(id))!;
+      const row = (await store.sandboxes.get(id))!;
       if (row.state === "destroyed") return row;
       const host = hosts.of(row);
       const op = ops.newOp("destroy", id, reason, {});
@@ -242,7 +242,7 @@ export class Lifecycle {
 
   /** A destroyed sandbox's cold snapshot is no longer needed (the garbage collector takes it). */
   async releaseHeld(tx: Store, row: SandboxRow): Promise<void> {
-    if (row.hibernate_snapshot && modeOf(row) === "cold") await tx.releaseStoredSnapshot(row.hibernate_snapshot, this.ctx.clock.now());
+    if (row.hibernate_snapshot && modeOf(row) === "cold") await tx.snapshots.release(row.hibernate_snapshot, this.ctx.clock.now());
   }
 
   /** Deletes a warm hibernation's local snapshot, once no record points at it. */
@@ -257,7 +257,7 @@ export class Lifecycle {
 
   async hibernate(id: string, reason: Reason, mode: HibernateMode = "warm"): Promise<SandboxRow> {
     return this.queue.run(id, async () => {
-      const row = (await this.ctx.store.getSandbox(id))!;
+      const row = (await this.ctx.store.sandboxes.get(id))!;
       if (row.state === "hibernated") {
         const now = modeOf(row);
         // Asleep already as asked, or keeping more than asked (warm is any hibernation; a cold one keeps its disk too).
@@ -343,14 +343,14 @@ export class Lifecycle {
     const op = ops.newOp("hibernate", row.id, reason, { mode: "cold", snapshot: stored.id, key: stored.key, from_warm: fromWarm });
     if (!fromWarm) await this.network.flush(row.id);
     await meter.sample(row.id);
-    await ops.begin(row, op, (tx) => tx.insertStoredSnapshot(stored));
+    await ops.begin(row, op, (tx) => tx.snapshots.insert(stored));
     faultPoint("hibernate-cold-after-intent");
     const t0 = performance.now();
     let up: { storedBytes: number; heldVolumes?: string[] };
     try {
       up = await metrics.time("hibernate", "cold", () => meter.work(row.id, () => host.vms.upload(op.id, row.id, refOf(stored), fromWarm ?? undefined)));
     } catch (e) {
-      await ops.fail(op, row.id, e, {}, (tx) => tx.releaseStoredSnapshot(stored.id, clock.now()));
+      await ops.fail(op, row.id, e, {}, (tx) => tx.snapshots.release(stored.id, clock.now()));
       throw e;
     }
     faultPoint("hibernate-cold-after-upload");
@@ -361,16 +361,16 @@ export class Lifecycle {
       result: up,
     }, async (tx) => {
       // The quota holds what the upload actually wrote, checked with the commit.
-      await tx.checkStoredQuota(row.owner, up.storedBytes, max);
-      await tx.completeStoredSnapshot(stored.id, up.storedBytes);
+      await tx.snapshots.checkQuota(row.owner, up.storedBytes, max);
+      await tx.snapshots.complete(stored.id, up.storedBytes);
       // The volumes its guest let go of are free for others while it sleeps (its mounts stay,
       // for the wake); those a process kept files open on stay held by it.
-      await volumeStore(tx).release(row.id, up.heldVolumes ?? []);
+      await volumeMounts(tx).release(row.id, up.heldVolumes ?? []);
     }).catch(async (e: unknown) => {
       if (!(e instanceof DenError && e.code === "quota_exceeded")) throw e;
       // Refused: the record stays as it was, the copy is released, and a VM the upload left
       // paused goes back to work (should this process die first, the next start resumes it).
-      await ops.fail(op, row.id, e, {}, (tx) => tx.releaseStoredSnapshot(stored.id, clock.now()));
+      await ops.fail(op, row.id, e, {}, (tx) => tx.snapshots.release(stored.id, clock.now()));
       if (!fromWarm) await host.vms.wakeWarm(newId("op"), row.id, null).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: not resumed after a refused cold hibernate`));
       throw e;
     });
@@ -409,7 +409,7 @@ export class Lifecycle {
    */
   async wakeByBoot(id: string, reason: Reason, timeoutSeconds?: number): Promise<SandboxRow> {
     return this.queue.run(id, async () => {
-      let row = (await this.ctx.store.getSandbox(id))!;
+      let row = (await this.ctx.store.sandboxes.get(id))!;
       if (row.state !== "hibernated") return this.wakeNow(id, reason, timeoutSeconds);
       if (modeOf(row) === "cold") row = await this.wakeNow(id, reason);
       if (row.state === "running" || modeOf(row) === "warm") await this.toDisk(row, reason);
@@ -429,7 +429,7 @@ export class Lifecycle {
         return await this.wakeAttempt(id, reason, deadline, timeoutSeconds);
       } catch (e) {
         const resource = e instanceof DenError && e.code === "capacity_exhausted" ? e.details?.resource : undefined;
-        const cold = modeOf((await this.ctx.store.getSandbox(id))!) === "cold";
+        const cold = modeOf((await this.ctx.store.sandboxes.get(id))!) === "cold";
         if (!cold || (resource !== "memory" && resource !== "memory_pressure") || performance.now() > deadline) throw e;
       }
     }
@@ -437,7 +437,7 @@ export class Lifecycle {
 
   private async wakeAttempt(id: string, reason: Reason, deadline: number, timeoutSeconds?: number): Promise<SandboxRow> {
     const { store, ops, metrics, meter, clock } = this.ctx;
-    const row = (await store.getSandbox(id))!;
+    const row = (await store.sandboxes.get(id))!;
     if (row.state === "running") return row;
     if (row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; it cannot be woken`);
     const mode = modeOf(row);
@@ -445,7 +445,7 @@ export class Lifecycle {
     if (mode === "cold" && !snapshot) throw new DenError("sandbox_not_running", `sandbox ${id} has no snapshot to wake from`);
     // A cold wake mounts its volumes again: those it let go of are held again with the intent
     // (a 409 if another sandbox holds one as a writer meanwhile), those it kept come back in their slots.
-    const mounts = mode === "cold" ? await volumeStore(store).mountsOf(id) : [];
+    const mounts = mode === "cold" ? await volumeMounts(store).mountsOf(id) : [];
     const heldBefore = mounts.filter((m) => m.held === 1).map((m) => m.volume_id);
     const volumeIds = mounts.map((m) => m.volume_id);
     // Warm and disk: on its host (its memory snapshot or its disk is there). Cold: everything
@@ -457,8 +457,8 @@ export class Lifecycle {
     const op = { ...ops.newOp("wake", id, reason, { mode, snapshot, host: host.instance, ...(mounts.length ? { held_volumes: heldBefore } : {}) }), host: host.instance };
     // The row names the host before the host is asked: a crash leaves nothing it cannot find.
     await ops.begin(row, op, async (tx) => {
-      if (host.instance !== row.host_id) await tx.updateSandbox(id, { host_id: host.instance });
-      if (mounts.length) await volumeStore(tx).retake(id, this.ctx.clock.now(), host.instance);
+      if (host.instance !== row.host_id) await tx.sandboxes.update(id, { host_id: host.instance });
+      if (mounts.length) await volumeMounts(tx).retake(id, this.ctx.clock.now(), host.instance);
     });
     if (mode === "cold") faultPoint("wake-cold-after-intent");
     const t0 = performance.now();
@@ -472,7 +472,7 @@ export class Lifecycle {
     } catch (e) {
       // It stays hibernated: its snapshot is untouched, and what it held again is let go of.
       if (mode === "cold") await host.vms.destroy(id).catch(() => undefined);
-      await ops.fail(op, id, e, {}, mounts.length ? (tx) => volumeStore(tx).release(id, heldBefore) : undefined);
+      await ops.fail(op, id, e, {}, mounts.length ? (tx) => volumeMounts(tx).release(id, heldBefore) : undefined);
       throw e;
     }
     if (mode === "cold") faultPoint("wake-cold-after-restore");
@@ -481,7 +481,7 @@ export class Lifecycle {
     const done = await ops.finish(op, id, {
       state: "running", reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now(), ...deadlineAfter(row, "running", clock.now(), 0, timeoutSeconds) },
       data: { mode, ms: Math.round(performance.now() - t0) },
-    }, mode === "cold" ? (tx) => tx.releaseStoredSnapshot(snapshot!, clock.now()) : undefined);
+    }, mode === "cold" ? (tx) => tx.snapshots.release(snapshot!, clock.now()) : undefined);
     if (mode === "cold") faultPoint("wake-cold-after-commit");
     // Not waited for: the woken sandbox needs it no more, and one this misses (a crash) is an
     // unreferenced snapshot the garbage collector's host sweep deletes.
@@ -498,7 +498,7 @@ export class Lifecycle {
   async setTimeout(id: string, seconds: number, opts: { extendOnly?: boolean } = {}): Promise<SandboxRow> {
     return this.queue.run(id, async () => {
       const { store, ops, clock } = this.ctx;
-      const row = (await store.getSandbox(id))!;
+      const row = (await store.sandboxes.get(id))!;
       if (row.state === "destroyed") throw new DenError("sandbox_destroyed", `sandbox ${id} has been destroyed`);
       let expires = clock.now() + seconds * 1000;
       if (opts.extendOnly && row.expires_at !== null && row.expires_at > expires) expires = row.expires_at;
@@ -513,15 +513,15 @@ export class Lifecycle {
   async recover(id: string, cp: CheckpointRow): Promise<SandboxRow> {
     return this.queue.run(id, async () => {
       const { store, ops, clock } = this.ctx;
-      const row = (await store.getSandbox(id))!;
+      const row = (await store.sandboxes.get(id))!;
       if (row.state !== "lost") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}; only a lost sandbox is recovered`);
       // Its host may be the one that was lost: any host with the checkpoint's template version and room.
       const host = await this.placeStored(cp, row.host_id);
       const op = { ...ops.newOp("recover", id, "user", { checkpoint: cp.id, host: host.instance }), host: host.instance };
       await ops.begin(row, op, async (tx) => {
-        if (host.instance !== row.host_id) await tx.updateSandbox(id, { host_id: host.instance });
+        if (host.instance !== row.host_id) await tx.sandboxes.update(id, { host_id: host.instance });
         // It comes back without volumes (a checkpoint holds none): its mounts, and their holds, go.
-        await volumeStore(tx).drop(id);
+        await volumeMounts(tx).drop(id);
       });
       let info: HostSandboxInfo;
       try {

@@ -101,7 +101,7 @@ export class Meter {
     if (state && row.meter_since !== null && now > row.meter_since) {
       const den = this.denCpu.get(row.id) ?? 0;
       this.denCpu.delete(row.id);
-      await store.insertSegment({
+      await store.usage.insert({
         sandbox_id: row.id, owner: row.owner, state, start_ms: row.meter_since, end_ms: now,
         vcpus: row.vcpus, memory_mb: row.memory_mb,
         host_cpu_ms: state === "cold" ? 0 : Math.round(this.openCpu(row, live) * 1000), den_cpu_ms: Math.round(den * 1000),

@@ -36,14 +36,14 @@ export class Metrics {
     new Gauge({
       name: "den_sandboxes", help: "Sandboxes by state (destroyed: all time)", labelNames: ["state"] as const, registers: reg,
       async collect() {
-        const counts = await store.countByState();
+        const counts = await store.sandboxes.countByState();
         for (const s of api.SandboxState.options) this.set({ state: s }, counts[s] ?? 0);
       },
     });
     new Gauge({
       name: "den_store_bytes", help: "Bytes in the snapshot store (cold-hibernated sandboxes and checkpoints)", registers: reg,
       async collect() {
-        this.set(await store.storedBytes());
+        this.set(await store.snapshots.storedBytes());
       },
     });
     const capacity = (name: string, help: string, pick: (c: CapacityReport) => { capacity: number; used: number }) =>

@@ -20,10 +20,10 @@ export class NetworkPolicies {
     await this.owned(p, id);
     return this.queue.run(id, async () => {
       const { ops, store } = this.ctx;
-      const row = (await store.getSandbox(id))!;
+      const row = (await store.sandboxes.get(id))!;
       if (row.state !== "running" && row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}`);
       const op = ops.newOp("set_network", id, "user", { policy });
-      await ops.begin(row, op, (tx) => tx.updateSandbox(id, { network: serializePolicy(policy) }).then(() => undefined));
+      await ops.begin(row, op, (tx) => tx.sandboxes.update(id, { network: serializePolicy(policy) }).then(() => undefined));
       if (row.state === "running") {
         await this.flush(id);
         try {

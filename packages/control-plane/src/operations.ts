@@ -4,7 +4,7 @@ import type { Meter } from "./meter.js";
 import type { Metrics } from "./metrics.js";
 import type { OperationRow, SandboxRow, Store } from "./db/store.js";
 import type { Outbox } from "./webhooks/outbox.js";
-import { VolumeStore } from "./db/volume-store.js";
+import { VolumeMounts } from "./db/volume-mounts.js";
 
 export type Reason = api.TransitionReason;
 
@@ -103,7 +103,7 @@ export class Operations {
   async event(id: string, type: string, reason: Reason | null, data: Record<string, unknown> = {}, s: Store = this.store, kind?: string): Promise<void> {
     // The event and its webhook deliveries commit together.
     await s.transaction(async (tx) => {
-      await tx.addEvent(id, type, reason, data, this.eventsCap);
+      await tx.events.add(id, type, reason, data, this.eventsCap);
       await this.outbox?.sandboxEvent(tx, id, type, reason, data, kind);
     });
   }
@@ -116,9 +116,9 @@ export class Operations {
   async begin(row: SandboxRow, op: OperationRow, also?: (tx: Store) => Promise<void>): Promise<SandboxRow> {
     if (row.op_id) throw inProgress(row);
     const taken = await this.store.transaction(async (tx) => {
-      await tx.insertOperation(op);
-      const taken = await tx.casSandbox(row.id, { generation: row.generation, opId: null }, { op_id: op.id, op_kind: op.kind, op_since: op.created_at });
-      if (!taken) throw inProgress((await tx.getSandbox(row.id)) ?? row);
+      await tx.operations.insert(op);
+      const taken = await tx.sandboxes.cas(row.id, { generation: row.generation, opId: null }, { op_id: op.id, op_kind: op.kind, op_since: op.created_at });
+      if (!taken) throw inProgress((await tx.sandboxes.get(row.id)) ?? row);
       await also?.(tx);
       return taken;
     });
@@ -130,7 +130,7 @@ export class Operations {
   /** An operation that is over as soon as it is written (deleting a checkpoint): its row and its effect, one transaction. */
   async record(op: OperationRow, also: (tx: Store) => Promise<void>): Promise<void> {
     await this.store.transaction(async (tx) => {
-      await tx.insertOperation({ ...op, status: "done", finished_at: op.created_at });
+      await tx.operations.insert({ ...op, status: "done", finished_at: op.created_at });
       await also(tx);
     });
   }
@@ -138,8 +138,8 @@ export class Operations {
   /** Marks a detached operation done (or failed), with `also` in the same transaction. */
   async settleDetached(op: OperationRow, error: unknown | undefined, also?: (tx: Store) => Promise<void>): Promise<void> {
     await this.store.transaction(async (tx) => {
-      if (error === undefined) await tx.finishOperation(op.id, "done", this.clock.now(), undefined, null);
-      else await tx.finishOperation(op.id, "failed", this.clock.now(), undefined, (error instanceof Error ? error.message : String(error)).slice(0, 2000));
+      if (error === undefined) await tx.operations.finish(op.id, "done", this.clock.now(), undefined, null);
+      else await tx.operations.finish(op.id, "failed", this.clock.now(), undefined, (error instanceof Error ? error.message : String(error)).slice(0, 2000));
       await also?.(tx);
     });
   }
@@ -147,7 +147,7 @@ export class Operations {
   /** An operation with no sandbox to hold (template builds and deletes). */
   async beginDetached(op: OperationRow, also?: (tx: Store) => Promise<void>): Promise<void> {
     await this.store.transaction(async (tx) => {
-      await tx.insertOperation(op);
+      await tx.operations.insert(op);
       await also?.(tx);
     });
   }
@@ -157,7 +157,7 @@ export class Operations {
     const live = out.state ? await this.meter.sample(id) : undefined;
     const row = await this.store.transaction(async (tx) => {
       const settled = await this.settle(tx, op, id, out, live);
-      await tx.finishOperation(op.id, "done", this.clock.now(), out.result, null);
+      await tx.operations.finish(op.id, "done", this.clock.now(), out.result, null);
       await also?.(tx);
       return settled;
     });
@@ -180,7 +180,7 @@ export class Operations {
     const live = id && out.state ? await this.meter.sample(id) : undefined;
     const row = await this.store.transaction(async (tx) => {
       const settled = id ? await this.settle(tx, op, id, out, live) : undefined;
-      await tx.finishOperation(op.id, status, this.clock.now(), undefined, message.slice(0, 2000));
+      await tx.operations.finish(op.id, status, this.clock.now(), undefined, message.slice(0, 2000));
       if (id && !out.state) await this.event(id, "operation.failed", out.reason ?? null, { operation: op.id, kind: op.kind, message: message.slice(0, 500), ...(status === "rolled_back" ? { rolled_back: true } : {}) }, tx);
       await also?.(tx);
       return settled;
@@ -196,9 +196,9 @@ export class Operations {
   async atomic(row: SandboxRow, op: OperationRow, out: Outcome, also?: (tx: Store) => Promise<void>): Promise<SandboxRow> {
     if (row.op_id) throw inProgress(row);
     return this.store.transaction(async (tx) => {
-      await tx.insertOperation({ ...op, status: "done", finished_at: op.created_at, result: out.result === undefined ? null : JSON.stringify(out.result) });
-      const done = await tx.casSandbox(row.id, { generation: row.generation, opId: null }, out.patch ?? {});
-      if (!done) throw inProgress((await tx.getSandbox(row.id)) ?? row);
+      await tx.operations.insert({ ...op, status: "done", finished_at: op.created_at, result: out.result === undefined ? null : JSON.stringify(out.result) });
+      const done = await tx.sandboxes.cas(row.id, { generation: row.generation, opId: null }, out.patch ?? {});
+      if (!done) throw inProgress((await tx.sandboxes.get(row.id)) ?? row);
       await also?.(tx);
       return done;
     });
@@ -206,19 +206,19 @@ export class Operations {
 
   /** Settles one sandbox held by `op` inside the transaction `tx` (fork children settle with their parent). */
   async settle(tx: Store, op: OperationRow, id: string, out: Outcome, live?: number): Promise<SandboxRow> {
-    const cur = await tx.getSandbox(id);
+    const cur = await tx.sandboxes.get(id);
     if (!cur || cur.op_id !== op.id) throw new DenError("internal", `sandbox ${id} is no longer held by operation ${op.id}`);
     const now = this.clock.now();
     // The usage segment of the state it leaves closes in the same transaction.
     const meter = out.state ? await this.meter.roll(cur, now, tx, live) : {};
     const patch: Partial<SandboxRow> = { ...out.patch, ...meter, op_id: null, op_kind: null, op_since: null };
     if (out.state) Object.assign(patch, { state: out.state, state_reason: out.reason ?? "user" });
-    const row = await tx.casSandbox(id, { generation: cur.generation, opId: op.id }, patch);
+    const row = await tx.sandboxes.cas(id, { generation: cur.generation, opId: op.id }, patch);
     if (!row) throw new DenError("internal", `sandbox ${id} changed under operation ${op.id}`);
     // A sandbox that ended holds no volume: every way it ends (a destroy, a failed create,
     // a rolled-back fork child) lets go of its mounts here, in the transaction that ends it
     // (a destroy's, only once its host has destroyed the VM).
-    if (out.state === "destroyed" || out.state === "error") await new VolumeStore(tx).drop(id);
+    if (out.state === "destroyed" || out.state === "error") await new VolumeMounts(tx).drop(id);
     if (out.state) await this.event(id, out.state, out.reason ?? "user", out.data ?? {}, tx, op.kind);
     return row;
   }

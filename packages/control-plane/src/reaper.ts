@@ -42,7 +42,7 @@ export class Reaper {
     // What each reachable host holds; the sandboxes of a host that does not answer are not judged this pass.
     const inventories = await hosts.inventories();
     const seen = new Map(inventories.map(({ host, inventory }) => [host.instance, new Map(inventory.vms.map((v) => [v.id, v]))]));
-    const live = await store.liveSandboxes();
+    const live = await store.sandboxes.live();
     for (const { host, inventory } of inventories) if (inventory.capacity.memory) this.relievePressure(host.instance, inventory.capacity.memory, live, seen.get(host.instance)!);
     for (const row of live) {
       if (row.op_id || this.inFlight.has(row.id)) continue;
@@ -109,7 +109,7 @@ export class Reaper {
    * it waited for (0: none to take).
    */
   async makeRoom(hostId: string, needMb: number, except: string, measure: Measure): Promise<number> {
-    const live = await this.ctx.store.liveSandboxes();
+    const live = await this.ctx.store.sandboxes.live();
     const vms = new Map((await this.ctx.hosts.get(hostId).inventory()).vms.map((v) => [v.id, v]));
     const started = this.evict({ hostId, needMb, measure, live, vms, except }, `has no room to wake ${except}`);
     await Promise.all(started.map((id) => this.inFlight.get(id)?.done));
@@ -170,9 +170,9 @@ export class Reaper {
   /** Closes a long open usage segment (compare-and-set, so it never races an operation). */
   private async roll(row: SandboxRow, live: number | undefined): Promise<void> {
     await this.queue.run(row.id, () => this.ctx.store.transaction(async (tx) => {
-      const cur = await tx.getSandbox(row.id);
+      const cur = await tx.sandboxes.get(row.id);
       if (!cur || cur.op_id || !meteredState(cur) || cur.meter_since !== row.meter_since) return;
-      await tx.casSandbox(row.id, { generation: cur.generation, opId: null }, await this.ctx.meter.roll(cur, this.ctx.clock.now(), tx, live));
+      await tx.sandboxes.cas(row.id, { generation: cur.generation, opId: null }, await this.ctx.meter.roll(cur, this.ctx.clock.now(), tx, live));
     }));
   }
 
@@ -180,7 +180,7 @@ export class Reaper {
   async markLost(id: string): Promise<void> {
     await this.queue.run(id, async () => {
       const { store, ops, hosts } = this.ctx;
-      const cur = await store.getSandbox(id);
+      const cur = await store.sandboxes.get(id);
       if (!cur) return;
       const host = hosts.of(cur);
       const vm = (await host.inventory()).vms.find((v) => v.id === id);

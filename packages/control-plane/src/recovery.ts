@@ -8,7 +8,7 @@ import type { Forks } from "./forks.js";
 import type { NetworkPolicies } from "./network-policy.js";
 import { argsOf, type Reason } from "./operations.js";
 import type { Templates } from "./templates.js";
-import { volumeStore } from "./volumes.js";
+import { volumeMounts, volumeStore } from "./volumes.js";
 
 const STOPPED = "the server stopped during this operation";
 
@@ -38,7 +38,7 @@ export class Recovery {
     // Rows from before hosts were recorded are the first host's: said so once, so a reordered list cannot move them.
     await this.ctx.hosts.open();
     const first = this.ctx.hosts.first;
-    if (first) await this.ctx.store.assignUnplacedSandboxes(first.instance);
+    if (first) await this.ctx.store.sandboxes.assignUnplaced(first.instance);
     await this.retry();
     await this.reconcile();
   }
@@ -51,13 +51,13 @@ export class Recovery {
   async retry(opts: { othersOnly?: boolean } = {}): Promise<void> {
     const { store, replica } = this.ctx;
     let alive: Set<string> | undefined;
-    for (const op of await store.pendingOperations()) {
+    for (const op of await store.operations.pending()) {
       const mine = op.owner === replica || op.owner === null;
       if (mine && (opts.othersOnly || op.created_at >= this.startedAt)) continue;
       if (!mine) {
-        alive ??= await store.liveReplicas(this.ctx.clock.now());
+        alive ??= await store.replicas.live(this.ctx.clock.now());
         if (alive.has(op.owner!)) continue;
-        if (!(await store.claimOperation(op.id, op.owner, replica))) continue;
+        if (!(await store.operations.claim(op.id, op.owner, replica))) continue;
         this.ctx.log.warn({ op: op.id, kind: op.kind, from: op.owner }, `replica ${op.owner} is gone: settling its operation ${op.id} (${op.kind})`);
       }
       try {
@@ -70,7 +70,7 @@ export class Recovery {
 
   private async settle(op: OperationRow): Promise<void> {
     const { store, ops, hosts, clock, objects } = this.ctx;
-    const row = op.sandbox_id ? await store.getSandbox(op.sandbox_id) : undefined;
+    const row = op.sandbox_id ? await store.sandboxes.get(op.sandbox_id) : undefined;
     if (row && row.op_id === op.id && op.kind === "destroy" && argsOf<{ lost?: boolean }>(op).lost && !hosts.has(row.host_id)) {
       // Declared lost with its host: nothing was to be asked of it.
       await ops.finish(op, row.id, { state: "lost", reason: "host_lost" });
@@ -127,13 +127,13 @@ export class Recovery {
         if (await storedSnapshotComplete(objects, a.key!)) {
           // The stored copy is whole: the hibernate took effect; the VM goes only now.
           const bytes = await storedBytes(objects, a.key!);
-          await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "cold", stored_bytes: bytes, ...this.lifecycle.pausedDeadline(row) }, data: { mode: "cold", snapshot: a.snapshot, stored_bytes: bytes, recovered: true } }, (tx) => tx.completeStoredSnapshot(a.snapshot, bytes));
+          await ops.finish(op, id, { state: "hibernated", reason: op.reason as Reason, patch: { hibernate_snapshot: a.snapshot, hibernate_mode: "cold", stored_bytes: bytes, ...this.lifecycle.pausedDeadline(row) }, data: { mode: "cold", snapshot: a.snapshot, stored_bytes: bytes, recovered: true } }, (tx) => tx.snapshots.complete(a.snapshot, bytes));
           await this.lifecycle.removeVm(row, a.from_warm ?? null);
           return;
         }
         // Not whole: the VM (paused for the upload) works on, and the half upload is released.
         if (!a.from_warm) await host.vms.resume(id);
-        await rollBack({}, (tx) => tx.releaseStoredSnapshot(a.snapshot, clock.now()));
+        await rollBack({}, (tx) => tx.snapshots.release(a.snapshot, clock.now()));
         return;
       }
       case "wake": {
@@ -142,7 +142,7 @@ export class Recovery {
           // It came back before the stop: the record follows the VM.
           await host.vms.resume(id);
           const done = await ops.finish(op, id, { state: "running", reason: op.reason as Reason, patch: { hibernate_snapshot: null, hibernate_mode: null, stored_bytes: null, last_activity_at: clock.now(), ...deadlineAfter(row, "running", clock.now(), 0) }, data: { mode: a.mode, recovered: true } },
-            a.mode === "cold" && a.snapshot ? (tx) => tx.releaseStoredSnapshot(a.snapshot!, clock.now()) : undefined);
+            a.mode === "cold" && a.snapshot ? (tx) => tx.snapshots.release(a.snapshot!, clock.now()) : undefined);
           await this.lifecycle.dropWarm(row);
           await this.network.restore(done);
           return;
@@ -150,7 +150,7 @@ export class Recovery {
         // It stays hibernated: its snapshot (or its disk, shut down) was never touched, and the
         // volumes a cold wake held again are let go of (those it kept through its sleep stay held).
         if (a.mode === "cold") await host.vms.destroy(id);
-        await rollBack({}, a.held_volumes ? (tx) => volumeStore(tx).release(id, a.held_volumes!) : undefined);
+        await rollBack({}, a.held_volumes ? (tx) => volumeMounts(tx).release(id, a.held_volumes!) : undefined);
         return;
       }
       case "recover": {
@@ -168,17 +168,17 @@ export class Recovery {
         // The VM may be frozen mid-snapshot; the half-taken checkpoint is released.
         const a = argsOf<{ checkpoint: string }>(op);
         await host.vms.resume(id);
-        await rollBack({}, (tx) => tx.releaseStoredSnapshot(a.checkpoint, clock.now()));
+        await rollBack({}, (tx) => tx.snapshots.release(a.checkpoint, clock.now()));
         return;
       }
       case "fork": {
         // Children live on the host their rows name (the parent's, or others for a fork across hosts).
         const a = argsOf<{ children: string[]; via?: string }>(op);
-        for (const c of a.children) await hosts.of((await store.getSandbox(c)) ?? row).vms.destroy(c);
+        for (const c of a.children) await hosts.of((await store.sandboxes.get(c)) ?? row).vms.destroy(c);
         await host.vms.resume(id);
         await rollBack({}, async (tx) => {
           await this.forks.dropChildren(tx, op, a.children, "restart", STOPPED);
-          if (a.via) await tx.releaseStoredSnapshot(a.via, clock.now());
+          if (a.via) await tx.snapshots.release(a.via, clock.now());
         });
         return;
       }
@@ -235,7 +235,7 @@ export class Recovery {
     const inv = await host.inventory();
     const vms = new Map(inv.vms.map((v) => [v.id, v]));
     const mine = (r: SandboxRow) => hosts.has(r.host_id) && hosts.of(r) === host;
-    const live = (await store.liveSandboxes()).filter(mine);
+    const live = (await store.sandboxes.live()).filter(mine);
     const known = new Set(live.map((r) => r.id));
     for (const row of live) {
       if (row.op_id) continue;
@@ -257,16 +257,16 @@ export class Recovery {
     }
     for (const id of vms.keys()) if (!known.has(id)) await host.vms.destroy(id);
     // Networks follow the database (a policy change may have been cut short by the stop).
-    for (const row of (await store.liveSandboxes()).filter(mine)) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
+    for (const row of (await store.sandboxes.live()).filter(mine)) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
     // Every host keeps what any record needs (a superset costs a small file per stored
     // snapshot and cannot drop another's pin); the pins are the database's.
-    await host.snapshots.collect([...(await this.keep(await store.liveSandboxes()))], await store.templatePins());
+    await host.snapshots.collect([...(await this.keep(await store.sandboxes.live()))], await store.snapshots.templatePins());
   }
 
   /** Local snapshots something still needs: warm hibernations', and those a warm hibernate in flight (on any replica) is taking. */
   private async keep(live: SandboxRow[]): Promise<Set<string>> {
     const keep = new Set(live.filter((r) => r.state === "hibernated" && modeOf(r) === "warm" && r.hibernate_snapshot).map((r) => r.hibernate_snapshot!));
-    for (const op of await this.ctx.store.pendingOperations()) {
+    for (const op of await this.ctx.store.operations.pending()) {
       const snapshot = op.kind === "hibernate" ? argsOf<{ snapshot?: string }>(op).snapshot : undefined;
       if (snapshot) keep.add(snapshot);
     }

@@ -41,7 +41,7 @@ export class HostRegistry {
     const { store, clock, hosts, log } = this.ctx;
     if (hb.protocol !== host.PROTOCOL_VERSION) throw new DenError("agent_protocol_error", `host ${hb.id} speaks protocol ${hb.protocol}, this control plane ${host.PROTOCOL_VERSION}`);
     const now = clock.now();
-    const { before, after } = await store.heartbeat({ id: hb.id, address: hb.address, kind: JSON.stringify(hb.kind), capacity: JSON.stringify(hb.capacity), starting: hb.starting === true }, now, now + this.config.leaseMs);
+    const { before, after } = await store.hosts.heartbeat({ id: hb.id, address: hb.address, kind: JSON.stringify(hb.kind), capacity: JSON.stringify(hb.capacity), starting: hb.starting === true }, now, now + this.config.leaseMs);
     if (after.state === "removed") return { leaseMs: this.config.leaseMs, state: "removed" };
     const back = !before || hb.starting === true || (before.lease_until ?? 0) <= now || before.address !== hb.address || before.lost_at !== null;
     if (back) {
@@ -49,7 +49,7 @@ export class HostRegistry {
       if (before) log.info({ host: hb.id, address: hb.address }, `host ${hb.id} is back: reconciling it against the database`);
       // Reconciling is idempotent, so whichever replica hears the host first does it; a host back
       // within its grace needs it too (its VMs may be fenced), and a new one has its templates published.
-      if (before?.lost_at !== null && before?.lost_at !== undefined) await store.clearHostLost(hb.id);
+      if (before?.lost_at !== null && before?.lost_at !== undefined) await store.hosts.clearLost(hb.id);
       void this.reconcileSoon(hb.id);
     }
     return { leaseMs: this.config.leaseMs, state: after.state as host.HeartbeatReply["state"] };
@@ -75,8 +75,8 @@ export class HostRegistry {
     if (now - this.startedAt < this.config.leaseMs + this.config.graceMs) return;
     for (const r of hosts.known()) {
       if (r.managed !== "lease" || r.lease_until === null || r.lease_until + this.config.graceMs > now) continue;
-      if (await store.claimHostLost(r.id, now - this.config.graceMs, now)) log.warn({ host: r.id }, `host ${r.id} (${r.address}) missed its lease and the grace period: its running and warm sandboxes are lost`);
-      for (const row of await store.sandboxesHeldOn(r.id)) {
+      if (await store.hosts.claimLost(r.id, now - this.config.graceMs, now)) log.warn({ host: r.id }, `host ${r.id} (${r.address}) missed its lease and the grace period: its running and warm sandboxes are lost`);
+      for (const row of await store.sandboxes.heldOn(r.id)) {
         if (row.op_id) continue;
         await this.declareLost(row.id).catch((err: unknown) => log.warn({ err, sandbox: row.id }, "could not mark a sandbox of a lost host lost"));
       }
@@ -85,7 +85,7 @@ export class HostRegistry {
 
   /** What still holds something on a host (a VM, a warm snapshot, a disk). */
   private held(id: string): Promise<SandboxRow[]> {
-    return this.ctx.store.sandboxesHeldOn(id);
+    return this.ctx.store.sandboxes.heldOn(id);
   }
 
   /**
@@ -97,9 +97,9 @@ export class HostRegistry {
    */
   async drain(id: string): Promise<number> {
     const { store } = this.ctx;
-    const row = await store.getHost(id);
+    const row = await store.hosts.get(id);
     if (!row || row.state === "removed") throw new DenError("not_found", `host ${id} is not registered`);
-    if (row.state !== "draining") await store.setHostState(id, "draining");
+    if (row.state !== "draining") await store.hosts.setState(id, "draining");
     await this.ctx.hosts.refresh();
     if (!this.draining.has(id)) {
       const run = this.drainOnce(id).finally(() => this.draining.delete(id));
@@ -123,21 +123,21 @@ export class HostRegistry {
 
   /** Ends a drain: the host takes new sandboxes again. */
   async undrain(id: string): Promise<void> {
-    const row = await this.ctx.store.getHost(id);
+    const row = await this.ctx.store.hosts.get(id);
     if (!row || row.state === "removed") throw new DenError("not_found", `host ${id} is not registered`);
-    await this.ctx.store.setHostState(id, "up");
+    await this.ctx.store.hosts.setState(id, "up");
     await this.ctx.hosts.refresh();
   }
 
   /** Takes a host out for good: only once nothing lives on it (drain it first; a lost host's sandboxes hold nothing). */
   async remove(id: string): Promise<void> {
-    const row = await this.ctx.store.getHost(id);
+    const row = await this.ctx.store.hosts.get(id);
     if (!row || row.state === "removed") throw new DenError("not_found", `host ${id} is not registered`);
     const held = await this.held(id);
     if (held.length) throw new DenError("invalid_state", `host ${id} still holds ${held.length} sandbox(es) (${held.slice(0, 5).map((r) => r.id).join(", ")}): drain it first`);
     const vols = await volumeStore(this.ctx.store).onHost(id);
     if (vols.length) throw new DenError("invalid_state", `host ${id} still has ${vols.length} volume(s) (${vols.slice(0, 5).map((v) => v.id).join(", ")}): drain it first (that parks them in the store)`);
-    await this.ctx.store.setHostState(id, "removed");
+    await this.ctx.store.hosts.setState(id, "removed");
     await this.ctx.hosts.refresh();
   }
 
@@ -149,7 +149,7 @@ export class HostRegistry {
   private async declareLost(id: string): Promise<void> {
     await this.queue.run(id, async () => {
       const { store, ops } = this.ctx;
-      const cur = await store.getSandbox(id);
+      const cur = await store.sandboxes.get(id);
       if (!cur || cur.op_id || cur.state === "destroyed" || cur.state === "lost" || cur.state === "error") return;
       if (cur.state === "hibernated" && modeOf(cur) === "cold") return;
       const op = ops.newOp("destroy", id, "host_lost", { lost: true, host: cur.host_id });

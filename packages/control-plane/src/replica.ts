@@ -31,22 +31,22 @@ export class Replica {
 
   async renew(): Promise<void> {
     const now = this.clock.now();
-    await this.store.renewReplica(this.id, now, now + this.leaseMs);
+    await this.store.replicas.renew(this.id, now, now + this.leaseMs);
   }
 
   /** Whether this replica holds (now, and for a lease's length) the lease on `work`. */
   async holds(work: string): Promise<boolean> {
     const now = this.clock.now();
-    return this.store.claimLease(work, this.id, now, now + this.leaseMs);
+    return this.store.replicas.claimLease(work, this.id, now, now + this.leaseMs);
   }
 
   /** Replicas alive now (this one included). */
   alive(): Promise<Set<string>> {
-    return this.store.liveReplicas(this.clock.now());
+    return this.store.replicas.live(this.clock.now());
   }
 
   /** A clean stop: its leases end now. */
   retire(): Promise<void> {
-    return this.store.retireReplica(this.id);
+    return this.store.replicas.retire(this.id);
   }
 }

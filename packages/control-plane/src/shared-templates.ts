@@ -40,22 +40,22 @@ export class SharedTemplates implements TemplateShare {
 
   private async publish(host: HostAgent): Promise<void> {
     const { store, clock, deployment, log } = this.ctx;
-    const known = new Map((await store.templateVersions()).map((r) => [`${r.name}@${r.version}`, r]));
+    const known = new Map((await store.templates.versions()).map((r) => [`${r.name}@${r.version}`, r]));
     for (const t of await host.templates.list()) {
       const have = known.get(`${t.name}@${t.version}`);
       // Complete, and still there (a store emptied by hand, or another store, is filled again).
       if (have?.state === "complete" && (await storedSnapshotComplete(this.ctx.objects, have.key))) continue;
       // Another's upload under way, unless its host is gone (a host killed mid-upload leaves its claim behind).
       if (have?.state === "pending" && clock.now() - have.created_at < STALE_CLAIM_MS && (await this.hostLive(have.host_id))) continue;
-      if (have) await store.dropTemplateVersion(t.name, t.version, have.state);
+      if (have) await store.templates.dropVersion(t.name, t.version, have.state);
       const row: TemplateVersionRow = { name: t.name, version: t.version, key: templateKey(t.name, t.version, deployment), state: "pending", bytes: null, host_id: host.instance, created_at: clock.now() };
-      if (!(await store.claimTemplateVersion(row))) continue;
+      if (!(await store.templates.claimVersion(row))) continue;
       try {
         const { storedBytes } = await host.templates.publish(newId("op"), t.name, t.version, row.key);
-        await store.completeTemplateVersion(t.name, t.version, storedBytes);
+        await store.templates.completeVersion(t.name, t.version, storedBytes);
         log.info({ template: `${t.name}@${t.version}`, host: host.instance, bytes: storedBytes }, `template ${t.name}@${t.version} is in the store`);
       } catch (e) {
-        await store.dropTemplateVersion(t.name, t.version);
+        await store.templates.dropVersion(t.name, t.version);
         throw e;
       }
     }
@@ -63,7 +63,7 @@ export class SharedTemplates implements TemplateShare {
 
   /** Whether a host is registered (or configured) and its lease runs. */
   private async hostLive(id: string): Promise<boolean> {
-    const h = await this.ctx.store.getHost(id);
+    const h = await this.ctx.store.hosts.get(id);
     return !!h && h.state !== "removed" && (h.managed === "config" || (h.lease_until ?? 0) > this.ctx.clock.now());
   }
 
@@ -74,11 +74,11 @@ export class SharedTemplates implements TemplateShare {
   async pullFor(spec: string): Promise<((h: HostAgent) => Promise<void>) | undefined> {
     if (!this.enabled) return undefined;
     const [name, version] = spec.split("@", 2) as [string, string | undefined];
-    const row = (await this.ctx.store.templateVersions()).filter((r) => r.state === "complete" && r.name === name && (version === undefined || r.version === version)).at(-1);
+    const row = (await this.ctx.store.templates.versions()).filter((r) => r.state === "complete" && r.name === name && (version === undefined || r.version === version)).at(-1);
     if (!row) return undefined;
     return async (h) => {
       // A version is the hash of its recipe and its host's kind: it is only any use on a host of that kind.
-      const [from, to] = await Promise.all([this.ctx.store.getHost(row.host_id), this.ctx.store.getHost(h.instance)]);
+      const [from, to] = await Promise.all([this.ctx.store.hosts.get(row.host_id), this.ctx.store.hosts.get(h.instance)]);
       if (from?.kind && to?.kind && from.kind !== to.kind) throw new DenError("template_not_found", `template ${row.name}@${row.version} was built on another kind of host than ${h.instance}`);
       this.ctx.log.info({ template: `${row.name}@${row.version}`, host: h.instance }, `host ${h.instance} pulls template ${row.name}@${row.version} from the store`);
       await h.templates.fetch(newId("op"), row.name, row.version, row.key, version === undefined);

@@ -33,13 +33,13 @@ export class Templates {
 
   /** A template made through the API is its owner's alone; the host's own are everyone's; a deleted one, nobody's. */
   async checkAccess(p: Principal, spec: string): Promise<void> {
-    const row = await this.ctx.store.templateRow(spec.split("@")[0]!.split(".")[0]!);
+    const row = await this.ctx.store.templates.row(spec.split("@")[0]!.split(".")[0]!);
     if (row && (row.deleted_at !== null || (row.owner !== p.owner && !p.admin))) throw new DenError("template_not_found", `template ${JSON.stringify(spec)} does not exist`);
   }
 
   /** The template versions this principal may use. */
   async list(p: Principal): Promise<api.Template[]> {
-    const rows = await this.ctx.store.templateRows();
+    const rows = await this.ctx.store.templates.rows();
     const out: api.Template[] = [];
     for (const t of await this.hostTemplates()) {
       const row = rows.get(t.name.split(".")[0]!);
@@ -118,10 +118,10 @@ export class Templates {
   /** The checks every build passes before it starts: the name is the caller's to build, quotas and limits. Returns the name's row. */
   private async admit(p: Principal, name: string): Promise<TemplateRow | undefined> {
     const { store, config } = this.ctx;
-    const row = await store.templateRow(name);
+    const row = await store.templates.row(name);
     if (row && row.owner !== p.owner) throw new DenError("already_exists", `template ${name} belongs to another owner`);
     if (!row && (await this.hostTemplates()).some((t) => t.name === name)) throw new DenError("already_exists", `template ${name} is one of this host's own templates`);
-    if ((!row || row.deleted_at !== null) && (await store.countTemplates(p.owner)) >= config.limits.templatesPerOwner) {
+    if ((!row || row.deleted_at !== null) && (await store.templates.count(p.owner)) >= config.limits.templatesPerOwner) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${config.limits.templatesPerOwner} templates`);
     }
     await withinStoredBytes(this.ctx, p.owner);
@@ -130,7 +130,7 @@ export class Templates {
     }
     // The building sandbox is one of the owner's while it runs (quota), bounded by the
     // build's TTL, and metered as running time under the build's operation id.
-    if ((await store.countLive(p.owner)) + (this.building.get(p.owner) ?? 0) >= config.limits.sandboxesPerOwner) {
+    if ((await store.sandboxes.countLive(p.owner)) + (this.building.get(p.owner) ?? 0) >= config.limits.sandboxesPerOwner) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${config.limits.sandboxesPerOwner} sandboxes, and a template build runs in one of its own; destroy some first`);
     }
     return row;
@@ -151,7 +151,7 @@ export class Templates {
     };
     try {
       await ops.beginDetached(op, async (tx) => {
-        await tx.claimTemplate(spec.name, p.owner, clock.now());
+        await tx.templates.claim(spec.name, p.owner, clock.now());
         const builds = buildStore(tx);
         // A build announced before (E2B's) becomes this one; otherwise its row is new.
         if (id && (await builds.get(id))) await builds.begin(id, on[0]!.instance);
@@ -190,7 +190,7 @@ export class Templates {
       shape = t.reused ? undefined : t;
       await pump;
       await store.transaction(async (tx) => {
-        await tx.setTemplateRun(name, JSON.stringify({ source: t.source ?? null, run: t.run ? apiRun(t.run) : null }));
+        await tx.templates.setRun(name, JSON.stringify({ source: t.source ?? null, run: t.run ? apiRun(t.run) : null }));
         await buildStore(tx).finish(op.id, { state: "ready", version: t.version, error: null, finished_at: clock.now() });
       });
       await ops.settleDetached(op, undefined);
@@ -249,7 +249,7 @@ export class Templates {
   /** The building sandbox's running time, as a usage segment of the owner's (a reused version built nothing). */
   private async meterBuild(id: string, owner: string, start: number, shape: { vcpus: number; memory_mb: number }): Promise<void> {
     const end = this.ctx.clock.now();
-    await this.ctx.store.insertSegment({
+    await this.ctx.store.usage.insert({
       sandbox_id: id, owner, state: "running", start_ms: start, end_ms: Math.max(end, start + 1),
       vcpus: shape.vcpus, memory_mb: shape.memory_mb, host_cpu_ms: 0, den_cpu_ms: 0, stored_bytes: 0,
     });
@@ -297,15 +297,15 @@ export class Templates {
     const built = (await this.hostTemplates()).some((t) => t.name === name && t.current);
     await this.ctx.ops.settleDetached(op, built ? undefined : error, async (tx) => {
       if (built) return;
-      if (previous) await tx.markTemplateDeleted(name, previous.deleted_at ?? this.ctx.clock.now());
-      else await tx.dropTemplate(name);
+      if (previous) await tx.templates.markDeleted(name, previous.deleted_at ?? this.ctx.clock.now());
+      else await tx.templates.drop(name);
     });
   }
 
   /** Deletes a template its owner built; sandboxes and checkpoints made from it keep working. */
   async delete(p: Principal, name: string): Promise<void> {
     const { store, ops, clock } = this.ctx;
-    const row = await store.templateRow(name);
+    const row = await store.templates.row(name);
     if (!row || row.deleted_at !== null || (row.owner !== p.owner && !p.admin)) {
       if (!row && (await this.hostTemplates()).some((t) => t.name === name)) {
         throw new DenError("forbidden", `template ${name} is one of this host's own templates (den template build); it is not deleted through the API`);
@@ -313,7 +313,7 @@ export class Templates {
       throw new DenError("template_not_found", `template ${JSON.stringify(name)} does not exist`);
     }
     const op = ops.newOp("template_delete", null, "user", { name });
-    await ops.beginDetached(op, (tx) => tx.markTemplateDeleted(name, clock.now()));
+    await ops.beginDetached(op, (tx) => tx.templates.markDeleted(name, clock.now()));
     await this.deleteOnHosts(name);
     await ops.settleDetached(op, undefined);
   }

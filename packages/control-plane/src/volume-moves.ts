@@ -89,7 +89,7 @@ export class VolumeMoves {
     const ref: StoredRef = { id: snapshotId, key: snapshotKey(snapshotId, this.ctx.deployment) };
     await store.transaction(async (tx) => {
       await new VolumeStore(tx).beginMove(v.id, except, { snapshot_id: snapshotId, move_to: to?.instance ?? null, moved_at: clock.now(), move_owner: this.ctx.replica });
-      if (!parked) await tx.insertStoredSnapshot(pendingVolumeCopy(this.ctx, ref, v.owner));
+      if (!parked) await tx.snapshots.insert(pendingVolumeCopy(this.ctx, ref, v.owner));
     });
     faultPoint("volume-move-after-intent");
     let uploaded = parked;
@@ -101,7 +101,7 @@ export class VolumeMoves {
         faultPoint("volume-move-after-upload");
         // From here the stored copy is the volume; the image it was made from is not.
         await store.transaction(async (tx) => {
-          await tx.completeStoredSnapshot(snapshotId, up.storedBytes);
+          await tx.snapshots.complete(snapshotId, up.storedBytes);
           if (!to) await new VolumeStore(tx).setPlace(v.id, { state: "ready", move_to: null, moved_at: null });
         });
         uploaded = true;
@@ -114,7 +114,7 @@ export class VolumeMoves {
       faultPoint("volume-move-after-fetch");
       await store.transaction(async (tx) => {
         await new VolumeStore(tx).setPlace(v.id, { state: "ready", host_id: to.instance, snapshot_id: null, move_to: null, moved_at: null });
-        await tx.releaseStoredSnapshot(snapshotId, clock.now());
+        await tx.snapshots.release(snapshotId, clock.now());
       });
       faultPoint("volume-move-after-commit");
       this.ctx.log.info({ volume: v.id, host: to.instance }, `volume ${v.id} moved to host ${to.instance}${parked ? " from the store" : ` from host ${v.host_id}`}`);
@@ -136,7 +136,7 @@ export class VolumeMoves {
   private async undo(v: VolumeRow, uploaded: boolean, fetched: boolean): Promise<void> {
     const { store, hosts, clock } = this.ctx;
     await store.transaction(async (tx) => {
-      if (!uploaded) await tx.releaseStoredSnapshot(v.snapshot_id!, clock.now());
+      if (!uploaded) await tx.snapshots.release(v.snapshot_id!, clock.now());
       await new VolumeStore(tx).setPlace(v.id, { state: "ready", move_to: null, moved_at: null, ...(uploaded ? {} : { snapshot_id: null }) });
     });
     // The new host's copy, if any: the volume is not there (its row says so now).
@@ -152,10 +152,10 @@ export class VolumeMoves {
    */
   async recover(startedAt: number): Promise<void> {
     const { store, replica, clock } = this.ctx;
-    for (const v of await this.vs.abandonedMoves(replica, startedAt, await store.liveReplicas(clock.now()))) {
+    for (const v of await this.vs.abandonedMoves(replica, startedAt, await store.replicas.live(clock.now()))) {
       if (!(await this.vs.claimMove(v, replica))) continue;
       if (v.move_owner && v.move_owner !== replica) this.ctx.log.warn({ volume: v.id, from: v.move_owner }, `replica ${v.move_owner} is gone: undoing its move of volume ${v.id}`);
-      const copy = v.snapshot_id ? await this.ctx.store.getStoredSnapshot(v.snapshot_id) : undefined;
+      const copy = v.snapshot_id ? await this.ctx.store.snapshots.get(v.snapshot_id) : undefined;
       const uploaded = copy?.state === "complete";
       await this.undo(v, uploaded, false);
       // Its upload committed but the host's image may not have been removed yet (undo removed it if the move was back to that host).

@@ -2,6 +2,7 @@ import { DenError, api, type HostAgent, type HostGuest, type VolumeSpec } from "
 import { newId } from "@den/protocol";
 import type { Principal, Store } from "./db/store.js";
 import { VolumeStore, volumeHost, type Hold, type VolumeRow } from "./db/volume-store.js";
+import { VolumeMounts } from "./db/volume-mounts.js";
 import { unanswered, type Ctx } from "./context.js";
 import { OwnerSlots } from "./owner-slots.js";
 import { VolumeMoves } from "./volume-moves.js";
@@ -12,6 +13,7 @@ const HELPER_MOUNT = "/mnt/volume";
 const HELPER_TEMPLATE = "base";
 
 export const volumeStore = (s: Store): VolumeStore => new VolumeStore(s);
+export const volumeMounts = (s: Store): VolumeMounts => new VolumeMounts(s);
 
 /** The volumes of a create, restore or fork, resolved against the owner's: what to hold, where they are. */
 export interface ResolvedMounts {
@@ -109,6 +111,10 @@ export class Volumes {
     return volumeStore(this.ctx.store);
   }
 
+  private get mounts(): VolumeMounts {
+    return volumeMounts(this.ctx.store);
+  }
+
   /** The caller's volume, or 404 (another owner's volume does not exist for them). */
   async owned(p: Principal, name: string): Promise<VolumeRow> {
     const v = api.VolumeName.safeParse(name).success ? await this.vs.byName(p.owner, name) : undefined;
@@ -124,7 +130,7 @@ export class Volumes {
   }
 
   async toApi(rows: VolumeRow[]): Promise<api.Volume[]> {
-    const mounts = await this.vs.mountsOfVolumes(rows.map((r) => r.id));
+    const mounts = await this.mounts.mountsOfVolumes(rows.map((r) => r.id));
     return rows.map((r) => ({
       id: r.id, name: r.name, size_mb: r.size_mb, created_at: new Date(r.created_at).toISOString(),
       mounts: mounts.filter((m) => m.volume_id === r.id).map((m) => ({ sandbox_id: m.sandbox_id, path: m.path, read_only: m.read_only === 1, held: m.held === 1 })),
@@ -157,7 +163,7 @@ export class Volumes {
 
   /** Refuses what would take the owner past their volume count or size quota (in the caller's transaction, the owner locked). */
   private async quota(tx: Store, owner: string, addCount: number, addMb: number): Promise<void> {
-    await tx.lockOwner(owner);
+    await tx.sandboxes.lockOwner(owner);
     const { count, mb } = await volumeStore(tx).usage(owner);
     const l = this.ctx.config.limits;
     if (count + addCount > l.volumesPerOwner) throw new DenError("quota_exceeded", `owner ${owner} may have at most ${l.volumesPerOwner} volumes; delete some first`, { volumes: count, quota_volumes: l.volumesPerOwner });
@@ -195,9 +201,9 @@ export class Volumes {
       await vs.lock([v.id]);
       const cur = await vs.byId(v.id);
       if (cur?.state === "moving") throw new DenError("volume_in_use", `volume ${v.name} is moving between hosts; delete it when that is done`, { volume: v.name });
-      const m = await vs.inUse(v.id);
+      const m = await volumeMounts(tx).inUse(v.id);
       if (m) {
-        const by = (await tx.getSandbox(m.sandbox_id)) ? `sandbox ${m.sandbox_id}` : "a transfer of its files or a grow";
+        const by = (await tx.sandboxes.get(m.sandbox_id)) ? `sandbox ${m.sandbox_id}` : "a transfer of its files or a grow";
         throw new DenError("volume_in_use", `volume ${v.name} is mounted by ${by}; destroy it (or wait for it) first`, { volume: v.name, ...(by.startsWith("sandbox") ? { sandbox_id: m.sandbox_id } : {}) });
       }
       await vs.markDeleted(v.id, this.ctx.clock.now());
@@ -208,7 +214,7 @@ export class Volumes {
   /** Removes a deleted volume's image (and lets go of its stored copy), then its row; a failure leaves both for the next sweep. */
   private async purge(v: VolumeRow): Promise<void> {
     try {
-      if (v.snapshot_id) await this.ctx.store.releaseStoredSnapshot(v.snapshot_id, this.ctx.clock.now());
+      if (v.snapshot_id) await this.ctx.store.snapshots.release(v.snapshot_id, this.ctx.clock.now());
       // A parked volume's old host may be gone for good: its image went when it was parked.
       if (!v.snapshot_id || this.ctx.hosts.has(v.host_id)) await this.ctx.hosts.get(v.host_id).volumes.delete(v.id);
       await this.vs.forget(v.id);
@@ -226,7 +232,7 @@ export class Volumes {
     const vs = this.vs;
     if (startedAt !== undefined) {
       for (const v of await vs.unfinished(startedAt)) await vs.markDeleted(v.id, this.ctx.clock.now());
-      await vs.dropHelpers(startedAt);
+      await this.mounts.dropHelpers(startedAt);
       await new VolumeMoves(this.ctx).recover(startedAt);
     }
     for (const v of await vs.deleted()) if (v.snapshot_id || this.ctx.hosts.has(v.host_id)) await this.purge(v);
@@ -277,7 +283,7 @@ export class Volumes {
     try {
       // A parked volume (or one on a host that is gone) is brought to a host that takes sandboxes first.
       host = await this.hostFor(v);
-      await this.ctx.store.transaction((tx) => volumeStore(tx).take(id, [hold], this.ctx.clock.now(), host.instance));
+      await this.ctx.store.transaction((tx) => volumeMounts(tx).take(id, [hold], this.ctx.clock.now(), host.instance));
     } catch (e) {
       release();
       throw e;
@@ -288,7 +294,7 @@ export class Volumes {
         await host.vms.destroy(id);
         // Only once its VM is gone does the helper let go (a destroy that failed leaves the
         // hold, and the VM, to the next start's reconcile and sweep).
-        await this.vs.drop(id);
+        await this.mounts.drop(id);
       } catch (err) {
         this.ctx.log.warn({ err, volume: v.id }, `volume ${v.id}: helper VM ${id} could not be removed; the volume stays held until the next start`);
       } finally {
@@ -375,7 +381,7 @@ export class Volumes {
       const host = await this.hostFor(v);
       await store.transaction(async (tx) => {
         // The volume's row before the owner's lock, as every mount takes them.
-        await volumeStore(tx).take(helper, [{ volumeId: v.id, name: v.name, path: "/mnt/den-volume", readOnly: false }], clock.now(), host.instance);
+        await volumeMounts(tx).take(helper, [{ volumeId: v.id, name: v.name, path: "/mnt/den-volume", readOnly: false }], clock.now(), host.instance);
         await this.quota(tx, p.owner, 0, sizeMb - v.size_mb);
       });
       let answered = true;
@@ -387,7 +393,7 @@ export class Volumes {
         throw e;
       } finally {
         // (A host that did not answer may still be growing it in its helper: held until the next start.)
-        if (answered) await this.vs.drop(helper);
+        if (answered) await this.mounts.drop(helper);
       }
       return this.get(p, name);
     } finally {

@@ -80,7 +80,7 @@ function errorBody(code: ErrorCode, message: string, details?: Record<string, un
 /** Builds the HTTP app: validation from the shared zod schemas, one error format, auth on /v1. */
 export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | object; e2b?: E2bSurface } = {}): Promise<FastifyInstance> {
   // Requests for sandboxes' ports bypass the API's routing: their bodies and upgrades go to the guest as they are.
-  const tokens = await PortTokens.open(cp.store, cp.config.dataDir);
+  const tokens = await PortTokens.open(cp, cp.config.dataDir);
   const e2bTokens = opts.e2b?.tokens;
   const proxy = new PortProxy(cp, tokens, cp.config.ports.domain, cp.config.ports.maxConnectionsPerOwner, e2bTokens ? (id, t) => e2bTokens.check("traffic", id, t) : undefined,
     e2bTokens ? (id, t) => e2bTokens.check("envd", id, t) : undefined);
@@ -131,7 +131,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
     if (err instanceof DenError && err.code === "guest_unresponsive") {
       // A wedged guest is worth a line in its sandbox's events (the owner's route put the id there).
       const id = (req.params as { id?: unknown } | undefined)?.id;
-      if (typeof id === "string" && req.principal) void cp.guestUnresponsive(id, err.message).catch(() => undefined);
+      if (typeof id === "string" && req.principal) void cp.guests.unresponsive(id, err.message).catch(() => undefined);
     }
     if (err instanceof DenError) return reply.status(err.status).send(errorBody(err.code, err.message, err.status < 500 ? (err.details as Record<string, unknown> | undefined) : undefined));
     if (hasZodFastifySchemaValidationErrors(err)) return reply.status(400).send(errorBody("invalid_argument", validationMessage(err)));
@@ -161,7 +161,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   /** A Den key (`Authorization: Bearer`), on /v1 and /mcp: a missing or wrong one is a 401 before any handler runs. */
   const authenticate = async (req: FastifyRequest) => {
     const key = bearerKey(req.headers.authorization);
-    const p = key ? await cp.store.findKey(key) : undefined;
+    const p = await cp.keys.principal(key);
     if (!p) throw new DenError("unauthorized", key ? "invalid or revoked API key" : "missing API key (Authorization: Bearer <key>)");
     req.principal = p;
   };

@@ -65,11 +65,7 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   });
   let createdAdminKey: string | undefined;
   try {
-    if (config.apiKey) {
-      if (!(await store.hasKeyHash(config.apiKey))) await store.createKey("admin", true, config.apiKey);
-    } else {
-      createdAdminKey = await store.firstAdminKey();
-    }
+    createdAdminKey = await cp.keys.bootstrap(config.apiKey);
     await cp.reconcile();
   } catch (e) {
     cp.hosts.close();
@@ -130,11 +126,11 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   // Every replica keeps its view of the hosts current (a heartbeat reaches only one of them).
   const view = every(1000, "host list refresh", () => cp.hosts.refresh());
   // An exec streaming through this replica keeps its sandbox active for whichever replica reaps.
-  const active = every(config.reaper.intervalMs, "activity of execs in flight", () => cp.touchActive());
+  const active = every(config.reaper.intervalMs, "activity of execs in flight", () => cp.activity.touchActive());
   const reaper = every(config.reaper.intervalMs, "reaper pass", once("reaper", () => cp.reap()));
   // Registered hosts: who holds a lease, and the loss of those that stopped renewing theirs.
   const leases = every(Math.min(config.reaper.intervalMs, 1000), "host lease pass", once("hosts", () => cp.registry.sweep()));
-  const refusals = every(config.network.eventsIntervalMs, "network refusal pass", once("refusals", () => cp.pollRefusals()));
+  const refusals = every(config.network.eventsIntervalMs, "network refusal pass", once("refusals", () => cp.network.poll()));
   const sampler = every(E2B_METRICS_INTERVAL_MS, "guest metrics sampling", () => e2b.metrics.pass());
   // Any replica settles operations of replicas that are gone (each one is claimed first); one collects garbage.
   const gc = every(config.storeGc.intervalMs, "store garbage collection", async () => {

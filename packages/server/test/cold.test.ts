@@ -83,7 +83,7 @@ for (const kind of ["local", "s3"] as const) {
         assert.ok(h.body.stored_bytes > 0 && h.body.stored_bytes <= h.body.memory_mb * 1024 * 1024 + diskDelta,
           `stored ${h.body.stored_bytes} bytes; RAM ${h.body.memory_mb} MiB + disk delta ${diskDelta} bytes`);
         // Whatever else of it is on this host (a template pin, stray files) goes too: the store alone must do.
-        const snapshot = (await server.cp.store.getSandbox(id))!.hibernate_snapshot!;
+        const snapshot = (await server.cp.store.sandboxes.get(id))!.hibernate_snapshot!;
         const removed = removeHostFiles(dataDir(), [id, snapshot]);
         assert.ok(removed.some((f) => f.includes(join("pins", snapshot))), `the template pin was among the files removed: ${removed.join(", ")}`);
         // The next exec wakes it transparently.
@@ -202,7 +202,7 @@ for (const kind of ["local", "s3"] as const) {
       for (const id of [a, b]) assert.equal((await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "cold" })).body.hibernate_mode, "cold");
       const store = host().store;
       const stateOf = async (id: string) => {
-        const snap = (await server.cp.store.getSandbox(id))!.hibernate_snapshot!;
+        const snap = (await server.cp.store.sandboxes.get(id))!.hibernate_snapshot!;
         return (await store.list(`${server.cp.deployment}/snapshots/${snap}/`)).find((o) => /\/state\.bin\.(gz|zst)$/.test(o.key))!.key;
       };
       const [keyA, keyB] = [await stateOf(a), await stateOf(b)];

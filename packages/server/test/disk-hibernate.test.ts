@@ -123,7 +123,7 @@ realOnly("disk hibernation through /v1", () => {
     const { id, boot } = await prepare(api);
     const w = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "warm" });
     assert.equal(w.body.hibernate_mode, "warm");
-    const snapshot = (await server.cp.store.getSandbox(id))!.hibernate_snapshot!;
+    const snapshot = (await server.cp.store.sandboxes.get(id))!.hibernate_snapshot!;
     await untilWarmSnapshot(server, id);
     assert.ok((await server.cp.hosts.first!.inventory()).snapshots.includes(snapshot));
     const d = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "disk" });

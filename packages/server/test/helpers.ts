@@ -252,7 +252,7 @@ export function vmPid(server: RunningServer, id: string): number {
 export async function untilWarmSnapshot(server: RunningServer, id: string, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const snap = (await server.cp.store.getSandbox(id))?.hibernate_snapshot;
+    const snap = (await server.cp.store.sandboxes.get(id))?.hibernate_snapshot;
     if (snap && existsSync(join(dataDir(), "snapshots", snap, "manifest.json"))) return;
     if (Date.now() > deadline) throw new Error(`sandbox ${id}: no warm snapshot after ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 50));

@@ -10,18 +10,18 @@ describe("operations", () => {
   test("a hibernate is logged with the snapshot id it produced, chosen before the host was asked; generations move on", async () => {
     const { api, server } = fx;
     const id = (await api("POST", "/v1/sandboxes", {})).body.id;
-    const g0 = (await server.cp.store.getSandbox(id))!.generation;
+    const g0 = (await server.cp.store.sandboxes.get(id))!.generation;
     const h = await api("POST", `/v1/sandboxes/${id}/hibernate`, { mode: "warm" });
     assert.equal(h.status, 200, h.text);
     assert.equal(h.body.operation, null, "nothing in flight once it answered");
-    const row = (await server.cp.store.getSandbox(id))!;
+    const row = (await server.cp.store.sandboxes.get(id))!;
     assert.equal(row.generation, g0 + 2, "one step for the intent, one for the outcome");
     const ops = await server.cp.store.db.selectFrom("operations").selectAll().where("sandbox_id", "=", id).where("kind", "=", "hibernate").execute();
     assert.equal(ops.length, 1);
     assert.equal(ops[0]!.status, "done");
     assert.equal(JSON.parse(ops[0]!.args).snapshot, row.hibernate_snapshot, "the snapshot id in the intent is the one the sandbox points at");
     // A write that expects the old generation changes nothing.
-    assert.equal(await server.cp.store.casSandbox(id, { generation: g0, opId: null }, { last_activity_at: 1 }), undefined);
+    assert.equal(await server.cp.store.sandboxes.cas(id, { generation: g0, opId: null }, { last_activity_at: 1 }), undefined);
     await api("DELETE", `/v1/sandboxes/${id}`);
   });
 
@@ -31,7 +31,7 @@ describe("operations", () => {
     const id = (await api("POST", "/v1/sandboxes", {})).body.id;
     await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "echo kept > /root/k" });
     const op = ops.newOp("checkpoint", id, "user", {});
-    await ops.begin((await store.getSandbox(id))!, op);
+    await ops.begin((await store.sandboxes.get(id))!, op);
     const shown = (await api("GET", `/v1/sandboxes/${id}`)).body;
     assert.equal(shown.state, "running", "the state stays the last settled one");
     assert.deepEqual({ id: shown.operation.id, kind: shown.operation.kind }, { id: op.id, kind: "checkpoint" });

@@ -50,7 +50,7 @@ export class Outbox {
   async sandboxEvent(s: Store, id: string, type: string, reason: string | null, data: Record<string, unknown>, kind?: string): Promise<void> {
     const ev = webhookEvent(type, reason, data, kind);
     if (!ev) return;
-    const owner = (await s.getSandbox(id))?.owner;
+    const owner = (await s.sandboxes.get(id))?.owner;
     if (owner !== undefined) await this.enqueue(s, owner, id, ev);
   }
 

@@ -1,7 +1,7 @@
 /**
  * The code interpreter's /v1 side: requests to the code server a `code-interpreter-v1`
  * sandbox runs on its guest port 49999 (E2B's code-interpreter wire protocol), through the
- * same tunnels the port proxy uses (`(await cp.guest(id)).tunnel(port)`), so they work
+ * same tunnels the port proxy uses (`(await cp.guests.reach(id)).tunnel(port)`), so they work
  * whatever the sandbox's egress policy and wake a hibernated sandbox. Den builds every
  * request itself (nothing of the client's headers goes in), with `X-Den-Sandbox-Env`
  * carrying the sandbox's env vars; the guest's errors become Den's codes.
@@ -70,7 +70,7 @@ export class CodeInterpreter {
   }
 
   private async tunnel(id: string): Promise<Duplex> {
-    const guest = await this.cp.guest(id);
+    const guest = await this.cp.guests.reach(id);
     try {
       return await guest.tunnel(CODE_PORT);
     } catch (e) {
@@ -148,7 +148,7 @@ export class CodeInterpreter {
     const release = this.open.take(row.owner);
     let call: GuestCall;
     try {
-      call = await this.cp.withExec(row.id, () => this.call(row, "POST", "/execute", body, "application/x-ndjson", signal));
+      call = await this.cp.activity.withExec(row.id, () => this.call(row, "POST", "/execute", body, "application/x-ndjson", signal));
       if ((call.res.statusCode ?? 502) >= 300) {
         throw await this.guestError(call, () => body.context_id !== undefined
           ? `code context ${JSON.stringify(body.context_id)} does not exist in sandbox ${row.id}`
@@ -207,7 +207,7 @@ export class CodeInterpreter {
       }
       if (!ended) yield unexpectedEnd("agent_unavailable", `the code interpreter of sandbox ${row.id} ended the run's stream before its end`);
     }
-    return { lines: this.cp.withExecStream(row.id, lines()), close: () => { c.close(); release(); } };
+    return { lines: this.cp.activity.withExecStream(row.id, lines()), close: () => { c.close(); release(); } };
   }
 
   /** A context call: its JSON answer (undefined for an empty one, or when `parse` is false: its body is not read as JSON). */
@@ -216,7 +216,7 @@ export class CodeInterpreter {
     const release = this.open.take(row.owner);
     const deadline = AbortSignal.timeout(CONTEXT_CALL_TIMEOUT_MS);
     try {
-      return await this.cp.withExec(row.id, async () => {
+      return await this.cp.activity.withExec(row.id, async () => {
         let call: GuestCall;
         try {
           call = await this.call(row, method, path, body, "application/json", deadline);

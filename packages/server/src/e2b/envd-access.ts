@@ -58,7 +58,7 @@ export class DenEnvdSandboxes implements EnvdSandboxes {
     for (let pass = 0; pass < 2; pass++) {
       // A second pass, over the sandboxes made since the list was read, when it is older than the request.
       if (pass === 1 && this.live && this.live.at >= asked) break;
-      if (!this.live || pass === 1 || Date.now() - this.live.at > LIVE_TTL_MS) this.live = { at: Date.now(), ids: await this.cp.store.liveSandboxIds() };
+      if (!this.live || pass === 1 || Date.now() - this.live.at > LIVE_TTL_MS) this.live = { at: Date.now(), ids: await this.cp.store.sandboxes.liveIds() };
       let n = 0;
       for (const id of this.live.ids) {
         if (tried.has(id)) continue;
@@ -84,20 +84,20 @@ export class DenEnvdSandboxes implements EnvdSandboxes {
   }
 
   async open(sandboxId: string, credentials: EnvdCredentials, opts: { probe?: boolean } = {}): Promise<EnvdSandbox> {
-    const found = api.SandboxId.safeParse(sandboxId).success ? await this.cp.store.getSandbox(sandboxId) : undefined;
+    const found = await this.cp.sandbox(sandboxId);
     if (!found) throw new EnvdUnavailable(`sandbox ${JSON.stringify(sandboxId.slice(0, 64))} does not exist`);
-    await checkCredentials(credentials, this.tokens.envd(found.id), async (key) => (await this.cp.store.findKey(key))?.owner === found.owner);
+    await checkCredentials(credentials, this.tokens.envd(found.id), (key) => this.cp.keys.isOwners(key, found.owner));
     let row = found;
     if (row.state === "hibernated" && row.auto_resume === 1 && !row.op_id && !opts.probe) row = await this.cp.wake(row.id, "user", row.run_timeout_seconds ?? DEFAULT_TIMEOUT_SECONDS);
     if (row.state !== "running" || (row.op_id && (row.op_kind === "destroy" || row.op_kind === "hibernate"))) throw new EnvdUnavailable(`sandbox ${row.id} is ${row.state === "hibernated" ? "paused" : row.state}`);
     const id = row.id;
     const defaults = row.defaults ? (JSON.parse(row.defaults) as { cwd?: string; user?: string }) : {};
     return {
-      guest: this.cp.hosts.of(row).guest(id),
+      guest: this.cp.guests.peek(row),
       env: JSON.parse(row.env) as Record<string, string>,
       ...(defaults.cwd ? { cwd: defaults.cwd } : {}),
       ...(defaults.user ? { user: defaults.user } : {}),
-      touch: () => void this.cp.touch(id).catch(() => undefined),
+      touch: () => void this.cp.activity.touch(id).catch(() => undefined),
       onGone: (cb) => this.cp.ops.onGone(id, cb),
     };
   }

@@ -30,8 +30,8 @@ export interface E2bSurface {
  * answer it too, so the client's default volume content URL (`https://api.<domain>`) is Den's.
  */
 export async function openE2b(cp: ControlPlane, domain: () => string): Promise<E2bSurface> {
-  const tokens = await E2bTokens.open(cp.store);
-  const links = await UploadLinks.open(cp.store);
+  const tokens = await E2bTokens.open(cp);
+  const links = await UploadLinks.open(cp);
   const catalog = new E2bTemplateCatalog(cp);
   return {
     tokens, service: new E2bService(cp, catalog), mapper: new E2bMapper(tokens, domain), metrics: new MetricsSeries(cp), volumes: new E2bVolumes(cp, tokens, domain),

@@ -27,7 +27,7 @@ export class MetricsSeries {
 
   /** One sample of every running sandbox made through the E2B API; sandboxes that are gone are forgotten. */
   async pass(): Promise<void> {
-    const live = (await this.cp.store.liveSandboxes()).filter((r) => r.surface === "e2b");
+    const live = (await this.cp.store.sandboxes.live()).filter((r) => r.surface === "e2b");
     const ids = new Set(live.map((r) => r.id));
     for (const id of this.series.keys()) if (!ids.has(id)) this.series.delete(id);
     for (const row of live.filter((r) => r.state === "running" && !r.op_id).slice(0, PER_PASS)) await this.sampleRow(row).catch(() => undefined);
@@ -35,14 +35,14 @@ export class MetricsSeries {
 
   /** Reads the guest now (without waking it or counting as activity) and keeps the reading. */
   async sample(id: string): Promise<e2bApi.SandboxMetric> {
-    const row = await this.cp.store.getSandbox(id);
+    const row = await this.cp.sandbox(id);
     if (!row || row.state !== "running") throw new Error(`sandbox ${id} is not running`);
     return this.sampleRow(row);
   }
 
   private async sampleRow(row: SandboxRow): Promise<e2bApi.SandboxMetric> {
     const id = row.id;
-    const guest = this.cp.hosts.of(row).guest(id);
+    const guest = this.cp.guests.peek(row);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("the guest did not report its metrics in time")), SAMPLE_MS)));
     try {

@@ -97,7 +97,7 @@ export class E2bPortTraffic implements EnvdPortTraffic {
   private async route(req: http.IncomingMessage, port: number | "bad"): Promise<{ t: PortTarget; grant: Grant; o: Omit<ForwardOptions, "fail"> }> {
     if (port === "bad") throw new DenError("invalid_argument", "E2b-Sandbox-Port must be a port number (1-65535)");
     const id = header(req, ID_HEADER) ?? "";
-    let row = api.SandboxId.safeParse(id).success ? await this.cp.store.getSandbox(id) : undefined;
+    let row = await this.cp.sandbox(id);
     if (!row || row.state === "destroyed") throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(id.slice(0, 64))} does not exist`);
     const grant = await this.authorize(req, row);
     // Running code is a command: as E2B's code server does, it takes the sandbox's envd
@@ -131,7 +131,7 @@ export class E2bPortTraffic implements EnvdPortTraffic {
    */
   private async authorize(req: http.IncomingMessage, row: SandboxRow): Promise<Grant> {
     const key = bearerKey(header(req, "authorization")) ?? header(req, "x-api-key");
-    const principal = key ? await this.cp.store.findKey(key) : undefined;
+    const principal = await this.cp.keys.principal(key);
     if (principal) {
       if (principal.owner !== row.owner) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(row.id)} does not exist`);
       return { owner: row.owner, via: "key" };

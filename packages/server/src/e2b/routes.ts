@@ -59,7 +59,7 @@ export async function registerE2bRoutes(root: FastifyInstance, deps: {
     useE2bErrors(plain);
     app.addHook("onRequest", async (req) => {
       const key = (req.headers["x-api-key"] as string | undefined) ?? bearerKey(req.headers.authorization);
-      const p = key && key.length <= 512 ? await cp.store.findKey(key) : undefined;
+      const p = await cp.keys.principal(key);
       if (!p) throw new DenError("unauthorized", key ? "invalid or revoked API key" : "missing API key (X-API-KEY)");
       req.e2bPrincipal = p;
     });
@@ -165,7 +165,7 @@ export async function registerE2bRoutes(root: FastifyInstance, deps: {
     app.get("/sandboxes/metrics", { schema: { ...hide, querystring: z.object({ sandbox_ids: z.string().max(100 * 40) }) } }, async (req) => {
       const p = who(req);
       const ids = req.query.sandbox_ids.split(",").filter(Boolean).slice(0, 100);
-      const mine = (await cp.store.sandboxesByIds(ids)).filter((r) => r.owner === p.owner).map((r) => r.id);
+      const mine = (await cp.store.sandboxes.byIds(ids)).filter((r) => r.owner === p.owner).map((r) => r.id);
       return { sandboxes: metrics.latest(mine) };
     });
 

@@ -1,7 +1,7 @@
 import { DenError, api, e2bApi, parseInput } from "@den/protocol";
 import type { ControlPlane } from "@den/control-plane";
 import type { Terms } from "@den/control-plane";
-import { volumeStore } from "@den/control-plane";
+import { volumeMounts } from "@den/control-plane";
 import type { CheckpointRow, Principal, SandboxRow } from "@den/control-plane";
 import { denStates } from "./mapping.js";
 import type { E2bTemplateCatalog } from "./templates/catalog.js";
@@ -70,7 +70,7 @@ export class E2bService {
 
   /** A snapshot (checkpoint) by id, or by the name it was given; undefined if `ref` names neither. */
   private async snapshotNamed(p: Principal, ref: string): Promise<CheckpointRow | undefined> {
-    if (api.CheckpointId.safeParse(ref).success) return this.cp.ownedCheckpoint(p, ref);
+    if (api.CheckpointId.safeParse(ref).success) return this.cp.checkpoints.owned(p, ref);
     return (await this.cp.listCheckpoints(p)).filter((c) => c.name === ref).at(-1);
   }
 
@@ -98,7 +98,7 @@ export class E2bService {
 
   /** The volumes a sandbox mounts, as E2B lists them (name and path). */
   async volumeMounts(id: string): Promise<e2bApi.SandboxVolumeMount[]> {
-    return (await volumeStore(this.cp.store).mountsOf(id)).map((m) => ({ name: m.name, path: m.path }));
+    return (await volumeMounts(this.cp.store).mountsOf(id)).map((m) => ({ name: m.name, path: m.path }));
   }
 
   /** E2B's list: by start time (Den's created_at), newest first unless `order` is `asc`; paged. */
@@ -110,7 +110,7 @@ export class E2bService {
       since = Date.parse(q.startedAfter);
       if (!Number.isFinite(since)) throw new DenError("invalid_argument", `startedAfter: not a timestamp: ${JSON.stringify(q.startedAfter.slice(0, 64))}`);
     }
-    const rows = await this.cp.store.listSandboxesNewest(p.owner, {
+    const rows = await this.cp.store.sandboxes.listNewest(p.owner, {
       states: denStates(q.states), metadata: q.metadata, limit: limit + 1, order,
       ...(q.template ? { template: q.template } : {}), ...(since !== undefined ? { since } : {}),
       ...(q.nextToken ? { cursor: decodeToken(q.nextToken, order) } : {}),
@@ -144,7 +144,7 @@ export class E2bService {
 
   async setNetwork(p: Principal, id: string, b: e2bApi.NetworkUpdate): Promise<void> {
     const row = await this.live(p, id);
-    await this.cp.setNetwork(p, row.id, denPolicyUpdate(b));
+    await this.cp.network.set(p, row.id, denPolicyUpdate(b));
   }
 
   async fork(p: Principal, id: string, b: e2bApi.ForkRequest): Promise<SandboxRow[]> {
@@ -171,13 +171,13 @@ export class E2bService {
   /** `DELETE /templates/{id}`: a snapshot (by id) or one of the caller's templates; false if neither exists. */
   async deleteSnapshotOrTemplate(p: Principal, id: string): Promise<boolean> {
     if (api.CheckpointId.safeParse(id).success) {
-      const found = await this.cp.ownedCheckpoint(p, id).catch(() => undefined);
+      const found = await this.cp.checkpoints.owned(p, id).catch(() => undefined);
       if (!found) return false;
-      await this.cp.deleteCheckpoint(p, id);
+      await this.cp.checkpoints.delete(p, id);
       return true;
     }
     try {
-      await this.cp.deleteTemplate(p, id);
+      await this.cp.templates.delete(p, id);
       return true;
     } catch (e) {
       if (e instanceof DenError && e.code === "template_not_found") return false;

@@ -1,5 +1,5 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
-import type { Store } from "@den/control-plane";
+import type { ControlPlane } from "@den/control-plane";
 
 const VOLUME_TOKEN_PREFIX = "denvol.";
 const VOLUME_TOKEN = /^denvol\.(\d{1,12})\.([A-Za-z0-9_-]{43})$/;
@@ -15,8 +15,8 @@ const VOLUME_TOKEN = /^denvol\.(\d{1,12})\.([A-Za-z0-9_-]{43})$/;
 export class E2bTokens {
   private constructor(private readonly secret: Buffer) {}
 
-  static async open(store: Store): Promise<E2bTokens> {
-    return new E2bTokens(Buffer.from(await store.setting("e2b_token_secret", () => randomBytes(32).toString("base64url")), "base64url"));
+  static async open(settings: Pick<ControlPlane, "setting">): Promise<E2bTokens> {
+    return new E2bTokens(Buffer.from(await settings.setting("e2b_token_secret", () => randomBytes(32).toString("base64url")), "base64url"));
   }
 
   private derive(kind: "envd" | "traffic", sandbox: string): string {

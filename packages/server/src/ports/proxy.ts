@@ -138,8 +138,8 @@ export class PortProxy {
   /** The owner's key (never another's), or a valid signed token from the URL or its cookie. */
   private async authorize(req: http.IncomingMessage, t: PortTarget): Promise<Grant> {
     const key = bearerKey(req.headers.authorization);
-    const principal = key ? await this.cp.store.findKey(key) : undefined;
-    const row = await this.cp.store.getSandbox(t.sandbox);
+    const principal = await this.cp.keys.principal(key);
+    const row = await this.cp.sandbox(t.sandbox);
     if (principal) {
       // Another owner's sandbox does not exist for them.
       if (!row || row.owner !== principal.owner) throw new DenError("sandbox_not_found", `sandbox ${JSON.stringify(t.sandbox)} does not exist`);
@@ -220,7 +220,7 @@ export class PortProxy {
   }
 
   private async tunnel(t: PortTarget): Promise<Duplex> {
-    const guest = await this.cp.guest(t.sandbox);
+    const guest = await this.cp.guests.reach(t.sandbox);
     try {
       return await guest.tunnel(t.port);
     } catch (e) {
@@ -264,7 +264,7 @@ export class PortProxy {
     try {
       const release = this.claim(grant.owner);
       res.on("close", release);
-      await this.cp.withExec(t.sandbox, async () => {
+      await this.cp.activity.withExec(t.sandbox, async () => {
         const tunnel = await this.tunnel(t);
         await new Promise<void>((resolve) => {
           const preq = http.request({
@@ -349,7 +349,7 @@ export class PortProxy {
     socket.pipe(tunnel);
     tunnel.pipe(socket);
     // A spliced connection is activity for as long as it lasts.
-    void this.cp.withExec(t.sandbox, () => new Promise<void>((resolve) => {
+    void this.cp.activity.withExec(t.sandbox, () => new Promise<void>((resolve) => {
       socket.on("close", () => {
         tunnel.destroy();
         resolve();

@@ -1,7 +1,7 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { Store } from "@den/control-plane";
+import type { ControlPlane } from "@den/control-plane";
 
 /**
  * Signed port URLs: a token names one sandbox, one port and an expiry, and carries an
@@ -12,11 +12,11 @@ import type { Store } from "@den/control-plane";
 export class PortTokens {
   private constructor(private readonly secret: Buffer) {}
 
-  static async open(store: Store, dataDir: string): Promise<PortTokens> {
+  static async open(settings: Pick<ControlPlane, "setting">, dataDir: string): Promise<PortTokens> {
     // A data dir from before the secret moved to the database keeps its URLs valid.
     const file = join(dataDir, "url-secret");
     const legacy = existsSync(file) ? readFileSync(file, "utf8").trim() : undefined;
-    const hex = await store.setting("port_url_secret", () => (legacy && /^[0-9a-f]{64}$/.test(legacy) ? legacy : randomBytes(32).toString("hex")));
+    const hex = await settings.setting("port_url_secret", () => (legacy && /^[0-9a-f]{64}$/.test(legacy) ? legacy : randomBytes(32).toString("hex")));
     if (!/^[0-9a-f]{64}$/.test(hex)) throw new Error("the port_url_secret setting is not a 32-byte hex secret");
     return new PortTokens(Buffer.from(hex, "hex"));
   }

@@ -5,14 +5,13 @@ import type { TypedApp } from "../typed-app.js";
 import { principal, requireAdmin } from "../principal.js";
 import type { ControlPlane } from "@den/control-plane";
 import { ndjsonStream } from "../ndjson.js";
-import { newKeySecret } from "@den/control-plane";
 
 const BuildParams = z.object({ id: z.string().min(1).max(64) });
 
 export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
   app.get("/v1/templates", {
     schema: { summary: "Template versions on this host", response: { 200: z.object({ templates: z.array(api.Template) }) } },
-  }, async (req) => ({ templates: await cp.listTemplates(principal(req)) }));
+  }, async (req) => ({ templates: await cp.templates.list(principal(req)) }));
 
   app.post("/v1/templates", {
     schema: {
@@ -21,10 +20,10 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     },
   }, async (req, reply) => {
     if (req.body.wait === false) {
-      const build = await cp.startTemplateBuild(principal(req), req.body);
+      const build = await cp.builds.start(principal(req), req.body);
       return reply.status(202).header("den-build-id", build.id).send({ build });
     }
-    const { build_id, ...t } = await cp.createTemplate(principal(req), req.body);
+    const { build_id, ...t } = await cp.templates.create(principal(req), req.body);
     return reply.status(201).header("den-build-id", build_id).send(t);
   });
 
@@ -34,15 +33,15 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
       querystring: z.object({ name: api.TemplateName.optional(), limit: z.coerce.number().int().min(1).max(200).optional() }),
       response: { 200: z.object({ builds: z.array(api.TemplateBuild) }) },
     },
-  }, async (req) => ({ builds: await cp.templateBuilds(principal(req), req.query.name, req.query.limit ?? 50) }));
+  }, async (req) => ({ builds: await cp.builds.list(principal(req), req.query.name, req.query.limit ?? 50) }));
 
   app.get("/v1/templates/builds/:id", {
     schema: { summary: "A template build: its state, and what it made or why it failed", params: BuildParams, response: { 200: api.TemplateBuild } },
-  }, async (req) => cp.templateBuild(principal(req), req.params.id));
+  }, async (req) => cp.builds.get(principal(req), req.params.id));
 
   app.post("/v1/templates/builds/:id/cancel", {
     schema: { summary: "Cancel a running template build (it ends `cancelled`, its VMs gone)", params: BuildParams, response: { 200: api.TemplateBuild } },
-  }, async (req) => cp.cancelTemplateBuild(principal(req), req.params.id));
+  }, async (req) => cp.builds.cancel(principal(req), req.params.id));
 
   app.get("/v1/templates/builds/:id/logs", {
     schema: {
@@ -52,18 +51,18 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
   }, async (req, reply) => {
     const p = principal(req);
     const id = req.params.id;
-    await cp.templateBuild(p, id);
+    await cp.builds.get(p, id);
     const follow = req.query.follow === "true";
     async function* lines(): AsyncGenerator<string> {
       let from = req.query.offset ?? 0;
       for (;;) {
-        const page = await cp.templateBuildLogs(p, id, from, 1000);
+        const page = await cp.builds.logs(p, id, from, 1000);
         for (const l of page.lines) yield JSON.stringify(l) + "\n";
         if (page.lines.length) from = page.lines[page.lines.length - 1]!.seq + 1;
         if (page.lines.length === 1000) continue;
         // (A last read after the end: lines the end's own write committed.)
         if (!follow || page.ended) {
-          if (follow) for (const l of (await cp.templateBuildLogs(p, id, from, 1000)).lines) yield JSON.stringify(l) + "\n";
+          if (follow) for (const l of (await cp.builds.logs(p, id, from, 1000)).lines) yield JSON.stringify(l) + "\n";
           return;
         }
         await new Promise((r) => setTimeout(r, 500));
@@ -81,13 +80,13 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     const declared = Number(req.headers["content-length"] ?? NaN);
     if (declared > cp.config.limits.contextBytes) throw new DenError("payload_too_large", `a build context may be at most ${cp.config.limits.contextBytes} bytes (DEN_MAX_CONTEXT_MB)`);
     if (!(req.body instanceof Readable)) throw new DenError("invalid_argument", "send the context's bytes as application/octet-stream");
-    return reply.status(201).send(await cp.uploadContext(principal(req), req.params.digest, req.body));
+    return reply.status(201).send(await cp.builds.uploadContext(principal(req), req.params.digest, req.body));
   });
 
   app.delete("/v1/templates/:name", {
     schema: { summary: "Delete a template you built (sandboxes and checkpoints made from it keep working)", params: z.object({ name: api.TemplateName }) },
   }, async (req, reply) => {
-    await cp.deleteTemplate(principal(req), req.params.name);
+    await cp.templates.delete(principal(req), req.params.name);
     return reply.status(204).send();
   });
 
@@ -102,8 +101,7 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     schema: { summary: "Create an API key (admin); the secret is returned once", body: api.CreateKeyRequest, response: { 201: api.ApiKey } },
   }, async (req, reply) => {
     requireAdmin(req);
-    const { id, secret } = await cp.store.createKey(req.body.owner, req.body.admin ?? false, newKeySecret(req.body.format ?? "den"));
-    const key = (await cp.store.listKeys()).find((k) => k.id === id)!;
+    const { secret, ...key } = await cp.keys.create(req.body.owner, req.body.admin ?? false, req.body.format ?? "den");
     return reply.status(201).send({ ...key, key: secret });
   });
 
@@ -111,14 +109,14 @@ export function registerAdminRoutes(app: TypedApp, cp: ControlPlane): void {
     schema: { summary: "List API keys (admin)", response: { 200: z.object({ keys: z.array(api.ApiKey) }) } },
   }, async (req) => {
     requireAdmin(req);
-    return { keys: await cp.store.listKeys() };
+    return { keys: await cp.keys.list() };
   });
 
   app.delete("/v1/keys/:id", {
     schema: { summary: "Revoke an API key (admin)", params: z.object({ id: z.string().max(64) }), response: { 200: api.ApiKey } },
   }, async (req) => {
     requireAdmin(req);
-    const k = await cp.store.revokeKey(req.params.id);
+    const k = await cp.keys.revoke(req.params.id);
     if (!k) throw new DenError("not_found", `API key ${JSON.stringify(req.params.id)} does not exist`);
     return k;
   });

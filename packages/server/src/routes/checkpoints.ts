@@ -42,12 +42,12 @@ export function registerCheckpointRoutes(app: TypedApp, cp: ControlPlane): void 
 
   app.get("/v1/checkpoints/:id", {
     schema: { summary: "Get a checkpoint", params: IdParams, response: { 200: api.Checkpoint } },
-  }, async (req) => toApiCheckpoint(await cp.ownedCheckpoint(principal(req), req.params.id)));
+  }, async (req) => toApiCheckpoint(await cp.checkpoints.owned(principal(req), req.params.id)));
 
   app.delete("/v1/checkpoints/:id", {
     schema: { summary: "Delete a checkpoint (sandboxes restored from it are unaffected)", params: IdParams },
   }, async (req, reply) => {
-    await cp.deleteCheckpoint(principal(req), req.params.id);
+    await cp.checkpoints.delete(principal(req), req.params.id);
     return reply.status(204).send();
   });
 

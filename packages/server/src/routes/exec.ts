@@ -39,13 +39,13 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes/:id/exec", {
     schema: { summary: "Run a command to completion; returns its output and exit code", params: IdParams, body: api.ExecRequest, response: { 200: api.ExecResult } },
   }, async (req) => {
-    const { row, guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { row, guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     const t0 = performance.now();
     const cmd = command(req.body);
-    await cp.recordExec(row.id, "exec.started", { cmd: typeof cmd === "string" ? cmd.slice(0, 200) : cmd.slice(0, 8) });
+    await cp.guests.recordExec(row.id, "exec.started", { cmd: typeof cmd === "string" ? cmd.slice(0, 200) : cmd.slice(0, 8) });
     const r = await cp.slots.bufferedExecs.with(row.owner, () =>
-      cp.withExec(row.id, () => guest.exec(cmd, { ...execOptions(row, req.body), maxOutputBytes: cp.config.limits.execOutputBytes })));
-    await cp.recordExec(row.id, "exec.ended", { exit_code: r.exitCode, signal: r.signal, timed_out: r.timedOut });
+      cp.activity.withExec(row.id, () => guest.exec(cmd, { ...execOptions(row, req.body), maxOutputBytes: cp.config.limits.execOutputBytes })));
+    await cp.guests.recordExec(row.id, "exec.ended", { exit_code: r.exitCode, signal: r.signal, timed_out: r.timedOut });
     const out = textOf(r.stdout);
     const err = textOf(r.stderr);
     return {
@@ -58,7 +58,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes/:id/exec/stream", {
     schema: { summary: "Run a command, streaming its output as NDJSON lines (start, stdout/stderr chunks, exit)", params: IdParams, body: api.ExecRequest },
   }, async (req, reply) => {
-    const { row, guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { row, guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     const cmd = command(req.body);
     const release = cp.slots.streams.take(row.owner);
     let p: Awaited<ReturnType<typeof guest.execStream>>;
@@ -70,7 +70,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
     }
     // The response's close (its end, or the client gone): a request's own close comes as soon as its body is read.
     reply.raw.once("close", release);
-    await cp.recordExec(row.id, "exec.started", { cmd: typeof cmd === "string" ? cmd.slice(0, 200) : cmd.slice(0, 8), streamed: true });
+    await cp.guests.recordExec(row.id, "exec.started", { cmd: typeof cmd === "string" ? cmd.slice(0, 200) : cmd.slice(0, 8), streamed: true });
     // A client that goes away takes its command with it.
     let finished = false;
     reply.raw.on("close", () => {
@@ -82,7 +82,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
         for await (const c of p) yield JSON.stringify({ type: c.stream, data_b64: c.data.toString("base64") }) + "\n";
         const exit = await p.wait();
         finished = true;
-        await cp.recordExec(row.id, "exec.ended", { exit_code: exit.exitCode, signal: exit.signal, timed_out: exit.timedOut });
+        await cp.guests.recordExec(row.id, "exec.ended", { exit_code: exit.exitCode, signal: exit.signal, timed_out: exit.timedOut });
         yield JSON.stringify({ type: "exit", exit_code: exit.exitCode, signal: exit.signal, timed_out: exit.timedOut }) + "\n";
       } catch (e) {
         finished = true;
@@ -92,24 +92,24 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
         release();
       }
     }
-    const stream = ndjsonStream(cp.withExecStream(row.id, lines()));
+    const stream = ndjsonStream(cp.activity.withExecStream(row.id, lines()));
     return reply.type("application/x-ndjson").header("cache-control", "no-store").send(stream);
   });
 
   app.post("/v1/sandboxes/:id/processes", {
     schema: { summary: "Start a background process (output kept in ring buffers)", params: IdParams, body: api.StartProcessRequest, response: { 201: api.ProcessInfo } },
   }, async (req, reply) => {
-    const { row, guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { row, guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     const opts = { ...execOptions(row, req.body), interactive: true, ...(req.body.buffer_bytes ? { bufferBytes: req.body.buffer_bytes } : {}) };
     const started = await guest.spawn(command(req.body), opts);
-    await cp.recordExec(row.id, "exec.started", { background: true, proc: started.proc });
+    await cp.guests.recordExec(row.id, "exec.started", { background: true, proc: started.proc });
     return reply.status(201).send({ proc: started.proc, pid: started.pid, running: true, exit_code: null, signal: null, timed_out: false });
   });
 
   app.get("/v1/sandboxes/:id/processes", {
     schema: { summary: "List processes started in the sandbox", params: IdParams, response: { 200: z.object({ processes: z.array(api.ProcessInfo) }) } },
   }, async (req) => {
-    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     return { processes: (await guest.processes.list()).map(procInfo) };
   });
 
@@ -119,7 +119,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
       params: ProcParams, querystring: z.object({ wait_seconds: z.coerce.number().min(0).max(300).optional() }), response: { 200: api.ProcessInfo },
     },
   }, async (req) => {
-    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     const waited = await guest.processes.wait(req.params.proc, (req.query.wait_seconds ?? 0) * 1000);
     const info = (await guest.processes.list()).find((p) => p.proc === req.params.proc);
     if (!info) throw new DenError("proc_not_found", `process ${req.params.proc} does not exist`);
@@ -134,7 +134,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
       response: { 200: api.ProcessLogs },
     },
   }, async (req) => {
-    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     const r = await guest.processes.read(req.params.proc, req.query.stream ?? "stdout", req.query.offset ?? 0, req.query.max_bytes ?? 256 * 1024);
     return { data_b64: r.data, offset: r.offset, next_offset: r.next_offset, dropped: r.dropped, eof: r.eof };
   });
@@ -142,7 +142,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes/:id/processes/:proc/input", {
     schema: { summary: "Write to a background process's stdin", params: ProcParams, body: api.ProcessInputRequest },
   }, async (req, reply) => {
-    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     await guest.processes.write(req.params.proc, Buffer.from(req.body.data_b64, "base64"), req.body.eof ?? false);
     return reply.status(204).send();
   });
@@ -150,7 +150,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
   app.delete("/v1/sandboxes/:id/processes/:proc", {
     schema: { summary: "Kill a process and everything it started", params: ProcParams },
   }, async (req, reply) => {
-    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     await guest.processes.kill(req.params.proc);
     return reply.status(204).send();
   });

@@ -36,7 +36,7 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
   app.get("/v1/sandboxes/:id/files", {
     schema: { summary: "Download a file's bytes", params: IdParams, querystring: PathQuery },
   }, async (req, reply) => {
-    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     const it = guest.files.readStream(req.query.path);
     // Pull the first chunk before the headers go out, so a missing file is a clean 404.
     const first = await it.next();
@@ -57,7 +57,7 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
     const declared = Number(req.headers["content-length"] ?? NaN);
     // Refused before a byte is read: Node then discards the body and the client gets the 413.
     if (declared > cp.config.limits.uploadBytes) throw new DenError("payload_too_large", `upload of ${declared} bytes exceeds ${cp.config.limits.uploadBytes}`);
-    const guest = await cp.guest(row.id);
+    const guest = await cp.guests.reach(row.id);
     await guest.files.write(req.query.path, limited(bodySource(req.body), cp.config.limits.uploadBytes));
     return stat(req.query.path, await guest.files.stat(req.query.path));
   });
@@ -65,7 +65,7 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
   app.get("/v1/sandboxes/:id/files/list", {
     schema: { summary: "List a directory", params: IdParams, querystring: PathQuery, response: { 200: api.ListFilesResponse } },
   }, async (req) => {
-    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     const r = await guest.files.list(req.query.path);
     const dir = req.query.path.endsWith("/") ? req.query.path : `${req.query.path}/`;
     return { entries: r.entries.map((e) => stat(dir + e.name, e)), truncated: r.truncated };
@@ -74,14 +74,14 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
   app.get("/v1/sandboxes/:id/files/stat", {
     schema: { summary: "Stat a path (does not follow a final symlink)", params: IdParams, querystring: PathQuery, response: { 200: api.FileStat } },
   }, async (req) => {
-    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     return stat(req.query.path, await guest.files.stat(req.query.path));
   });
 
   app.post("/v1/sandboxes/:id/files/mkdir", {
     schema: { summary: "Create a directory", params: IdParams, body: api.MkdirRequest },
   }, async (req, reply) => {
-    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     await guest.files.mkdir(req.body.path, { parents: req.body.parents ?? true });
     return reply.status(204).send();
   });
@@ -89,7 +89,7 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
   app.delete("/v1/sandboxes/:id/files", {
     schema: { summary: "Remove a file or directory", params: IdParams, querystring: PathQuery.extend({ recursive: z.enum(["true", "false"]).optional() }) },
   }, async (req, reply) => {
-    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     await guest.files.remove(req.query.path, { recursive: req.query.recursive === "true" });
     return reply.status(204).send();
   });
@@ -97,7 +97,7 @@ export function registerFileRoutes(app: TypedApp, cp: ControlPlane): void {
   app.post("/v1/sandboxes/:id/files/rename", {
     schema: { summary: "Rename or move a path", params: IdParams, body: api.RenameRequest },
   }, async (req, reply) => {
-    const { guest } = await cp.ownedGuest(principal(req), req.params.id);
+    const { guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     await guest.files.rename(req.body.from, req.body.to);
     return reply.status(204).send();
   });

@@ -14,7 +14,7 @@ export function registerHealthRoutes(app: FastifyInstance, cp: ControlPlane): vo
   app.get("/readyz", { schema: { hide: true } }, async (_req, reply: FastifyReply) => {
     const checks: Record<string, string> = {};
     try {
-      await cp.store.countKeys();
+      await cp.keys.readable();
       checks.database = "ok";
     } catch (e) {
       checks.database = (e as Error).message;
@@ -31,8 +31,7 @@ export function registerHealthRoutes(app: FastifyInstance, cp: ControlPlane): vo
 
   app.get("/metrics", { schema: { hide: true } }, async (req, reply) => {
     if (!cp.config.metricsPublic) {
-      const key = bearerKey(req.headers.authorization);
-      const p = key ? await cp.store.findKey(key) : undefined;
+      const p = await cp.keys.principal(bearerKey(req.headers.authorization));
       if (!p) throw new DenError("unauthorized", "metrics need an admin key (Authorization: Bearer <key>), or DEN_METRICS_PUBLIC=1");
       if (!p.admin) throw new DenError("forbidden", "metrics need an admin key");
     }

@@ -17,7 +17,7 @@ export function registerPortRoutes(app: TypedApp, cp: ControlPlane, tokens: Port
   }, async (req) => {
     const row = await cp.owned(principal(req), req.params.id);
     if (row.state !== "running") return { ports: [], state: row.state as api.SandboxState };
-    const ports = await cp.hosts.of(row).guest(row.id).listeningPorts();
+    const ports = await cp.guests.peek(row).listeningPorts();
     return { ports, state: row.state as api.SandboxState };
   });
 

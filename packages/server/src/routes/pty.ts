@@ -71,7 +71,7 @@ export function registerPtyRoutes(app: TypedApp, cp: ControlPlane): void {
     };
     socket.on("message", (data: Buffer, isBinary: boolean) => handle(data, isBinary));
     try {
-      const { row, guest } = await cp.ownedGuest(principal(req), req.params.id);
+      const { row, guest } = await cp.guests.reachOwned(principal(req), req.params.id);
       socket.once("close", cp.slots.streams.take(row.owner));
       const q = req.query;
       const env = { ...(JSON.parse(row.env) as Record<string, string>) };
@@ -85,7 +85,7 @@ export function registerPtyRoutes(app: TypedApp, cp: ControlPlane): void {
       stdin = pacedInput(socket, (b) => p.write(b));
       for (const [b, isBinary] of early.splice(0)) handle(b, isBinary);
       socket.resume();
-      await cp.withExec(row.id, async () => {
+      await cp.activity.withExec(row.id, async () => {
         for await (const c of p) {
           if (socket.readyState !== socket.OPEN) break;
           await new Promise<void>((resolve) => socket.send(c.data, () => resolve()));

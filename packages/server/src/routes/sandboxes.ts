@@ -65,11 +65,11 @@ export function registerSandboxRoutes(app: TypedApp, cp: ControlPlane): void {
 
   app.put("/v1/sandboxes/:id/network", {
     schema: { summary: "Set the network policy: at once if running, at wake if hibernated", params: IdParams, body: api.NetworkPolicy, response: { 200: api.Sandbox } },
-  }, async (req) => toApiSandbox(await cp.setNetwork(principal(req), req.params.id, req.body)));
+  }, async (req) => toApiSandbox(await cp.network.set(principal(req), req.params.id, req.body)));
 
   app.get("/v1/sandboxes/:id/network", {
     schema: { summary: "The network policy, whether the network is up, and refused attempts since it came up", params: IdParams, response: { 200: api.NetworkStatus } },
-  }, async (req) => cp.networkStatus(principal(req), req.params.id));
+  }, async (req) => cp.network.status(principal(req), req.params.id));
 
   app.post("/v1/sandboxes/:id/timeout", {
     schema: { summary: "Set the TTL deadline to now + seconds", params: IdParams, body: api.TimeoutRequest, response: { 200: api.Sandbox } },

@@ -39,14 +39,14 @@ describe("envd with the e2b client", () => {
     const seam: EnvdSandboxes = {
       async open(sandboxId, creds) {
         if (!creds.accessToken && !creds.apiKey && !creds.signature) throw new EnvdDenied();
-        const row = await cp.store.getSandbox(sandboxId);
+        const row = await cp.store.sandboxes.get(sandboxId);
         if (!row || row.state !== "running") throw new EnvdUnavailable(`sandbox ${sandboxId} is not running`);
-        await checkCredentials(creds, sandboxId === id ? token : undefined, async (key) => (await cp.store.findKey(key))?.owner === row.owner);
-        const guest = await cp.guest(sandboxId);
+        await checkCredentials(creds, sandboxId === id ? token : undefined, async (key) => (await cp.store.keys.find(key))?.owner === row.owner);
+        const guest = await cp.guests.reach(sandboxId);
         return {
           guest,
           env: JSON.parse(row.env) as Record<string, string>,
-          touch: () => void cp.touch(sandboxId).catch(() => undefined),
+          touch: () => void cp.activity.touch(sandboxId).catch(() => undefined),
           onGone(cb) {
             const set = gone.get(sandboxId) ?? new Set();
             gone.set(sandboxId, set.add(cb));

@@ -46,12 +46,12 @@ export class E2bTemplateBuilds {
   /** The checks a build of `name` would fail at its start, made at its request (the start makes them again). */
   private async checkName(p: Principal, name: string): Promise<void> {
     const { store, config } = this.cp;
-    const row = await store.templateRow(name);
+    const row = await store.templates.row(name);
     if (row && row.owner !== p.owner) throw new DenError("already_exists", `template ${name} belongs to another owner`);
     if (!row && (await this.cp.templates.hostTemplates()).some((t) => t.name === name)) throw new DenError("already_exists", `template ${name} is one of this host's own templates`);
     // E2B's snapshots and templates share one namespace; on this surface, so do Den's.
     if ((await this.cp.listCheckpoints(p)).some((c) => c.name === name)) throw new DenError("already_exists", `${name} is the name of one of your snapshots`);
-    if ((!row || row.deleted_at !== null) && (await store.countTemplates(p.owner)) >= config.limits.templatesPerOwner) {
+    if ((!row || row.deleted_at !== null) && (await store.templates.count(p.owner)) >= config.limits.templatesPerOwner) {
       throw new DenError("quota_exceeded", `owner ${p.owner} may have at most ${config.limits.templatesPerOwner} templates`);
     }
   }
@@ -65,7 +65,7 @@ export class E2bTemplateBuilds {
     contextName(hash);
     const url = new URL(`${UPLOAD_PATH}/${hash}`, origin);
     url.searchParams.set("token", this.links.token(p.owner, hash, this.cp.clock.now() + UPLOAD_LINK_MS));
-    return { present: await this.cp.buildContexts.has(p.owner, hash), url: url.toString() };
+    return { present: await this.cp.builds.contexts.has(p.owner, hash), url: url.toString() };
   }
 
   /** `POST /v2/templates/{templateID}/builds/{buildID}`: the announced build starts (or, refused, ends as an error). */
@@ -77,7 +77,7 @@ export class E2bTemplateBuilds {
     this.starting.add(buildID);
     try {
       const { plan, source } = await planBuild(b, askedShape(row), {
-        context: async (hash) => ((await this.cp.buildContexts.has(p.owner, hash)) ? this.cp.buildContexts.ref(p.owner, hash) : undefined),
+        context: async (hash) => ((await this.cp.builds.contexts.has(p.owner, hash)) ? this.cp.builds.contexts.ref(p.owner, hash) : undefined),
         template: (ref) => this.catalog.source(p, ref),
       });
       const described = { ...sourceOf(row), ...source };

@@ -40,7 +40,7 @@ export class E2bTemplateCatalog {
     const name = alias.split(":")[0]!;
     const none = new DenError("not_found", `template ${JSON.stringify(alias.slice(0, 80))} does not exist`);
     if (!isDenName(name)) throw none;
-    const row = await this.cp.store.templateRow(name);
+    const row = await this.cp.store.templates.row(name);
     if (row && row.owner !== p.owner && !p.admin) throw new DenError("forbidden", `template ${name} belongs to another owner`);
     if (row?.deleted_at === null) return { templateID: name, public: false };
     if (!row && (await this.cp.templates.hostTemplates()).some((t) => t.name === name)) return { templateID: name, public: true };
@@ -51,7 +51,7 @@ export class E2bTemplateCatalog {
   /** `GET /templates/{templateID}`: the caller's template (or the host's) and its builds, a page of them newest first. */
   async withBuilds(p: Principal, templateID: string, limit: number, after: string | undefined): Promise<{ template: e2bTemplates.TemplateWithBuilds; next: string | null }> {
     const name = plainName(templateID);
-    const row = await this.cp.store.templateRow(name);
+    const row = await this.cp.store.templates.row(name);
     const mine = row && row.deleted_at === null && (row.owner === p.owner || p.admin);
     const builds = row && !mine ? [] : await this.builds(p, name);
     const hosts = !row && (await this.cp.templates.hostTemplates()).some((t) => t.name === name);
@@ -75,7 +75,7 @@ export class E2bTemplateCatalog {
   /** `GET /templates/{templateID}/tags`: each tag of the caller's successful builds of it, on the newest build carrying it. */
   async tags(p: Principal, templateID: string): Promise<e2bTemplates.TemplateTag[]> {
     const name = plainName(templateID);
-    const row = await this.cp.store.templateRow(name);
+    const row = await this.cp.store.templates.row(name);
     if (!row || row.deleted_at !== null || (row.owner !== p.owner && !p.admin)) throw new DenError("template_not_found", `template ${JSON.stringify(name)} does not exist`);
     const out = new Map<string, e2bTemplates.TemplateTag>();
     for (const b of await this.builds(p, name)) {
@@ -109,7 +109,7 @@ export class E2bTemplateCatalog {
 
   /** Whether a template (anyone's, not deleted, or the host's) has this name: a snapshot may not take it. */
   async taken(name: string): Promise<boolean> {
-    const row = await this.cp.store.templateRow(name);
+    const row = await this.cp.store.templates.row(name);
     if (row) return row.deleted_at === null;
     return (await this.cp.templates.hostTemplates()).some((t) => t.name === name);
   }

@@ -14,7 +14,6 @@ import type { ZodTypeProvider } from "fastify-type-provider-zod";
 import { z } from "zod";
 import { DenError, e2bTemplates } from "@den/protocol";
 import type { ControlPlane } from "@den/control-plane";
-import type { Store } from "@den/control-plane";
 import { useE2bErrors } from "../errors.js";
 
 export const UPLOAD_PATH = "/e2b-uploads";
@@ -26,8 +25,8 @@ const TOKEN = /^(\d{1,12})\.([A-Za-z0-9_-]{1,512})\.([A-Za-z0-9_-]{43})$/;
 export class UploadLinks {
   private constructor(private readonly secret: Buffer) {}
 
-  static async open(store: Store): Promise<UploadLinks> {
-    return new UploadLinks(Buffer.from(await store.setting("e2b_upload_secret", () => randomBytes(32).toString("base64url")), "base64url"));
+  static async open(settings: Pick<ControlPlane, "setting">): Promise<UploadLinks> {
+    return new UploadLinks(Buffer.from(await settings.setting("e2b_upload_secret", () => randomBytes(32).toString("base64url")), "base64url"));
   }
 
   /** The token of an upload of files `hash` by `owner`, valid until `expiresMs`. */
@@ -73,7 +72,7 @@ export async function registerE2bUploads(root: FastifyInstance, deps: { cp: Cont
       if (Number(req.headers["content-length"] ?? NaN) > max) throw new DenError("payload_too_large", `a build's files may be at most ${max} bytes (DEN_MAX_CONTEXT_MB)`);
       if (!(req.body instanceof Readable)) throw new DenError("invalid_argument", "send the files as a tar in the body");
       // Named by E2B's files hash, not by the bytes' digest (recorded beside them and checked by the host).
-      await cp.buildContexts.put(owner, req.params.hash, req.body, max, false);
+      await cp.builds.contexts.put(owner, req.params.hash, req.body, max, false);
       return reply.status(200).send();
     });
   });
