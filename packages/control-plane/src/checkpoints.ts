@@ -24,7 +24,7 @@ export class Checkpoints {
       faultPoint("checkpoint-after-intent");
       let c: { pauseMs: number; storedBytes: number };
       try {
-        c = await metrics.time("checkpoint", "", () => meter.work(id, () => host.checkpoint(op.id, id, refOf(stored))));
+        c = await metrics.time("checkpoint", "", () => meter.work(id, () => host.vms.checkpoint(op.id, id, refOf(stored))));
       } catch (e) {
         await ops.fail(op, id, e, {}, (tx) => tx.snapshots.release(stored.id, clock.now()));
         throw e;

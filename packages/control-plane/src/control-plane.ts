@@ -1,4 +1,4 @@
-import { DenError, api, type HostAgent, type host } from "@den/protocol";
+import { DenError, api, inventoryCpuSeconds, type HostAgent, type host } from "@den/protocol";
 import { newId } from "@den/protocol";
 import type { ObjectStore } from "@den/store";
 import type { ServerConfig } from "./config.js";
@@ -101,7 +101,7 @@ export class ControlPlane {
       };
     };
     this.hosts = new HostPool(hosts, { store, adopt, now: () => clock.now(), ...(connectHost ? { connect: connectHost } : {}) });
-    this.meter = new Meter(async (id) => (await hostOfId(this.ctx, id)).cpuSeconds(id), opts.hostWork);
+    this.meter = new Meter(async (id) => inventoryCpuSeconds(await (await hostOfId(this.ctx, id)).inventory(), id), opts.hostWork);
     this.metrics = new Metrics(store, () => this.capacity());
     this.ops = new Operations(store, this.meter, this.metrics, clock, config.limits.eventsPerSandbox, replica);
     const log = { info: (o: object, m: string) => this.log.info(o, m), warn: (o: object, m: string) => this.log.warn(o, m) };
@@ -140,7 +140,7 @@ export class ControlPlane {
   /** What all reachable hosts may hold and hold now, added up. */
   async capacity(): Promise<host.CapacityReport> {
     const sum: host.CapacityReport = { capacity: { vcpus: 0, memoryMb: 0, diskReserveMb: 0 }, used: { vcpus: 0, memoryMb: 0, sandboxes: 0 } };
-    for (const r of await this.hosts.each((h) => h.capacity())) {
+    for (const r of await this.hosts.each(async (h) => (await h.inventory()).capacity)) {
       if (!r.ok) continue;
       sum.capacity.vcpus += r.value.capacity.vcpus;
       sum.capacity.memoryMb += r.value.capacity.memoryMb;
@@ -156,7 +156,7 @@ export class ControlPlane {
   async hostList(): Promise<api.HostEntry[]> {
     await this.hosts.refresh();
     const counts = await this.store.sandboxes.countLiveByHost();
-    const answers = new Map((await this.hosts.each((h) => h.capacity())).map((r) => [r.host.instance, r]));
+    const answers = new Map((await this.hosts.each(async (h) => (await h.inventory()).capacity)).map((r) => [r.host.instance, r]));
     return this.hosts.known().map((row): api.HostEntry => {
       const r = answers.get(row.id);
       const why = this.hosts.unusable(row.id);

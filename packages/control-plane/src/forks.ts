@@ -52,7 +52,7 @@ export class Forks {
       faultPoint("fork-after-intent");
       let kids: HostSandboxInfo[];
       try {
-        kids = await metrics.time("fork", "", () => meter.work(id, () => host.fork(op.id, id, ids, network.egress === "none" ? NO_NETWORK : network, vols.holds.length ? specsOf(vols.holds) : undefined)));
+        kids = await metrics.time("fork", "", () => meter.work(id, () => host.vms.fork(op.id, id, ids, network.egress === "none" ? NO_NETWORK : network, vols.holds.length ? specsOf(vols.holds) : undefined)));
       } catch (e) {
         await ops.fail(op, id, e, {}, (tx) => this.dropChildren(tx, op, ids, "error", (e as Error).message));
         throw e;
@@ -77,7 +77,7 @@ export class Forks {
   private async forkTargets(parent: SandboxRow, ids: string[]): Promise<Map<string, HostAgent> | undefined> {
     const host = this.ctx.hosts.of(parent);
     try {
-      await host.checkCapacity({ vcpus: parent.vcpus * ids.length, memoryMb: parent.memory_mb * ids.length });
+      await host.vms.checkShape({ vcpus: parent.vcpus * ids.length, memoryMb: parent.memory_mb * ids.length });
       return undefined;
     } catch (e) {
       if (!(e instanceof DenError && e.code === "capacity_exhausted") || this.ctx.hosts.all.length < 2) throw e;
@@ -114,12 +114,12 @@ export class Forks {
     let kids: HostSandboxInfo[];
     try {
       kids = await metrics.time("fork", "", () => meter.work(parent.id, async () => {
-        await host.checkpoint(op.id, parent.id, refOf(stored));
+        await host.vms.checkpoint(op.id, parent.id, refOf(stored));
         // Each child's restore has an operation key of its own (a host answers a repeated key with its first answer).
-        return Promise.all(ids.map((c, i) => targets.get(c)!.restore(`${op.id}.${i}`, c, refOf(stored), network.egress === "none" ? NO_NETWORK : network)));
+        return Promise.all(ids.map((c, i) => targets.get(c)!.vms.restore(`${op.id}.${i}`, c, refOf(stored), network.egress === "none" ? NO_NETWORK : network)));
       }));
     } catch (e) {
-      for (const c of ids) await targets.get(c)!.destroy(c).catch(() => undefined);
+      for (const c of ids) await targets.get(c)!.vms.destroy(c).catch(() => undefined);
       await ops.fail(op, parent.id, e, {}, async (tx) => {
         await this.dropChildren(tx, op, ids, "error", (e as Error).message);
         await tx.snapshots.release(stored.id, clock.now());

@@ -20,7 +20,7 @@ export class StoreGc {
     for (const row of await store.snapshots.released(cutoff)) {
       await deleteStoredSnapshot(objects, row.key);
       // Whichever host made it pinned its template version; the others have nothing to let go.
-      for (const r of await hosts.each((h) => h.unpin(row.id))) if (!r.ok) throw r.error;
+      for (const r of await hosts.each((h) => h.snapshots.unpin(row.id))) if (!r.ok) throw r.error;
       await store.snapshots.deleteRow(row.id);
     }
     // Objects under this deployment's prefix that no row names (a row is always written
@@ -50,7 +50,7 @@ export class StoreGc {
     const rows = await store.templates.versions();
     const needed = await store.templates.sandboxVersions();
     for (const p of await store.snapshots.templatePins()) if (typeof p !== "string") needed.add(`${p.template.name}@${p.template.version}`);
-    const held = await hosts.each((h) => h.templates());
+    const held = await hosts.each((h) => h.templates.list());
     // A host that did not answer may hold any of them: nothing goes this pass.
     if (held.some((r) => !r.ok)) return;
     for (const r of held) if (r.ok) for (const t of r.value) needed.add(`${t.name}@${t.version}`);

@@ -161,7 +161,7 @@ export class HostPool {
     const pulls = new Set<string>();
     const check = async (h: HostAgent) => {
       try {
-        await h.checkCreate(spec);
+        await h.vms.checkCreate(spec);
       } catch (e) {
         if (!(opts.pull && e instanceof DenError && e.code === "template_not_found")) throw e;
         pulls.add(h.instance);
@@ -200,7 +200,7 @@ export class HostPool {
     // `reserved`: memory already promised on a host by this placement's earlier picks (a fork's other children).
     const fits = await this.over(candidates, async (h) => {
       await check(h);
-      const { capacity, used } = await h.capacity();
+      const { capacity, used } = (await h.inventory()).capacity;
       const free = capacity.memoryMb - used.memoryMb - (opts.reserved?.get(h.instance) ?? 0);
       if (free < (spec.memoryMb ?? 0)) throw new DenError("capacity_exhausted", `host ${h.instance} has room now, but not beside the other sandboxes placed there with it`);
       return free;

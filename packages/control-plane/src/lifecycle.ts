@@ -162,7 +162,7 @@ export class Lifecycle {
     const id = newId("sbx");
     const op = { ...ops.newOp("create", id, "user", { template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}) }), host: host.instance };
     const row = this.newRow(p, id, await templateSettings(this.ctx, template, req), template, network, op, host.instance, deadline);
-    return this.materialize(row, op, () => metrics.time("create", "", () => host.create(op.id, {
+    return this.materialize(row, op, () => metrics.time("create", "", () => host.vms.create(op.id, {
       id, template, ...shape, ...(req.disk_mb ? { diskMb: req.disk_mb } : {}), network, ...(vols.holds.length ? { volumes: specsOf(vols.holds) } : {}),
     })), { template }, vols);
   }
@@ -181,7 +181,7 @@ export class Lifecycle {
     const op = { ...ops.newOp("restore", id, "user", { checkpoint: cp.id }), host: host.instance };
     const row = this.newRow(p, id, await templateSettings(this.ctx, cp.template, { ...req, metadata: { ...(req.metadata ?? {}), restored_from: cp.id } }), cp.template, network, op, host.instance, deadline);
     const from = await storedRef(this.ctx, cp.id);
-    return this.materialize(row, op, () => metrics.time("restore", "", () => meter.work(id, () => host.restore(op.id, id, from, network, vols.holds.length ? specsOf(vols.holds) : undefined))), { checkpoint: cp.id }, vols);
+    return this.materialize(row, op, () => metrics.time("restore", "", () => meter.work(id, () => host.vms.restore(op.id, id, from, network, vols.holds.length ? specsOf(vols.holds) : undefined))), { checkpoint: cp.id }, vols);
   }
 
   /**
@@ -236,7 +236,7 @@ export class Lifecycle {
   async dropWarm(row: SandboxRow): Promise<void> {
     if (!row.hibernate_snapshot || modeOf(row) !== "warm") return;
     try {
-      await this.ctx.hosts.of(row).dropLocalSnapshot(row.hibernate_snapshot);
+      await this.ctx.hosts.of(row).snapshots.dropLocal(row.hibernate_snapshot);
     } catch (err) {
       this.ctx.log.warn({ err }, `could not delete snapshot ${row.hibernate_snapshot}`);
     }
@@ -251,8 +251,8 @@ export class Lifecycle {
     const id = row.id;
     try {
       const host = this.ctx.hosts.of(row);
-      await host.destroy(id);
-      if (warmSnapshot) await host.dropLocalSnapshot(warmSnapshot);
+      await host.vms.destroy(id);
+      if (warmSnapshot) await host.snapshots.dropLocal(warmSnapshot);
     } catch (err) {
       this.ctx.log.warn({ err }, `cold sandbox ${id}: its VM could not be removed yet`);
     }
@@ -330,14 +330,14 @@ export class Lifecycle {
     const t0 = performance.now();
     try {
       await metrics.time("wake", mode, () => meter.work(id, async () => {
-        if (mode === "warm") await host.wakeWarm(op.id, id, snapshot);
+        if (mode === "warm") await host.vms.wakeWarm(op.id, id, snapshot);
         // A failed boot leaves it shut down, its disk as it was.
-        else if (mode === "disk") await host.wakeDisk(op.id, id);
-        else await host.restore(op.id, id, await storedRef(this.ctx, snapshot!), undefined, mounts.length ? specsOf(mounts.map((m) => ({ volumeId: m.volume_id, path: m.path, readOnly: m.read_only === 1 }))) : undefined);
+        else if (mode === "disk") await host.vms.wakeDisk(op.id, id);
+        else await host.vms.restore(op.id, id, await storedRef(this.ctx, snapshot!), undefined, mounts.length ? specsOf(mounts.map((m) => ({ volumeId: m.volume_id, path: m.path, readOnly: m.read_only === 1 }))) : undefined);
       }));
     } catch (e) {
       // It stays hibernated: its snapshot is untouched, and what it held again is let go of.
-      if (mode === "cold") await host.destroy(id).catch(() => undefined);
+      if (mode === "cold") await host.vms.destroy(id).catch(() => undefined);
       await ops.fail(op, id, e, {}, mounts.length ? (tx) => volumeMounts(tx).release(id, heldBefore) : undefined);
       throw e;
     }
@@ -391,7 +391,7 @@ export class Lifecycle {
       });
       let info: HostSandboxInfo;
       try {
-        info = await host.restore(op.id, id, await storedRef(this.ctx, cp.id));
+        info = await host.vms.restore(op.id, id, await storedRef(this.ctx, cp.id));
       } catch (e) {
         await ops.fail(op, id, e);
         throw e;

@@ -27,7 +27,7 @@ export class NetworkPolicies {
       if (row.state === "running") {
         await this.flush(id);
         try {
-          await this.ctx.hosts.of(row).setNetwork(id, policy);
+          await this.ctx.hosts.of(row).vms.setNetwork(id, policy);
         } catch (e) {
           await ops.fail(op, id, e, { patch: { network: row.network } });
           throw e;
@@ -40,7 +40,7 @@ export class NetworkPolicies {
   /** A sandbox's policy, whether its network is up, and the attempts it refused. */
   async status(p: Principal, id: string): Promise<api.NetworkStatus> {
     const row = await this.owned(p, id);
-    const refused = row.state === "running" ? await this.ctx.hosts.of(row).networkRefusals(id) : undefined;
+    const refused = row.state === "running" ? await this.ctx.hosts.of(row).vms.networkRefusals(id) : undefined;
     return { policy: networkOf(row), active: refused !== undefined, refused: refused ?? NO_REFUSALS };
   }
 
@@ -57,7 +57,7 @@ export class NetworkPolicies {
   }
 
   private async flushOn(host: HostAgent | undefined, id: string): Promise<void> {
-    const now = await host?.networkRefusals(id).catch(() => undefined);
+    const now = await host?.vms.networkRefusals(id).catch(() => undefined);
     if (!now) {
       this.refusals.forget(id);
       return;
@@ -72,7 +72,7 @@ export class NetworkPolicies {
    */
   async restore(row: SandboxRow): Promise<void> {
     try {
-      await this.ctx.hosts.of(row).setNetwork(row.id, networkOf(row));
+      await this.ctx.hosts.of(row).vms.setNetwork(row.id, networkOf(row));
     } catch (e) {
       await this.ctx.ops.event(row.id, "network.error", "error", { message: (e as Error).message });
     }

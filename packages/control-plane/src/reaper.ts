@@ -188,7 +188,7 @@ export class Reaper {
       const op = ops.newOp("destroy", id, "host_lost", { lost: true });
       await ops.begin(cur, op);
       try {
-        await host.destroy(id);
+        await host.vms.destroy(id);
       } catch (e) {
         await ops.fail(op, id, e);
         throw e;

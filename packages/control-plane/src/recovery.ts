@@ -123,25 +123,25 @@ export class Recovery {
       const vm = vms.get(row.id);
       if ((row.state === "lost" || row.state === "error") && vm) {
         // Declared lost while its host was away (it may run elsewhere now): the database wins.
-        await host.destroy(row.id);
+        await host.vms.destroy(row.id);
       } else if (row.state === "running" && !hasVm(vm)) {
         await this.markLost(row.id);
       } else if (row.state === "running" && vm?.state === "paused") {
         // Frozen by an operation of an earlier version that never finished: running wins.
-        await host.resume(row.id);
+        await host.vms.resume(row.id);
       } else if (row.state === "hibernated" && modeOf(row) === "cold" && vm) {
         await this.lifecycle.removeVm(row, null);
       } else if (row.state === "hibernated" && modeOf(row) === "disk" && hasVm(vm)) {
         // A boot that outlived the wake that gave up on it (a host slower than its caller): off again, disk kept.
-        await host.hibernateDisk(newId("op"), row.id).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: its VM runs though it is hibernated to its disk`));
+        await host.vms.hibernateDisk(newId("op"), row.id).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: its VM runs though it is hibernated to its disk`));
       }
     }
-    for (const id of vms.keys()) if (!known.has(id)) await host.destroy(id);
+    for (const id of vms.keys()) if (!known.has(id)) await host.vms.destroy(id);
     // Networks follow the database (a policy change may have been cut short by the stop).
     for (const row of (await store.sandboxes.live()).filter(mine)) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
     // Every host keeps what any record needs (a superset costs a small file per stored
     // snapshot and cannot drop another's pin); the pins are the database's.
-    await host.collectLocal([...(await this.keep(await store.sandboxes.live()))], await store.snapshots.templatePins());
+    await host.snapshots.collect([...(await this.keep(await store.sandboxes.live()))], await store.snapshots.templatePins());
   }
 
   /** Local snapshots something still needs: warm hibernations', and those a warm hibernate in flight (on any replica) is taking. */

@@ -41,7 +41,7 @@ export class SharedTemplates implements TemplateShare {
   private async publish(host: HostAgent): Promise<void> {
     const { store, clock, deployment, log } = this.ctx;
     const known = new Map((await store.templates.versions()).map((r) => [`${r.name}@${r.version}`, r]));
-    for (const t of await host.templates()) {
+    for (const t of await host.templates.list()) {
       const have = known.get(`${t.name}@${t.version}`);
       // Complete, and still there (a store emptied by hand, or another store, is filled again).
       if (have?.state === "complete" && (await storedSnapshotComplete(this.ctx.objects, have.key))) continue;
@@ -51,7 +51,7 @@ export class SharedTemplates implements TemplateShare {
       const row: TemplateVersionRow = { name: t.name, version: t.version, key: templateKey(t.name, t.version, deployment), state: "pending", bytes: null, host_id: host.instance, created_at: clock.now() };
       if (!(await store.templates.claimVersion(row))) continue;
       try {
-        const { storedBytes } = await host.publishTemplate(newId("op"), t.name, t.version, row.key);
+        const { storedBytes } = await host.templates.publish(newId("op"), t.name, t.version, row.key);
         await store.templates.completeVersion(t.name, t.version, storedBytes);
         log.info({ template: `${t.name}@${t.version}`, host: host.instance, bytes: storedBytes }, `template ${t.name}@${t.version} is in the store`);
       } catch (e) {
@@ -81,7 +81,7 @@ export class SharedTemplates implements TemplateShare {
       const [from, to] = await Promise.all([this.ctx.store.hosts.get(row.host_id), this.ctx.store.hosts.get(h.instance)]);
       if (from?.kind && to?.kind && from.kind !== to.kind) throw new DenError("template_not_found", `template ${row.name}@${row.version} was built on another kind of host than ${h.instance}`);
       this.ctx.log.info({ template: `${row.name}@${row.version}`, host: h.instance }, `host ${h.instance} pulls template ${row.name}@${row.version} from the store`);
-      await h.fetchTemplate(newId("op"), row.name, row.version, row.key, version === undefined);
+      await h.templates.fetch(newId("op"), row.name, row.version, row.key, version === undefined);
     };
   }
 }

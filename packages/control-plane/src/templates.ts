@@ -60,7 +60,7 @@ export class Templates {
    */
   async hostTemplates(): Promise<HostTemplate[]> {
     const seen = new Map<string, HostTemplate>();
-    for (const r of await this.ctx.hosts.each((h) => h.templates())) {
+    for (const r of await this.ctx.hosts.each((h) => h.templates.list())) {
       if (!r.ok) continue;
       for (const t of r.value) {
         const k = `${t.name}@${t.version}`;
@@ -223,7 +223,7 @@ export class Templates {
     let from = 0;
     for (;;) {
       const last = ended();
-      const page = await host.buildLog(id, from).catch(() => undefined);
+      const page = await host.templates.buildLog(id, from).catch(() => undefined);
       if (page) {
         if (page.lines.length) seq = await builds.append(id, seq, page.lines);
         from = page.next;
@@ -239,7 +239,7 @@ export class Templates {
     const row = await this.ownedBuild(p, id);
     if (row.state === "building") {
       const host = this.ctx.hosts.all.find((h) => h.instance === row.host_id);
-      if (host) await host.cancelBuild(id);
+      if (host) await host.templates.cancelBuild(id);
     }
     return row;
   }
@@ -274,7 +274,7 @@ export class Templates {
   private async buildOnHosts(op: string, spec: TemplateBuildSpec, on: readonly HostAgent[]): Promise<BuiltTemplate> {
     const built = await Promise.all(on.map(async (h) => {
       try {
-        return { ok: true as const, t: await h.buildTemplate(op, spec) };
+        return { ok: true as const, t: await h.templates.build(op, spec) };
       } catch (error) {
         return { ok: false as const, error };
       }
@@ -289,7 +289,7 @@ export class Templates {
   /** A build a restart found unfinished (its operation settled by recovery): it ends as an error. */
   async interrupted(id: string): Promise<void> {
     // A host that is still building it (the control plane died, not the host) stops: nobody waits for its result.
-    await this.ctx.hosts.each((h) => h.cancelBuild(id));
+    await this.ctx.hosts.each((h) => h.templates.cancelBuild(id));
     await buildStore(this.ctx.store).finish(id, {
       state: "error", version: null, finished_at: this.ctx.clock.now(),
       error: JSON.stringify({ code: "aborted", message: "the build was interrupted by a restart of Den; start it again" }),
@@ -325,7 +325,7 @@ export class Templates {
 
   /** Retires a template on every host (one that is down is told again by the next start's recovery: the row stays deleted). */
   async deleteOnHosts(name: string): Promise<void> {
-    const failed = (await this.ctx.hosts.each((h) => h.deleteTemplate(name))).find((r) => !r.ok);
+    const failed = (await this.ctx.hosts.each((h) => h.templates.delete(name))).find((r) => !r.ok);
     if (failed && !failed.ok) throw failed.error;
   }
 }

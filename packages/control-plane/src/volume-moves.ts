@@ -97,7 +97,7 @@ export class VolumeMoves {
     try {
       if (!parked) {
         const from = hosts.get(v.host_id);
-        const up = await from.parkVolume(newId("op"), v.id, ref);
+        const up = await from.volumes.park(newId("op"), v.id, ref);
         faultPoint("volume-move-after-upload");
         // From here the stored copy is the volume; the image it was made from is not.
         await store.transaction(async (tx) => {
@@ -109,7 +109,7 @@ export class VolumeMoves {
         await this.removeImage(from, v, "its copy in the store is the volume now");
       }
       if (!to) return;
-      await to.fetchVolume(newId("op"), v.id, ref);
+      await to.volumes.fetch(newId("op"), v.id, ref);
       fetched = true;
       faultPoint("volume-move-after-fetch");
       await store.transaction(async (tx) => {
@@ -177,7 +177,7 @@ export class VolumeMoves {
 
   private async removeImage(host: HostAgent, v: VolumeRow, why: string): Promise<void> {
     try {
-      await host.deleteVolume(v.id);
+      await host.volumes.delete(v.id);
     } catch (err) {
       // A leftover image the row does not name is never mounted; the volumes' sweep removes it (Volumes.dropStrayImages).
       this.ctx.log.warn({ err, volume: v.id, host: host.instance }, `volume ${v.id}: its image on host ${host.instance} could not be removed (${why})`);

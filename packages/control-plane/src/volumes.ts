@@ -188,7 +188,7 @@ export class Volumes {
       await volumeStore(tx).insert(row);
     });
     try {
-      await host.createVolume(newId("op"), row.id, row.size_mb);
+      await host.volumes.create(newId("op"), row.id, row.size_mb);
     } catch (e) {
       await this.vs.markDeleted(row.id, clock.now());
       await this.purge(row);
@@ -221,7 +221,7 @@ export class Volumes {
     try {
       if (v.snapshot_id) await this.ctx.store.snapshots.release(v.snapshot_id, this.ctx.clock.now());
       // A parked volume's old host may be gone for good: its image went when it was parked.
-      if (!v.snapshot_id || this.ctx.hosts.has(v.host_id)) await this.ctx.hosts.get(v.host_id).deleteVolume(v.id);
+      if (!v.snapshot_id || this.ctx.hosts.has(v.host_id)) await this.ctx.hosts.get(v.host_id).volumes.delete(v.id);
       await this.vs.forget(v.id);
     } catch (err) {
       this.ctx.log.warn({ err, volume: v.id }, `volume ${v.id}: its image could not be removed yet (retried by the next sweep)`);
@@ -253,7 +253,7 @@ export class Volumes {
    * (a fetch to it since would have made a new one).
    */
   private async dropStrayImages(): Promise<void> {
-    for (const listed of await this.ctx.hosts.each((h) => h.volumeImages())) {
+    for (const listed of await this.ctx.hosts.each((h) => h.volumes.images())) {
       if (!listed.ok) continue; // (a host that does not answer is asked again next time)
       const host = listed.host;
       for (const image of listed.value) {
@@ -261,7 +261,7 @@ export class Volumes {
         // Deleted ones are purge's; one being made or moving may be wanted here.
         if (v && (v.deleted_at !== null || v.state !== "ready" || volumeHost(v) === host.instance)) continue;
         try {
-          if (await host.dropVolumeImage(image.id, image.inode)) {
+          if (await host.volumes.dropImage(image.id, image.inode)) {
             this.ctx.log.info({ volume: image.id, host: host.instance }, `volume ${image.id}: removed the image host ${host.instance} still had (the volume is ${v ? (volumeHost(v) ? `on host ${v.host_id}` : "in the store") : "gone"})`);
           }
         } catch (err) {
@@ -296,7 +296,7 @@ export class Volumes {
     let closing: Promise<void> | undefined;
     const close = () => (closing ??= (async () => {
       try {
-        await host.destroy(id);
+        await host.vms.destroy(id);
         // Only once its VM is gone does the helper let go (a destroy that failed leaves the
         // hold, and the VM, to the next start's reconcile and sweep).
         await this.mounts.drop(id);
@@ -307,7 +307,7 @@ export class Volumes {
       }
     })());
     try {
-      await host.create(newId("op"), { id, template: HELPER_TEMPLATE, volumes: specsOf([hold]) });
+      await host.vms.create(newId("op"), { id, template: HELPER_TEMPLATE, volumes: specsOf([hold]) });
     } catch (e) {
       if (unanswered(e)) {
         // The host may still be making it: the hold stays until the next start's sweep.
@@ -391,7 +391,7 @@ export class Volumes {
       });
       let answered = true;
       try {
-        await host.growVolume(newId("op"), v.id, sizeMb, helper);
+        await host.volumes.grow(newId("op"), v.id, sizeMb, helper);
         await this.vs.setSize(v.id, sizeMb);
       } catch (e) {
         answered = !unanswered(e);

@@ -1,9 +1,14 @@
 import { host } from "@den/protocol";
-import type { LocalHostAgent } from "./host-service.js";
 import { HostHttp } from "./http/fetch.js";
 
 /** What registration asks of a host agent (LocalHostAgent, or MemoryHostAgent for tests). */
-export type RegisteredHost = Pick<LocalHostAgent, "instance" | "kind" | "capacity" | "fence">;
+export interface RegisteredHost {
+  readonly instance: string;
+  /** Its kind and capacity go in every heartbeat. */
+  inventory(): Promise<host.HostInventory & { kind: host.HostKind }>;
+  /** Pauses every running VM (the lease ran out); the ids it paused. */
+  readonly vms: { fence(): Promise<string[]> };
+}
 
 export interface RegistrarOptions {
   /** Control-plane replicas (any one will do; the next is tried when one does not answer). */
@@ -47,9 +52,10 @@ export class Registrar {
 
   private async beat(first: boolean): Promise<void> {
     const sentAt = performance.now();
+    const inv = await this.agent.inventory();
     const body: host.Heartbeat = {
       id: this.agent.instance, address: this.opts.address, protocol: host.PROTOCOL_VERSION,
-      kind: await this.agent.kind(), capacity: await this.agent.capacity(), ...(first ? { starting: true } : {}),
+      kind: inv.kind, capacity: inv.capacity, ...(first ? { starting: true } : {}),
     };
     let lastError: unknown;
     for (let i = 0; i < this.opts.controlPlanes.length; i++) {
@@ -68,7 +74,7 @@ export class Registrar {
     }
     if (!first && !this.fenced && performance.now() >= this.leaseUntil) {
       this.fenced = true;
-      const paused = await this.agent.fence();
+      const paused = await this.agent.vms.fence();
       this.opts.log?.(`den: lease lost (no control plane answered: ${(lastError as Error).message}); ${paused.length} running VM(s) paused until it is renewed`);
     }
     throw lastError;

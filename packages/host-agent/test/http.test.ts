@@ -7,13 +7,25 @@ import { HttpHostAgent, buildHostServer, startHostServer } from "../src/index.js
 
 const SECRET = "test-secret-0123456789abcdef";
 
-/** A host agent that answers the few calls a test gives it and fails the rest as a bug would. */
-function fakeAgent(calls: Partial<Record<keyof HostAgent, unknown>>): HostAgent {
-  const base: Record<string | symbol, unknown> = { instance: "inst-test", address: "local", onTransfer: undefined, close: () => undefined };
-  return new Proxy(base, {
-    get: (t, k) => (k in calls ? calls[k as keyof HostAgent] : k in t ? t[k] : async () => { throw new Error(`unexpected call ${String(k)}`); }),
+/** Calls a test gives, and the rest failing as a bug would. */
+function answering(calls: Record<string | symbol, unknown>, where: string): Record<string | symbol, unknown> {
+  return new Proxy(calls, {
+    get: (t, k) => (k in t ? t[k] : async () => { throw new Error(`unexpected call ${where}${String(k)}`); }),
     set: (t, k, v) => ((t[k] = v), true),
-  }) as unknown as HostAgent;
+  });
+}
+
+type Fake = Partial<Record<Exclude<keyof HostAgent, "vms" | "volumes" | "templates" | "snapshots">, unknown>> & {
+  [S in "vms" | "volumes" | "templates" | "snapshots"]?: Partial<Record<keyof HostAgent[S], unknown>>;
+};
+
+/** A host agent that answers the few calls a test gives it (by sub-service) and fails the rest as a bug would. */
+function fakeAgent(calls: Fake): HostAgent {
+  const { vms, volumes, templates, snapshots, ...top } = calls;
+  const services = { vms, volumes, templates, snapshots };
+  const base: Record<string | symbol, unknown> = { instance: "inst-test", address: "local", onTransfer: undefined, close: () => undefined, ...top };
+  for (const [name, given] of Object.entries(services)) base[name] = answering({ ...given }, `${name}.`);
+  return answering(base, "") as unknown as HostAgent;
 }
 
 test("the host server refuses to start without a secret", async () => {
@@ -39,16 +51,32 @@ test("every request needs the secret: none or a wrong one is a 401", async () =>
   }
 });
 
+test("the capacity and CPU routes of before answer from the inventory", async () => {
+  const capacity = { capacity: { memoryMb: 1024, vcpus: 4, diskReserveMb: 0 }, used: { vcpus: 1, memoryMb: 256, sandboxes: 1 } };
+  const inventory = { instance: "inst-test", vms: [{ id: "sbx_a", state: "running", cpuSeconds: 1.5 }], snapshots: [], capacity };
+  const app = await buildHostServer(fakeAgent({ inventory: async () => inventory }), { secret: SECRET });
+  try {
+    const get = async (url: string) => (await app.inject({ method: "GET", url, headers: { authorization: `Bearer ${SECRET}` } })).json();
+    assert.deepEqual(await get("/host/v1/capacity"), capacity);
+    assert.deepEqual(await get("/host/v1/vms/sbx_a/cpu"), { cpuSeconds: 1.5 });
+    assert.deepEqual(await get("/host/v1/vms/sbx_b/cpu"), { cpuSeconds: null });
+  } finally {
+    await app.close();
+  }
+});
+
 test("a DenError thrown by the host comes back to the client as the same DenError; a bug as internal; a bad body as invalid_argument", async () => {
   let transfer: ((t: TransferEvent) => void) | undefined;
   const agent = fakeAgent({
-    checkCapacity: async () => {
-      throw new DenError("capacity_exhausted", "this host cannot hold it", { resource: "memory", used_mb: 10, capacity_mb: 8 });
+    vms: {
+      checkShape: async () => {
+        throw new DenError("capacity_exhausted", "this host cannot hold it", { resource: "memory", used_mb: 10, capacity_mb: 8 });
+      },
+      destroy: async () => {
+        throw new Error("ENOENT: a bug, with a path /var/lib/secret");
+      },
     },
-    destroy: async () => {
-      throw new Error("ENOENT: a bug, with a path /var/lib/secret");
-    },
-    templates: async () => [{ name: "base", version: "v1", current: true, vcpus: 1, memory_mb: 512, disk_mb: 2048, created_at: "2026-01-01T00:00:00.000Z" }],
+    templates: { list: async () => [{ name: "base", version: "v1", current: true, vcpus: 1, memory_mb: 512, disk_mb: 2048, created_at: "2026-01-01T00:00:00.000Z" }] },
   });
   const server = await startHostServer(agent, { secret: SECRET, port: 0, host: "127.0.0.1" });
   transfer = agent.onTransfer;
@@ -56,7 +84,7 @@ test("a DenError thrown by the host comes back to the client as the same DenErro
   try {
     assert.equal(client.instance, "inst-test");
     assert.equal(client.address, server.url);
-    await assert.rejects(client.checkCapacity({ vcpus: 1, memoryMb: 512 }), (e: unknown) => {
+    await assert.rejects(client.vms.checkShape({ vcpus: 1, memoryMb: 512 }), (e: unknown) => {
       assert.ok(e instanceof DenError);
       assert.equal(e.code, "capacity_exhausted");
       assert.equal(e.status, 503);
@@ -64,10 +92,10 @@ test("a DenError thrown by the host comes back to the client as the same DenErro
       assert.deepEqual(e.details, { resource: "memory", used_mb: 10, capacity_mb: 8 });
       return true;
     });
-    await assert.rejects(client.destroy("sbx_x"), (e: unknown) => e instanceof DenError && e.code === "internal" && !e.message.includes("/var/lib"));
+    await assert.rejects(client.vms.destroy("sbx_x"), (e: unknown) => e instanceof DenError && e.code === "internal" && !e.message.includes("/var/lib"));
     // Ids that could name files outside the host's dirs never reach it.
-    await assert.rejects(client.destroy(".."), (e: unknown) => e instanceof DenError && e.code === "invalid_argument");
-    assert.deepEqual((await client.templates()).map((t) => t.name), ["base"]);
+    await assert.rejects(client.vms.destroy(".."), (e: unknown) => e instanceof DenError && e.code === "invalid_argument");
+    assert.deepEqual((await client.templates.list()).map((t) => t.name), ["base"]);
 
     // Transfer progress reaches the client's onTransfer through the event stream.
     const got = new Promise<TransferEvent>((resolve) => (client.onTransfer = resolve));

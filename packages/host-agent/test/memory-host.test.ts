@@ -6,7 +6,7 @@ import { once } from "node:events";
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DenError, type HostGuest } from "@den/protocol";
+import { DenError, inventoryCpuSeconds, type HostGuest } from "@den/protocol";
 import { LocalDirStore, storedSnapshotComplete } from "@den/store";
 import { newId } from "@den/runtime";
 import { ManualClock, MemoryHostAgent } from "../src/index.js";
@@ -27,7 +27,7 @@ async function rejects(p: Promise<unknown>, code: string, message?: RegExp): Pro
 }
 
 async function running(host: MemoryHostAgent, id = sbx()): Promise<{ id: string; g: HostGuest }> {
-  await host.create(op(), { id, template: "base" });
+  await host.vms.create(op(), { id, template: "base" });
   return { id, g: host.guest(id) };
 }
 
@@ -190,30 +190,30 @@ test("lifecycle: warm, cold (through the store, onto another host), disk; proces
   assert.deepEqual(await procs(a), ["sleep 1000"]);
 
   const warm = snap();
-  await a.hibernateWarm(op(), id, warm);
+  await a.vms.hibernateWarm(op(), id, warm);
   await rejects(g.exec("true"), "sandbox_not_running", /is paused/);
   assert.equal((await a.inventory()).vms[0]!.state, "paused");
-  await a.wakeWarm(op(), id, warm);
+  await a.vms.wakeWarm(op(), id, warm);
   assert.deepEqual(await procs(a), ["sleep 1000"]);
 
   // Cold: uploaded by one host, the VM destroyed, restored by another host sharing the store.
   const to = ref();
   const upload = op();
-  const up = await a.upload(upload, id, to);
+  const up = await a.vms.upload(upload, id, to);
   assert.ok(up.storedBytes > 0 && (await storedSnapshotComplete(store, to.key)));
-  assert.deepEqual(await a.upload(upload, id, to), up, "the same op again: the first answer");
-  await a.destroy(id);
+  assert.deepEqual(await a.vms.upload(upload, id, to), up, "the same op again: the first answer");
+  await a.vms.destroy(id);
   await rejects(g.exec("true"), "sandbox_not_found");
-  await b.restore(op(), id, to);
+  await b.vms.restore(op(), id, to);
   assert.equal((await sh(b.guest(id), "cat /a")).out, "kept\n");
   assert.deepEqual(await procs(b), ["sleep 1000"]);
 
   // Disk: files stay, processes are gone (a fresh boot).
-  await b.hibernateDisk(op(), id);
+  await b.vms.hibernateDisk(op(), id);
   assert.equal((await b.inventory()).vms[0]!.state, "off");
-  assert.equal(await b.cpuSeconds(id), undefined);
+  assert.equal(inventoryCpuSeconds(await b.inventory(), id), undefined);
   await rejects(b.guest(id).exec("true"), "sandbox_not_running", /shut down/);
-  await b.wakeDisk(op(), id);
+  await b.vms.wakeDisk(op(), id);
   assert.equal((await sh(b.guest(id), "cat /a")).out, "kept\n");
   assert.deepEqual(await procs(b), []);
   a.close();
@@ -227,23 +227,23 @@ test("fork copies files and processes; checkpoint and restore; idempotency by op
   await sh(g, "echo parent > /p; sleep 100 &");
   const [k1, k2] = [sbx(), sbx()];
   const fork = op();
-  const kids = await host.fork(fork, id, [k1, k2]);
+  const kids = await host.vms.fork(fork, id, [k1, k2]);
   assert.equal(kids.length, 2);
-  assert.deepEqual(await host.fork(fork, id, [k1, k2]), kids);
+  assert.deepEqual(await host.vms.fork(fork, id, [k1, k2]), kids);
   await sh(host.guest(k1), "echo child > /p");
   assert.equal((await sh(g, "cat /p")).out, "parent\n");
   assert.equal((await sh(host.guest(k2), "cat /p")).out, "parent\n");
   assert.equal((await host.guest(k2).processes.list()).filter((p) => p.running).length, 1);
-  await rejects(host.fork(op(), id, [k1]), "already_exists");
+  await rejects(host.vms.fork(op(), id, [k1]), "already_exists");
 
   const cp = ref();
-  const made = await host.checkpoint(op(), id, cp);
+  const made = await host.vms.checkpoint(op(), id, cp);
   assert.ok(made.storedBytes > 0);
   await sh(g, "echo later > /p");
   const back = sbx();
-  await host.restore(op(), back, cp);
+  await host.vms.restore(op(), back, cp);
   assert.equal((await sh(host.guest(back), "cat /p")).out, "parent\n");
-  await rejects(host.restore(op(), sbx(), ref()), "snapshot_not_found");
+  await rejects(host.vms.restore(op(), sbx(), ref()), "snapshot_not_found");
   host.close();
 });
 
@@ -256,15 +256,15 @@ test("faults: failures by call, hangs, failures and deaths at named steps", asyn
 
   host.faults.fail("upload");
   const upload = op();
-  await rejects(host.upload(upload, id, ref()), "internal");
+  await rejects(host.vms.upload(upload, id, ref()), "internal");
   // A failed operation may be asked again with the same id.
   const to = ref();
-  await host.upload(upload, id, to);
+  await host.vms.upload(upload, id, to);
 
-  await host.wakeWarm(op(), id, null);
+  await host.vms.wakeWarm(op(), id, null);
   const release = host.faults.hang("checkpoint");
   let settled = false;
-  const cp = host.checkpoint(op(), id, ref()).finally(() => (settled = true));
+  const cp = host.vms.checkpoint(op(), id, ref()).finally(() => (settled = true));
   await new Promise((r) => setTimeout(r, 30));
   assert.equal(settled, false);
   release();
@@ -272,11 +272,11 @@ test("faults: failures by call, hangs, failures and deaths at named steps", asyn
 
   // At the real host's step between the snapshot and the store: the VM runs again.
   host.faults.failAt("hibernate-cold-after-snapshot");
-  await rejects(host.upload(op(), id, ref()), "internal");
+  await rejects(host.vms.upload(op(), id, ref()), "internal");
   assert.equal(host.sandbox(id)!.state, "running");
 
   host.faults.dieAt("snapshot-upload-mid");
-  await rejects(host.checkpoint(op(), id, ref()), "agent_unavailable", /unreachable/);
+  await rejects(host.vms.checkpoint(op(), id, ref()), "agent_unavailable", /unreachable/);
   await rejects(host.inventory(), "agent_unavailable", /unreachable/);
   await rejects(host.guest(id).exec("true"), "agent_unavailable");
   host.revive();
@@ -290,7 +290,7 @@ test("restart forgets the journal and cuts calls in flight; killVm; admission un
   const { id } = await running(host);
   const release = host.faults.hang("hibernateWarm");
   const warmOp = op();
-  const hung = host.hibernateWarm(warmOp, id, snap());
+  const hung = host.vms.hibernateWarm(warmOp, id, snap());
   host.restart();
   await rejects(hung, "agent_unavailable", /restarted/);
   release();
@@ -300,16 +300,16 @@ test("restart forgets the journal and cuts calls in flight; killVm; admission un
   host.killVm(id);
   assert.equal((await host.inventory()).vms[0]!.state, "stopped");
   await rejects(host.guest(id).exec("true"), "agent_unavailable");
-  await rejects(host.wakeWarm(op(), id, null), "sandbox_not_running", /no VM and no snapshot/);
-  await host.destroy(id);
+  await rejects(host.vms.wakeWarm(op(), id, null), "sandbox_not_running", /no VM and no snapshot/);
+  await host.vms.destroy(id);
 
   await running(host);
-  await rejects(host.checkCapacity({ vcpus: 1, memoryMb: 1024 }), "capacity_exhausted");
+  await rejects(host.vms.checkShape({ vcpus: 1, memoryMb: 1024 }), "capacity_exhausted");
   host.setAvailableMemoryMb(100);
-  assert.deepEqual((await host.capacity()).memory, { availableMb: 100, reserveMb: 256 });
-  await rejects(host.create(op(), { id: sbx(), template: "base" }), "capacity_exhausted", /short of memory/);
+  assert.deepEqual((await host.inventory()).capacity.memory, { availableMb: 100, reserveMb: 256 });
+  await rejects(host.vms.create(op(), { id: sbx(), template: "base" }), "capacity_exhausted", /short of memory/);
   host.setAvailableMemoryMb(undefined);
-  await host.create(op(), { id: sbx(), template: "base" });
+  await host.vms.create(op(), { id: sbx(), template: "base" });
   host.close();
 });
 
@@ -331,46 +331,46 @@ test("scripts, tunnels to a test's listener, CPU seconds on a manual clock", asy
   const [reply] = (await once(t, "data")) as [Buffer];
   assert.equal(reply.toString(), "echo:hi");
 
-  assert.equal(await host.cpuSeconds(id), 0);
+  assert.equal(inventoryCpuSeconds(await host.inventory(), id), 0);
   host.setCpuLoad(id, 0.5);
   clock.advance(10_000);
-  assert.equal(await host.cpuSeconds(id), 5);
+  assert.equal(inventoryCpuSeconds(await host.inventory(), id), 5);
   assert.equal((await g.metrics()).timestampMs, clock.now());
   host.close();
 });
 
 test("templates: build (setup_failed as the real host words it), reuse, variants, delete; volumes", async () => {
   const host = await MemoryHostAgent.open();
-  const built = await host.buildTemplate(op(), { name: "py", setup: ["mkdir -p /app", "echo v1 > /app/v"], setupTimeoutSeconds: 10 });
+  const built = await host.templates.build(op(), { name: "py", setup: ["mkdir -p /app", "echo v1 > /app/v"], setupTimeoutSeconds: 10 });
   assert.deepEqual([built.name, built.current, built.reused, built.memory_mb], ["py", true, false, 512]);
-  assert.equal((await host.buildTemplate(op(), { name: "py", setup: ["mkdir -p /app", "echo v1 > /app/v"], setupTimeoutSeconds: 10 })).reused, true);
-  await rejects(host.buildTemplate(op(), { name: "bad", setup: ["true", "echo out; exit 4"], setupTimeoutSeconds: 10 }), "setup_failed", /setup command 2 exited with 4/);
+  assert.equal((await host.templates.build(op(), { name: "py", setup: ["mkdir -p /app", "echo v1 > /app/v"], setupTimeoutSeconds: 10 })).reused, true);
+  await rejects(host.templates.build(op(), { name: "bad", setup: ["true", "echo out; exit 4"], setupTimeoutSeconds: 10 }), "setup_failed", /setup command 2 exited with 4/);
   await running(host);
   const id = sbx();
-  const info = await host.create(op(), { id, template: "py", memoryMb: 1024 });
+  const info = await host.vms.create(op(), { id, template: "py", memoryMb: 1024 });
   assert.deepEqual([info.template, info.memoryMb], ["py", 1024]);
   assert.equal((await sh(host.guest(id), "cat /app/v")).out, "v1\n");
-  assert.ok((await host.templates()).some((t) => t.name === "py.1c1024m"));
-  await host.deleteTemplate("py");
-  await rejects(host.create(op(), { id: sbx(), template: "py" }), "template_not_found");
-  await rejects(host.create(op(), { id: sbx(), template: "base@0123456789ab" }), "template_not_found");
+  assert.ok((await host.templates.list()).some((t) => t.name === "py.1c1024m"));
+  await host.templates.delete("py");
+  await rejects(host.vms.create(op(), { id: sbx(), template: "py" }), "template_not_found");
+  await rejects(host.vms.create(op(), { id: sbx(), template: "base@0123456789ab" }), "template_not_found");
 
   const vol = `vol_${"a".repeat(16)}`;
-  await host.createVolume(op(), vol, 64);
+  await host.volumes.create(op(), vol, 64);
   const mounted = sbx();
-  await host.create(op(), { id: mounted, template: "base", volumes: [{ volume: vol, path: "/data", readOnly: false }] });
+  await host.vms.create(op(), { id: mounted, template: "base", volumes: [{ volume: vol, path: "/data", readOnly: false }] });
   await sh(host.guest(mounted), "echo on-volume > /data/f");
   assert.equal(host.volume(vol)!.read("/f").toString(), "on-volume\n");
-  const [image] = await host.volumeImages();
-  assert.equal(await host.dropVolumeImage(vol, image!.inode), false, "in a slot");
-  await rejects(host.parkVolume(op(), vol, ref()), "volume_in_use");
-  await host.destroy(mounted);
+  const [image] = await host.volumes.images();
+  assert.equal(await host.volumes.dropImage(vol, image!.inode), false, "in a slot");
+  await rejects(host.volumes.park(op(), vol, ref()), "volume_in_use");
+  await host.vms.destroy(mounted);
   const parked = ref();
-  await host.parkVolume(op(), vol, parked);
-  await host.fetchVolume(op(), vol, parked);
-  assert.notEqual((await host.volumeImages())[0]!.inode, image!.inode, "a fetch makes a new image");
-  assert.equal(await host.dropVolumeImage(vol, image!.inode), false, "not the image listed");
-  await rejects(host.create(op(), { id: sbx(), template: "base", volumes: [{ volume: `vol_${"b".repeat(16)}`, path: "/v", readOnly: true }] }), "volume_not_found");
+  await host.volumes.park(op(), vol, parked);
+  await host.volumes.fetch(op(), vol, parked);
+  assert.notEqual((await host.volumes.images())[0]!.inode, image!.inode, "a fetch makes a new image");
+  assert.equal(await host.volumes.dropImage(vol, image!.inode), false, "not the image listed");
+  await rejects(host.vms.create(op(), { id: sbx(), template: "base", volumes: [{ volume: `vol_${"b".repeat(16)}`, path: "/v", readOnly: true }] }), "volume_not_found");
   host.close();
 });
 
@@ -381,20 +381,20 @@ async function portrait(h: MemoryHostAgent) {
     // (A streamed exec is its caller's: a new process of the host does not have it.)
     processes: s.processes.filter((p) => p.mode === "buffer"), files: s.fs.list("/root").entries.map((e) => [e.name, e.type === "file" ? s.fs.read(`/root/${e.name}`).toString() : "dir"]),
   })));
-  return { inventory: await h.inventory(), templates: await h.templates(), volumes: await h.volumeImages(), boxes };
+  return { inventory: await h.inventory(), templates: await h.templates.list(), volumes: await h.volumes.images(), boxes };
 }
 
 test("persistence: a second open on the data dir (as after a kill -9) finds the VMs, files, processes, snapshots, templates and volumes", async () => {
   const dir = mkdtempSync(join(tmpdir(), "den-memory-persist-"));
   const clock = new ManualClock();
   const a = await MemoryHostAgent.open({ dataDir: dir, clock });
-  const built = await a.buildTemplate(op(), { name: "py", setup: ["mkdir -p /app", "echo v1 > /app/v"], setupTimeoutSeconds: 10 });
+  const built = await a.templates.build(op(), { name: "py", setup: ["mkdir -p /app", "echo v1 > /app/v"], setupTimeoutSeconds: 10 });
   const vol = `vol_${"c".repeat(16)}`;
-  await a.createVolume(op(), vol, 64);
+  await a.volumes.create(op(), vol, 64);
 
   // Running, with a volume in a slot, files, a background job (its pid in a file), a spawned process's output, a network.
   const run = sbx();
-  await a.create(op(), { id: run, template: "py", volumes: [{ volume: vol, path: "/data", readOnly: false }], network: { egress: "open" } });
+  await a.vms.create(op(), { id: run, template: "py", volumes: [{ volume: vol, path: "/data", readOnly: false }], network: { egress: "open" } });
   const gr = a.guest(run);
   await sh(gr, "echo kept > /root/a; echo on-volume > /data/f; sleep 1000 & echo $! > /root/bg.pid");
   const spawned = await gr.spawn("echo spawned-output; cat", { interactive: true });
@@ -407,23 +407,23 @@ test("persistence: a second open on the data dir (as after a kill -9) finds the 
   // Warm: paused, its local snapshot kept.
   const warm = sbx();
   const warmSnap = snap();
-  await a.create(op(), { id: warm, template: "base" });
+  await a.vms.create(op(), { id: warm, template: "base" });
   await sh(a.guest(warm), "echo warm > /root/w; sleep 500 &");
-  await a.hibernateWarm(op(), warm, warmSnap);
+  await a.vms.hibernateWarm(op(), warm, warmSnap);
   // Cold, the first half done: the stored copy is complete, the VM paused until the control plane destroys it.
   const cold = sbx();
   const coldRef = ref();
-  await a.create(op(), { id: cold, template: "base" });
+  await a.vms.create(op(), { id: cold, template: "base" });
   await sh(a.guest(cold), "echo cold > /root/c");
-  await a.upload(op(), cold, coldRef);
+  await a.vms.upload(op(), cold, coldRef);
   // Disk: off, its files kept.
   const disk = sbx();
-  await a.create(op(), { id: disk, template: "base" });
+  await a.vms.create(op(), { id: disk, template: "base" });
   await sh(a.guest(disk), "echo disk > /root/d; sleep 100 &");
-  await a.hibernateDisk(op(), disk);
+  await a.vms.hibernateDisk(op(), disk);
   // A VM that died stays dead.
   const dead = sbx();
-  await a.create(op(), { id: dead, template: "base" });
+  await a.vms.create(op(), { id: dead, template: "base" });
   a.killVm(dead);
   const before = await portrait(a);
 
@@ -432,15 +432,15 @@ test("persistence: a second open on the data dir (as after a kill -9) finds the 
   assert.equal(saved.instance, a.instance);
   assert.deepEqual(new Map(saved.vms.map((v) => [v.id, v.state])), new Map([[run, "running"], [warm, "paused"], [cold, "paused"], [disk, "off"], [dead, "stopped"]]));
   assert.deepEqual(saved.snapshots, [warmSnap]);
-  assert.deepEqual(saved.pins, { [coldRef.id]: `base@${(await a.templates()).find((t) => t.name === "base")!.version}` });
+  assert.deepEqual(saved.pins, { [coldRef.id]: `base@${(await a.templates.list()).find((t) => t.name === "base")!.version}` });
   assert.deepEqual(saved.volumes, [vol]);
   assert.ok(saved.templates.includes(`py@${built.version}`));
   const b = await MemoryHostAgent.open({ dataDir: dir, clock });
   a.close();
   assert.equal(b.instance, a.instance);
   assert.deepEqual(await portrait(b), before);
-  assert.equal((await b.cpuSeconds(run))!, 2);
-  assert.deepEqual(await b.networkRefusals(run), { private: 0, policy: 2, limit: 0, dns: 0 });
+  assert.equal((inventoryCpuSeconds(await b.inventory(), run))!, 2);
+  assert.deepEqual(await b.vms.networkRefusals(run), { private: 0, policy: 2, limit: 0, dns: 0 });
   assert.ok(!(await b.guest(run).processes.list()).some((p) => p.proc === inFlight.proc), "the exec in flight is gone");
 
   // It goes on as the same host would: the job is there, the spawned process has its output, the volume is shared.
@@ -448,16 +448,16 @@ test("persistence: a second open on the data dir (as after a kill -9) finds the 
   assert.equal((await sh(gb, "kill -0 $(cat /root/bg.pid) && cat /root/a /data/f")).out, "kept\non-volume\n");
   assert.equal(Buffer.from((await gb.processes.read(spawned.proc, "stdout")).data, "base64").toString(), "spawned-output\n");
   assert.equal(b.volume(vol)!.read("/f").toString(), "on-volume\n");
-  assert.equal(await b.dropVolumeImage(vol, before.volumes[0]!.inode), false, "in a slot, same inode");
-  await b.wakeWarm(op(), warm, warmSnap);
+  assert.equal(await b.volumes.dropImage(vol, before.volumes[0]!.inode), false, "in a slot, same inode");
+  await b.vms.wakeWarm(op(), warm, warmSnap);
   assert.deepEqual((await sh(b.guest(warm), "cat /root/w")).out, "warm\n");
   assert.deepEqual(b.sandbox(warm)!.processes.map((p) => p.cmd), ["sleep 500"]);
   assert.ok(await storedSnapshotComplete(b.store, coldRef.key));
-  await b.destroy(cold);
-  await b.wakeDisk(op(), disk);
+  await b.vms.destroy(cold);
+  await b.vms.wakeDisk(op(), disk);
   assert.equal((await sh(b.guest(disk), "cat /root/d")).out, "disk\n");
   assert.deepEqual(b.sandbox(disk)!.processes, [], "a disk wake is a fresh boot");
-  await b.restore(op(), sbx(), coldRef);
+  await b.vms.restore(op(), sbx(), coldRef);
   // Each change is written: a third open sees what the second did.
   await sh(gb, "echo later >> /root/a");
   const seen = await portrait(b);
@@ -490,9 +490,9 @@ test("persistence through a real kill: a host killed at hibernate-cold-after-sna
     const { MemoryHostAgent } = await import(${JSON.stringify(new URL("../src/index.js", import.meta.url).href)});
     const [dataDir, id, to] = process.argv.slice(2);
     const host = await MemoryHostAgent.open({ dataDir });
-    await host.create(${JSON.stringify(op())}, { id, template: "base" });
+    await host.vms.create(${JSON.stringify(op())}, { id, template: "base" });
     await host.guest(id).exec("echo before-the-kill > /root/a; sleep 1000 & echo $! > /root/bg.pid");
-    await host.upload(${JSON.stringify(op())}, id, JSON.parse(to));
+    await host.vms.upload(${JSON.stringify(op())}, id, JSON.parse(to));
     console.log("not killed");
   `);
   const child = spawnSync(process.execPath, [script, dir, id, JSON.stringify(to)], {
@@ -511,7 +511,7 @@ test("persistence through a real kill: a host killed at hibernate-cold-after-sna
   assert.equal(await storedSnapshotComplete(host.store, to.key), false, "the upload had not begun");
   assert.deepEqual(MemoryHostAgent.readState(dir)!.pins, {}, "nor its pin");
   // What the control plane's recovery does with a half upload: the VM works on.
-  await host.resume(id);
+  await host.vms.resume(id);
   assert.equal((await sh(host.guest(id), "cat /root/a; kill -0 $(cat /root/bg.pid) && echo job-alive")).out, "before-the-kill\njob-alive\n");
   host.close();
   rmSync(dir, { recursive: true, force: true });

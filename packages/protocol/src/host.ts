@@ -158,6 +158,15 @@ export const TransferEvent = z.object({
 });
 export type TransferEvent = z.infer<typeof TransferEvent>;
 
+/** What a snapshot taken on a host needs of the host it is restored on (the placement filter). */
+export const HostKind = z.object({
+  qemuVersion: z.string().max(64),
+  accelerator: z.enum(["kvm", "tcg"]),
+  cpuModel: z.string().max(64),
+  arch: z.string().max(32),
+});
+export type HostKind = z.infer<typeof HostKind>;
+
 /** What a host holds now, in one call. */
 export const Inventory = z.object({
   instance: z.string(),
@@ -174,8 +183,10 @@ export const Inventory = z.object({
   })),
   /** Complete local snapshots (warm hibernations). */
   snapshots: z.array(z.string()),
-  /** What it may hold and holds now (as `capacity` answers). */
+  /** What it may hold and holds now. */
   capacity: CapacityReport,
+  /** What a snapshot made there needs of the host it is restored on (hosts of before do not say). */
+  kind: HostKind.optional(),
 });
 export type HostInventory = z.infer<typeof Inventory>;
 
@@ -257,6 +268,7 @@ export const control = {
   checkpoint: route({ method: "POST", path: "/host/v1/vms/:id/checkpoint", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ pauseMs: z.number().min(0), storedBytes: Count }) }),
   fork: route({ method: "POST", path: "/host/v1/vms/:id/fork", body: z.object({ ...OpBody, children: z.array(Id).min(1).max(64), network: NetworkPolicy.optional(), volumes: VolumeSpecs.optional() }), response: z.object({ children: z.array(SandboxInfo) }) }),
   resume: route({ method: "POST", path: "/host/v1/vms/:id/resume", response: Ok }),
+  /** Kept for control planes of before (answered from the inventory, which this client asks instead). */
   cpuSeconds: route({ method: "GET", path: "/host/v1/vms/:id/cpu", response: z.object({ cpuSeconds: z.number().nullable() }) }),
   setNetwork: route({ method: "PUT", path: "/host/v1/vms/:id/network", body: z.object({ policy: NetworkPolicy }), response: Ok }),
   networkRefusals: route({ method: "GET", path: "/host/v1/vms/:id/network/refusals", response: z.object({ refused: Refusals.nullable() }) }),
@@ -266,7 +278,8 @@ export const control = {
   settled: route({ method: "GET", path: "/host/v1/ops/:op/settled", response: Ok }),
   inventory: route({ method: "GET", path: "/host/v1/inventory", response: Inventory }),
   checkCreate: route({ method: "POST", path: "/host/v1/admission/create", body: z.object({ spec: CheckCreateSpec }), response: Ok }),
-  checkCapacity: route({ method: "POST", path: "/host/v1/admission/shape", body: z.object({ shape: Shape }), response: Ok }),
+  checkShape: route({ method: "POST", path: "/host/v1/admission/shape", body: z.object({ shape: Shape }), response: Ok }),
+  /** Kept for control planes of before (answered from the inventory, which this client asks instead). */
   capacity: route({ method: "GET", path: "/host/v1/capacity", response: CapacityReport }),
   templates: route({ method: "GET", path: "/host/v1/templates", response: z.object({ templates: z.array(Template) }) }),
   deleteTemplate: route({ method: "DELETE", path: "/host/v1/templates/:name", response: Ok }),
@@ -287,14 +300,6 @@ export type ControlRoutes = typeof control;
 
 // ---- registration: the host agent calls the control plane ----
 
-/** What a snapshot taken on a host needs of the host it is restored on (the placement filter). */
-export const HostKind = z.object({
-  qemuVersion: z.string().max(64),
-  accelerator: z.enum(["kvm", "tcg"]),
-  cpuModel: z.string().max(64),
-  arch: z.string().max(32),
-});
-export type HostKind = z.infer<typeof HostKind>;
 
 /**
  * `den host run --control-plane URL`: every few seconds the host says who and where it is,
@@ -339,17 +344,10 @@ export const ErrorBody = z.object({ error: z.object({ code: z.string(), message:
 // ---- the control seam ----
 
 /**
- * What the control plane asks of the machine that runs sandboxes. In single-node mode
- * it is this process (LocalHostAgent). The control plane picks every id (sandboxes,
- * snapshots, fork children) and records its intent before it asks; every mutating call
- * carries the operation's id, and asking again with the same id returns the first answer.
- * No call removes something the control plane's records may still need: a cold
- * hibernate leaves the VM paused until the control plane has committed and destroys it.
+ * A sandbox's VM on a host: its lifecycle (create, hibernations and wakes, stored snapshots
+ * in and out, forks), its admission and its network.
  */
-export interface HostAgent {
-  readonly instance: string;
-  /** Where the control plane reaches it: "local" (this process) or its base URL. */
-  readonly address: string;
+export interface HostVms {
   create(op: string, spec: HostCreateSpec): Promise<HostSandboxInfo>;
   /**
    * A sandbox `id` from a stored snapshot (a checkpoint, a cold sandbox's wake, a lost
@@ -360,9 +358,7 @@ export interface HostAgent {
   /** Throws `capacity_exhausted` if a create of this spec would not fit now (checked again by `create`). */
   checkCreate(spec: Omit<HostCreateSpec, "id">): Promise<void>;
   /** Throws `capacity_exhausted` if a VM of this shape would not fit now. */
-  checkCapacity(shape: Shape): Promise<void>;
-  /** What this host may hold and what it holds now. */
-  capacity(): Promise<CapacityReport>;
+  checkShape(shape: Shape): Promise<void>;
   /** Removes the VM and every local file of it; nothing to do if it has none. */
   destroy(id: string): Promise<void>;
   /** Warm: snapshot `snapshotId` kept on this host, the VM paused in place. */
@@ -389,57 +385,8 @@ export interface HostAgent {
   checkpoint(op: string, id: string, to: StoredRef): Promise<{ pauseMs: number; storedBytes: number }>;
   /** Forks a running sandbox into children with the given ids (each gets `network` and mounts `volumes`; the parent's mounts are not theirs). */
   fork(op: string, id: string, children: string[], network?: NetworkPolicy, volumes?: VolumeSpec[]): Promise<HostSandboxInfo[]>;
-  /** Makes volume `id`'s image (an empty ext4 of `sizeMb`) on this host; one already there is kept. */
-  createVolume(op: string, id: string, sizeMb: number): Promise<void>;
-  /** Removes volume `id`'s image from this host (nothing if it has none). */
-  deleteVolume(id: string): Promise<void>;
-  /**
-   * Grows volume `id`'s filesystem to `sizeMb`, in a helper VM `helper` that mounts it
-   * read-write (the image is never parsed on the host); the control plane holds the volume
-   * for `helper` meanwhile.
-   */
-  growVolume(op: string, id: string, sizeMb: number, helper: string): Promise<void>;
-  /**
-   * Copies volume `id`'s image into the store under `to` (a stored snapshot of one file,
-   * its manifest last), for another host to fetch; the image here is left as it is (the
-   * control plane deletes it once the stored copy is the one its row names). Nothing may
-   * mount it meanwhile: the control plane holds it as moving.
-   */
-  parkVolume(op: string, id: string, to: StoredRef): Promise<{ storedBytes: number }>;
-  /** Makes volume `id`'s image on this host the stored copy at `from` (verified; whole or not at all: one already here is replaced). */
-  fetchVolume(op: string, id: string, from: StoredRef): Promise<void>;
-  /**
-   * The volume images on this host (apart from the inventory, which the reapers ask for
-   * often: only the volumes' sweep needs these, and each costs a stat).
-   */
-  volumeImages(): Promise<VolumeImage[]>;
-  /**
-   * Removes volume `id`'s image from this host if it is still the file `volumeImages` listed
-   * (`inode`) and no VM here has it in a slot: an image the control plane found the volume's
-   * row no longer names (its move away from here could not remove it). Whether it went.
-   */
-  dropVolumeImage(id: string, inode: number): Promise<boolean>;
-  /** Deletes a local snapshot (a warm hibernation's), if it is there. */
-  dropLocalSnapshot(snapshotId: string): Promise<void>;
-  /** Lets go of the template version a stored snapshot needed (it is gone from the store). */
-  unpin(snapshotId: string): Promise<void>;
-  /**
-   * Local snapshots not in `snapshots` are deleted; the host's template pins become `pins`
-   * (the database's records: missing ones are written, others dropped).
-   */
-  collectLocal(snapshots: string[], pins: TemplatePin[]): Promise<void>;
-  /**
-   * Resolves once operation `op` is no longer running on this host (at once if it never
-   * ran here): a restarted control plane waits for what a surviving host is still doing
-   * before it decides from the facts.
-   */
-  settled(op: string): Promise<void>;
-  /** Every VM on this host (its state and CPU seconds) and its local snapshots, in one call. */
-  inventory(): Promise<HostInventory>;
   /** Unfreezes a VM frozen by an operation that did not finish. */
   resume(id: string): Promise<void>;
-  /** Host CPU seconds used by the sandbox's VM, if it has one. */
-  cpuSeconds(id: string): Promise<number | undefined>;
   /**
    * Gives a running sandbox this network policy (`none` takes its network away). Takes
    * effect at once; a no-op if it already has exactly this policy.
@@ -447,27 +394,112 @@ export interface HostAgent {
   setNetwork(id: string, policy: NetworkPolicy): Promise<void>;
   /** Refused connection attempts since its network came up; undefined if it has none here. */
   networkRefusals(id: string): Promise<Refusals | undefined>;
-  /** The guest side of a sandbox: exec, files, processes, tunnels (no call is made until one is used). */
-  guest(id: string): HostGuest;
-  templates(): Promise<HostTemplate[]>;
+}
+
+/** Volume images on a host: made, grown, moved through the store, swept. */
+export interface HostVolumes {
+  /** Makes volume `id`'s image (an empty ext4 of `sizeMb`) on this host; one already there is kept. */
+  create(op: string, id: string, sizeMb: number): Promise<void>;
+  /** Removes volume `id`'s image from this host (nothing if it has none). */
+  delete(id: string): Promise<void>;
+  /**
+   * Grows volume `id`'s filesystem to `sizeMb`, in a helper VM `helper` that mounts it
+   * read-write (the image is never parsed on the host); the control plane holds the volume
+   * for `helper` meanwhile.
+   */
+  grow(op: string, id: string, sizeMb: number, helper: string): Promise<void>;
+  /**
+   * Copies volume `id`'s image into the store under `to` (a stored snapshot of one file,
+   * its manifest last), for another host to fetch; the image here is left as it is (the
+   * control plane deletes it once the stored copy is the one its row names). Nothing may
+   * mount it meanwhile: the control plane holds it as moving.
+   */
+  park(op: string, id: string, to: StoredRef): Promise<{ storedBytes: number }>;
+  /** Makes volume `id`'s image on this host the stored copy at `from` (verified; whole or not at all: one already here is replaced). */
+  fetch(op: string, id: string, from: StoredRef): Promise<void>;
+  /**
+   * The volume images on this host (apart from the inventory, which the reapers ask for
+   * often: only the volumes' sweep needs these, and each costs a stat).
+   */
+  images(): Promise<VolumeImage[]>;
+  /**
+   * Removes volume `id`'s image from this host if it is still the file `images` listed
+   * (`inode`) and no VM here has it in a slot: an image the control plane found the volume's
+   * row no longer names (its move away from here could not remove it). Whether it went.
+   */
+  dropImage(id: string, inode: number): Promise<boolean>;
+}
+
+/** The host's template cache: its versions, builds, and copies to and from the store. */
+export interface HostTemplates {
+  list(): Promise<HostTemplate[]>;
   /** Retires a template and its size variants (versions in use stay until nothing uses them). */
-  deleteTemplate(name: string): Promise<void>;
+  delete(name: string): Promise<void>;
   /** Builds (or finds, if the same recipe was built before) a template version and makes it current. */
-  buildTemplate(op: string, spec: TemplateBuildSpec): Promise<BuiltTemplate>;
+  build(op: string, spec: TemplateBuildSpec): Promise<BuiltTemplate>;
   /** The log of build `op` from line `from` on (kept a while after it ends). */
   buildLog(op: string, from: number): Promise<BuildLogPage>;
   /** Cancels build `op` if it is running here: it ends as `aborted`, its VMs gone. */
   cancelBuild(op: string): Promise<void>;
   /** Uploads a local template version to the store under `key` (a complete copy already there is kept). */
-  publishTemplate(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }>;
+  publish(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }>;
   /**
    * Makes a template version from the store local: downloaded, verified file by file, then
    * installed (the current version of its name too, if `current`). Nothing if it is here already.
    */
-  fetchTemplate(op: string, name: string, version: string, key: string, current: boolean): Promise<void>;
+  fetch(op: string, name: string, version: string, key: string, current: boolean): Promise<void>;
+}
+
+/** The host's local snapshots (warm hibernations') and the template pins stored snapshots hold. */
+export interface HostSnapshots {
+  /** Deletes a local snapshot (a warm hibernation's), if it is there. */
+  dropLocal(snapshotId: string): Promise<void>;
+  /** Lets go of the template version a stored snapshot needed (it is gone from the store). */
+  unpin(snapshotId: string): Promise<void>;
+  /**
+   * Local snapshots not in `snapshots` are deleted; the host's template pins become `pins`
+   * (the database's records: missing ones are written, others dropped).
+   */
+  collect(snapshots: string[], pins: TemplatePin[]): Promise<void>;
+}
+
+/**
+ * What the control plane asks of the machine that runs sandboxes, by sub-service. In
+ * single-node mode it is this process (LocalHostAgent). The control plane picks every id
+ * (sandboxes, snapshots, fork children) and records its intent before it asks; every
+ * mutating call carries the operation's id, and asking again with the same id returns the
+ * first answer. No call removes something the control plane's records may still need: a
+ * cold hibernate leaves the VM paused until the control plane has committed and destroys it.
+ */
+export interface HostAgent {
+  readonly instance: string;
+  /** Where the control plane reaches it: "local" (this process) or its base URL. */
+  readonly address: string;
+  readonly vms: HostVms;
+  readonly volumes: HostVolumes;
+  readonly templates: HostTemplates;
+  readonly snapshots: HostSnapshots;
+  /**
+   * Everything the host says of itself, in one call: every VM (its state, CPU seconds and
+   * memory charge), its local snapshots, what it may hold and holds now, and its kind.
+   */
+  inventory(): Promise<HostInventory>;
+  /**
+   * Resolves once operation `op` is no longer running on this host (at once if it never
+   * ran here): a restarted control plane waits for what a surviving host is still doing
+   * before it decides from the facts.
+   */
+  settled(op: string): Promise<void>;
+  /** The guest side of a sandbox: exec, files, processes, tunnels (no call is made until one is used). */
+  guest(id: string): HostGuest;
   /** Called as snapshots move to and from the store (over HTTP: fed from `GET /host/v1/events`). */
   onTransfer: ((t: TransferEvent) => void) | undefined;
   close(): void;
+}
+
+/** A VM's CPU seconds as an inventory shows them (undefined: no VM of that id there). */
+export function inventoryCpuSeconds(inv: HostInventory, id: string): number | undefined {
+  return inv.vms.find((v) => v.id === id)?.cpuSeconds ?? undefined;
 }
 
 // ---- the data plane: the guest of one sandbox ----

@@ -9,9 +9,10 @@ export * as api from "./api.js";
 export * as host from "./host.js";
 export * as e2b from "./e2b/envd.js";
 export type {
-  HostAgent, HostGuest, GuestChunk, GuestFileOwner, GuestMetrics, GuestCommand, GuestExecOptions, GuestExecProcess, GuestExecResult, GuestExit, GuestFileSource, HostCreateSpec, HostSandboxInfo, HostInventory, VolumeImage,
+  HostAgent, HostVms, HostVolumes, HostTemplates, HostSnapshots, HostGuest, GuestChunk, GuestFileOwner, GuestMetrics, GuestCommand, GuestExecOptions, GuestExecProcess, GuestExecResult, GuestExit, GuestFileSource, HostCreateSpec, HostSandboxInfo, HostInventory, VolumeImage,
   HostTemplate, StoredRef, TemplateBuildSpec, TransferEvent, VolumeSpec,
 } from "./host.js";
+export { inventoryCpuSeconds } from "./host.js";
 export * as e2bApi from "./e2b/rest.js";
 export * as e2bVolumes from "./e2b/volume-content.js";
 export * as e2bTemplates from "./e2b/templates.js";

@@ -5,6 +5,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import S3rver from "s3rver";
+import { inventoryCpuSeconds } from "@den/protocol";
 import { findInstanceProcesses } from "@den/runtime";
 import type { RunningServer } from "../src/index.js";
 import { client, dataDir, testServer, untilWarmSnapshot } from "./helpers.js";
@@ -242,7 +243,7 @@ describe("warm hibernate", () => {
     try {
       const id = (await api("POST", "/v1/sandboxes", {})).body.id;
       await api("POST", `/v1/sandboxes/${id}/exec`, { cmd: "nohup sh -c 'while true; do :; done' >/dev/null 2>&1 &" });
-      const cpu = async () => (await server.cp.hosts.first!.cpuSeconds(id))!;
+      const cpu = async () => inventoryCpuSeconds(await server.cp.hosts.first!.inventory(), id)!;
       const b0 = await cpu();
       await new Promise((r) => setTimeout(r, 1000));
       assert.ok((await cpu()) - b0 > 0.5, "the loop burns CPU while running");

@@ -64,7 +64,7 @@ realOnly("disk hibernation through /v1", () => {
     await server?.close();
   });
   const hasQemu = (id: string) => findInstanceProcesses(server.cp.hosts.first!.instance).has(id);
-  const usedMb = async () => (await server.cp.hosts.first!.capacity()).used.memoryMb;
+  const usedMb = async () => (await server.cp.hosts.first!.inventory()).capacity.used.memoryMb;
 
   test("hibernate {mode: disk}: no VM and no memory held; an exec wakes it by a boot: files kept, processes gone, a new boot_id; billed as cold", async () => {
     const { id, boot } = await prepare(api, { network: { egress: "open" } });

@@ -7,7 +7,7 @@ export { checkpointArgs as args };
 export const checkpoint: SandboxOp = {
   async settle(d: OpDeps, { op, row, host, rollBack }: Settling): Promise<void> {
     const a = argsOf(op, "checkpoint");
-    await host.resume(row.id);
+    await host.vms.resume(row.id);
     await rollBack({}, (tx) => tx.snapshots.release(a.checkpoint, d.ctx.clock.now()));
   },
 };

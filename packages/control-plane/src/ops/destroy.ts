@@ -18,7 +18,7 @@ export async function run(d: Deps, id: string, reason: Reason): Promise<SandboxR
   await ops.begin(row, op);
   await d.network.flush(id);
   try {
-    await metrics.time("destroy", "", () => host.destroy(id));
+    await metrics.time("destroy", "", () => host.vms.destroy(id));
   } catch (e) {
     // The VM is still there: the sandbox stays as it was, and a retry destroys it.
     await ops.fail(op, id, e);
@@ -39,7 +39,7 @@ async function destroyed(d: Deps, op: OperationRow, row: SandboxRow, reason: Rea
 /** A destroy cut short goes forward: the VM goes, then the record (a host's loss ends it `lost`). */
 export const destroy: SandboxOp = {
   async settle(d: OpDeps, { op, row, host }: Settling): Promise<void> {
-    await host.destroy(row.id);
+    await host.vms.destroy(row.id);
     if (argsOf(op, "destroy").lost === true) await d.ctx.ops.finish(op, row.id, { state: "lost", reason: "host_lost" });
     else await destroyed(d, op, row, op.reason as Reason);
   },

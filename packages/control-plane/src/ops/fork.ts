@@ -9,8 +9,8 @@ export const fork: SandboxOp = {
     const { store, hosts, clock } = d.ctx;
     const a = argsOf(op, "fork");
     // Children live on the host their rows name (the parent's, or others for a fork across hosts).
-    for (const c of a.children) await hosts.of((await store.sandboxes.get(c)) ?? row).destroy(c);
-    await host.resume(row.id);
+    for (const c of a.children) await hosts.of((await store.sandboxes.get(c)) ?? row).vms.destroy(c);
+    await host.vms.resume(row.id);
     await rollBack({}, async (tx) => {
       await d.forks.dropChildren(tx, op, a.children, "restart", STOPPED);
       if (a.via) await tx.snapshots.release(a.via, clock.now());

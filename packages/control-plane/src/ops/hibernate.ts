@@ -51,7 +51,7 @@ async function toWarm(d: Deps, row: SandboxRow, reason: Reason): Promise<Sandbox
   await ops.begin(row, op);
   const t0 = performance.now();
   try {
-    await metrics.time("hibernate", "warm", () => meter.work(row.id, () => host.hibernateWarm(op.id, row.id, snapshot)));
+    await metrics.time("hibernate", "warm", () => meter.work(row.id, () => host.vms.hibernateWarm(op.id, row.id, snapshot)));
   } catch (e) {
     await ops.fail(op, row.id, e);
     throw e;
@@ -76,7 +76,7 @@ export async function toDisk(d: Deps, row: SandboxRow, reason: Reason): Promise<
   faultPoint("hibernate-disk-after-intent");
   const t0 = performance.now();
   try {
-    await metrics.time("hibernate", "disk", () => meter.work(row.id, () => host.hibernateDisk(op.id, row.id)));
+    await metrics.time("hibernate", "disk", () => meter.work(row.id, () => host.vms.hibernateDisk(op.id, row.id)));
   } catch (e) {
     await ops.fail(op, row.id, e);
     throw e;
@@ -105,7 +105,7 @@ async function toCold(d: Deps, row: SandboxRow, reason: Reason): Promise<Sandbox
   const t0 = performance.now();
   let up: { storedBytes: number; heldVolumes?: string[] };
   try {
-    up = await metrics.time("hibernate", "cold", () => meter.work(row.id, () => host.upload(op.id, row.id, refOf(stored), fromWarm ?? undefined)));
+    up = await metrics.time("hibernate", "cold", () => meter.work(row.id, () => host.vms.upload(op.id, row.id, refOf(stored), fromWarm ?? undefined)));
   } catch (e) {
     await ops.fail(op, row.id, e, {}, (tx) => tx.snapshots.release(stored.id, clock.now()));
     throw e;
@@ -128,7 +128,7 @@ async function toCold(d: Deps, row: SandboxRow, reason: Reason): Promise<Sandbox
     // Refused: the record stays as it was, the copy is released, and a VM the upload left
     // paused goes back to work (should this process die first, the next start resumes it).
     await ops.fail(op, row.id, e, {}, (tx) => tx.snapshots.release(stored.id, clock.now()));
-    if (!fromWarm) await host.wakeWarm(newId("op"), row.id, null).catch((err: unknown) => d.ctx.log.warn({ err }, `sandbox ${row.id}: not resumed after a refused cold hibernate`));
+    if (!fromWarm) await host.vms.wakeWarm(newId("op"), row.id, null).catch((err: unknown) => d.ctx.log.warn({ err }, `sandbox ${row.id}: not resumed after a refused cold hibernate`));
     throw e;
   });
   faultPoint("hibernate-cold-after-commit");
@@ -152,7 +152,7 @@ export const hibernate: SandboxOp = {
         await ops.finish(op, row.id, { state: "hibernated", reason, patch: warmPatch(d, row, a.snapshot), data: { mode: "warm", snapshot: a.snapshot, recovered: true } });
         return;
       }
-      await host.resume(row.id);
+      await host.vms.resume(row.id);
       await rollBack();
       return;
     }
@@ -164,7 +164,7 @@ export const hibernate: SandboxOp = {
       return;
     }
     // Not whole: the VM (paused for the upload) works on, and the half upload is released.
-    if (!a.from_warm) await host.resume(row.id);
+    if (!a.from_warm) await host.vms.resume(row.id);
     await rollBack({}, (tx) => tx.snapshots.release(a.snapshot, clock.now()));
   },
 };
@@ -177,10 +177,10 @@ export const hibernate: SandboxOp = {
 async function settleDisk(d: OpDeps, { op, row, host, vm }: Settling, fromWarm: string | null): Promise<void> {
   if (vm?.state !== "off") {
     try {
-      await host.hibernateDisk(op.id, row.id);
+      await host.vms.hibernateDisk(op.id, row.id);
     } catch (err) {
       d.ctx.log.warn({ err }, `sandbox ${row.id}: an interrupted disk hibernate could not be finished; it is rolled back`);
-      if (!fromWarm) await host.resume(row.id);
+      if (!fromWarm) await host.vms.resume(row.id);
       await d.ctx.ops.fail(op, row.id, new Error(STOPPED), { reason: "restart" }, undefined, "rolled_back");
       return;
     }

@@ -8,12 +8,12 @@ export { recoverArgs as args };
 export const recover: SandboxOp = {
   async settle(d: OpDeps, { op, row, host, vm, rollBack }: Settling): Promise<void> {
     if (hasVm(vm)) {
-      await host.resume(row.id);
+      await host.vms.resume(row.id);
       const done = await d.ctx.ops.finish(op, row.id, { state: "running", reason: "user", data: { recovered: true } });
       await d.network.restore(done);
       return;
     }
-    await host.destroy(row.id);
+    await host.vms.destroy(row.id);
     await rollBack();
   },
 };

@@ -3,7 +3,7 @@ import type { Duplex } from "node:stream";
 import Fastify, { type FastifyError, type FastifyInstance } from "fastify";
 import { WebSocketServer } from "ws";
 import type { z } from "zod";
-import { DenError, host, type HostAgent, parseInput } from "@den/protocol";
+import { DenError, host, inventoryCpuSeconds, type HostAgent, parseInput } from "@den/protocol";
 import { checkSecret, hasSecret } from "./auth.js";
 import { EventHub } from "./events.js";
 import { serveExecSocket } from "./exec-socket.js";
@@ -18,47 +18,49 @@ type Handlers = { [K in keyof Routes]: (params: Record<string, string>, body: Bo
 
 const ok = {};
 
-/** Each control route of the protocol, onto the host agent's method of the same name. */
+/** Each control route of the protocol, onto the host agent's sub-service call it stands for. */
 function handlers(agent: HostAgent): Handlers {
   const id = (p: Record<string, string>, name = "id") => parseInput(host.HostId, p[name], `path ${name}`);
+  const { vms, volumes, templates, snapshots } = agent;
   return {
     info: async () => ({ protocol: host.PROTOCOL_VERSION, instance: agent.instance }),
-    create: (_p, b) => agent.create(b.op, b.spec),
-    restore: (p, b) => agent.restore(b.op, id(p), b.snapshot, b.network, b.volumes),
-    destroy: async (p) => (await agent.destroy(id(p)), ok),
-    hibernateWarm: async (p, b) => (await agent.hibernateWarm(b.op, id(p), b.snapshotId), ok),
-    upload: (p, b) => agent.upload(b.op, id(p), b.to, b.fromWarm),
-    wakeWarm: async (p, b) => (await agent.wakeWarm(b.op, id(p), b.snapshotId), ok),
-    hibernateDisk: async (p, b) => (await agent.hibernateDisk(b.op, id(p)), ok),
-    wakeDisk: async (p, b) => (await agent.wakeDisk(b.op, id(p)), ok),
-    checkpoint: (p, b) => agent.checkpoint(b.op, id(p), b.to),
-    fork: async (p, b) => ({ children: await agent.fork(b.op, id(p), b.children, b.network, b.volumes) }),
-    createVolume: async (_p, b) => (await agent.createVolume(b.op, b.id, b.sizeMb), ok),
-    deleteVolume: async (p) => (await agent.deleteVolume(id(p)), ok),
-    growVolume: async (p, b) => (await agent.growVolume(b.op, id(p), b.sizeMb, b.helper), ok),
-    parkVolume: (p, b) => agent.parkVolume(b.op, id(p), b.to),
-    fetchVolume: async (p, b) => (await agent.fetchVolume(b.op, id(p), b.from), ok),
-    volumeImages: async () => ({ images: await agent.volumeImages() }),
-    dropVolumeImage: async (p, b) => ({ dropped: await agent.dropVolumeImage(id(p), b.inode) }),
-    resume: async (p) => (await agent.resume(id(p)), ok),
-    cpuSeconds: async (p) => ({ cpuSeconds: (await agent.cpuSeconds(id(p))) ?? null }),
-    setNetwork: async (p, b) => (await agent.setNetwork(id(p), b.policy), ok),
-    networkRefusals: async (p) => ({ refused: (await agent.networkRefusals(id(p))) ?? null }),
-    dropLocalSnapshot: async (p) => (await agent.dropLocalSnapshot(id(p, "snapshotId")), ok),
-    unpin: async (p) => (await agent.unpin(id(p, "snapshotId")), ok),
-    collectLocal: async (_p, b) => (await agent.collectLocal(b.snapshots, b.pins), ok),
+    create: (_p, b) => vms.create(b.op, b.spec),
+    restore: (p, b) => vms.restore(b.op, id(p), b.snapshot, b.network, b.volumes),
+    destroy: async (p) => (await vms.destroy(id(p)), ok),
+    hibernateWarm: async (p, b) => (await vms.hibernateWarm(b.op, id(p), b.snapshotId), ok),
+    upload: (p, b) => vms.upload(b.op, id(p), b.to, b.fromWarm),
+    wakeWarm: async (p, b) => (await vms.wakeWarm(b.op, id(p), b.snapshotId), ok),
+    hibernateDisk: async (p, b) => (await vms.hibernateDisk(b.op, id(p)), ok),
+    wakeDisk: async (p, b) => (await vms.wakeDisk(b.op, id(p)), ok),
+    checkpoint: (p, b) => vms.checkpoint(b.op, id(p), b.to),
+    fork: async (p, b) => ({ children: await vms.fork(b.op, id(p), b.children, b.network, b.volumes) }),
+    resume: async (p) => (await vms.resume(id(p)), ok),
+    setNetwork: async (p, b) => (await vms.setNetwork(id(p), b.policy), ok),
+    networkRefusals: async (p) => ({ refused: (await vms.networkRefusals(id(p))) ?? null }),
+    checkCreate: async (_p, b) => (await vms.checkCreate(b.spec), ok),
+    checkShape: async (_p, b) => (await vms.checkShape(b.shape), ok),
+    createVolume: async (_p, b) => (await volumes.create(b.op, b.id, b.sizeMb), ok),
+    deleteVolume: async (p) => (await volumes.delete(id(p)), ok),
+    growVolume: async (p, b) => (await volumes.grow(b.op, id(p), b.sizeMb, b.helper), ok),
+    parkVolume: (p, b) => volumes.park(b.op, id(p), b.to),
+    fetchVolume: async (p, b) => (await volumes.fetch(b.op, id(p), b.from), ok),
+    volumeImages: async () => ({ images: await volumes.images() }),
+    dropVolumeImage: async (p, b) => ({ dropped: await volumes.dropImage(id(p), b.inode) }),
+    dropLocalSnapshot: async (p) => (await snapshots.dropLocal(id(p, "snapshotId")), ok),
+    unpin: async (p) => (await snapshots.unpin(id(p, "snapshotId")), ok),
+    collectLocal: async (_p, b) => (await snapshots.collect(b.snapshots, b.pins), ok),
+    templates: async () => ({ templates: await templates.list() }),
+    deleteTemplate: async (p) => (await templates.delete(id(p, "name")), ok),
+    buildTemplate: (_p, b) => templates.build(b.op, b.spec),
+    buildLog: (p, b) => templates.buildLog(id(p, "op"), b.from),
+    cancelBuild: async (p) => (await templates.cancelBuild(id(p, "op")), ok),
+    publishTemplate: (p, b) => templates.publish(b.op, id(p, "name"), id(p, "version"), b.key),
+    fetchTemplate: async (p, b) => (await templates.fetch(b.op, id(p, "name"), id(p, "version"), b.key, b.current), ok),
     settled: async (p) => (await agent.settled(id(p, "op")), ok),
     inventory: () => agent.inventory(),
-    checkCreate: async (_p, b) => (await agent.checkCreate(b.spec), ok),
-    checkCapacity: async (_p, b) => (await agent.checkCapacity(b.shape), ok),
-    capacity: () => agent.capacity(),
-    templates: async () => ({ templates: await agent.templates() }),
-    deleteTemplate: async (p) => (await agent.deleteTemplate(id(p, "name")), ok),
-    buildTemplate: (_p, b) => agent.buildTemplate(b.op, b.spec),
-    buildLog: (p, b) => agent.buildLog(id(p, "op"), b.from),
-    cancelBuild: async (p) => (await agent.cancelBuild(id(p, "op")), ok),
-    publishTemplate: (p, b) => agent.publishTemplate(b.op, id(p, "name"), id(p, "version"), b.key),
-    fetchTemplate: async (p, b) => (await agent.fetchTemplate(b.op, id(p, "name"), id(p, "version"), b.key, b.current), ok),
+    // (What the inventory says, for control planes of before that ask for these alone.)
+    capacity: async () => (await agent.inventory()).capacity,
+    cpuSeconds: async (p) => ({ cpuSeconds: inventoryCpuSeconds(await agent.inventory(), id(p)) ?? null }),
   };
 }
 

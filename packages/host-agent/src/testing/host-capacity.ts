@@ -4,6 +4,7 @@
  * test says they are, the capacity report, and the inventory.
  */
 import type { host } from "@den/protocol";
+import { memoryHostKind } from "./memory-image.js";
 import { Admission, diskOvercommit, memoryOvercommit, memoryReserveMb, type Capacity } from "../admission.js";
 import { MIB, type HostState, type Shape } from "./host-state.js";
 import type { MemoryTemplate } from "./memory-templates.js";
@@ -43,13 +44,14 @@ export class HostCapacity {
     return { tpl, shape: { vcpus: spec.vcpus ?? tpl.vcpus, memoryMb: spec.memoryMb ?? tpl.memoryMb, diskMb: spec.diskMb ?? tpl.diskMb } };
   }
 
-  inventory(): host.HostInventory {
+  inventory(): host.HostInventory & { kind: host.HostKind } {
     const charges = this.admission.charges();
     return {
       instance: this.state.instance,
       vms: [...this.state.boxes.values()].map((s) => ({ id: s.id, state: s.state, cpuSeconds: this.state.cpuOf(s) ?? null, ...charges.get(s.id) })),
       snapshots: [...this.state.warm.keys()],
       capacity: this.report(),
+      kind: memoryHostKind(),
     };
   }
 

@@ -46,6 +46,16 @@ export class CallFrame {
     });
   }
 
+  /** A call that runs once per operation id (`name`: its route's, which faults and the log go by). */
+  op<T>(name: string, args: unknown[], op: string, fn: () => T | Promise<T>): Promise<T> {
+    return this.call(name, args, () => this.once(op, async () => fn()));
+  }
+
+  /** A call with no operation id. */
+  plain<T>(name: string, args: unknown[], fn: () => T | Promise<T>): Promise<T> {
+    return this.call(name, args, async () => fn());
+  }
+
   /** Runs an operation once: asked again with the same id, it returns (or joins) the first answer (as the real host). */
   once<T>(op: string, fn: () => Promise<T>): Promise<T> {
     return this.journal.once(op, fn);

@@ -9,8 +9,7 @@ import { join } from "node:path";
 import { DenError, type api, type host } from "@den/protocol";
 import type { ObjectStore } from "@den/store";
 import type { Clock } from "./clock.js";
-import type { HostFile } from "./host-file.js";
-import type { MemoryFs } from "./memory-fs.js";
+import type { FsWatch, MemoryFs } from "./memory-fs.js";
 import type { MemoryGuest } from "./memory-guest.js";
 import { memoryHostKind, type SandboxImage } from "./memory-image.js";
 import { MemoryTemplates, baseTemplate, refKey, type TemplateRef } from "./memory-templates.js";
@@ -40,6 +39,21 @@ export const SANDBOX_ID = /^sbx_[a-z2-7]{16}$/;
 export const SNAPSHOT_ID = /^snap_[a-z2-7]{16}$/;
 export const ID_PATTERN = /^[a-z]+_[a-z2-7]{16}$/;
 
+/**
+ * Where the state's changes are written (host-file.ts's HostFile; an interface here so the
+ * state does not import the file that reads it).
+ */
+export interface StateWriter {
+  /** Runs `fn` (synchronous), then writes the state. */
+  change<T>(fn: () => T): T;
+  /** A guest's files or processes changed. */
+  sandboxChanged(id: string): void;
+  /** What a sandbox's root filesystem is told. */
+  sandboxWatch(id: string): FsWatch;
+  /** What a volume image's filesystem is told. */
+  volumeWatch(id: string): FsWatch;
+}
+
 export class HostState {
   readonly boxes = new Map<string, MemorySandbox>();
   /** Local (warm) snapshots: a sandbox image as JSON, by snapshot id. */
@@ -54,7 +68,7 @@ export class HostState {
     readonly store: ObjectStore,
     readonly clock: Clock,
     readonly dataDir: string,
-    readonly file: HostFile,
+    readonly file: StateWriter,
   ) {
     this.vols = new MemoryVolumes(() => clock.now(), (id) => file.volumeWatch(id));
     this.tpl.install(baseTemplate(), true);

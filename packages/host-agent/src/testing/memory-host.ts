@@ -1,8 +1,8 @@
 /**
  * `MemoryHostAgent`: the whole `HostAgent` contract with no QEMU, for fast tests of the
- * control plane. This class is its face: each call in its frame (logged, faultable,
- * idempotent by operation id where the contract says so), done by the part whose job it
- * is (README.md lists them). Given a data dir, it keeps its state there (host-file.ts) and
+ * control plane. This class is its face: the contract's sub-services (host-services.ts:
+ * each call in its frame, logged, faultable, idempotent by operation id where the contract
+ * says so, done by the part whose job it is; README.md lists them) and the test controls. Given a data dir, it keeps its state there (host-file.ts) and
  * a new `open` on the dir finds what a real host's restart would find: after a `kill -9`
  * its VMs, files, processes, snapshots, templates and volume images.
  */
@@ -10,7 +10,7 @@ import { rmSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DenError, type HostAgent, type HostGuest, type api, type host } from "@den/protocol";
+import { DenError, type HostAgent, type HostGuest, type host } from "@den/protocol";
 import { LocalDirStore, type ObjectStore } from "@den/store";
 import { newId } from "@den/runtime";
 import type { Capacity } from "../admission.js";
@@ -25,11 +25,10 @@ import { Sandboxes } from "./host-sandboxes.js";
 import { HostState, ID_PATTERN } from "./host-state.js";
 import { StoreTransfers } from "./host-store.js";
 import { TemplateOps } from "./host-templates.js";
-import { BuildLogs } from "../build/build-logs.js";
 import { VolumeOps } from "./host-volumes.js";
+import { FramedSnapshots, FramedTemplates, FramedVms, FramedVolumes } from "./host-services.js";
 import type { MemoryFs } from "./memory-fs.js";
 import { guestById, type PortHandler } from "./memory-guest.js";
-import { memoryHostKind } from "./memory-image.js";
 import { baseTemplate } from "./memory-templates.js";
 
 export type { MemoryHostState } from "./host-file.js";
@@ -67,13 +66,13 @@ export class MemoryHostAgent implements HostAgent {
   private readonly file: HostFile;
   private readonly state: HostState;
   private readonly controls: TestControls;
-  private readonly vms: Sandboxes;
+  readonly vms: FramedVms;
+  readonly volumes: FramedVolumes;
+  readonly templates: FramedTemplates;
+  readonly snapshots: FramedSnapshots;
+  private readonly boxes: Sandboxes;
   private readonly room: HostCapacity;
-  private readonly stored: StoreTransfers;
-  private readonly life: Lifecycle;
   private readonly tpls: TemplateOps;
-  private readonly buildLogs = new BuildLogs();
-  private readonly vols: VolumeOps;
 
   private constructor(
     readonly instance: string,
@@ -92,12 +91,15 @@ export class MemoryHostAgent implements HostAgent {
     this.file = new HostFile(stateDir);
     this.state = new HostState(instance, store, clock, dataDir, this.file);
     this.controls = new TestControls(this.state, this.frame, () => this.tpls.forget());
-    this.vms = new Sandboxes(this.state, this.frame, this.controls);
+    this.boxes = new Sandboxes(this.state, this.frame, this.controls);
     this.room = new HostCapacity(this.state, capacity);
-    this.stored = new StoreTransfers(this.state, this.faults, this.room.admission, this.vms, () => this.onTransfer);
-    this.life = new Lifecycle(this.state, this.vms, this.room, this.stored, this.faults, this.controls);
-    this.tpls = new TemplateOps(this.state, this.life, this.stored);
-    this.vols = new VolumeOps(this.state, this.life, this.faults);
+    const stored = new StoreTransfers(this.state, this.faults, this.room.admission, this.boxes, () => this.onTransfer);
+    const life = new Lifecycle(this.state, this.boxes, this.room, stored, this.faults, this.controls);
+    this.tpls = new TemplateOps(this.state, life, stored);
+    this.vms = new FramedVms(this.frame, this.state, this.room, life);
+    this.volumes = new FramedVolumes(this.frame, new VolumeOps(this.state, life, this.faults));
+    this.templates = new FramedTemplates(this.frame, this.tpls, stored);
+    this.snapshots = new FramedSnapshots(this.frame, stored);
   }
 
   static async open(opts: MemoryHostOptions = {}): Promise<MemoryHostAgent> {
@@ -138,98 +140,15 @@ export class MemoryHostAgent implements HostAgent {
     vols.nextInode = Math.max(saved.volumes.nextInode, ...saved.volumes.images.map((v) => v.inode + 1));
     for (const [id, image] of Object.entries(saved.warm)) warm.set(id, JSON.stringify(image));
     for (const [holder, ref] of Object.entries(saved.pins)) pins.set(holder, ref);
-    for (const s of saved.sandboxes) this.vms.adopt(s);
+    for (const s of saved.sandboxes) this.boxes.adopt(s);
   }
 
-  /** A call that runs once per operation id. */
-  private op<T>(name: string, args: unknown[], op: string, fn: () => T | Promise<T>): Promise<T> {
-    return this.frame.call(name, args, () => this.frame.once(op, async () => fn()));
+  settled(op: string): Promise<void> {
+    return this.frame.plain("settled", [op], () => this.frame.settled(op));
   }
 
-  /** A call with no operation id. */
-  private plain<T>(name: string, args: unknown[], fn: () => T | Promise<T>): Promise<T> {
-    return this.frame.call(name, args, async () => fn());
-  }
-
-  // ---- HostAgent: admission ----
-
-  capacity(): Promise<host.CapacityReport> {
-    return this.plain("capacity", [], () => this.room.report());
-  }
-
-  checkCapacity(shape: host.Shape): Promise<void> {
-    return this.plain("checkCapacity", [shape], () => this.room.admission.check(shape));
-  }
-
-  checkCreate(spec: Omit<host.HostCreateSpec, "id">): Promise<void> {
-    return this.plain("checkCreate", [spec], () => this.room.admission.check(this.room.shapeOf(spec).shape));
-  }
-
-  // ---- HostAgent: lifecycle ----
-
-  create(op: string, spec: host.HostCreateSpec): Promise<host.HostSandboxInfo> {
-    return this.op("create", [op, spec], op, () => this.life.create(spec));
-  }
-
-  restore(op: string, id: string, snapshot: host.StoredRef, network?: api.NetworkPolicy, volumes?: host.VolumeSpec[]): Promise<host.HostSandboxInfo> {
-    return this.op("restore", [op, id, snapshot, network, volumes], op, () => this.life.restore(id, snapshot, network, volumes));
-  }
-
-  destroy(id: string): Promise<void> {
-    return this.plain("destroy", [id], () => this.life.destroy(id));
-  }
-
-  /** Warm: the VM pauses in place; its local snapshot (for a VM that dies while paused) is kept as `snapshotId`. */
-  hibernateWarm(op: string, id: string, snapshotId: string): Promise<void> {
-    return this.op("hibernateWarm", [op, id, snapshotId], op, () => this.life.hibernateWarm(id, snapshotId));
-  }
-
-  /** Cold, the first half: to the store, the VM left paused (host-lifecycle.ts). */
-  upload(op: string, id: string, to: host.StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }> {
-    return this.op("upload", [op, id, to, fromWarm], op, () => this.life.upload(id, to, fromWarm));
-  }
-
-  wakeWarm(op: string, id: string, snapshotId: string | null): Promise<void> {
-    return this.op("wakeWarm", [op, id, snapshotId], op, () => this.life.wakeWarm(id, snapshotId));
-  }
-
-  /** Disk: the VM shuts down, its files kept; its processes (its memory) are gone, as after a reboot. */
-  hibernateDisk(op: string, id: string): Promise<void> {
-    return this.op("hibernateDisk", [op, id], op, () => this.life.hibernateDisk(id));
-  }
-
-  wakeDisk(op: string, id: string): Promise<void> {
-    return this.op("wakeDisk", [op, id], op, () => this.life.wakeDisk(id));
-  }
-
-  checkpoint(op: string, id: string, to: host.StoredRef): Promise<{ pauseMs: number; storedBytes: number }> {
-    return this.op("checkpoint", [op, id, to], op, () => this.life.checkpoint(id, to));
-  }
-
-  fork(op: string, id: string, children: string[], network?: api.NetworkPolicy, volumes?: host.VolumeSpec[]): Promise<host.HostSandboxInfo[]> {
-    return this.op("fork", [op, id, children, network, volumes], op, () => this.life.fork(id, children, network, volumes));
-  }
-
-  resume(id: string): Promise<void> {
-    return this.plain("resume", [id], () => this.life.resume(id));
-  }
-
-  cpuSeconds(id: string): Promise<number | undefined> {
-    return this.plain("cpuSeconds", [id], () => {
-      const s = this.state.boxes.get(id);
-      return s ? this.state.cpuOf(s) : undefined;
-    });
-  }
-
-  setNetwork(id: string, policy: api.NetworkPolicy): Promise<void> {
-    return this.plain("setNetwork", [id, policy], () => this.life.setNetwork(id, policy));
-  }
-
-  networkRefusals(id: string): Promise<host.Refusals | undefined> {
-    return this.plain("networkRefusals", [id], () => {
-      const s = this.state.boxes.get(id);
-      return s?.network ? { ...s.refused } : undefined;
-    });
+  inventory(): Promise<host.HostInventory & { kind: host.HostKind }> {
+    return this.frame.plain("inventory", [], () => this.room.inventory());
   }
 
   /** Found by id at each call (no call is made until one is used): an unknown sandbox's calls fail with `sandbox_not_found`. */
@@ -238,114 +157,6 @@ export class MemoryHostAgent implements HostAgent {
       this.frame.reachable("guest");
       return this.state.get(id).guest;
     });
-  }
-
-  // ---- HostAgent: local snapshots, pins, inventory ----
-
-  dropLocalSnapshot(snapshotId: string): Promise<void> {
-    return this.plain("dropLocalSnapshot", [snapshotId], () => this.stored.dropLocalSnapshot(snapshotId));
-  }
-
-  unpin(snapshotId: string): Promise<void> {
-    return this.plain("unpin", [snapshotId], () => this.stored.unpin(snapshotId));
-  }
-
-  collectLocal(snapshots: string[], pins: host.TemplatePin[]): Promise<void> {
-    return this.plain("collectLocal", [snapshots, pins], () => this.stored.collectLocal(snapshots, pins));
-  }
-
-  settled(op: string): Promise<void> {
-    return this.plain("settled", [op], () => this.frame.settled(op));
-  }
-
-  inventory(): Promise<host.HostInventory> {
-    return this.plain("inventory", [], () => this.room.inventory());
-  }
-
-  // ---- HostAgent: volumes ----
-
-  createVolume(op: string, id: string, sizeMb: number): Promise<void> {
-    return this.op("createVolume", [op, id, sizeMb], op, () => this.vols.create(id, sizeMb));
-  }
-
-  deleteVolume(id: string): Promise<void> {
-    return this.plain("deleteVolume", [id], () => this.vols.delete(id));
-  }
-
-  /** Grown in a helper VM of its own that mounts it read-write, gone after. */
-  growVolume(op: string, id: string, sizeMb: number, helper: string): Promise<void> {
-    return this.op("growVolume", [op, id, sizeMb, helper], op, () => this.vols.grow(id, sizeMb, helper));
-  }
-
-  parkVolume(op: string, id: string, to: host.StoredRef): Promise<{ storedBytes: number }> {
-    return this.op("parkVolume", [op, id, to], op, () => this.vols.park(id, to));
-  }
-
-  fetchVolume(op: string, id: string, from: host.StoredRef): Promise<void> {
-    return this.op("fetchVolume", [op, id, from], op, () => this.vols.fetch(id, from));
-  }
-
-  volumeImages(): Promise<host.VolumeImage[]> {
-    return this.plain("volumeImages", [], () => this.vols.images());
-  }
-
-  dropVolumeImage(id: string, inode: number): Promise<boolean> {
-    return this.plain("dropVolumeImage", [id, inode], () => this.vols.drop(id, inode));
-  }
-
-  // ---- HostAgent: templates ----
-
-  templates(): Promise<host.HostTemplate[]> {
-    return this.plain("templates", [], () => this.tpls.list());
-  }
-
-  deleteTemplate(name: string): Promise<void> {
-    return this.plain("deleteTemplate", [name], () => this.tpls.delete(name));
-  }
-
-  buildTemplate(op: string, spec: host.TemplateBuildSpec): Promise<host.BuiltTemplate> {
-    return this.op("buildTemplate", [op, spec], op, async () => {
-      const { log } = this.buildLogs.start(op);
-      try {
-        const t = await this.tpls.build(spec, log);
-        log(`template ${t.name}@${t.version}${t.reused ? " (built before)" : ""}`);
-        return t;
-      } catch (e) {
-        log(`build failed: ${(e as Error).message}`, "error");
-        throw e;
-      } finally {
-        this.buildLogs.end(op);
-      }
-    });
-  }
-
-  buildLog(op: string, from: number): Promise<host.BuildLogPage> {
-    return this.plain("buildLog", [op, from], async () => this.buildLogs.page(op, from));
-  }
-
-  cancelBuild(op: string): Promise<void> {
-    return this.plain("cancelBuild", [op], async () => this.buildLogs.cancel(op));
-  }
-
-  publishTemplate(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }> {
-    return this.op("publishTemplate", [op, name, version, key], op, () => this.stored.publishTemplate(name, version, key));
-  }
-
-  fetchTemplate(op: string, name: string, version: string, key: string, current: boolean): Promise<void> {
-    return this.op("fetchTemplate", [op, name, version, key, current], op, () => this.stored.fetchTemplate(name, version, key, current));
-  }
-
-  // ---- what the registrar asks (as LocalHostAgent) ----
-
-  /** What a snapshot made here needs of the host it is restored on. */
-  async kind(): Promise<host.HostKind> {
-    this.frame.reachable("kind");
-    return memoryHostKind();
-  }
-
-  /** Its lease ran out: every running VM is paused (never to run twice); the control plane resumes those it holds. */
-  async fence(): Promise<string[]> {
-    return this.life.fence();
   }
 
   /**

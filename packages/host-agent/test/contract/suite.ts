@@ -10,7 +10,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
-import { DenError, type HostAgent, type HostGuest, type StoredRef } from "@den/protocol";
+import { DenError, inventoryCpuSeconds, type HostAgent, type HostGuest, type StoredRef } from "@den/protocol";
 import { newId } from "@den/runtime";
 import { snapshotKey, storedSnapshotComplete, type ObjectStore } from "@den/store";
 import { Registrar, type RegisteredHost } from "../../src/index.js";
@@ -72,34 +72,34 @@ export function hostContract(name: string, open: () => Promise<ContractHost>): v
       h = c.host;
     });
     after(async () => {
-      for (const id of [A, B]) await h?.destroy(id).catch(() => undefined);
+      for (const id of [A, B]) await h?.vms.destroy(id).catch(() => undefined);
       await c?.close();
     });
 
     test("who it is; unknown templates, sandboxes and volumes are errors with their codes", async () => {
       assert.ok(h.instance.length > 0);
-      const base = (await h.templates()).find((t) => t.name === "base" && t.current);
+      const base = (await h.templates.list()).find((t) => t.name === "base" && t.current);
       assert.ok(base, "a current base template");
       assert.ok(base.vcpus >= 1 && base.memory_mb >= 64 && base.disk_mb >= 64);
-      await assert.rejects(h.checkCreate({ template: "no-such-template" }), isCode("template_not_found"));
-      await assert.rejects(h.create(op(), { id: newId("sbx"), template: "no-such-template" }), isCode("template_not_found"));
-      await assert.rejects(h.checkCapacity({ vcpus: 1_000_000, memoryMb: 64 }), isCode("capacity_exhausted"));
+      await assert.rejects(h.vms.checkCreate({ template: "no-such-template" }), isCode("template_not_found"));
+      await assert.rejects(h.vms.create(op(), { id: newId("sbx"), template: "no-such-template" }), isCode("template_not_found"));
+      await assert.rejects(h.vms.checkShape({ vcpus: 1_000_000, memoryMb: 64 }), isCode("capacity_exhausted"));
       // (A host may refuse the handle itself or its first call.)
       await assert.rejects(async () => h.guest(newId("sbx")).exec("true"), isCode("sandbox_not_found"));
-      await assert.rejects(h.wakeWarm(op(), newId("sbx"), null), isCode("sandbox_not_running"));
-      await assert.rejects(h.wakeDisk(op(), newId("sbx")), isCode("sandbox_not_running"));
-      await assert.rejects(h.createVolume(op(), "not-a-volume-id", 64), isCode("invalid_argument"));
+      await assert.rejects(h.vms.wakeWarm(op(), newId("sbx"), null), isCode("sandbox_not_running"));
+      await assert.rejects(h.vms.wakeDisk(op(), newId("sbx")), isCode("sandbox_not_running"));
+      await assert.rejects(h.volumes.create(op(), "not-a-volume-id", 64), isCode("invalid_argument"));
       // Nothing to remove and nothing that ran: both are fine, as the control plane retries them.
-      await h.destroy(newId("sbx"));
+      await h.vms.destroy(newId("sbx"));
       await h.settled(op());
-      assert.equal(await h.cpuSeconds(newId("sbx")), undefined);
+      assert.equal(inventoryCpuSeconds(await h.inventory(), newId("sbx")), undefined);
     });
 
     test("create is idempotent by operation id; the same id under another operation is refused", async () => {
       const o = op();
-      const [a1, a2] = await Promise.all([h.create(o, { id: A, template: "base" }), h.create(o, { id: A, template: "base" })]);
+      const [a1, a2] = await Promise.all([h.vms.create(o, { id: A, template: "base" }), h.vms.create(o, { id: A, template: "base" })]);
       assert.deepEqual(a1, a2);
-      assert.deepEqual(await h.create(o, { id: A, template: "base" }), a1, "asked again: the first answer");
+      assert.deepEqual(await h.vms.create(o, { id: A, template: "base" }), a1, "asked again: the first answer");
       assert.equal(a1.template, "base");
       assert.ok(a1.templateVersion.length > 0 && a1.vcpus >= 1 && a1.memoryMb >= 64 && a1.diskMb >= 64);
       const inv = await h.inventory();
@@ -107,7 +107,7 @@ export function hostContract(name: string, open: () => Promise<ContractHost>): v
       assert.equal(await vmState(h, A), "running");
       assert.equal(inv.instance, h.instance);
       assert.ok(inv.capacity.used.sandboxes >= 1);
-      await assert.rejects(h.create(op(), { id: A, template: "base" }), isCode("already_exists"));
+      await assert.rejects(h.vms.create(op(), { id: A, template: "base" }), isCode("already_exists"));
       await h.settled(o);
     });
 
@@ -186,70 +186,70 @@ export function hostContract(name: string, open: () => Promise<ContractHost>): v
     test("warm hibernate: paused in place, its snapshot listed once written, idempotent; wake keeps files and processes", async () => {
       const snap = newId("snap");
       const o = op();
-      await h.hibernateWarm(o, A, snap);
-      await h.hibernateWarm(o, A, snap);
+      await h.vms.hibernateWarm(o, A, snap);
+      await h.vms.hibernateWarm(o, A, snap);
       assert.equal(await vmState(h, A), "paused");
       await until("the warm snapshot", async () => ((await h.inventory()).snapshots.includes(snap) ? true : undefined));
       const w = op();
-      await h.wakeWarm(w, A, snap);
-      await h.wakeWarm(w, A, snap);
+      await h.vms.wakeWarm(w, A, snap);
+      await h.vms.wakeWarm(w, A, snap);
       assert.equal(await vmState(h, A), "running");
       const g = h.guest(A);
       assert.equal(await text(g, "/root/c/g.txt"), "hello");
       assert.ok(await runs(g, "sleep 100000"));
-      await h.dropLocalSnapshot(snap);
+      await h.snapshots.dropLocal(snap);
       assert.ok(!(await h.inventory()).snapshots.includes(snap));
     });
 
     test("cold: the upload leaves the VM paused and the store complete; destroy, then a restore brings everything back", async () => {
       const to = ref();
       const o = op();
-      const up = await h.upload(o, A, to);
+      const up = await h.vms.upload(o, A, to);
       assert.ok(up.storedBytes > 0);
-      assert.deepEqual(await h.upload(o, A, to), up, "asked again: the first answer");
+      assert.deepEqual(await h.vms.upload(o, A, to), up, "asked again: the first answer");
       assert.equal(await vmState(h, A), "paused", "kept until the control plane has committed");
       assert.ok(await storedSnapshotComplete(c.store, to.key));
-      await h.destroy(A);
+      await h.vms.destroy(A);
       assert.equal(await vmState(h, A), undefined);
-      await h.destroy(A);
-      const info = await h.restore(op(), A, to);
+      await h.vms.destroy(A);
+      const info = await h.vms.restore(op(), A, to);
       assert.equal(info.template, "base");
       assert.equal(await vmState(h, A), "running");
       const g = h.guest(A);
       assert.equal(await text(g, "/root/c/g.txt"), "hello");
       assert.ok(await runs(g, "sleep 100000"), "its processes too");
-      await h.unpin(to.id);
-      await assert.rejects(h.restore(op(), newId("sbx"), ref()), (e: unknown) => e instanceof DenError && e.status >= 400 && e.status < 500);
+      await h.snapshots.unpin(to.id);
+      await assert.rejects(h.vms.restore(op(), newId("sbx"), ref()), (e: unknown) => e instanceof DenError && e.status >= 400 && e.status < 500);
     });
 
     test("a checkpoint keeps it running; a fork's child is a copy that then goes its own way", async () => {
       const to = ref();
-      const cp = await h.checkpoint(op(), A, to);
+      const cp = await h.vms.checkpoint(op(), A, to);
       assert.ok(cp.pauseMs >= 0 && cp.storedBytes > 0);
       assert.equal(await vmState(h, A), "running");
       assert.ok(await storedSnapshotComplete(c.store, to.key));
       const o = op();
-      const kids = await h.fork(o, A, [B]);
+      const kids = await h.vms.fork(o, A, [B]);
       assert.equal(kids.length, 1);
       assert.equal(kids[0]!.template, "base");
-      assert.deepEqual(await h.fork(o, A, [B]), kids, "asked again: the first answer");
+      assert.deepEqual(await h.vms.fork(o, A, [B]), kids, "asked again: the first answer");
       const [ga, gb] = [h.guest(A), h.guest(B)];
       assert.equal(await text(gb, "/root/c/g.txt"), "hello");
       await gb.files.write("/root/c/g.txt", "child");
       assert.equal(await text(ga, "/root/c/g.txt"), "hello", "the parent's file is its own");
       assert.equal(await vmState(h, A), "running");
       assert.equal(await vmState(h, B), "running");
-      await h.unpin(to.id);
+      await h.snapshots.unpin(to.id);
     });
 
     test("disk hibernate: off with its disk; its wake boots it with the files and without the processes", async () => {
       const o = op();
-      await h.hibernateDisk(o, B);
-      await h.hibernateDisk(o, B);
+      await h.vms.hibernateDisk(o, B);
+      await h.vms.hibernateDisk(o, B);
       assert.equal(await vmState(h, B), "off");
       const w = op();
-      await h.wakeDisk(w, B);
-      await h.wakeDisk(w, B);
+      await h.vms.wakeDisk(w, B);
+      await h.vms.wakeDisk(w, B);
       assert.equal(await vmState(h, B), "running");
       const g = h.guest(B);
       assert.equal(await text(g, "/root/c/g.txt"), "child");
@@ -289,35 +289,35 @@ export function hostContract(name: string, open: () => Promise<ContractHost>): v
         registrar.stop();
         cp.close();
       }
-      await h.resume(A);
-      await h.resume(B);
+      await h.vms.resume(A);
+      await h.vms.resume(B);
       assert.equal(await vmState(h, A), "running");
       assert.equal(await sh(h.guest(B), "echo back"), "back\n");
-      assert.ok(((await h.cpuSeconds(A)) ?? -1) >= 0);
+      assert.ok(((inventoryCpuSeconds(await h.inventory(), A)) ?? -1) >= 0);
     });
 
     test("a template build: its log kept after it ends, idempotent by id; nothing of its VM left; an unknown build's log is empty and ended", async () => {
       const name = `contract-${newId("t").slice(2, 10)}`;
       const o = op();
       const spec = { name, setup: ["echo built-in-the-build > /root/built"], setupTimeoutSeconds: 60 };
-      const [t, again] = await Promise.all([h.buildTemplate(o, spec), h.buildTemplate(o, spec)]);
+      const [t, again] = await Promise.all([h.templates.build(o, spec), h.templates.build(o, spec)]);
       assert.deepEqual(again, t, "asked again with the same id: the same build");
       assert.equal(t.name, name);
-      const page = await h.buildLog(o, 0);
+      const page = await h.templates.buildLog(o, 0);
       assert.ok(page.done, "the log of an ended build is done");
       assert.ok(page.lines.some((l) => l.message.includes("setup: echo built-in-the-build")), JSON.stringify(page.lines));
       assert.equal(page.next, page.lines.length);
-      assert.deepEqual((await h.buildLog(o, page.next)).lines, [], "read from its end: nothing more");
-      assert.ok((await h.templates()).some((x) => x.name === name && x.version === t.version && x.current));
+      assert.deepEqual((await h.templates.buildLog(o, page.next)).lines, [], "read from its end: nothing more");
+      assert.ok((await h.templates.list()).some((x) => x.name === name && x.version === t.version && x.current));
       assert.deepEqual((await h.inventory()).vms.filter((v) => v.id !== A && v.id !== B), [], "the build's VM is gone");
-      assert.deepEqual(await h.buildLog(op(), 0), { lines: [], next: 0, done: true });
-      await h.cancelBuild(op());
-      await h.deleteTemplate(name);
+      assert.deepEqual(await h.templates.buildLog(op(), 0), { lines: [], next: 0, done: true });
+      await h.templates.cancelBuild(op());
+      await h.templates.delete(name);
     });
 
     test("destroy removes the VMs; the inventory then lists none of them", async () => {
-      await h.destroy(A);
-      await h.destroy(B);
+      await h.vms.destroy(A);
+      await h.vms.destroy(B);
       const left = (await h.inventory()).vms.filter((v) => v.id === A || v.id === B);
       assert.deepEqual(left, []);
       await assert.rejects(async () => h.guest(A).exec("true"), isCode("sandbox_not_found"));
