@@ -46,7 +46,7 @@ describe("cgroup writers (against a temporary dir)", () => {
     assert.equal(read(join(cg.dirs("den_i", "sbx_b").cpu!, "cpu.shares")), "2048", "its weight is still by its vCPUs");
   });
 
-  // Written against the kernel's cgroup-v2 documentation; no v2 host runs it (README says so).
+  // Written against the kernel's cgroup-v2 documentation; no v2 host runs it (docs/security.md says so).
   test("v2: controllers handed down to the VM's cgroup; cpu.max, cpu.weight, memory.max, pids.max", () => {
     const root = join(tmp, "v2");
     mkdirSync(root, { recursive: true });
@@ -138,7 +138,7 @@ describe("the jailed QEMU (a real VM)", () => {
 
   test("a QMP migrate to exec: kills QEMU (seccomp: it may not fork)", async () => {
     const pid = sbx.pid!;
-    const qmp = (sbx as unknown as { vm: { qmp: { execute(c: string, a?: unknown): Promise<unknown> } } }).vm.qmp;
+    const qmp = (sbx as unknown as { core: { vm: { qmp: { execute(c: string, a?: unknown): Promise<unknown> } } } }).core.vm.qmp;
     await qmp.execute("migrate", { uri: "exec:cat > /dev/null" }).catch(() => undefined);
     const deadline = Date.now() + 10_000;
     while (isAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
