@@ -3,16 +3,12 @@ import { mkdir, open, rm } from "node:fs/promises";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
-import type { DataDirLayout } from "./data-dir.js";
-import type { HostProfile } from "./host.js";
-import type { Launcher } from "./launcher.js";
-import type { OverlayMaker } from "./overlay.js";
-import type { PoolShape, PooledVm, VmPool } from "./pool.js";
+import type { Launcher, LauncherScope } from "./launcher.js";
+import type { PoolShape, PooledVm } from "./pool.js";
 import { POOL_TAG_PREFIX, VM_FILES } from "./qemu.js";
-import type { SandboxRegistry } from "./registry.js";
 import type { Sandbox } from "./sandbox.js";
-import type { SnapshotCatalog, SnapshotInfo } from "./snapshot-catalog.js";
-import { TEMPLATE_FILES, type TemplateStore } from "./templates.js";
+import type { SnapshotInfo } from "./snapshot-catalog.js";
+import { TEMPLATE_FILES } from "./templates.js";
 import { newId } from "./util.js";
 import { Vm } from "./vm.js";
 import { restoreSpec } from "./vm-specs.js";
@@ -24,17 +20,8 @@ export interface ForkOptions {
   reached?: (point: string) => void;
 }
 
-/** What a fork works with: it snapshots the parent, then restores each child. */
-export interface ForkScope {
-  layout: DataDirLayout;
-  host: HostProfile;
-  templates: TemplateStore;
-  overlays: OverlayMaker;
-  pool: VmPool;
-  sandboxes: SandboxRegistry;
-  snapshots: SnapshotCatalog;
-  launcher: Launcher;
-}
+/** What a fork works with: the launcher's stores, pool and sandbox map (it snapshots the parent), and the launcher (it restores each child). */
+export type ForkScope = Omit<LauncherScope, "networks" | "context"> & { launcher: Launcher };
 
 /** Forks running sandboxes: a snapshot of the parent that its children restore, sharing its RAM where they can. */
 export class Forker {

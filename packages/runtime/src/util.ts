@@ -1,5 +1,4 @@
 import { execFile } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync } from "node:fs";
 import { open } from "node:fs/promises";
 import { promisify } from "node:util";
 import { DenError } from "@den/protocol";
@@ -65,15 +64,7 @@ export function mulberry32(seed: number): () => number {
   };
 }
 
-/**
- * Creates `dir` (and its parents) readable by its owner alone, and takes that away from
- * group and others on one that exists: a data dir holds users' secrets (sandbox env vars)
- * and guests' memory images.
- */
-export function privateDir(dir: string): void {
-  if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
-  chmodSync(dir, 0o700);
-}
+export { privateDir } from "@den/protocol";
 
 /** Files the process creates from now on are its owner's alone (a server's or host agent's start). */
 export function privateFiles(): void {

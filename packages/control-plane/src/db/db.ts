@@ -1,7 +1,8 @@
 import SQLite from "better-sqlite3";
 import pg from "pg";
 import { Kysely, Migrator, PostgresDialect, SqliteDialect, type Migration, type MigrationProvider } from "kysely";
-import { chmodSync, existsSync, mkdirSync } from "node:fs";
+import { chmodSync, existsSync } from "node:fs";
+import { privateDir } from "@den/protocol";
 import { join } from "node:path";
 import { migrations } from "./migrations.js";
 import type { Database, DatabaseConfig, Dialect } from "./schema.js";
@@ -78,13 +79,4 @@ export async function openDatabase(dataDir: string, config: DatabaseConfig = { k
     throw e;
   }
   return db;
-}
-
-/**
- * Creates `dir` (and its parents) readable by its owner alone, and takes that away from
- * group and others on one that exists: the database holds users' secrets (sandbox env vars).
- */
-function privateDir(dir: string): void {
-  if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
-  chmodSync(dir, 0o700);
 }

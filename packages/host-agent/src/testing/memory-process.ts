@@ -4,7 +4,7 @@
  * ends it. Also its serialized form, for snapshots: a process running when its guest is
  * snapshotted comes back running (it then lives until it is killed).
  */
-import { DenError, type GuestChunk, type GuestExecProcess, type GuestExit, type ProcInfo, type ProcReadReply, type PtySize } from "@den/protocol";
+import { DenError, ExecOutput, type GuestChunk, type GuestExecProcess, type GuestExit, type ProcInfo, type ProcReadReply, type PtySize } from "@den/protocol";
 
 /** How far a streamed exec may run ahead of its reader (the runtime's OUTPUT_WINDOW). */
 const OUTPUT_WINDOW = 256 * 1024;
@@ -268,21 +268,25 @@ export class GuestProcess {
  * dropped if `wait()` is called with no reader.
  */
 export class ExecStream implements GuestExecProcess {
-  private queue: GuestChunk[] = [];
-  private queued = 0;
-  private wake: (() => void) | undefined;
+  /** The reading side, as every transport's (a paused source is a producer waiting for `room`). */
+  private readonly out: ExecOutput;
   private room: (() => void) | undefined;
-  private iterating = false;
-  private discarding = false;
+  private full = false;
 
   /** `reachable`: throws if its guest cannot be reached now (control messages go to the guest). */
   constructor(private readonly p: GuestProcess, private readonly reachable: () => void) {
+    this.out = new ExecOutput({
+      high: OUTPUT_WINDOW,
+      low: OUTPUT_WINDOW + 1,
+      pause: () => (this.full = true),
+      resume: () => {
+        this.full = false;
+        this.room?.();
+      },
+    });
     p.sink = (c) => this.push(c);
     // Once it has ended, its output is all queued: the reader (or a writer waiting for room) goes on.
-    void p.ended().then(() => {
-      this.wake?.();
-      this.room?.();
-    });
+    void p.ended().then(() => this.out.finish(p.exit, p.error));
   }
 
   get proc(): number {
@@ -294,42 +298,17 @@ export class ExecStream implements GuestExecProcess {
   }
 
   private async push(c: GuestChunk): Promise<void> {
-    if (this.discarding) return;
-    this.queue.push(c);
-    this.queued += c.data.length;
-    this.wake?.();
-    while (this.queued > OUTPUT_WINDOW && !this.discarding && this.p.running) await new Promise<void>((r) => (this.room = r));
+    this.out.push(c);
+    while (this.full && this.p.running) await new Promise<void>((r) => (this.room = r));
     this.room = undefined;
   }
 
-  async *[Symbol.asyncIterator](): AsyncIterator<GuestChunk> {
-    if (this.iterating || this.discarding) throw new DenError("invalid_state", "exec output is already being read or was discarded by wait()");
-    this.iterating = true;
-    for (;;) {
-      const c = this.queue.shift();
-      if (c) {
-        this.queued -= c.data.length;
-        if (this.queued <= OUTPUT_WINDOW) this.room?.();
-        yield c;
-        continue;
-      }
-      if (this.p.error) throw this.p.error;
-      if (this.p.exit) return;
-      await new Promise<void>((r) => (this.wake = r));
-      this.wake = undefined;
-    }
+  [Symbol.asyncIterator](): AsyncIterator<GuestChunk> {
+    return this.out[Symbol.asyncIterator]();
   }
 
-  async wait(): Promise<GuestExit> {
-    if (!this.iterating) {
-      this.discarding = true;
-      this.queue = [];
-      this.queued = 0;
-      this.room?.();
-    }
-    await this.p.ended();
-    if (this.p.error) throw this.p.error;
-    return this.p.exit!;
+  wait(): Promise<GuestExit> {
+    return this.out.wait();
   }
 
   async write(data: Buffer | string): Promise<void> {
