@@ -53,6 +53,8 @@ const SURFACE_DEBT = {
 }
 
 const problems = [];
+/** Each package's declared dependencies, read once. */
+const declaredCache = new Map();
 
 function tsFiles(dir) {
   const out = [];
@@ -117,8 +119,11 @@ for (const pkg of packages) {
 
 /** A package's declared dependencies (a workspace link resolves an undeclared one too, until a clean install). */
 function declared(pkg) {
-  const json = JSON.parse(readFileSync(join(root, "packages", pkg, "package.json"), "utf8"));
-  return new Set([...Object.keys(json.dependencies ?? {}), ...Object.keys(json.devDependencies ?? {}), ...Object.keys(json.peerDependencies ?? {})]);
+  if (!declaredCache.has(pkg)) {
+    const json = JSON.parse(readFileSync(join(root, "packages", pkg, "package.json"), "utf8"));
+    declaredCache.set(pkg, new Set([...Object.keys(json.dependencies ?? {}), ...Object.keys(json.devDependencies ?? {}), ...Object.keys(json.peerDependencies ?? {})]));
+  }
+  return declaredCache.get(pkg);
 }
 
 /** Every package's README says what it owns and, on a `**May import:**` line, exactly the packages LAYERS lets it import. */
