@@ -11,7 +11,6 @@ export { type Terms } from "./lifecycle.js";
 export { systemClock, type Clock } from "./operations.js";
 export { OwnerSlots } from "./owner-slots.js";
 export { REPLICA_LEASE_MS, Replica } from "./replica.js";
-export { mapLimit } from "./util/map-limit.js";
 export { VolumeFiles, type VolumeEntry, volumePath } from "./volume-files.js";
 export { volumeStore } from "./volumes.js";
 export { toApiWebhook } from "./webhooks/service.js";
