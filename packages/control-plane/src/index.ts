@@ -2,7 +2,7 @@ export { contextName } from "./build-contexts.js";
 export { imageSpec } from "./build-plan.js";
 export { type ServerConfig } from "./config.js";
 export { ControlPlane, newDeploymentId } from "./control-plane.js";
-export { buildStore, type BuildRow } from "./db/build-store.js";
+export { type BuildRow } from "./db/build-store.js";
 export { databaseConfig, openDatabase } from "./db/db.js";
 export { migrations } from "./db/migrations.js";
 export { Store, bearerKey, networkOf, newKeySecret, toApiCheckpoint, toApiSandbox, type CheckpointRow, type Principal, type SandboxRow } from "./db/store.js";
