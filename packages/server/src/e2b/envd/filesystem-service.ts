@@ -1,12 +1,12 @@
 /** `filesystem.Filesystem`: stat, make, move, list and remove paths, and watch directories. */
 import { posix } from "node:path";
-import { DenError, e2b } from "@den/protocol";
+import { DenError, e2b, mapLimit } from "@den/protocol";
 import { ConnectError, parseMessage, toConnectError, type EnvelopeStream } from "./connect.js";
 import { withDeadline } from "./deadline.js";
 import { LinkResolver, entryOf, statEntry } from "./entry.js";
 import { resolvePath } from "./request.js";
 import type { RpcContext, Service } from "./rpc.js";
-import { mapLimit, walk } from "./walk.js";
+import { walk } from "./walk.js";
 import { DirPoller, type RawEvent } from "./watchers.js";
 
 /** Guest calls in flight at once for one listing's per-entry stats. */
