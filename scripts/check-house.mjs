@@ -4,7 +4,9 @@
 //  2. no import circle among the source files of the control plane, the server or the host agent
 //     (type-only imports count too: a circle of types is a circle of meaning);
 //  3. the server's surfaces reach the control plane through its services only: no import of a
-//     repository (`@den/control-plane/db/...`) or of the host registry;
+//     repository (`@den/control-plane/db/...`, or a repository's class or factory from its
+//     index) or of the host registry, no `cp.store` or `cp.hosts`; and E2B's envd (its own
+//     folder) reaches Den through its seam alone: it imports nothing of the control plane;
 //  4. no class in the control plane, host agent or runtime over MAX_LINES lines or MAX_METHODS
 //     methods (a class with more has more than one job).
 // Prints every violation and exits 1 if there is one. Reads the TypeScript sources with the
@@ -38,19 +40,17 @@ const NO_CIRCLES = ["control-plane", "server", "host-agent"];
 const SIZED = ["control-plane", "host-agent", "runtime"];
 /** Control-plane modules the server's surfaces may not import: repositories and the host registry. */
 const SURFACE_FORBIDDEN = [/^@den\/control-plane\/(dist\/src\/)?db(\/|$)/, /^@den\/control-plane\/(dist\/src\/)?hosts?\//];
-/** The same through the ControlPlane object: a surface reads no repository (`cp.store`) and picks no host (`cp.hosts`). */
-const SURFACE_REACH = /\bcp\.(store|hosts)\b/;
+/** What the control plane's index exports of its database: repositories, their factories, the database itself (the composition's and the tests'). */
+const SURFACE_FORBIDDEN_NAMES = new Set(["Store", "buildStore", "volumeStore", "openDatabase", "migrations"]);
+/**
+ * The same through the ControlPlane object: a surface reads no repository (`cp.store`) and
+ * picks no host (`cp.hosts`), by name or by destructuring (`const { store } = this.cp`).
+ */
+const SURFACE_REACH = [/\bcp\.(store|hosts)\b/, /\{[^}]*\b(store|hosts)\b[^}]*\}\s*=\s*(this\.)?cp\b/];
 /** The server's composition (it builds the control plane and runs its loops), not a surface. */
 const COMPOSITION = ["packages/server/src/server.ts"];
-/**
- * Surfaces that still reach past the services, and how many times: what is left of moving
- * them behind services (the count may only go down; a new reach anywhere fails).
- */
-const SURFACE_DEBT = {
-  // E2B's template builds read the builds' repository (and its announced builds write it).
-  "packages/server/src/e2b/templates/catalog.ts": 1,
-  "packages/server/src/e2b/templates/builds.ts": 3,
-}
+/** E2B's envd: it speaks to Den through its seam (e2b/envd/seam.ts) and imports nothing of the control plane. */
+const SEAMED = "packages/server/src/e2b/envd/";
 
 const problems = [];
 /** Each package's declared dependencies, read once. */
@@ -71,12 +71,14 @@ function parse(file) {
   return ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.ES2022, true);
 }
 
-/** Every module specifier a file imports or re-exports, static or dynamic. */
+/** Every module specifier a file imports or re-exports, static or dynamic (with the names a static import or re-export takes). */
 function importsOf(sf) {
   const out = [];
   const visit = (node) => {
     if ((ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
-      out.push({ spec: node.moduleSpecifier.text, line: sf.getLineAndCharacterOfPosition(node.getStart()).line + 1 });
+      const bindings = ts.isImportDeclaration(node) ? node.importClause?.namedBindings : node.exportClause;
+      const names = bindings && (ts.isNamedImports(bindings) || ts.isNamedExports(bindings)) ? bindings.elements.map((e) => (e.propertyName ?? e.name).text) : [];
+      out.push({ spec: node.moduleSpecifier.text, names, line: sf.getLineAndCharacterOfPosition(node.getStart()).line + 1 });
     } else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword && node.arguments[0] && ts.isStringLiteral(node.arguments[0])) {
       out.push({ spec: node.arguments[0].text, line: sf.getLineAndCharacterOfPosition(node.getStart()).line + 1 });
     } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument) && ts.isStringLiteral(node.argument.literal)) {
@@ -99,12 +101,15 @@ for (const pkg of packages) {
     const rel = relative(root, file);
     const sf = parse(file);
     const edges = [];
-    for (const { spec, line } of importsOf(sf)) {
+    for (const { spec, names = [], line } of importsOf(sf)) {
       const m = /^@den\/([^/]+)/.exec(spec);
       if (m) {
         if (m[1] !== pkg && !declared(pkg).has(`@den/${m[1]}`)) problems.push(`${rel}:${line}: ${pkg} imports ${spec}, which its package.json does not list`);
         if (allowed && m[1] !== pkg && !allowed.includes(m[1])) problems.push(`${rel}:${line}: ${pkg} imports ${spec} (a ${pkg} may import ${allowed.length ? allowed.map((a) => "@den/" + a).join(", ") : "no other package"})`);
         if (pkg === "server" && SURFACE_FORBIDDEN.some((re) => re.test(spec))) problems.push(`${rel}:${line}: the server imports ${spec} (surfaces call the control plane's services, not its repositories or host registry)`);
+        const database = names.filter((n) => SURFACE_FORBIDDEN_NAMES.has(n));
+        if (pkg === "server" && !COMPOSITION.includes(rel) && m[1] === "control-plane" && database.length) problems.push(`${rel}:${line}: a surface imports ${database.join(", ")} from ${spec} (the database is the control plane's services' to read)`);
+        if (rel.startsWith(SEAMED) && m[1] === "control-plane") problems.push(`${rel}:${line}: envd imports ${spec} (envd reaches Den through its seam, e2b/envd/seam.ts, alone)`);
       } else if (spec.startsWith(".")) {
         const target = resolve(dirname(file), spec).replace(/\.js$/, ".ts");
         edges.push(target);
@@ -140,9 +145,8 @@ function checkReadme(pkg) {
 
 function checkReach(rel) {
   const lines = readFileSync(join(root, rel), "utf8").split("\n");
-  const at = lines.flatMap((l, i) => (SURFACE_REACH.test(l) ? [i + 1] : []));
-  const allowed = SURFACE_DEBT[rel] ?? 0;
-  if (at.length > allowed) problems.push(`${rel}:${at.join(",")}: a surface reaches the control plane's repositories or hosts (cp.store, cp.hosts) ${at.length} time(s)${allowed ? `, ${allowed} allowed until they move behind services` : ""}; call a service`);
+  const at = lines.flatMap((l, i) => (SURFACE_REACH.some((re) => re.test(l)) ? [i + 1] : []));
+  if (at.length) problems.push(`${rel}:${at.join(",")}: a surface reaches the control plane's repositories or hosts (cp.store, cp.hosts) ${at.length} time(s); call a service`);
 }
 
 function checkClasses(sf, rel) {

@@ -33,7 +33,7 @@ export interface ServerConfig {
     uploadBytes: number;
     execOutputBytes: number;
     eventsPerSandbox: number;
-    /** At once per owner (per control-plane process): buffered execs (each holds its output), exec streams and PTYs, event follows. */
+    /** At once per owner (per control-plane process): buffered execs (each holds its output), exec streams and PTYs (envd's process streams too), event follows (and envd's directory watches). */
     bufferedExecsPerOwner: number;
     streamsPerOwner: number;
     followsPerOwner: number;

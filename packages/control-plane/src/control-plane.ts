@@ -123,10 +123,10 @@ export class ControlPlane {
     this.slots = {
       bufferedExecs: new OwnerSlots(l.bufferedExecsPerOwner, "buffered execs", "DEN_MAX_BUFFERED_EXECS_PER_OWNER"),
       streams: new OwnerSlots(l.streamsPerOwner, "exec streams and PTYs", "DEN_MAX_STREAMS_PER_OWNER"),
-      follows: new OwnerSlots(l.followsPerOwner, "event follows", "DEN_MAX_FOLLOWS_PER_OWNER"),
+      follows: new OwnerSlots(l.followsPerOwner, "event follows and directory watches", "DEN_MAX_FOLLOWS_PER_OWNER"),
     };
     this.activity = new Activity(store, clock);
-    this.guests = new GuestAccess(this.ctx, this.queue, this.activity, (id, reason) => this.wake(id, reason), (p, id) => this.owned(p, id), this.slots);
+    this.guests = new GuestAccess(this.ctx, this.queue, this.activity, (id, reason, timeout) => this.wake(id, reason, timeout), (p, id) => this.owned(p, id), this.slots);
     this.builds = new TemplateBuilds(this.ctx, this.templates);
     this.reads = new SandboxReads(store);
     const activity = this.activity;

@@ -3,7 +3,7 @@ import { DenError, api, type FileStat, type HostGuest } from "@den/protocol";
 import type { Principal } from "./db/store.js";
 import type { VolumeRow } from "./db/volume-store.js";
 import type { Volumes } from "./volumes.js";
-import { mapLimit } from "./util/map-limit.js";
+import { mapLimit } from "@den/protocol";
 
 /** Entries one listing may return; past it the call fails rather than answer part of a tree. */
 export const MAX_LIST_ENTRIES = 10_000;

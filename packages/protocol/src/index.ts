@@ -2,6 +2,7 @@ export * from "./errors.js";
 export { parseInput } from "./parse.js";
 export { newId, ID_PATTERN } from "./ids.js";
 export { privateDir } from "./private-dir.js";
+export { mapLimit } from "./map-limit.js";
 export { ipToInt, intToIp, parseCidr, inCidr, isCidr } from "./cidr.js";
 export * from "./frames.js";
 export { ExecOutput, type ExecOutputFlow } from "./exec-output.js";

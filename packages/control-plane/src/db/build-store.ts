@@ -51,6 +51,26 @@ export class BuildStore {
     await this.db.updateTable("template_builds").set(patch).where("id", "=", id).where("state", "=", "building").execute();
   }
 
+  /** An owner's builds announced and not started (`waiting`). */
+  async countWaiting(owner: string): Promise<number> {
+    const r = await this.db.selectFrom("template_builds").select((eb) => eb.fn.countAll<number>().as("n")).where("owner", "=", owner).where("state", "=", "waiting").executeTakeFirst();
+    return Number(r?.n ?? 0);
+  }
+
+  /** A waiting build's source (what its start added to what was asked); a started one keeps its own. */
+  async describeWaiting(id: string, source: string): Promise<void> {
+    await this.db.updateTable("template_builds").set({ source }).where("id", "=", id).where("state", "=", "waiting").execute();
+  }
+
+  /** Ends the waiting builds `which` selects (one by id, an owner's, those announced before a time) as errors. */
+  async endWaiting(which: { id?: string; owner?: string; before?: number }, error: string, now: number): Promise<void> {
+    let q = this.db.updateTable("template_builds").set({ state: "error", error, finished_at: now }).where("state", "=", "waiting");
+    if (which.id !== undefined) q = q.where("id", "=", which.id);
+    if (which.owner !== undefined) q = q.where("owner", "=", which.owner);
+    if (which.before !== undefined) q = q.where("created_at", "<", which.before);
+    await q.execute();
+  }
+
   /** A build announced before it started (`waiting`) begins on `host`. */
   async begin(id: string, host: string): Promise<void> {
     await this.db.updateTable("template_builds").set({ state: "building", host_id: host }).where("id", "=", id).where("state", "=", "waiting").execute();

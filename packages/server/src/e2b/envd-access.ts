@@ -2,7 +2,6 @@ import { api } from "@den/protocol";
 import type { ControlPlane } from "@den/control-plane";
 import { DenError } from "@den/protocol";
 import { checkCredentials, EnvdUnavailable, signatureDigest, signedWith, type EnvdCredentials, type EnvdSandbox, type EnvdSandboxes, type EnvdSignature } from "./envd/index.js";
-import { DEFAULT_TIMEOUT_SECONDS } from "./service.js";
 import type { E2bTokens } from "./tokens.js";
 
 /** Signed-URL lookups: how long the list of live sandboxes is used (a miss reads it again if it is older than the request). */
@@ -17,7 +16,9 @@ const MAX_REMEMBERED = 50_000;
 /**
  * Den's side of the envd seam: which sandbox a request may use. The sandbox's envd token
  * (or a signed URL made with it, or a Den key of its owner) is the only way in; a paused
- * sandbox wakes if it was made with autoResume, else it answers 502 like a dead one.
+ * sandbox wakes if it was made with autoResume, else it answers 502 like a dead one (the
+ * guests' service's rule, GuestAccess.open, as are the commands' env, exec events and the
+ * owners' stream bounds the opened sandbox offers).
  */
 export class DenEnvdSandboxes implements EnvdSandboxes {
   constructor(private readonly cp: ControlPlane, private readonly tokens: E2bTokens) {}
@@ -87,17 +88,23 @@ export class DenEnvdSandboxes implements EnvdSandboxes {
     const found = await this.cp.sandbox(sandboxId);
     if (!found) throw new EnvdUnavailable(`sandbox ${JSON.stringify(sandboxId.slice(0, 64))} does not exist`);
     await checkCredentials(credentials, this.tokens.envd(found.id), (key) => this.cp.keys.isOwners(key, found.owner));
-    let row = found;
-    if (row.state === "hibernated" && row.auto_resume === 1 && !row.op_id && !opts.probe) row = await this.cp.wake(row.id, "user", row.run_timeout_seconds ?? DEFAULT_TIMEOUT_SECONDS);
-    if (row.state !== "running" || (row.op_id && (row.op_kind === "destroy" || row.op_kind === "hibernate"))) throw new EnvdUnavailable(`sandbox ${row.id} is ${row.state === "hibernated" ? "paused" : row.state}`);
+    // The wake policy is the guests' service's (E2B's pause: autoResume wakes for traffic, not for a probe).
+    const row = await this.cp.guests.open(found, opts).catch((e: unknown) => {
+      throw e instanceof DenError && e.code === "sandbox_not_running" ? new EnvdUnavailable(e.message) : e;
+    });
+    const guests = this.cp.guests;
     const id = row.id;
-    const defaults = row.defaults ? (JSON.parse(row.defaults) as { cwd?: string; user?: string }) : {};
+    const defaults = guests.commandDefaults(row);
+    const quiet = (p: Promise<void>) => p.catch(() => undefined);
     return {
-      guest: this.cp.guests.peek(row),
-      env: JSON.parse(row.env) as Record<string, string>,
-      ...(defaults.cwd ? { cwd: defaults.cwd } : {}),
+      guest: guests.peek(row),
+      env: defaults.env,
       ...(defaults.user ? { user: defaults.user } : {}),
-      touch: () => void this.cp.activity.touch(id).catch(() => undefined),
+      command: (call) => guests.command(row, call),
+      execStarted: (cmd, info) => quiet(guests.execStarted(id, cmd, { surface: "envd", pid: info.pid })),
+      execEnded: (exit, info) => quiet(guests.execEnded(id, exit, { surface: "envd", pid: info.pid })),
+      hold: (kind) => (kind === "watch" ? guests.slots.follows : guests.slots.streams).take(row.owner),
+      touch: () => void guests.touch(id).catch(() => undefined),
       onGone: (cb) => this.cp.ops.onGone(id, cb),
     };
   }

@@ -14,7 +14,6 @@ import { CODE_PORT, SANDBOX_ENV_HEADER, sandboxEnvHeader } from "../ports/code-p
 import type { ForwardOptions, Grant, PortProxy, PortTarget } from "../ports/proxy.js";
 import { bearerKey, type SandboxRow } from "@den/control-plane";
 import type { EnvdPortTraffic } from "./envd/index.js";
-import { DEFAULT_TIMEOUT_SECONDS } from "./service.js";
 import type { E2bTokens } from "./tokens.js";
 
 /** envd's own port: a request naming it is envd's. */
@@ -107,10 +106,7 @@ export class E2bPortTraffic implements EnvdPortTraffic {
     }
     // E2B's pause: a sandbox made with autoResume wakes for its traffic (as for envd), another
     // stays paused (502). A /v1 sandbox wakes for its ports as on the port proxy's routes.
-    if (row.state === "hibernated" && row.surface === "e2b") {
-      if (row.auto_resume !== 1 || row.op_id) throw new DenError("sandbox_not_running", `sandbox ${row.id} is paused`);
-      row = await this.cp.wake(row.id, "user", row.run_timeout_seconds ?? DEFAULT_TIMEOUT_SECONDS);
-    }
+    if (row.surface === "e2b") row = await this.cp.guests.autoResume(row);
     const drop = new Set(DROPPED);
     const auth = bearerKey(header(req, "authorization"));
     if (grant.via === "key" || (auth && DEN_KEY_SHAPE.test(auth))) drop.add("authorization");

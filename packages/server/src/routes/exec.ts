@@ -13,13 +13,13 @@ function command(body: { cmd?: string | undefined; argv?: string[] | undefined }
   return body.cmd ?? body.argv!;
 }
 
-/** Request fields -> guest exec options; the sandbox's own env is the base of every exec's env. */
-function execOptions(row: SandboxRow, body: z.infer<typeof api.ExecRequest>): GuestExecOptions {
-  const env = { ...(JSON.parse(row.env) as Record<string, string>), ...(body.env ?? {}) };
-  const opts: GuestExecOptions = { env };
-  // The template's working directory (an image's WORKDIR) unless the request names one.
-  const cwd = body.cwd ?? (row.defaults ? (JSON.parse(row.defaults) as { cwd?: string }).cwd : undefined);
-  if (cwd) opts.cwd = cwd;
+/**
+ * Request fields -> guest exec options: the env and working directory as the guests' service
+ * sets them up (the sandbox's env under the request's, the template's cwd unless it names
+ * one; root, as /v1 always ran).
+ */
+function execOptions(cp: ControlPlane, row: SandboxRow, body: z.infer<typeof api.ExecRequest>): GuestExecOptions {
+  const opts: GuestExecOptions = cp.guests.command(row, { env: body.env, cwd: body.cwd });
   if (body.stdin_b64 !== undefined) opts.stdin = Buffer.from(body.stdin_b64, "base64");
   if (body.timeout_seconds) opts.timeoutMs = body.timeout_seconds * 1000;
   return opts;
@@ -42,10 +42,10 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
     const { row, guest } = await cp.guests.reachOwned(principal(req), req.params.id);
     const t0 = performance.now();
     const cmd = command(req.body);
-    await cp.guests.recordExec(row.id, "exec.started", { cmd: typeof cmd === "string" ? cmd.slice(0, 200) : cmd.slice(0, 8) });
+    await cp.guests.execStarted(row.id, cmd);
     const r = await cp.slots.bufferedExecs.with(row.owner, () =>
-      cp.activity.withExec(row.id, () => guest.exec(cmd, { ...execOptions(row, req.body), maxOutputBytes: cp.config.limits.execOutputBytes })));
-    await cp.guests.recordExec(row.id, "exec.ended", { exit_code: r.exitCode, signal: r.signal, timed_out: r.timedOut });
+      cp.activity.withExec(row.id, () => guest.exec(cmd, { ...execOptions(cp, row, req.body), maxOutputBytes: cp.config.limits.execOutputBytes })));
+    await cp.guests.execEnded(row.id, r);
     const out = textOf(r.stdout);
     const err = textOf(r.stderr);
     return {
@@ -63,14 +63,14 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
     const release = cp.slots.streams.take(row.owner);
     let p: Awaited<ReturnType<typeof guest.execStream>>;
     try {
-      p = await guest.execStream(cmd, execOptions(row, req.body));
+      p = await guest.execStream(cmd, execOptions(cp, row, req.body));
     } catch (e) {
       release();
       throw e;
     }
     // The response's close (its end, or the client gone): a request's own close comes as soon as its body is read.
     reply.raw.once("close", release);
-    await cp.guests.recordExec(row.id, "exec.started", { cmd: typeof cmd === "string" ? cmd.slice(0, 200) : cmd.slice(0, 8), streamed: true });
+    await cp.guests.execStarted(row.id, cmd, { streamed: true });
     // A client that goes away takes its command with it.
     let finished = false;
     reply.raw.on("close", () => {
@@ -82,7 +82,7 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
         for await (const c of p) yield JSON.stringify({ type: c.stream, data_b64: c.data.toString("base64") }) + "\n";
         const exit = await p.wait();
         finished = true;
-        await cp.guests.recordExec(row.id, "exec.ended", { exit_code: exit.exitCode, signal: exit.signal, timed_out: exit.timedOut });
+        await cp.guests.execEnded(row.id, exit);
         yield JSON.stringify({ type: "exit", exit_code: exit.exitCode, signal: exit.signal, timed_out: exit.timedOut }) + "\n";
       } catch (e) {
         finished = true;
@@ -100,9 +100,9 @@ export function registerExecRoutes(app: TypedApp, cp: ControlPlane): void {
     schema: { summary: "Start a background process (output kept in ring buffers)", params: IdParams, body: api.StartProcessRequest, response: { 201: api.ProcessInfo } },
   }, async (req, reply) => {
     const { row, guest } = await cp.guests.reachOwned(principal(req), req.params.id);
-    const opts = { ...execOptions(row, req.body), interactive: true, ...(req.body.buffer_bytes ? { bufferBytes: req.body.buffer_bytes } : {}) };
+    const opts = { ...execOptions(cp, row, req.body), interactive: true, ...(req.body.buffer_bytes ? { bufferBytes: req.body.buffer_bytes } : {}) };
     const started = await guest.spawn(command(req.body), opts);
-    await cp.guests.recordExec(row.id, "exec.started", { background: true, proc: started.proc });
+    await cp.guests.execStarted(row.id, undefined, { background: true, proc: started.proc });
     return reply.status(201).send({ proc: started.proc, pid: started.pid, running: true, exit_code: null, signal: null, timed_out: false });
   });
 

@@ -46,6 +46,10 @@ describe("envd with the e2b client", () => {
         return {
           guest,
           env: JSON.parse(row.env) as Record<string, string>,
+          command: (call) => cp.guests.command(row, call),
+          execStarted: (cmd, info) => cp.guests.execStarted(sandboxId, cmd, { surface: "envd", pid: info.pid }).catch(() => undefined),
+          execEnded: (exit, info) => cp.guests.execEnded(sandboxId, exit, { surface: "envd", pid: info.pid }).catch(() => undefined),
+          hold: (kind) => (kind === "watch" ? cp.guests.slots.follows : cp.guests.slots.streams).take(row.owner),
           touch: () => void cp.activity.touch(sandboxId).catch(() => undefined),
           onGone(cb) {
             const set = gone.get(sandboxId) ?? new Set();

@@ -1,12 +1,11 @@
 /** `filesystem.Filesystem`: stat, make, move, list and remove paths, and watch directories. */
 import { posix } from "node:path";
-import { DenError, e2b } from "@den/protocol";
+import { DenError, e2b, mapLimit } from "@den/protocol";
 import { ConnectError, parseMessage, toConnectError, type EnvelopeStream } from "./connect.js";
 import { withDeadline } from "./deadline.js";
 import { LinkResolver, entryOf, statEntry } from "./entry.js";
 import { resolvePath } from "./request.js";
 import type { RpcContext, Service } from "./rpc.js";
-import { mapLimit } from "@den/control-plane";
 import { walk } from "./walk.js";
 import { DirPoller, type RawEvent } from "./watchers.js";
 
@@ -60,7 +59,7 @@ async function watchDir(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Pro
 }
 
 export const filesystemService: Service = {
-  stream: { WatchDir: { handler: watchDir, keepalive: { keepalive: {} } } },
+  stream: { WatchDir: { handler: watchDir, keepalive: { keepalive: {} }, holds: "watch" } },
   unary: {
     async Stat(ctx, raw): Promise<e2b.EntryResponse> {
       return { entry: await statEntry(ctx.sandbox.guest, ctx.state, path(ctx, parseMessage(e2b.StatRequest, raw).path)) };

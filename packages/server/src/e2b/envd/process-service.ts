@@ -80,18 +80,19 @@ async function start(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Promis
   const req = parseMessage(e2b.StartRequest, raw);
   if (ctx.state.processes.size >= MAX_PROCESSES) throw new ConnectError("resource_exhausted", `at most ${MAX_PROCESSES} processes per sandbox`);
   const cfg = req.process;
-  const opts: GuestExecOptions = { env: { ...ctx.sandbox.env, ...cfg.envs }, user: ctx.user };
-  // (None named: the template's working directory, as E2B's envd starts there.)
-  if (cfg.cwd) opts.cwd = resolvePath(ctx.user, cfg.cwd);
-  else if (ctx.sandbox.cwd) opts.cwd = ctx.sandbox.cwd;
+  // The sandbox's env under the call's, its cwd (relative: under the user's home) else the
+  // template's (as E2B's envd starts there): set up as every surface's commands are.
+  const opts: GuestExecOptions = ctx.sandbox.command({ env: cfg.envs, cwd: cfg.cwd ? resolvePath(ctx.user, cfg.cwd) : undefined, user: ctx.user });
   if (req.pty) opts.pty = { rows: req.pty.size.rows, cols: req.pty.size.cols };
   else if (req.stdin) opts.interactive = true;
   // The command's timeout is the guest's to keep, on its own clock: it holds with nobody
   // attached, and counts only while the sandbox runs (a pause stops it, as E2B's envd,
   // inside the VM, counts), across a cold wake or a Den restart too.
   if (ctx.timeoutMs) opts.timeoutMs = ctx.timeoutMs;
-  const proc = await withDeadline(ctx.sandbox.guest.execStream([cfg.cmd, ...(cfg.args ?? [])], opts), "process start", START_MS,
+  const argv = [cfg.cmd, ...(cfg.args ?? [])];
+  const proc = await withDeadline(ctx.sandbox.guest.execStream(argv, opts), "process start", START_MS,
     (lateProc) => void lateProc.kill().catch(() => undefined)); // nobody tracks it: it must not run on
+  await ctx.sandbox.execStarted(argv, { pid: proc.pid });
   const p = ctx.state.processes.add(proc, {
     config: { cmd: cfg.cmd, args: cfg.args ?? [], envs: cfg.envs ?? {}, ...(cfg.cwd ? { cwd: cfg.cwd } : {}) },
     ...(req.tag ? { tag: req.tag } : {}),
@@ -100,7 +101,8 @@ async function start(ctx: RpcContext, raw: unknown, out: EnvelopeStream): Promis
   });
   if (ctx.timeoutMs) p.onTimeout = () => out.end(new ConnectError("deadline_exceeded", `command timed out after ${ctx.timeoutMs} ms`));
   const following = follow(ctx, p, out, { ownDeadline: true });
-  void p.run();
+  // Its end goes to the sandbox's events whenever it comes (the stream may be long gone); a process lost with the guest connection has none.
+  void p.run().then((exit) => exit && ctx.sandbox.execEnded(exit, { pid: p.pid }));
   await following;
 }
 
@@ -117,8 +119,8 @@ function bytes(b64: string): Buffer {
 
 export const processService: Service = {
   stream: {
-    Start: { handler: start, keepalive: { event: { keepalive: {} } } },
-    Connect: { handler: connect, keepalive: { event: { keepalive: {} } } },
+    Start: { handler: start, keepalive: { event: { keepalive: {} } }, holds: "process" },
+    Connect: { handler: connect, keepalive: { event: { keepalive: {} } }, holds: "process" },
   },
   unary: {
     async List(ctx): Promise<e2b.ListResponse> {

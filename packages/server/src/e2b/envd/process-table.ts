@@ -69,9 +69,13 @@ export class ManagedProcess {
     return () => this.subs.delete(s);
   }
 
-  /** Reads output until the process exits. Called once, after the first subscriber attached. */
-  async run(): Promise<void> {
+  /**
+   * Reads output until the process exits. Called once, after the first subscriber attached.
+   * Resolves with how it exited; undefined when it was lost (the guest connection broke).
+   */
+  async run(): Promise<GuestExit | undefined> {
     let exit: EndEvent | undefined;
+    let exited: GuestExit | undefined;
     try {
       for await (const c of this.proc) {
         if (!this.subs.size) continue; // nobody attached: dropped, so the process never stalls
@@ -79,17 +83,18 @@ export class ManagedProcess {
         const ev: e2b.ProcessEvent = { data: this.meta.pty ? { pty: b64 } : c.stream === "stderr" ? { stderr: b64 } : { stdout: b64 } };
         await Promise.all([...this.subs].map((s) => this.deliver(s, ev)));
       }
-      const e = await this.proc.wait();
-      if (e.timedOut) this.onTimeout?.();
-      exit = endEvent(e);
+      exited = await this.proc.wait();
+      if (exited.timedOut) this.onTimeout?.();
+      exit = endEvent(exited);
     } catch {
-      exit = undefined; // the guest connection broke: the sandbox went away or restarted
+      exit = exited = undefined; // the guest connection broke: the sandbox went away or restarted
     } finally {
       this.ended = true;
       for (const s of this.subs) s.end(exit);
       this.subs.clear();
       this.onDone(this);
     }
+    return exited;
   }
 
   private async deliver(s: Subscriber, ev: e2b.ProcessEvent): Promise<void> {

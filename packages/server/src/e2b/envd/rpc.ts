@@ -1,5 +1,5 @@
 /** What an RPC handler gets: the sandbox, its envd state, the caller's user, and the stream's knobs. */
-import type { EnvdSandbox } from "./seam.js";
+import type { EnvdSandbox, EnvdStreamKind } from "./seam.js";
 import type { EnvelopeStream } from "./connect.js";
 import type { SandboxState } from "./state.js";
 
@@ -18,5 +18,6 @@ export type StreamHandler = (ctx: RpcContext, msg: unknown, out: EnvelopeStream)
 
 export interface Service {
   unary: Record<string, UnaryHandler>;
-  stream: Record<string, { handler: StreamHandler; keepalive: unknown }>;
+  /** `holds`: which of the owner's slots the stream takes while it lasts (EnvdSandbox.hold). */
+  stream: Record<string, { handler: StreamHandler; keepalive: unknown; holds: EnvdStreamKind }>;
 }

@@ -1,5 +1,5 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import type { HostGuest } from "@den/protocol";
+import type { GuestExit, HostGuest } from "@den/protocol";
 
 /** What a request presented: any of these may be missing; none at all is a 401. */
 export interface EnvdCredentials {
@@ -24,15 +24,40 @@ export interface EnvdSignature {
   user: string;
 }
 
+/** What a process Start asks of the command it runs (anything left out: the sandbox's defaults). */
+export interface EnvdCommandCall {
+  env?: Record<string, string> | undefined;
+  /** Absolute (envd resolves a relative one under the user's home first). */
+  cwd?: string | undefined;
+  user?: string | undefined;
+}
+
+/** The long-lived streams an owner holds a bounded number of: a process's output (Start, Connect), a directory watch (WatchDir). */
+export type EnvdStreamKind = "process" | "watch";
+
 /** A sandbox an envd request may use. */
 export interface EnvdSandbox {
   guest: HostGuest;
-  /** The sandbox's own environment (from its create call): the base of every process's env. */
+  /** The sandbox's own environment (from its create call), as `GET /envs` shows it. */
   env?: Record<string, string>;
-  /** Its template's working directory (an image's WORKDIR): where a process starts that names none. */
-  cwd?: string;
   /** Its template's default user (an image's USER): who a request that names none runs as. */
   user?: string;
+  /**
+   * How a command runs: its whole env (the sandbox's under the call's), its working
+   * directory (the call's, else the template's: an image's WORKDIR) and user, as every
+   * surface that runs commands sets them up.
+   */
+  command(call: EnvdCommandCall): { env: Record<string, string>; cwd?: string; user?: string };
+  /** A process Start ran `cmd` (argv): the sandbox's events say so (`exec.started`). Never rejects. */
+  execStarted(cmd: string[], info: { pid: number }): Promise<void>;
+  /** A process this server started exited: the sandbox's events say how (`exec.ended`). Never rejects. */
+  execEnded(exit: GuestExit, info: { pid: number }): Promise<void>;
+  /**
+   * Takes one of the sandbox owner's slots for a long-lived stream while it lasts (the owner's
+   * bound, shared with Den's own API's streams); throws (a `limit_exceeded` DenError: Connect's
+   * `resource_exhausted`) past it. The returned function gives the slot back (once).
+   */
+  hold(kind: EnvdStreamKind): () => void;
   /** Counts as activity (idle reaping); cheap to call often. */
   touch(): void;
   /** `cb` runs once when the sandbox stops being usable (killed, expired, paused, lost); returns an unsubscribe. */

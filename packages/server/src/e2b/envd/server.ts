@@ -136,7 +136,13 @@ export async function buildEnvdServer(sandboxes: EnvdSandboxes, opts: EnvdServer
       void out.send(stream!.keepalive);
     }, every) : undefined;
     try {
-      await stream!.handler(ctx, msg, out);
+      // One of the owner's slots while it lasts: past the owner's bound nothing starts (resource_exhausted).
+      const release = ctx.sandbox.hold(stream!.holds);
+      try {
+        await stream!.handler(ctx, msg, out);
+      } finally {
+        release();
+      }
       out.end();
     } catch (e) {
       out.end(toConnectError(e));

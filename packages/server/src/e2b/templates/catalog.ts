@@ -6,7 +6,7 @@
  * start from are answered here (E2B-API.md, "Names").
  */
 import { DenError, type HostTemplate, type e2bTemplates } from "@den/protocol";
-import { buildStore, type BuildRow } from "@den/control-plane";
+import type { BuildRow } from "@den/control-plane";
 import type { ControlPlane } from "@den/control-plane";
 import type { Principal } from "@den/control-plane";
 import { e2bBuild, tagsOf } from "./mapping.js";
@@ -22,7 +22,7 @@ export class E2bTemplateCatalog {
 
   /** The builds of `name` the caller sees, newest first. */
   private builds(p: Principal, name: string): Promise<BuildRow[]> {
-    return buildStore(this.cp.store).list(p.admin ? null : p.owner, name, MAX_BUILDS);
+    return this.cp.builds.rows(p, name, MAX_BUILDS);
   }
 
   /** A host's version of a template: `name@version`, or the current one of `name`. */
