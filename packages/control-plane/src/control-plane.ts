@@ -224,7 +224,7 @@ export class ControlPlane {
     return this.store.checkpoints.list(p.owner, sandboxId);
   }
 
-  // ---- the state machine (control/lifecycle.ts) ----
+  // ---- the state machine (lifecycle.ts, its operations in ops/) ----
 
   async create(p: Principal, req: api.CreateSandboxRequest, terms?: Terms): Promise<SandboxRow> {
     await this.templates.checkAccess(p, req.template ?? this.config.defaults.template);
