@@ -15,7 +15,8 @@ import { Checkpoints } from "./checkpoints.js";
 import { hostOfId, modeOf, type Ctx, type HibernateMode } from "./context.js";
 import { HostPool } from "./hosts.js";
 import { StoreGc } from "./gc.js";
-import { Lifecycle, type Terms } from "./lifecycle.js";
+import { Lifecycle } from "./lifecycle.js";
+import type { Terms } from "./ops/new-sandbox.js";
 import { Forks } from "./forks.js";
 import { NetworkPolicies } from "./network-policy.js";
 import { Operations, systemClock, type Clock, type Reason } from "./operations.js";
@@ -132,7 +133,7 @@ export class ControlPlane {
     const activity = this.activity;
     this.reaper = new Reaper(this.ctx, this.queue, this.lifecycle, { execing: (id) => activity.execing(id), touch: (id) => activity.touch(id), lastActive: (id) => activity.lastActive(id) });
     this.lifecycle.makeRoom = (host, mb, except, measure) => this.reaper.makeRoom(host, mb, except, measure);
-    this.recovery = new Recovery(this.ctx, this.lifecycle, this.forks, this.network, this.templates, (id) => this.reaper.markLost(id));
+    this.recovery = new Recovery(this.ctx, this.lifecycle, this.network, (id) => this.reaper.markLost(id));
     this.gc = new StoreGc(this.ctx);
     this.registry = new HostRegistry(this.ctx, this.queue, this.lifecycle, config.hostLeases, (h) => this.recovery.reconcileHost(h));
   }
@@ -223,7 +224,7 @@ export class ControlPlane {
     return this.store.checkpoints.list(p.owner, sandboxId);
   }
 
-  // ---- the state machine (control/lifecycle.ts) ----
+  // ---- the state machine (lifecycle.ts, its operations in ops/) ----
 
   async create(p: Principal, req: api.CreateSandboxRequest, terms?: Terms): Promise<SandboxRow> {
     await this.templates.checkAccess(p, req.template ?? this.config.defaults.template);

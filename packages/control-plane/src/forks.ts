@@ -1,161 +1,28 @@
-import { DenError } from "@den/protocol";
-import type { HostAgent, HostSandboxInfo } from "@den/protocol";
-import { newId } from "@den/protocol";
-import { faultPoint } from "@den/store";
-import { NO_NETWORK } from "./network.js";
-import { networkOf, type OperationRow, type Principal, type SandboxRow, type Store } from "./db/store.js";
-import { pendingStored, refOf, type Ctx } from "./context.js";
-import { termsOf, vmFields, type Lifecycle, type Settings, type Terms } from "./lifecycle.js";
-import type { Reason } from "./operations.js";
-import type { Serializer } from "./serializer.js";
-import { VolumeMoves } from "./volume-moves.js";
-import { resolveMounts, specsOf, volumeMounts, volumeStore } from "./volumes.js";
 import type { api } from "@den/protocol";
+import type { Principal, SandboxRow } from "./db/store.js";
+import type { Ctx } from "./context.js";
+import type { Lifecycle } from "./lifecycle.js";
+import * as forkOp from "./ops/fork.js";
+import type { Serializer } from "./serializer.js";
+import { resolveMounts } from "./volumes.js";
 
 /**
- * Forks: a running sandbox into children with its exact state. On its host they share its
- * memory and disk copy-on-write; when its host has no room, through the store onto others.
+ * Forks: a running sandbox into children with its exact state (see ops/fork.ts). On its
+ * host they share its memory and disk copy-on-write; when its host has no room, through the
+ * store onto others.
  */
 export class Forks {
   constructor(private readonly ctx: Ctx, private readonly queue: Serializer, private readonly lifecycle: Lifecycle) {}
 
   /**
-   * Forks a running sandbox into `count` children with its exact state. The children's
-   * rows (ids chosen here) are written with the intent; each child has the parent's TTL
-   * counted from its own creation (or `ttlSeconds`), and the parent's metadata plus `forked_from`.
+   * Forks a running sandbox into `count` children with its exact state. Each child has the
+   * parent's TTL counted from its own creation (or `ttlSeconds`), and the parent's metadata
+   * plus `forked_from`.
    */
   async fork(p: Principal, id: string, count: number, ttlSeconds?: number, volumes?: api.VolumeMount[]): Promise<SandboxRow[]> {
     await this.lifecycle.quota(p, count);
     // What each child mounts (the parent's mounts are not carried over); a writer's hold goes to one child at most.
     const vols = await resolveMounts(this.ctx, p.owner, volumes);
-    return this.queue.run(id, async () => {
-      const { store, ops, metrics, meter, clock } = this.ctx;
-      const parent = (await store.sandboxes.get(id))!;
-      // Children share the parent's memory and disk copy-on-write: they live on its host, if it has room.
-      const host = this.ctx.hosts.of(parent);
-      if (parent.state !== "running") throw new DenError("invalid_state", `sandbox ${id} is ${parent.state}`);
-      const ids = Array.from({ length: count }, () => newId("sbx"));
-      const network = networkOf(parent);
-      const elsewhere = await this.forkTargets(parent, ids);
-      if (elsewhere && vols.holds.length) throw new DenError("capacity_exhausted", `the host of sandbox ${id} has no room for ${count} more, and children mounting volumes cannot go elsewhere (a volume lives on one host)`);
-      // The children run on the parent's host: volumes parked in the store or on another host (nothing mounting them) come there first.
-      if (vols.holds.length && vols.host !== host.instance) await new VolumeMoves(this.ctx).bring(vols.holds.map((h) => h.volumeId), host);
-      if (elsewhere) return this.forkElsewhere(p, parent, ids, elsewhere, ttlSeconds);
-      const op = ops.newOp("fork", id, "user", { children: ids });
-      await ops.begin(parent, op, async (tx) => {
-        for (const c of ids) {
-          await volumeMounts(tx).take(c, vols.holds, clock.now(), host.instance);
-          await tx.sandboxes.insert(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, host.instance, this.forkTerms(parent, ttlSeconds)), this.ctx.config.limits.sandboxesPerOwner);
-          await ops.event(c, "creating", "user", { forked_from: id }, tx);
-        }
-      });
-      faultPoint("fork-after-intent");
-      let kids: HostSandboxInfo[];
-      try {
-        kids = await metrics.time("fork", "", () => meter.work(id, () => host.vms.fork(op.id, id, ids, network.egress === "none" ? NO_NETWORK : network, vols.holds.length ? specsOf(vols.holds) : undefined)));
-      } catch (e) {
-        await ops.fail(op, id, e, {}, (tx) => this.dropChildren(tx, op, ids, "error", (e as Error).message));
-        throw e;
-      }
-      faultPoint("fork-after-children");
-      const out: SandboxRow[] = [];
-      await ops.finish(op, id, { result: { children: ids } }, async (tx) => {
-        for (const [i, c] of ids.entries()) {
-          out.push(await ops.settle(tx, op, c, { state: "running", reason: "user", patch: { ...vmFields(kids[i]!), last_activity_at: clock.now() }, data: { forked_from: id } }));
-        }
-        await ops.event(id, "forked", "user", { children: ids }, tx);
-      });
-      faultPoint("fork-after-commit");
-      return out;
-    });
-  }
-
-  /**
-   * Where fork children go when the parent's host has no room for them: each on a host
-   * placed like a restore of the parent's state (undefined: the parent's host has room).
-   */
-  private async forkTargets(parent: SandboxRow, ids: string[]): Promise<Map<string, HostAgent> | undefined> {
-    const host = this.ctx.hosts.of(parent);
-    try {
-      await host.vms.checkShape({ vcpus: parent.vcpus * ids.length, memoryMb: parent.memory_mb * ids.length });
-      return undefined;
-    } catch (e) {
-      if (!(e instanceof DenError && e.code === "capacity_exhausted") || this.ctx.hosts.all.length < 2) throw e;
-    }
-    const out = new Map<string, HostAgent>();
-    const reserved = new Map<string, number>([[host.instance, Number.MAX_SAFE_INTEGER]]);
-    for (const c of ids) {
-      const h = await this.lifecycle.placeStored(parent, parent.host_id, reserved);
-      out.set(c, h);
-      reserved.set(h.instance, (reserved.get(h.instance) ?? 0) + parent.memory_mb);
-    }
-    return out;
-  }
-
-  /**
-   * A fork across hosts: the parent's state goes to the store (a snapshot of its own, the
-   * parent keeps running), each child is restored from it on its host, and the snapshot is
-   * released with the commit. Intent first, as every fork: the children's rows (naming
-   * their hosts) and the snapshot's catalog row are written before any host is asked.
-   */
-  private async forkElsewhere(p: Principal, parent: SandboxRow, ids: string[], targets: Map<string, HostAgent>, ttlSeconds?: number): Promise<SandboxRow[]> {
-    const { ops, metrics, meter, clock } = this.ctx;
-    const host = this.ctx.hosts.of(parent);
-    const network = networkOf(parent);
-    const stored = pendingStored(this.ctx, newId("snap"), parent, "checkpoint");
-    const op = ops.newOp("fork", parent.id, "user", { children: ids, via: stored.id });
-    await ops.begin(parent, op, async (tx) => {
-      await tx.snapshots.insert(stored);
-      for (const c of ids) {
-        await tx.sandboxes.insert(this.lifecycle.newRow(p, c, this.forkSettings(parent, ttlSeconds), parent.template, network, op, targets.get(c)!.instance, this.forkTerms(parent, ttlSeconds)), this.ctx.config.limits.sandboxesPerOwner);
-        await this.ctx.ops.event(c, "creating", "user", { forked_from: parent.id }, tx);
-      }
-    });
-    let kids: HostSandboxInfo[];
-    try {
-      kids = await metrics.time("fork", "", () => meter.work(parent.id, async () => {
-        await host.vms.checkpoint(op.id, parent.id, refOf(stored));
-        // Each child's restore has an operation key of its own (a host answers a repeated key with its first answer).
-        return Promise.all(ids.map((c, i) => targets.get(c)!.vms.restore(`${op.id}.${i}`, c, refOf(stored), network.egress === "none" ? NO_NETWORK : network)));
-      }));
-    } catch (e) {
-      for (const c of ids) await targets.get(c)!.vms.destroy(c).catch(() => undefined);
-      await ops.fail(op, parent.id, e, {}, async (tx) => {
-        await this.dropChildren(tx, op, ids, "error", (e as Error).message);
-        await tx.snapshots.release(stored.id, clock.now());
-      });
-      throw e;
-    }
-    const out: SandboxRow[] = [];
-    await ops.finish(op, parent.id, { result: { children: ids } }, async (tx) => {
-      for (const [i, c] of ids.entries()) {
-        out.push(await ops.settle(tx, op, c, { state: "running", reason: "user", patch: { ...vmFields(kids[i]!), last_activity_at: clock.now() }, data: { forked_from: parent.id, host: targets.get(c)!.instance } }));
-      }
-      await ops.event(parent.id, "forked", "user", { children: ids }, tx);
-      await tx.snapshots.release(stored.id, clock.now());
-    });
-    return out;
-  }
-
-  private forkSettings(parent: SandboxRow, ttlSeconds?: number): Settings {
-    return {
-      persistent: parent.persistent === 1, ttl_seconds: ttlSeconds ?? parent.ttl_seconds, idle_timeout_seconds: parent.idle_timeout_seconds,
-      on_idle: parent.on_idle as "hibernate" | "destroy",
-      metadata: { ...(JSON.parse(parent.metadata) as Record<string, string>), forked_from: parent.id },
-      env: JSON.parse(parent.env) as Record<string, string>,
-      defaults: parent.defaults,
-    };
-  }
-
-  private forkTerms(parent: SandboxRow, ttlSeconds?: number): Terms {
-    return { ...termsOf(parent), ...(ttlSeconds !== undefined && parent.deadline_mode === "running" ? { run_timeout_seconds: ttlSeconds } : {}) };
-  }
-
-  /** Fork children that never came to be: destroyed, with why. */
-  async dropChildren(tx: Store, op: OperationRow, ids: string[], reason: Reason, message: string): Promise<void> {
-    for (const c of ids) {
-      const row = await tx.sandboxes.get(c);
-      if (row?.op_id === op.id) await this.ctx.ops.settle(tx, op, c, { state: "destroyed", reason, patch: { destroyed_at: this.ctx.clock.now() }, data: { message } });
-    }
+    return this.queue.run(id, () => forkOp.run({ ctx: this.ctx }, p, id, count, vols, ttlSeconds));
   }
 }

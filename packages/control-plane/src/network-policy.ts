@@ -1,7 +1,8 @@
-import { DenError, type HostAgent, type api } from "@den/protocol";
+import type { HostAgent, api } from "@den/protocol";
 import { networkOf, type Principal, type SandboxRow } from "./db/store.js";
-import { NO_REFUSALS, RefusalTracker, effectivePolicy, serializePolicy } from "./network.js";
+import { NO_REFUSALS, RefusalTracker, effectivePolicy } from "./network.js";
 import { hostOfId, type Ctx } from "./context.js";
+import * as setNetworkOp from "./ops/set-network.js";
 import type { Serializer } from "./serializer.js";
 
 /** Sandboxes' network policies (kept in their rows) and the attempts their networks refused. */
@@ -18,23 +19,7 @@ export class NetworkPolicies {
   async set(p: Principal, id: string, req: api.NetworkPolicy): Promise<SandboxRow> {
     const policy = effectivePolicy(req, this.ctx.config.network);
     await this.owned(p, id);
-    return this.queue.run(id, async () => {
-      const { ops, store } = this.ctx;
-      const row = (await store.sandboxes.get(id))!;
-      if (row.state !== "running" && row.state !== "hibernated") throw new DenError("invalid_state", `sandbox ${id} is ${row.state}`);
-      const op = ops.newOp("set_network", id, "user", { policy });
-      await ops.begin(row, op, (tx) => tx.sandboxes.update(id, { network: serializePolicy(policy) }).then(() => undefined));
-      if (row.state === "running") {
-        await this.flush(id);
-        try {
-          await this.ctx.hosts.of(row).vms.setNetwork(id, policy);
-        } catch (e) {
-          await ops.fail(op, id, e, { patch: { network: row.network } });
-          throw e;
-        }
-      }
-      return ops.finish(op, id, {}, (tx) => ops.event(id, "network", "user", { egress: policy.egress }, tx));
-    });
+    return this.queue.run(id, () => setNetworkOp.run({ ctx: this.ctx, network: this }, id, policy));
   }
 
   /** A sandbox's policy, whether its network is up, and the attempts it refused. */

@@ -2,11 +2,9 @@ import type { OperationRow, SandboxRow } from "./db/store.js";
 import { api, newId, type HostAgent } from "@den/protocol";
 import { hasVm, modeOf, type Ctx } from "./context.js";
 import type { Lifecycle } from "./lifecycle.js";
-import type { Forks } from "./forks.js";
 import type { NetworkPolicies } from "./network-policy.js";
 import { STOPPED } from "./ops/common.js";
 import { argsOf, detachedOps, sandboxOps, type OpDeps, type Settling } from "./ops/index.js";
-import type { Templates } from "./templates.js";
 
 
 /**
@@ -22,9 +20,7 @@ export class Recovery {
   constructor(
     private readonly ctx: Ctx,
     private readonly lifecycle: Lifecycle,
-    private readonly forks: Forks,
     private readonly network: NetworkPolicies,
-    private readonly templates: Templates,
     /** The reaper's one way of marking a running sandbox whose VM is gone `lost`. */
     private readonly markLost: (id: string) => Promise<void>,
   ) {
@@ -33,7 +29,7 @@ export class Recovery {
 
   /** What the operations' modules (ops/) settle with. */
   private get deps(): OpDeps {
-    return { ctx: this.ctx, lifecycle: this.lifecycle, network: this.network, forks: this.forks, templates: this.templates };
+    return { ctx: this.ctx, lifecycle: this.lifecycle, network: this.network };
   }
 
   async run(): Promise<void> {

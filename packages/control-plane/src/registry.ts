@@ -3,7 +3,7 @@ import type { SandboxRow } from "./db/store.js";
 import { modeOf, type Ctx } from "./context.js";
 import type { Lifecycle } from "./lifecycle.js";
 import type { Serializer } from "./serializer.js";
-import { VolumeMoves } from "./volume-moves.js";
+import { VolumeMoves } from "./ops/volume-move.js";
 import { volumeStore } from "./volumes.js";
 
 export interface RegistryConfig {

@@ -1,9 +1,4 @@
-import { DenError, type HostAgent, type HostTemplate, type TemplateBuildSpec, type api, type host } from "@den/protocol";
-
-type BuiltTemplate = host.BuiltTemplate;
-
-/** How often a running build's log is copied from its host. */
-const LOG_POLL_MS = 500;
+import { DenError, type HostAgent, type HostTemplate, type TemplateBuildSpec, type api } from "@den/protocol";
 import { effectivePolicy } from "./network.js";
 import { buildStore, type BuildRow } from "./db/build-store.js";
 import { contextRef, withinStoredBytes } from "./build-contexts.js";
@@ -11,18 +6,11 @@ import { dockerfileSpec, imageSpec, sourceOf } from "./build-plan.js";
 import type { Principal, TemplateRow } from "./db/store.js";
 import { hostOfId, storedRef, type Ctx } from "./context.js";
 import type { Checkpoints } from "./checkpoints.js";
+import * as templateBuildOp from "./ops/template-build.js";
+import { hostTemplates, toApiTemplate } from "./ops/template-build.js";
+import * as templateDeleteOp from "./ops/template-delete.js";
 
-/** A host's template as the API shows it, with who owns it. */
-export function toApiTemplate(t: HostTemplate, owner: string | null): api.Template {
-  return {
-    name: t.name, version: t.version, current: t.current, owner, vcpus: t.vcpus, memory_mb: t.memory_mb, disk_mb: t.disk_mb, created_at: t.created_at,
-    source: t.source ?? null, run: t.run ? apiRun(t.run) : null,
-  };
-}
-
-function apiRun(r: host.TemplateRun): api.TemplateRun {
-  return { env: r.env, workdir: r.workdir, user: r.user, start_cmd: r.startCmd, ready_cmd: r.readyCmd };
-}
+export { toApiTemplate };
 
 /** Templates: the host's own (everyone's) and those owners build through the API (theirs alone). */
 export class Templates {
@@ -58,17 +46,8 @@ export class Templates {
    * The template versions on the hosts, each once (a version is the same build everywhere:
    * its id is its recipe's hash); current if it is current on any reachable host.
    */
-  async hostTemplates(): Promise<HostTemplate[]> {
-    const seen = new Map<string, HostTemplate>();
-    for (const r of await this.ctx.hosts.each((h) => h.templates.list())) {
-      if (!r.ok) continue;
-      for (const t of r.value) {
-        const k = `${t.name}@${t.version}`;
-        const had = seen.get(k);
-        seen.set(k, had ? { ...had, current: had.current || t.current } : t);
-      }
-    }
-    return [...seen.values()];
+  hostTemplates(): Promise<HostTemplate[]> {
+    return hostTemplates(this.ctx);
   }
 
   /**
@@ -141,32 +120,21 @@ export class Templates {
     return row;
   }
 
-  /** Claims the name and writes the build's row with its operation's intent, then runs it (`done`). */
+  /** Claims the name and writes the build's row with its operation's intent, then runs it (`done`; see ops/template-build.ts). */
   private async begin(
     p: Principal, row: TemplateRow | undefined, spec: TemplateBuildSpec, on: readonly HostAgent[], source: Record<string, string>,
     shape: { vcpus: number; memory_mb: number } | undefined, id?: string,
   ): Promise<{ build: BuildRow; done: Promise<api.Template> }> {
-    const { ops, clock } = this.ctx;
     if (!on.length) throw new DenError("capacity_exhausted", "no host is up to build on");
     this.building.set(p.owner, (this.building.get(p.owner) ?? 0) + 1);
-    const op = { ...ops.newOp("template_build", null, "user", { name: spec.name, previous: row ? { deleted_at: row.deleted_at } : null }), ...(id ? { id } : {}) };
-    const build: BuildRow = {
-      id: op.id, owner: p.owner, name: spec.name, state: "building", source: JSON.stringify(source), version: null, error: null,
-      host_id: on[0]!.instance, created_at: clock.now(), finished_at: null,
-    };
+    let begun: Awaited<ReturnType<typeof templateBuildOp.begin>>;
     try {
-      await ops.beginDetached(op, async (tx) => {
-        await tx.templates.claim(spec.name, p.owner, clock.now());
-        const builds = buildStore(tx);
-        // A build announced before (E2B's) becomes this one; otherwise its row is new.
-        if (id && (await builds.get(id))) await builds.begin(id, on[0]!.instance);
-        else await builds.insert(build);
-      });
+      begun = await templateBuildOp.begin({ ctx: this.ctx }, p, row, spec, on, source, id);
     } catch (e) {
       this.release(p.owner);
       throw e;
     }
-    return { build, done: this.run(p, spec.name, op, spec, on, shape) };
+    return { build: begun.build, done: templateBuildOp.run({ ctx: this.ctx }, p, begun.op, spec, on, shape, () => this.release(p.owner)) };
   }
 
   /** Builds a template and answers when it is done (see `start`). */
@@ -178,60 +146,6 @@ export class Templates {
   private release(owner: string): void {
     this.building.set(owner, (this.building.get(owner) ?? 1) - 1);
     if (!this.building.get(owner)) this.building.delete(owner);
-  }
-
-  /** The build itself, after its intent is durable: hosts build, the log is kept, the row and the name end as the build does. */
-  private async run(
-    p: Principal, name: string, op: Parameters<Ctx["ops"]["settleDetached"]>[0], spec: TemplateBuildSpec, on: readonly HostAgent[],
-    sourceShape: { vcpus: number; memory_mb: number } | undefined,
-  ): Promise<api.Template> {
-    const { store, ops, clock } = this.ctx;
-    const started = clock.now();
-    let shape: { vcpus: number; memory_mb: number } | undefined;
-    let ended = false;
-    const pump = this.pumpLogs(op.id, on[0]!, () => ended);
-    try {
-      const t = await this.buildOnHosts(op.id, spec, on).finally(() => (ended = true));
-      shape = t.reused ? undefined : t;
-      await pump;
-      await store.transaction(async (tx) => {
-        await tx.templates.setRun(name, JSON.stringify({ source: t.source ?? null, run: t.run ? apiRun(t.run) : null }));
-        await buildStore(tx).finish(op.id, { state: "ready", version: t.version, error: null, finished_at: clock.now() });
-      });
-      await ops.settleDetached(op, undefined);
-      return toApiTemplate(t, p.owner);
-    } catch (e) {
-      await pump.catch(() => undefined);
-      shape = sourceShape ?? (await this.defaultShape(spec.fromTemplate));
-      const err = e instanceof DenError ? e : new DenError("internal", (e as Error).message);
-      await buildStore(store).finish(op.id, {
-        state: err.code === "aborted" ? "cancelled" : "error", version: null, finished_at: clock.now(),
-        error: JSON.stringify({ code: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) }),
-      });
-      await this.giveBack(op.args, e, op);
-      throw e;
-    } finally {
-      this.release(p.owner);
-      if (shape) await this.meterBuild(op.id, p.owner, started, shape).catch((e: unknown) => this.ctx.log.warn({ err: e }, `template build ${op.id} was not metered`));
-    }
-  }
-
-  /** Copies a build's log from its host into the database as it grows, until the build has ended and the host has no more. */
-  private async pumpLogs(id: string, host: HostAgent, ended: () => boolean): Promise<void> {
-    const builds = buildStore(this.ctx.store);
-    let seq = await builds.nextSeq(id);
-    let from = 0;
-    for (;;) {
-      const last = ended();
-      const page = await host.templates.buildLog(id, from).catch(() => undefined);
-      if (page) {
-        if (page.lines.length) seq = await builds.append(id, seq, page.lines);
-        from = page.next;
-        if (page.lines.length && !page.done) continue;
-      }
-      if (last || (page?.done && ended())) return;
-      await new Promise((r) => setTimeout(r, LOG_POLL_MS));
-    }
   }
 
   /** Cancels a build of the caller's that is still running (its host stops it; it ends `cancelled`). */
@@ -251,65 +165,9 @@ export class Templates {
     return row;
   }
 
-  /** The building sandbox's running time, as a usage segment of the owner's (a reused version built nothing). */
-  private async meterBuild(id: string, owner: string, start: number, shape: { vcpus: number; memory_mb: number }): Promise<void> {
-    const end = this.ctx.clock.now();
-    await this.ctx.store.usage.insert({
-      sandbox_id: id, owner, state: "running", start_ms: start, end_ms: Math.max(end, start + 1),
-      vcpus: shape.vcpus, memory_mb: shape.memory_mb, host_cpu_ms: 0, den_cpu_ms: 0, stored_bytes: 0,
-    });
-  }
-
-  /** The shape a failed build's sandbox had: its source template's. */
-  private async defaultShape(from: string | undefined): Promise<{ vcpus: number; memory_mb: number } | undefined> {
-    const name = from ?? "base";
-    return (await this.hostTemplates()).find((t) => `${t.name}@${t.version}` === name || (t.name === name && t.current));
-  }
-
-  /**
-   * Builds on each of `on` (from a checkpoint: its sandbox's host, which has the template
-   * version the checkpoint needs). Built on at least one is a success: a host without the
-   * source template, or down, holds no sandbox of the new one (placement skips it).
-   */
-  private async buildOnHosts(op: string, spec: TemplateBuildSpec, on: readonly HostAgent[]): Promise<BuiltTemplate> {
-    const built = await Promise.all(on.map(async (h) => {
-      try {
-        return { ok: true as const, t: await h.templates.build(op, spec) };
-      } catch (error) {
-        return { ok: false as const, error };
-      }
-    }));
-    const first = built.find((b) => b.ok);
-    if (!first) throw (built[0] as { error: unknown }).error;
-    for (const [i, b] of built.entries()) if (b.ok) this.ctx.shared.publishFrom(on[i]!);
-    for (const [i, b] of built.entries()) if (!b.ok) this.ctx.log.warn({ err: b.error, host: on[i]!.instance }, `template ${spec.name} was not built on host ${on[i]!.instance}`);
-    return first.t;
-  }
-
-  /** A build a restart found unfinished (its operation settled by recovery): it ends as an error. */
-  async interrupted(id: string): Promise<void> {
-    // A host that is still building it (the control plane died, not the host) stops: nobody waits for its result.
-    await this.ctx.hosts.each((h) => h.templates.cancelBuild(id));
-    await buildStore(this.ctx.store).finish(id, {
-      state: "error", version: null, finished_at: this.ctx.clock.now(),
-      error: JSON.stringify({ code: "aborted", message: "the build was interrupted by a restart of Den; start it again" }),
-    });
-  }
-
-  /** After a build that made nothing usable: the name goes back to how it was. */
-  async giveBack(args: string, error: unknown, op: Parameters<Ctx["ops"]["settleDetached"]>[0]): Promise<void> {
-    const { name, previous } = JSON.parse(args) as { name: string; previous: { deleted_at: number | null } | null };
-    const built = (await this.hostTemplates()).some((t) => t.name === name && t.current);
-    await this.ctx.ops.settleDetached(op, built ? undefined : error, async (tx) => {
-      if (built) return;
-      if (previous) await tx.templates.markDeleted(name, previous.deleted_at ?? this.ctx.clock.now());
-      else await tx.templates.drop(name);
-    });
-  }
-
   /** Deletes a template its owner built; sandboxes and checkpoints made from it keep working. */
   async delete(p: Principal, name: string): Promise<void> {
-    const { store, ops, clock } = this.ctx;
+    const { store } = this.ctx;
     const row = await store.templates.row(name);
     if (!row || row.deleted_at !== null || (row.owner !== p.owner && !p.admin)) {
       if (!row && (await this.hostTemplates()).some((t) => t.name === name)) {
@@ -317,15 +175,6 @@ export class Templates {
       }
       throw new DenError("template_not_found", `template ${JSON.stringify(name)} does not exist`);
     }
-    const op = ops.newOp("template_delete", null, "user", { name });
-    await ops.beginDetached(op, (tx) => tx.templates.markDeleted(name, clock.now()));
-    await this.deleteOnHosts(name);
-    await ops.settleDetached(op, undefined);
-  }
-
-  /** Retires a template on every host (one that is down is told again by the next start's recovery: the row stays deleted). */
-  async deleteOnHosts(name: string): Promise<void> {
-    const failed = (await this.ctx.hosts.each((h) => h.templates.delete(name))).find((r) => !r.ok);
-    if (failed && !failed.ok) throw failed.error;
+    await templateDeleteOp.run({ ctx: this.ctx }, name);
   }
 }

@@ -5,7 +5,7 @@ import { VolumeStore, volumeHost, type Hold, type VolumeRow } from "./db/volume-
 import { VolumeMounts } from "./db/volume-mounts.js";
 import { unanswered, type Ctx } from "./context.js";
 import { OwnerSlots } from "./owner-slots.js";
-import { VolumeMoves } from "./volume-moves.js";
+import { VolumeMoves } from "./ops/volume-move.js";
 
 /** Where a helper VM mounts the volume whose files it moves. */
 const HELPER_MOUNT = "/mnt/volume";

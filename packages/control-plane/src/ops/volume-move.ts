@@ -2,9 +2,9 @@ import { DenError, type HostAgent, type StoredRef } from "@den/protocol";
 import { setTimeout as sleep } from "node:timers/promises";
 import { newId } from "@den/protocol";
 import { faultPoint, snapshotKey } from "@den/store";
-import type { StoredSnapshotRow } from "./db/store.js";
-import { VolumeStore, volumeHost, type VolumeRow } from "./db/volume-store.js";
-import { unanswered, type Ctx } from "./context.js";
+import type { StoredSnapshotRow } from "../db/store.js";
+import { VolumeStore, volumeHost, type VolumeRow } from "../db/volume-store.js";
+import { unanswered, type Ctx } from "../context.js";
 
 /** How long a mount waits for a volume's move to end, and how often it looks. */
 const SETTLE_MS = 120_000;
@@ -19,7 +19,14 @@ const SETTLE_POLL_MS = 200;
  * drained host's volumes are parked (uploaded, nothing downloaded) so they outlive it, and
  * so are volumes idle for `DEN_VOLUME_PARK_IDLE_SECONDS`. While a move runs the volume is
  * `moving` and nothing may mount it (a mount waits for it to land); a restart finishes or
- * undoes moves of a process that died (`recover`).
+ * undoes moves of a process that died (`recover`, a move's crash path).
+ *
+ * Unlike the other operations (ops/<kind>.ts), a move has no operations row: it belongs to
+ * a volume, not to a sandbox or a template, and the volume's own row is its journal. Its
+ * `moving` state, with `snapshot_id`, `move_to`, `moved_at` and `move_owner`, is the intent
+ * (written with the stored copy's catalog row before any host is asked), each step commits
+ * in that row, and a move is claimed and settled through it (`recover`) as a pending
+ * operation is through its row. Recovery's `sandboxOps`/`detachedOps` do not list it.
  */
 export class VolumeMoves {
   constructor(private readonly ctx: Ctx) {}
