@@ -1,7 +1,7 @@
 /**
  * The image rows: an OCI image in a registry on loopback (Debian's distribution registry)
  * made into a template through the API, the first time (pull, unpack, root disk, boot,
- * start, bake) and again with its layers cached, and creates from it beside creates from
+ * start, bake) and, in a full run, again with its layers cached, and creates from it beside creates from
  * `base` (the goal: within 1.3x). The image is Debian with Python serving HTTP, made from the
  * base template's own Debian tree; the full run adds a layer of random bytes (incompressible:
  * about 300 MB to pull instead of about 100 MB).
@@ -51,8 +51,10 @@ export async function benchImages(api: Api, dataDir: string, runs: number, full:
     rmSync(join(dataDir, "image-cache"), { recursive: true, force: true });
     const first = row(`image -> template ready, first time (${(size / 1e6).toFixed(0)} MB image: pull, unpack, boot, start, bake)`);
     first.den.push(await time(() => api("POST", "/v1/templates", body)));
-    const cached = row(`image -> template ready, layers cached (${(size / 1e6).toFixed(0)} MB image)`);
-    cached.den.push(await time(() => api("POST", "/v1/templates", body)));
+    // The cached build again only in a full run: its time is a boot and a bake like the first's
+    // (about 20 s of --quick's CI minutes), less the pull.
+    const cached = full ? row(`image -> template ready, layers cached (${(size / 1e6).toFixed(0)} MB image)`) : undefined;
+    if (cached) cached.den.push(await time(() => api("POST", "/v1/templates", body)));
     const fromBase = row("create from base -> first exec (API, beside the image rows)");
     const fromImage = row("create from an image template -> first exec (API)");
     for (let i = 0; i < runs; i++) {
@@ -68,7 +70,7 @@ export async function benchImages(api: Api, dataDir: string, runs: number, full:
     }
     const ratio = pct(fromImage.den, 50) / pct(fromBase.den, 50);
     notes.push(`create from an image template vs from base, to first exec (p50): ${fmt(pct(fromImage.den, 50))} vs ${fmt(pct(fromBase.den, 50))} (${ratio.toFixed(2)}x; goal 1.3x)`);
-    notes.push(`image -> template ready: ${fmt(pct(first.den, 50))} the first time, ${fmt(pct(cached.den, 50))} with its layers cached (${(size / 1e6).toFixed(0)} MB image)`);
+    notes.push(`image -> template ready: ${fmt(pct(first.den, 50))} the first time${cached ? `, ${fmt(pct(cached.den, 50))} with its layers cached` : ""} (${(size / 1e6).toFixed(0)} MB image)`);
     await api("DELETE", "/v1/templates/bench-image").catch(() => undefined);
   } finally {
     if (insecure === undefined) delete process.env.DEN_INSECURE_REGISTRIES;

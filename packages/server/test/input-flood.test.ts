@@ -1,6 +1,6 @@
 // needs: many VMs
 /**
- * Input floods hold no memory in Den: 256 MiB streamed into a PTY (raw mode) and into a
+ * Input floods hold no memory in Den: 128 MiB streamed into a PTY (raw mode) and 256 MiB into a
  * port tunnel, each as fast as the client can send, raise `den serve`'s RSS by less than
  * 64 MiB (the guest's credit and TCP hold the sender back). `den serve` runs as its own
  * process so its RSS is its own.
@@ -16,6 +16,11 @@ import { ADMIN_KEY, client, sandboxCalls, spawnServer, stopProcess, waitFor } fr
 
 const PORT = 19252;
 const TOTAL = 256 * 1024 * 1024;
+/**
+ * Into the PTY, half of it: the guest's raw-mode reads run at a few MB/s under TCG (27 s for
+ * 256 MiB), and twice RSS_GROWTH_MAX still shows a Den that buffered what it was sent.
+ */
+const PTY_TOTAL = 128 * 1024 * 1024;
 const CHUNK = 1024 * 1024;
 const RSS_GROWTH_MAX = 64 * 1024 * 1024;
 
@@ -34,10 +39,10 @@ async function rssGrowth(pid: number, work: () => Promise<void>): Promise<number
   return Math.max(peak, rss(pid)) - start;
 }
 
-/** Writes TOTAL bytes to `write` in CHUNK pieces, each once the previous one has gone out. */
-async function flood(write: (b: Buffer, done: (e?: Error | null) => void) => void): Promise<void> {
+/** Writes `total` bytes to `write` in CHUNK pieces, each once the previous one has gone out. */
+async function flood(write: (b: Buffer, done: (e?: Error | null) => void) => void, total = TOTAL): Promise<void> {
   const chunk = Buffer.alloc(CHUNK, 0x61);
-  for (let sent = 0; sent < TOTAL; sent += CHUNK) await new Promise<void>((resolve, reject) => write(chunk, (e) => (e ? reject(e) : resolve())));
+  for (let sent = 0; sent < total; sent += CHUNK) await new Promise<void>((resolve, reject) => write(chunk, (e) => (e ? reject(e) : resolve())));
 }
 
 describe("input floods", () => {
@@ -56,8 +61,8 @@ describe("input floods", () => {
     await stopProcess(server, "SIGTERM");
   });
 
-  test("256 MiB into a PTY in raw mode: Den's RSS grows by less than 64 MiB, and the guest got every byte", async () => {
-    const ws = new WebSocket(`ws://127.0.0.1:${PORT}/v1/sandboxes/${id}/pty?cmd=${encodeURIComponent("stty raw -echo; echo raw-now; head -c " + TOTAL + " | wc -c > /root/pty-count; echo counted")}`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
+  test("128 MiB into a PTY in raw mode: Den's RSS grows by less than 64 MiB, and the guest got every byte", async () => {
+    const ws = new WebSocket(`ws://127.0.0.1:${PORT}/v1/sandboxes/${id}/pty?cmd=${encodeURIComponent("stty raw -echo; echo raw-now; head -c " + PTY_TOTAL + " | wc -c > /root/pty-count; echo counted")}`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
     let out = "";
     ws.on("message", (d: Buffer, binary: boolean) => (out += binary ? d.toString() : ""));
     await new Promise((r, j) => (ws.once("open", r), ws.once("error", j)));
@@ -65,12 +70,12 @@ describe("input floods", () => {
     // Before raw mode the line discipline would drop what does not fit its 4 KiB line.
     await waitFor("raw mode", async () => (out.includes("raw-now") ? true : undefined), 60_000, 100);
     const growth = await rssGrowth(server.pid!, async () => {
-      await flood((b, done) => ws.send(b, { binary: true }, done));
+      await flood((b, done) => ws.send(b, { binary: true }, done), PTY_TOTAL);
       await waitFor("the guest counted the bytes", async () => (out.includes("counted") ? true : undefined), 300_000, 200);
     });
     ws.close();
     await closed;
-    assert.equal((await exec(id, "cat /root/pty-count")).trim(), String(TOTAL));
+    assert.equal((await exec(id, "cat /root/pty-count")).trim(), String(PTY_TOTAL));
     assert.ok(growth < RSS_GROWTH_MAX, `den serve's RSS grew by ${(growth / 2 ** 20).toFixed(1)} MiB`);
   });
 
