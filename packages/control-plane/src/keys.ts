@@ -48,7 +48,7 @@ export class Keys {
    */
   async bootstrap(given: string | undefined): Promise<string | undefined> {
     if (given) {
-      if (!(await this.store.keys.hasHash(given))) await this.store.keys.create("admin", true, given);
+      await this.store.keys.ensure("admin", true, given);
       return undefined;
     }
     return this.store.keys.firstAdmin();

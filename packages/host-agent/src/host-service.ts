@@ -97,7 +97,7 @@ export class LocalHostAgent implements host.HostAgent {
     return this.rt.get(id);
   }
 
-  close(): void {
-    this.rt.close();
+  close(): Promise<void> {
+    return this.rt.close();
   }
 }

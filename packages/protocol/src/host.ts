@@ -494,7 +494,8 @@ export interface HostAgent {
   guest(id: string): HostGuest;
   /** Called as snapshots move to and from the store (over HTTP: fed from `GET /host/v1/events`). */
   onTransfer: ((t: TransferEvent) => void) | undefined;
-  close(): void;
+  /** Lets go of the host; what it returns (if anything) resolves once what it held on the machine is gone (a pool's QEMUs, empty cgroups). */
+  close(): void | Promise<void>;
 }
 
 /** A VM's CPU seconds as an inventory shows them (undefined: no VM of that id there). */

@@ -115,11 +115,14 @@ export class Runtime {
   }
 
   /** Disconnects from every VM; the VMs keep running and are adopted by the next `open`. */
-  close(): void {
-    finishingClose(this.dataDir, closePool(this.pool, this.instance));
+  /** Lets go of the data dir at once; resolves (never rejects) once the pool's QEMUs and the empty cgroups are gone (a process about to exit waits for it). */
+  close(): Promise<void> {
+    const pool = closePool(this.pool, this.instance);
+    finishingClose(this.dataDir, pool);
     this.sandboxes.detachAll();
     this.networks.detach();
     unlockDataDir(this.dataDir);
+    return pool;
   }
 
   // ---- starting VMs (launcher.ts, fork.ts, capture.ts) ----

@@ -4,13 +4,28 @@ import { databaseConfig, type ServerConfig } from "@den/control-plane";
 
 export type { ServerConfig };
 
+/**
+ * A list of URLs as a flag or variable gives them: separated by commas or spaces (both are
+ * accepted everywhere: `--host-agent`, `--control-plane`, DEN_HOST_AGENT_URL,
+ * DEN_CONTROL_PLANE_URL), repeated flags, trailing slashes dropped.
+ */
+export function urlList(given: string | readonly string[] | undefined): string[] {
+  const parts = typeof given === "string" ? [given] : given ?? [];
+  return parts.flatMap((p) => p.split(/[\s,]+/)).map((u) => u.replace(/\/+$/, "")).filter(Boolean);
+}
+
+/** Every URL of `urls` is http(s)://, and none is given twice (what: which list, for the error). */
+export function checkUrls(urls: readonly string[], what: string): void {
+  for (const url of urls) if (!/^https?:\/\/[^/]/.test(url)) throw new Error(`${what} URL must be http(s)://..., got ${url}`);
+  if (new Set(urls).size !== urls.length) throw new Error(`${what} is given twice: ${urls.join(", ")}`);
+}
+
 function hostAgentConfig(list: string | undefined, env: NodeJS.ProcessEnv): ServerConfig["hostAgent"] {
-  const given = (list ?? "").split(",").map((u) => u.trim().replace(/\/+$/, "")).filter(Boolean);
+  const given = urlList(list);
   // `registered`: no host is given here; they register themselves (and may be given beside it).
   const urls = given.filter((u) => u !== "registered");
   if (given.length) {
-    for (const url of urls) if (!/^https?:\/\/[^/]/.test(url)) throw new Error(`a host agent URL must be http(s)://..., got ${url}`);
-    if (new Set(urls).size !== urls.length) throw new Error(`a host agent is given twice: ${urls.join(", ")}`);
+    checkUrls(urls, "a host agent");
     const secret = env.DEN_HOST_SECRET;
     if (!secret) throw new Error("remote host agents (DEN_HOST_AGENT_URL, --host-agent) need their shared secret in DEN_HOST_SECRET");
     return { kind: "remote", urls, secret, registered: given.includes("registered") };

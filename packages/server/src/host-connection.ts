@@ -48,7 +48,7 @@ export async function connectHost(config: ServerConfig, objects: ObjectStore, lo
       async close() {
         host.close();
         await server.close();
-        local.close();
+        await local.close();
       },
     };
   } catch (e) {

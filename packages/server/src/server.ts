@@ -77,7 +77,15 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   const e2b = await openE2b(cp, () => config.e2b.sandboxDomain ?? `${config.ports.domain}:${apiPort}`);
   const app = await buildApp(cp, { logger: opts.logger ?? false, e2b });
   cp.log = app.log;
-  await app.listen({ port: config.port, host: config.host });
+  try {
+    await inUseSaysHow(app.listen({ port: config.port, host: config.host }), `the API's port ${config.host}:${config.port}`, "DEN_PORT or --port");
+  } catch (e) {
+    await app.close();
+    cp.hosts.close();
+    await closeHost();
+    await db.destroy();
+    throw e;
+  }
   const addr = app.server.address();
   const port = typeof addr === "object" && addr ? addr.port : config.port;
   apiPort = port;
@@ -93,7 +101,7 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
       });
       // E2B's volume content API: guest bytes too, so on this origin (E2B_VOLUME_API_URL), never the API's.
       await envd.register(volumeContentRoutes(e2b.volumes, { maxUploadBytes: config.limits.uploadBytes }));
-      await envd.listen({ port: config.e2b.envdPort, host: config.e2b.envdHost });
+      await inUseSaysHow(envd.listen({ port: config.e2b.envdPort, host: config.e2b.envdHost }), `envd's port ${config.e2b.envdHost}:${config.e2b.envdPort}`, "DEN_ENVD_PORT or --envd-port (off: no envd)");
     }
   } catch (e) {
     await envd?.close();
@@ -177,4 +185,17 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
       await db.destroy();
     },
   };
+}
+
+/**
+ * A listen on a port another process holds (a second `den serve` on one machine) fails
+ * with what to change, not a bare EADDRINUSE.
+ */
+async function inUseSaysHow<T>(listening: Promise<T>, what: string, setting: string): Promise<T> {
+  try {
+    return await listening;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "EADDRINUSE") throw e;
+    throw new Error(`${what} is in use (another den serve on this machine?): choose another with ${setting}`);
+  }
 }

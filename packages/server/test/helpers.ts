@@ -43,7 +43,7 @@ export interface MemoryServer {
 }
 
 /** A Postgres database of its own for one memory server (the suite's Postgres pass), dropped at close. */
-async function ownDatabase(): Promise<{ url: string; drop: () => Promise<void> } | undefined> {
+export async function ownDatabase(): Promise<{ url: string; drop: () => Promise<void> } | undefined> {
   const base = process.env.DEN_DATABASE_URL;
   if (!base?.startsWith("postgres")) return undefined;
   const name = `den_mem_${randomBytes(6).toString("hex")}`;

@@ -9,10 +9,11 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { findInstanceProcesses } from "@den/runtime";
-import { client, exited, spawnHostAgent, spawnServer, stopProcess as stop } from "./helpers.js";
+import { client, exited, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "./helpers.js";
 
 const HOST_PORT = 19371;
 const CP_PORT = 19372;
@@ -116,4 +117,20 @@ describe("control plane and host agent as separate processes", () => {
     assert.equal(await exec(restored.body.id, `cat /workspace/f; kill -0 ${pid} && echo alive`), "kept\nalive\n");
     await checkAll("after waking and restoring", true);
   });
+
+  test("a clean stop of the host agent, its sandboxes gone, leaves none of its cgroups (its pool's QEMUs waited for)", async () => {
+    const instance = (await api("GET", "/v1/hosts")).body.hosts[0].id as string;
+    for (const s of (await api("GET", "/v1/sandboxes?limit=200")).body.sandboxes) await api("DELETE", `/v1/sandboxes/${s.id}`);
+    // Its pool's QEMUs are waiting (the default template's): their cgroups are the instance's.
+    await waitFor("a pooled QEMU of the host", async () => ([...findInstanceProcesses(instance, { pooled: true }).keys()].length ? true : undefined), 60_000);
+    assert.ok(cgroupDirs(instance).length > 0, "the instance has cgroups while it runs");
+    await stop(hostProc, "SIGTERM");
+    assert.deepEqual(cgroupDirs(instance), [], "the instance's cgroups once the host agent has exited");
+    assert.equal(findInstanceProcesses(instance, { pooled: true }).size, 0, "no QEMU of the instance is left");
+  });
 });
+
+/** The instance's cgroup directories, v1 (one per controller) or v2. */
+function cgroupDirs(instance: string): string[] {
+  return ["/sys/fs/cgroup/den", ...["cpu", "memory", "pids"].map((c) => `/sys/fs/cgroup/${c}/den`)].map((d) => join(d, instance)).filter((d) => existsSync(d));
+}

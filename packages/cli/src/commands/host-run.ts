@@ -1,7 +1,7 @@
 import { privateFiles } from "@den/runtime";
 import type { Command } from "commander";
 import { LocalHostAgent, MemoryHostAgent, Registrar, startHostServer } from "@den/host-agent";
-import { loadConfig, openStore } from "@den/server";
+import { checkUrls, loadConfig, openStore, urlList } from "@den/server";
 import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
 
 /**
@@ -21,7 +21,7 @@ export function registerHostRun(host: Command): void {
     .description("run this machine's host agent alone, serving the host protocol to a control plane (needs DEN_HOST_SECRET)")
     .option("-p, --port <port>", "port (default 8788)", "8788")
     .option("--host <host>", "address to listen on (default 127.0.0.1)", "127.0.0.1")
-    .option("--control-plane <url...>", "register with these control-plane replicas and keep a lease (DEN_CONTROL_PLANE_URL, comma-separated)")
+    .option("--control-plane <url...>", "register with these control-plane replicas (all of them), keeping a lease; separated by commas or spaces, or the flag repeated (env DEN_CONTROL_PLANE_URL)")
     .option("--advertise <url>", "where the control plane reaches this host (default http://<host>:<port>)")
     .option("--memory", "an in-memory host: no VM and no QEMU, for tests of the control plane")
     .action(async (opts: { port: string; host: string; controlPlane?: string[]; advertise?: string; memory?: boolean }, cmd: Command) => {
@@ -42,7 +42,9 @@ export function registerHostRun(host: Command): void {
         throw e;
       }
       logLine(`den: ${opts.memory ? "in-memory " : ""}host agent ${agent.instance} listening on ${server.url} (data dir ${config.dataDir})`);
-      const planes = (opts.controlPlane?.length ? opts.controlPlane : (process.env.DEN_CONTROL_PLANE_URL ?? "").split(",")).map((u) => u.trim().replace(/\/+$/, "")).filter(Boolean);
+      // Commas or spaces, in the flag or the variable (a host should know every replica: one that knows one pauses its VMs when that one dies).
+      const planes = urlList(opts.controlPlane?.length ? opts.controlPlane : process.env.DEN_CONTROL_PLANE_URL);
+      checkUrls(planes, "a control plane");
       let registrar: Registrar | undefined;
       if (planes.length) {
         const address = (opts.advertise ?? process.env.DEN_HOST_ADVERTISE_URL ?? server.url).replace(/\/+$/, "");
@@ -71,8 +73,9 @@ export function registerHostRun(host: Command): void {
           registrar?.stop();
           // A connection that does not let go (a stream to a guest) does not hold the stop up for long.
           setTimeout(() => process.exit(0), 10_000).unref();
-          server.close().finally(() => {
-            agent.close();
+          // The runtime's close resolves once its pool's QEMUs and its empty cgroups are gone: exiting first left them behind.
+          server.close().finally(async () => {
+            await agent.close();
             process.exit(0);
           });
         });

@@ -24,7 +24,12 @@ export function registerServe(program: Command): void {
       if (config.hostAgent.kind !== "remote") warnSurplusCapabilities();
       const format = logFormat(opts.logFormat);
       const server = await startServer(config, { logger: { level: config.logLevel, ...(format === "pretty" ? { stream: readableLogStream() } : {}) } });
-      logLine(`den: listening on ${server.url} (data dir ${config.dataDir}; host agent${server.cp.hosts.all.length > 1 ? "s" : ""} ${server.cp.hosts.all.map((h) => h.address).join(", ")})`);
+      const hosts = server.cp.hosts.all.map((h) => h.address);
+      // Registered hosts come by heartbeat: at start there may be none yet.
+      const hostsSaid = config.hostAgent.kind === "remote" && config.hostAgent.registered
+        ? `registered host agents: ${hosts.length ? hosts.join(", ") : "none yet (den host run --control-plane URL)"}`
+        : `host agent${hosts.length > 1 ? "s" : ""} ${hosts.join(", ")}`;
+      logLine(`den: listening on ${server.url} (data dir ${config.dataDir}; ${hostsSaid})`);
       if (server.envdUrl) logLine(`den: E2B API at ${server.url} (E2B_API_URL), envd at ${server.envdUrl} (E2B_SANDBOX_URL)`);
       if (server.createdAdminKey) logLine(`den: created an admin API key (shown once): ${server.createdAdminKey}`);
       let stopping = false;

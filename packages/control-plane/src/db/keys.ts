@@ -12,6 +12,17 @@ export class KeysRepo extends Repo {
   }
 
   /**
+   * Makes `secret` a key unless it is one already (DEN_API_KEY): replicas started together
+   * with the same key both get here, and the second's insert does nothing rather than fail
+   * on the unique hash.
+   */
+  async ensure(owner: string, admin: boolean, secret: string): Promise<void> {
+    const id = `key_${randomBytes(8).toString("hex")}`;
+    await this.db.insertInto("api_keys").values({ id, owner, hash: hashKey(secret), admin: admin ? 1 : 0, created_at: Date.now(), revoked_at: null })
+      .onConflict((oc) => oc.column("hash").doNothing()).execute();
+  }
+
+  /**
    * Creates the first admin key if the deployment has no key and none was ever made this
    * way; returns its secret to the one process that made it (replicas may start at once:
    * the claim is a settings row, so only one of them wins).
@@ -30,10 +41,6 @@ export class KeysRepo extends Repo {
   async find(secret: string): Promise<Principal | undefined> {
     const row = await this.db.selectFrom("api_keys").selectAll().where("hash", "=", hashKey(secret)).where("revoked_at", "is", null).executeTakeFirst();
     return row ? { keyId: row.id, owner: row.owner, admin: row.admin === 1 } : undefined;
-  }
-
-  async hasHash(secret: string): Promise<boolean> {
-    return (await this.db.selectFrom("api_keys").select("id").where("hash", "=", hashKey(secret)).executeTakeFirst()) !== undefined;
   }
 
   async count(): Promise<number> {
