@@ -45,7 +45,7 @@ import S3rver from "s3rver";
 import { MemoryHostAgent } from "@den/host-agent";
 import { findInstanceProcesses, mulberry32 } from "@den/runtime";
 import { S3Store } from "@den/store";
-import { client, dataDir, spawnHostAgent, spawnServer, stopProcess, waitFor } from "./helpers.js";
+import { client, dataDir, freePorts, spawnHostAgent, spawnServer, stopProcess, waitFor } from "./helpers.js";
 
 /** The control plane's crash points, in the order each operation reaches them. */
 export const FAULT_POINTS = [
@@ -71,8 +71,7 @@ type FaultPoint = (typeof FAULT_POINTS)[number];
 /** Points inside the host agent's code: in a fleet they kill the host agent, not the control plane. */
 const HOST_POINTS: ReadonlySet<FaultPoint> = new Set(["hibernate-cold-after-snapshot", "wake-cold-after-download", "snapshot-upload-mid", "fork-children-started"]);
 
-const PORT = 19231;
-const FLEET_HOST_PORTS = [19232, 19233] as const;
+const [PORT, ...FLEET_HOST_PORTS] = (await freePorts(3)) as [number, number, number];
 const FLEET_SECRET = "crash-fleet-secret-0123456789abcdef";
 const DB_URL = process.env.DEN_DATABASE_URL;
 /** On the in-memory host (see the top): single-node, SQLite, a data dir of its own. */

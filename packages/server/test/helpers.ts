@@ -1,6 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { after, before } from "node:test";
 import { randomBytes } from "node:crypto";
+import { createServer } from "node:net";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -17,6 +18,23 @@ export function dataDir(): string {
   const d = process.env.DEN_DATA_DIR;
   if (!d) throw new Error("DEN_DATA_DIR is not set: run the suite with `npm test`");
   return d;
+}
+
+/**
+ * A port free now on 127.0.0.1, for a test whose server restarts on the same port (a kill -9
+ * round's): a fixed one collided when two checkouts ran the suite at once.
+ */
+export async function freePort(): Promise<number> {
+  return (await freePorts(1))[0]!;
+}
+
+/** `n` distinct ports free now (held together while they are picked). */
+export async function freePorts(n: number): Promise<number[]> {
+  const servers = Array.from({ length: n }, () => createServer());
+  await Promise.all(servers.map((s) => new Promise<void>((r) => s.listen(0, "127.0.0.1", r))));
+  const ports = servers.map((s) => (s.address() as { port: number }).port);
+  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+  return ports;
 }
 
 /** An in-process server on a free port, with fast reapers. */

@@ -21,11 +21,11 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import Database from "better-sqlite3";
 import { MemoryHostAgent } from "@den/host-agent";
-import { ADMIN_KEY, client, dataDir, sandboxCalls, spawnServer, stopProcess, waitFor } from "./helpers.js";
+import { ADMIN_KEY, client, dataDir, freePort, sandboxCalls, spawnServer, stopProcess, waitFor } from "./helpers.js";
 
 /** The fault points, on the memory host (see the top); else the rest, on real VMs. */
 const MEMORY = process.env.DEN_VOLUME_MOVES_HOST === "memory";
-const PORT = MEMORY ? 19284 : 19281;
+const PORT = await freePort();
 /** The move's points, in the order a park then a bring reaches them. */
 const POINTS = ["volume-move-after-intent", "volume-move-after-upload", "volume-move-after-park", "volume-move-after-fetch", "volume-move-after-commit"] as const;
 /** Points of the bring (the download); the others are the park's. */
