@@ -44,9 +44,15 @@ describe("a guest whose agent stops answering", { concurrency: true }, () => {
       const e = await execTrue(id);
       return e.r.status === 200 ? undefined : e;
     }, 20_000, 500);
-  /** Waits until the sandbox is destroyed by its TTL; returns how long after `expires_at` that was. */
+  /**
+   * Gives the sandbox a TTL of a few seconds from now (its steps done: a TTL set at create had
+   * to outlast the slowest of them on a loaded host, and the test then waited it out), waits
+   * until the reaper destroys it, and returns how long after `expires_at` that was.
+   */
   const reapedAfter = async (id: string): Promise<number> => {
-    const expires = Date.parse((await api("GET", `/v1/sandboxes/${id}`)).body.expires_at);
+    const set = await api("POST", `/v1/sandboxes/${id}/timeout`, { seconds: 3 });
+    assert.equal(set.status, 200, set.text);
+    const expires = Date.parse(set.body.expires_at);
     await waitFor(`${id} reaped at its TTL`, async () => ((await api("GET", `/v1/sandboxes/${id}`)).body.state === "destroyed" ? true : undefined), 180_000, 250);
     const row = (await api("GET", `/v1/sandboxes/${id}`)).body;
     assert.equal(row.state_reason, "ttl");
@@ -63,8 +69,8 @@ describe("a guest whose agent stops answering", { concurrency: true }, () => {
   });
 
   test("an agent replaced by one that ignores sys.clock: exec and wake fail within the deadline; a neighbour works and is reaped on time; so is the wedged one", async () => {
-    const wedged = await create({ ttl_seconds: 48 });
-    const neighbour = await create({ ttl_seconds: 40 });
+    const wedged = await create({ ttl_seconds: 300 });
+    const neighbour = await create({ ttl_seconds: 300 });
     const put = await api("PUT", `/v1/sandboxes/${wedged}/files?path=/root/fake-agent.py`, FAKE_AGENT, { "content-type": "application/octet-stream" });
     assert.equal(put.status, 200, put.text);
     assert.equal(await exec(wedged, `(setsid python3 /root/fake-agent.py sys.clock > /root/fake.log 2>&1 < /dev/null &); ` +
@@ -96,7 +102,7 @@ describe("a guest whose agent stops answering", { concurrency: true }, () => {
   });
 
   test("kill -STOP of the agent: exec fails within the deadline, and again once the connection is dropped; reaped at its TTL", async () => {
-    const id = await create({ ttl_seconds: 45 });
+    const id = await create({ ttl_seconds: 300 });
     assert.equal(await exec(id, `setsid sh -c 'sleep 0.5; kill -STOP $(${KILL_AGENT})' > /dev/null 2>&1 < /dev/null & echo stopping`), "stopping\n");
     for (let i = 0; i < 2; i++) {
       const e = i === 0 ? await firstUnanswered(id) : await execTrue(id);
