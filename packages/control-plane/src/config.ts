@@ -127,6 +127,13 @@ export interface ServerConfig {
    * grace after it before a silent host's running and warm sandboxes are declared lost.
    */
   hostLeases: { leaseMs: number; graceMs: number };
+  /**
+   * The deployment's certificate authority (DEN_CA_DIR: `ca.crt` and `ca.key`, from `den ca
+   * init` or the operator's own): with it, admins make join tokens and machines redeem them for
+   * certificates (see Enrollment); without it, both are refused with `ca_not_configured`.
+   * `certTtlHours`: how long a machine's certificate lives (DEN_CERT_TTL_HOURS, default 24).
+   */
+  ca?: { dir: string; certTtlHours: number };
   /** The E2B-compatible API: its envd listener (a port of its own: guest bytes never share the API's origin). */
   e2b: {
     /** null: no envd listener (DEN_ENVD_PORT=off); 0: a free port. */

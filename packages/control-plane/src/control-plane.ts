@@ -29,6 +29,7 @@ import { Serializer } from "./serializer.js";
 import { Templates } from "./templates.js";
 import { Webhooks } from "./webhooks/service.js";
 import { Volumes } from "./volumes.js";
+import { Enrollment } from "./enrollment.js";
 
 export { systemClock, type Clock } from "./operations.js";
 export { toApiTemplate } from "./templates.js";
@@ -69,6 +70,8 @@ export class ControlPlane {
   readonly volumes: Volumes;
   /** API keys: who a caller is (every surface asks here). */
   readonly keys: Keys;
+  /** Machines' identities: join tokens, and certificates from the deployment's CA. */
+  readonly enrollment: Enrollment;
   private readonly ctx: Ctx;
   /** When this process started: volume holds of helper VMs older than this are a dead process's. */
   private readonly startedAt: number;
@@ -119,6 +122,7 @@ export class ControlPlane {
     this.templates = new Templates(this.ctx, this.checkpoints);
     this.volumes = new Volumes(this.ctx);
     this.keys = new Keys(store);
+    this.enrollment = new Enrollment(store, config.ca, clock);
     this.startedAt = clock.now();
     const l = config.limits;
     this.slots = {

@@ -1,6 +1,7 @@
 export { contextName } from "./build-contexts.js";
 export { imageSpec } from "./build-plan.js";
 export { type ServerConfig } from "./config.js";
+export { DEFAULT_JOIN_TOKEN_TTL_SECONDS, Enrollment, type IssuedCert } from "./enrollment.js";
 export { ControlPlane, newDeploymentId } from "./control-plane.js";
 export { type BuildRow } from "./db/build-store.js";
 export { databaseConfig, openDatabase } from "./db/db.js";

@@ -544,6 +544,21 @@ export type HostEntry = z.infer<typeof HostEntry>;
 export const HostList = z.object({ hosts: z.array(HostEntry) });
 export type HostList = z.infer<typeof HostList>;
 
+/** What a machine joins the fleet as: a host agent, or a control-plane replica. */
+export const MachineKind = z.enum(["host", "control-plane"]);
+export type MachineKind = z.infer<typeof MachineKind>;
+/** The longest a join token may be valid: a week. */
+export const MAX_JOIN_TOKEN_TTL_SECONDS = 7 * 86_400;
+/** `POST /v1/hosts/tokens`: a one-time token a machine joins with (`den host run --join TOKEN`); default a host's, valid an hour. */
+export const CreateJoinTokenRequest = z.strictObject({
+  kind: MachineKind.optional(),
+  ttl_seconds: z.number().int().min(1).max(MAX_JOIN_TOKEN_TTL_SECONDS).optional(),
+});
+export type CreateJoinTokenRequest = z.infer<typeof CreateJoinTokenRequest>;
+/** A new join token: its text is shown only in this response (the deployment keeps a hash of its secret). */
+export const JoinToken = z.object({ id: z.string(), token: z.string(), kind: MachineKind, expires_at: z.string() });
+export type JoinToken = z.infer<typeof JoinToken>;
+
 export const CreateKeyRequest = z.strictObject({
   owner: z.string().min(1).max(64).regex(/^[A-Za-z0-9_.-]+$/, "owner names are letters, digits, _ . -"),
   admin: z.boolean().optional(),

@@ -28,6 +28,8 @@ export const ERROR_STATUS = {
   /** The sandbox's own disk is full (its guest said ENOSPC): the caller's to free, not a server fault. */
   disk_full: 409,
   permission_denied: 403,
+  /** The deployment has no certificate authority (DEN_CA_DIR): it issues no join tokens or machine certificates. */
+  ca_not_configured: 409,
   sandbox_not_running: 409,
   /** Nothing serves the code interpreter's port in the sandbox: it was not made from `code-interpreter-v1` (or a template built on it), or its server is down. */
   code_interpreter_unavailable: 409,

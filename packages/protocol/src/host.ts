@@ -320,6 +320,23 @@ export const Heartbeat = z.object({
 });
 export type Heartbeat = z.infer<typeof Heartbeat>;
 
+/**
+ * `den host run --join TOKEN`: a machine made its key pair itself and sends a CSR of it with
+ * the token (single use) and its id; it gets a certificate for that id from the deployment's
+ * CA, and the CA's certificate (check it against the token's pin before trusting it). The
+ * names are the /v1 API's (snake_case): it is the one call a machine makes before it has an
+ * identity.
+ */
+export const JoinRequest = z.object({
+  token: z.string().min(1).max(256),
+  csr: z.string().min(1).max(16 * 1024),
+  machine_id: z.string().min(1).max(128).regex(/^[A-Za-z0-9_-]+$/, "a machine id is letters, digits, _ and -"),
+});
+export type JoinRequest = z.infer<typeof JoinRequest>;
+/** Its certificate and the CA's (PEM), and when the certificate expires (ISO 8601). */
+export const JoinReply = z.object({ certificate: z.string(), ca: z.string(), serial: z.string(), not_after: z.string() });
+export type JoinReply = z.infer<typeof JoinReply>;
+
 /** `removed`: the operator took it out (it must not run sandboxes); `draining`: no new sandboxes, its own go cold. */
 export const HostState = z.enum(["up", "draining", "removed"]);
 export const HeartbeatReply = z.object({ leaseMs: Positive, state: HostState });
@@ -329,6 +346,8 @@ export const registration = {
   heartbeat: route({ method: "POST", path: "/internal/v1/hosts/heartbeat", body: Heartbeat, response: HeartbeatReply }),
   /** Its own stop: drain (its sandboxes go cold, to wake on another host); the reply says how many are left. */
   drain: route({ method: "POST", path: "/internal/v1/hosts/:id/drain", body: z.object({}), response: z.object({ left: Count }) }),
+  /** A machine's first call, with no key but a one-time join token: a certificate for the key of its CSR (see JoinRequest). */
+  join: route({ method: "POST", path: "/internal/v1/join", body: JoinRequest, response: JoinReply }),
 } as const;
 
 /** `GET /host/v1/events`: NDJSON, one of these a line (a ping every few seconds keeps the stream honest). */

@@ -166,7 +166,7 @@ export class InvalidArgumentError extends DenApiError {}
 export class InvalidStateError extends DenApiError {}
 
 /**
- * 409 `already_exists` or `not_empty` (file operations), or `disk_full` (the sandbox's own disk).
+ * 409 `already_exists` or `not_empty` (file operations), or `disk_full` (the sandbox's own disk); `ca_not_configured`: the deployment has no CA (DEN_CA_DIR).
  *
  * @example
  * ```ts
@@ -281,6 +281,7 @@ const BY_CODE: Readonly<Record<string, ApiErrorClass>> = {
   not_empty: ConflictError,
   volume_in_use: ConflictError,
   disk_full: ConflictError,
+  ca_not_configured: ConflictError,
   quota_exceeded: QuotaExceededError,
   limit_exceeded: QuotaExceededError,
   payload_too_large: PayloadTooLargeError,

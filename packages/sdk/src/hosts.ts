@@ -23,6 +23,14 @@ export interface HostInfo {
   sandboxes: number;
 }
 
+/** A new one-time join token (`Hosts.createJoinToken`): its text is shown only this once. */
+export interface JoinTokenInfo {
+  id: string;
+  token: string;
+  kind: "host" | "control-plane";
+  expiresAt: Date;
+}
+
 const date = (s: string | null) => (s === null ? null : new Date(s));
 
 function toHostInfo(w: api.HostEntry): HostInfo {
@@ -59,6 +67,18 @@ export const Hosts = {
   async undrain(id: string, opts: DenClientOptions & RequestOptions = {}): Promise<void> {
     const client = new DenClient(opts);
     await client.request({ method: "POST", path: `/v1/hosts/${seg(id)}/undrain`, json: {}, signal: opts.signal });
+  },
+
+  /**
+   * A one-time token a machine joins the fleet with (`den host run --join TOKEN`): it gets a
+   * certificate of its own from the deployment's CA. Default: a host's, valid an hour (at most
+   * a week). {@link ConflictError} `ca_not_configured` when the deployment has no CA.
+   */
+  async createJoinToken(params: { kind?: "host" | "control-plane"; ttlSeconds?: number } = {}, opts: DenClientOptions & RequestOptions = {}): Promise<JoinTokenInfo> {
+    const client = new DenClient(opts);
+    const body = { ...(params.kind ? { kind: params.kind } : {}), ...(params.ttlSeconds !== undefined ? { ttl_seconds: params.ttlSeconds } : {}) };
+    const t = await client.json({ method: "POST", path: "/v1/hosts/tokens", json: body, signal: opts.signal }, api.JoinToken.parse);
+    return { id: t.id, token: t.token, kind: t.kind, expiresAt: new Date(t.expires_at) };
   },
 
   /** Removes a host that holds no sandbox (drain it first). */

@@ -53,7 +53,7 @@ export {
   type AllWebhookDeliveriesOptions,
   type WebhookDeliveriesPage,
 } from "./webhooks.js";
-export { Hosts, type HostInfo } from "./hosts.js";
+export { Hosts, type HostInfo, type JoinTokenInfo } from "./hosts.js";
 export { Volumes, type CreateVolumeOptions } from "./volumes.js";
 export { Usage, type UsageGroup, type UsageReport, type UsageOptions } from "./usage.js";
 export { DenClient, DEFAULT_API_URL, type DenClientOptions, type RequestOptions } from "./client.js";

@@ -12,6 +12,7 @@ import { registerCodeRoutes } from "./routes/code.js";
 import { registerFileRoutes } from "./routes/files.js";
 import { registerAdminRoutes } from "./routes/admin.js";
 import { registerHostRoutes } from "./routes/hosts.js";
+import { registerJoinRoutes } from "./routes/join.js";
 import { registerPtyRoutes } from "./routes/pty.js";
 import { registerCheckpointRoutes } from "./routes/checkpoints.js";
 import { registerWebhookRoutes } from "./routes/webhooks.js";
@@ -192,6 +193,7 @@ export async function buildApp(cp: ControlPlane, opts: { logger?: boolean | obje
   registerFileRoutes(typed, cp);
   registerAdminRoutes(typed, cp);
   registerHostRoutes(typed, cp);
+  registerJoinRoutes(typed, cp);
   registerPtyRoutes(typed, cp);
   registerCheckpointRoutes(typed, cp);
   registerWebhookRoutes(typed, cp);

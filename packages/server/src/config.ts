@@ -1,6 +1,8 @@
+import { resolve } from "node:path";
 import { defaultDataDir } from "@den/runtime";
 import { defaultCapacity, memoryOvercommit, memoryReserveMb } from "@den/host-agent";
 import { databaseConfig, type ServerConfig } from "@den/control-plane";
+import { MAX_CERT_TTL_HOURS } from "@den/pki";
 
 export type { ServerConfig };
 
@@ -145,6 +147,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     metricsPublic: env.DEN_METRICS_PUBLIC === "1",
     hostAgent,
     hostLeases: { leaseMs: num(env.DEN_HOST_LEASE_SECONDS, 15) * 1000, graceMs: num(env.DEN_HOST_LOST_GRACE_SECONDS, 30) * 1000 },
+    ...(env.DEN_CA_DIR ? { ca: { dir: resolve(env.DEN_CA_DIR), certTtlHours: certTtlHours(env.DEN_CERT_TTL_HOURS) } } : {}),
     e2b: {
       envdPort: (flags.envdPort ?? env.DEN_ENVD_PORT) === "off" ? null : num(flags.envdPort ?? env.DEN_ENVD_PORT, 49983),
       envdHost: env.DEN_ENVD_HOST ?? flags.host ?? env.DEN_HOST ?? "127.0.0.1",
@@ -153,6 +156,13 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
       volumeTokenSeconds: num(env.DEN_E2B_VOLUME_TOKEN_SECONDS, 86_400),
     },
   };
+}
+
+/** DEN_CERT_TTL_HOURS: how long a machine's certificate from the deployment's CA lives (default 24 h). */
+function certTtlHours(v: string | undefined): number {
+  const h = num(v, 24);
+  if (!(h > 0 && h <= MAX_CERT_TTL_HOURS)) throw new Error(`DEN_CERT_TTL_HOURS must be more than 0 and at most ${MAX_CERT_TTL_HOURS}, got ${v}`);
+  return h;
 }
 
 /** DEN_BUILD_EGRESS: the network of a template build's RUN steps (`open`, the default: they fetch packages; or `none`). */

@@ -65,6 +65,8 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   });
   let createdAdminKey: string | undefined;
   try {
+    // A CA given (DEN_CA_DIR) must load now: a key others may read, or no CA there, stops the start with why.
+    if (cp.enrollment.configured) await cp.enrollment.authority();
     createdAdminKey = await cp.keys.bootstrap(config.apiKey);
     await cp.reconcile();
   } catch (e) {

@@ -420,4 +420,34 @@ export const migrations = (dialect: Dialect): Record<string, Migration> => ({
         .execute();
     },
   },
+  "023_machine_identity": {
+    async up(db: Kysely<any>): Promise<void> {
+      // One-time join tokens: a machine redeems one (once, before it expires) with a CSR for
+      // its certificate. Only the SHA-256 of a token's secret is kept.
+      await db.schema
+        .createTable("join_tokens")
+        .addColumn("id", "varchar(32)", (c) => c.primaryKey())
+        .addColumn("secret_hash", "varchar(64)", (c) => c.notNull())
+        /** host | control-plane */
+        .addColumn("kind", "varchar(16)", (c) => c.notNull())
+        .addColumn("created_at", "bigint", (c) => c.notNull())
+        .addColumn("expires_at", "bigint", (c) => c.notNull())
+        .addColumn("used_at", "bigint")
+        .addColumn("used_by", "varchar(128)")
+        .addColumn("created_by", "varchar(64)", (c) => c.notNull())
+        .execute();
+      // Every certificate the CA issued a machine (by a join or a renewal): revocation and
+      // the hosts' list read it.
+      await db.schema
+        .createTable("machine_certs")
+        .addColumn("serial", "varchar(64)", (c) => c.primaryKey())
+        .addColumn("kind", "varchar(16)", (c) => c.notNull())
+        .addColumn("machine_id", "varchar(128)", (c) => c.notNull())
+        .addColumn("not_after", "bigint", (c) => c.notNull())
+        .addColumn("issued_at", "bigint", (c) => c.notNull())
+        .addColumn("revoked_at", "bigint")
+        .execute();
+      await db.schema.createIndex("machine_certs_machine").on("machine_certs").columns(["kind", "machine_id"]).execute();
+    },
+  },
 });

@@ -308,7 +308,36 @@ export interface VolumeMountsTable {
   created_at: number;
 }
 
+/** A one-time join token (migration 023): only the hash of its secret is kept. */
+export interface JoinTokensTable {
+  id: string;
+  /** SHA-256 of the token's secret, hex. */
+  secret_hash: string;
+  /** host | control-plane: what the machine that redeems it becomes. */
+  kind: string;
+  created_at: number;
+  expires_at: number;
+  /** When it was redeemed (once), and the machine id it was redeemed for. */
+  used_at: number | null;
+  used_by: string | null;
+  /** The admin key that made it. */
+  created_by: string;
+}
+
+/** A certificate the deployment's CA issued to a machine (migration 023), for revocation and expiry. */
+export interface MachineCertsTable {
+  /** Its serial number, lowercase hex. */
+  serial: string;
+  kind: string;
+  machine_id: string;
+  not_after: number;
+  issued_at: number;
+  revoked_at: number | null;
+}
+
 export interface Database {
+  join_tokens: JoinTokensTable;
+  machine_certs: MachineCertsTable;
   volumes: VolumesTable;
   volume_mounts: VolumeMountsTable;
   webhooks: WebhooksTable;

@@ -3,7 +3,9 @@ import type { Database } from "./schema.js";
 import { CheckpointsRepo } from "./checkpoints.js";
 import { EventsRepo } from "./events.js";
 import { HostsRepo } from "./hosts.js";
+import { JoinTokensRepo } from "./join-tokens.js";
 import { KeysRepo } from "./keys.js";
+import { MachineCertsRepo } from "./machine-certs.js";
 import { OperationsRepo } from "./operations.js";
 import { ReplicasRepo } from "./replicas.js";
 import { SandboxesRepo } from "./sandboxes.js";
@@ -31,6 +33,8 @@ export class Store {
   readonly checkpoints: CheckpointsRepo;
   readonly events: EventsRepo;
   readonly usage: UsageRepo;
+  readonly joinTokens: JoinTokensRepo;
+  readonly machineCerts: MachineCertsRepo;
 
   constructor(readonly db: Kysely<Database>) {
     this.sandboxes = new SandboxesRepo(db);
@@ -43,6 +47,8 @@ export class Store {
     this.checkpoints = new CheckpointsRepo(db);
     this.events = new EventsRepo(db);
     this.usage = new UsageRepo(db);
+    this.joinTokens = new JoinTokensRepo(db);
+    this.machineCerts = new MachineCertsRepo(db);
   }
 
   /** Runs `fn` in one transaction: everything it writes through its Store commits together, or nothing does. */
