@@ -1,6 +1,5 @@
 import { resolve } from "node:path";
 import type { Command } from "commander";
-import { initCa } from "@den/pki";
 import { UsageError } from "../output.js";
 import { logLine } from "./options.js";
 
@@ -28,6 +27,7 @@ export function registerCaInit(ca: Command): void {
     .option("--days <days>", "how long the CA's certificate is valid", "3650")
     .option("--name <name>", "the CA's common name", "Den deployment CA")
     .action(async (opts: { dir?: string; days: string; name: string }) => {
+      const { initCa } = await import("@den/pki");
       const dir = caDir(opts.dir, "init");
       const days = positive(opts.days, "--days")!;
       if (!Number.isInteger(days)) throw new UsageError(`--days wants a whole number, got ${opts.days}`);

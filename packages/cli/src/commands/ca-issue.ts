@@ -1,7 +1,7 @@
 import { access } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { Option, type Command } from "commander";
-import { IDENTITY_FILES, issue, loadCa, newKeyAndCsr, writeIdentityFiles, type Identity } from "@den/pki";
+import type { Identity } from "@den/pki";
 import { UsageError, collect } from "../output.js";
 import { logLine } from "./options.js";
 import { caDir, positive } from "./ca-init.js";
@@ -24,6 +24,7 @@ export function registerCaIssue(ca: Command): void {
     .option("--ip <address>", "an IP address the machine is reached at (repeatable)", collect)
     .option("--force", "replace a key and certificate already in OUTDIR")
     .action(async (opts: { dir?: string; kind: Identity["kind"]; id: string; out: string; ttlHours?: string; dns?: string[]; ip?: string[]; force?: boolean }) => {
+      const { IDENTITY_FILES, issue, loadCa, newKeyAndCsr, writeIdentityFiles } = await import("@den/pki");
       const dir = caDir(opts.dir, "issue");
       const ttlHours = positive(opts.ttlHours ?? process.env.DEN_CERT_TTL_HOURS, opts.ttlHours ? "--ttl-hours" : "DEN_CERT_TTL_HOURS") ?? 24;
       const out = resolve(opts.out);

@@ -1,7 +1,5 @@
-import { privateFiles } from "@den/runtime";
 import type { Command } from "commander";
-import { LocalHostAgent, MemoryHostAgent, Registrar, startHostServer } from "@den/host-agent";
-import { checkUrls, loadConfig, openStore, urlList } from "@den/server";
+import type { Registrar } from "@den/host-agent";
 import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
 
 /**
@@ -25,15 +23,18 @@ export function registerHostRun(host: Command): void {
     .option("--advertise <url>", "where the control plane reaches this host (default http://<host>:<port>)")
     .option("--memory", "an in-memory host: no VM and no QEMU, for tests of the control plane")
     .action(async (opts: { port: string; host: string; controlPlane?: string[]; advertise?: string; memory?: boolean }, cmd: Command) => {
+      const { privateFiles } = await import("@den/runtime");
+      const { LocalHostAgent, MemoryHostAgent, Registrar, startHostServer } = await import("@den/host-agent");
+      const { checkUrls, loadConfig, openStore, urlList } = await import("@den/server");
       // Everything it writes (database, snapshots, memory images, logs) is for root's eyes only.
       privateFiles();
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
-      const config = loadConfig({ ...(root.dataDir ? { dataDir: globalOptions(cmd).dataDir } : {}) });
+      const config = loadConfig({ ...(root.dataDir ? { dataDir: (await globalOptions(cmd)).dataDir } : {}) });
       const secret = process.env.DEN_HOST_SECRET;
       if (!secret) throw new Error("den host run needs DEN_HOST_SECRET: the control plane sends it with every request");
       const agent = opts.memory
         ? await MemoryHostAgent.open({ store: openStore(config), capacity: config.capacity, dataDir: config.dataDir })
-        : (warnSurplusCapabilities(), await LocalHostAgent.open(config.dataDir, openStore(config), config.capacity));
+        : (await warnSurplusCapabilities(), await LocalHostAgent.open(config.dataDir, openStore(config), config.capacity));
       let server;
       try {
         server = await startHostServer(agent, { secret, port: Number(opts.port), host: opts.host, logger: { level: config.logLevel } });

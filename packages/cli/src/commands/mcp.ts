@@ -1,5 +1,4 @@
 import type { Command } from "commander";
-import { serveStdio } from "@den/mcp";
 
 /**
  * `den mcp`: Den's MCP server on stdin/stdout, for an agent that spawns it (its MCP
@@ -11,6 +10,7 @@ export function registerMcp(program: Command): void {
     .command("mcp")
     .description("serve Den's sandbox tools to an AI agent over MCP on stdin/stdout (reaches Den at DEN_API_URL with DEN_API_KEY)")
     .action(async () => {
+      const { serveStdio } = await import("@den/mcp");
       await serveStdio();
       // Idle keep-alive sockets to the API would hold the process a few seconds more.
       process.exit(0);

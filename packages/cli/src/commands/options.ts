@@ -1,14 +1,18 @@
 import type { Command } from "commander";
-import { Runtime, defaultDataDir, surplusCapabilities } from "@den/runtime";
+import type { Runtime } from "@den/runtime";
+
+// The runtime, the server, the host agent, the PKI and the images are imported by the verbs
+// that use them, when they run: loaded at start they made every `den exec` wait about a second.
 
 /** The global options every verb sees. */
-export function globalOptions(cmd: Command): { dataDir: string } {
+export async function globalOptions(cmd: Command): Promise<{ dataDir: string }> {
   const root = cmd.optsWithGlobals<{ dataDir?: string }>();
-  return { dataDir: root.dataDir ?? defaultDataDir() };
+  return { dataDir: root.dataDir ?? (await import("@den/runtime")).defaultDataDir() };
 }
 
-export function openRuntime(cmd: Command): Promise<Runtime> {
-  return Runtime.open({ dataDir: globalOptions(cmd).dataDir });
+export async function openRuntime(cmd: Command): Promise<Runtime> {
+  const { Runtime } = await import("@den/runtime");
+  return Runtime.open({ dataDir: (await globalOptions(cmd)).dataDir });
 }
 
 /** Progress lines go to stderr, so stdout stays clean for --json. */
@@ -20,7 +24,7 @@ export function logLine(line: string): void {
  * Says so when a process about to run VMs holds capabilities they do not use (a plain `den
  * serve` as root): scripts/start.sh and the systemd units start Den with only the ones it needs.
  */
-export function warnSurplusCapabilities(): void {
-  const surplus = surplusCapabilities();
+export async function warnSurplusCapabilities(): Promise<void> {
+  const surplus = (await import("@den/runtime")).surplusCapabilities();
   if (surplus.length) logLine(`den: running with capabilities Den does not use (${surplus.join(", ")}); scripts/start.sh and deploy/den-host-agent.service start it without them`);
 }

@@ -1,6 +1,4 @@
-import { privateFiles } from "@den/runtime";
 import type { Command } from "commander";
-import { loadConfig, logFormat, readableLogStream, startServer } from "@den/server";
 import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
 
 export function registerServe(program: Command): void {
@@ -13,15 +11,17 @@ export function registerServe(program: Command): void {
     .option("--envd-port <port>", "port of the E2B-compatible envd listener (env DEN_ENVD_PORT, default 49983; off: none)")
     .option("--log-format <format>", "pretty (one readable line per event) or json (JSON lines); default: pretty on a terminal, json otherwise (env DEN_LOG_FORMAT)")
     .action(async (opts: { port?: string; host?: string; hostAgent?: string[]; envdPort?: string; logFormat?: string }, cmd: Command) => {
+      const { privateFiles } = await import("@den/runtime");
+      const { loadConfig, logFormat, readableLogStream, startServer } = await import("@den/server");
       // Everything it writes (database, snapshots, memory images, logs) is for root's eyes only.
       privateFiles();
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
       const config = loadConfig({
         ...(opts.port ? { port: opts.port } : {}), ...(opts.host ? { host: opts.host } : {}), ...(opts.hostAgent?.length ? { hostAgent: opts.hostAgent.join(",") } : {}),
         ...(opts.envdPort ? { envdPort: opts.envdPort } : {}),
-        ...(root.dataDir ? { dataDir: globalOptions(cmd).dataDir } : {}),
+        ...(root.dataDir ? { dataDir: (await globalOptions(cmd)).dataDir } : {}),
       });
-      if (config.hostAgent.kind !== "remote") warnSurplusCapabilities();
+      if (config.hostAgent.kind !== "remote") await warnSurplusCapabilities();
       const format = logFormat(opts.logFormat);
       const server = await startServer(config, { logger: { level: config.logLevel, ...(format === "pretty" ? { stream: readableLogStream() } : {}) } });
       const hosts = server.cp.hosts.all.map((h) => h.address);

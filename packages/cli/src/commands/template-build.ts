@@ -1,7 +1,5 @@
 import type { Command } from "commander";
 import { DenError } from "@den/protocol";
-import { buildImage, loadRecipe, missingHostTools } from "@den/images";
-import { bakeTemplate, cacheDir } from "@den/runtime";
 import { logLine, openRuntime } from "./options.js";
 
 export function registerTemplateBuild(parent: Command): void {
@@ -11,6 +9,8 @@ export function registerTemplateBuild(parent: Command): void {
     .argument("[recipe]", "recipe name (packages/images/recipes/<name>.json) or path to a recipe file", "base")
     .option("--json", "print the template as JSON")
     .action(async (recipeArg: string, opts: { json?: boolean }, cmd: Command) => {
+      const { buildImage, loadRecipe, missingHostTools } = await import("@den/images");
+      const { bakeTemplate, cacheDir } = await import("@den/runtime");
       const missing = await missingHostTools();
       if (missing.length) throw new DenError("build_failed", `missing host packages: ${missing.join(" ")} (run scripts/install-deps.sh)`);
       const recipe = loadRecipe(recipeArg);
