@@ -1,6 +1,6 @@
 import { DenError, api } from "@den/protocol";
 import {
-  type Ca, type Identity, IDENTITY_KINDS, MACHINE_ID, MAX_CSR_BYTES, MAX_JOIN_TOKEN, checkIdentity, issue, loadCa, newJoinToken, parseJoinToken, pinMatches, tokenMatches,
+  type Ca, type Identity, IDENTITY_KINDS, MACHINE_ID, MAX_JOIN_TOKEN, checkCsrSize, checkIdentity, issue, loadCa, newJoinToken, parseJoinToken, pinMatches, tokenMatches,
 } from "@den/pki";
 import type { ServerConfig } from "./config.js";
 import type { Principal, Store } from "./db/store.js";
@@ -76,7 +76,7 @@ export class Enrollment {
    */
   async redeem(token: string, csrPem: string, machineId: string): Promise<IssuedCert> {
     if (typeof token !== "string" || token.length > MAX_JOIN_TOKEN) throw refused();
-    if (typeof csrPem !== "string" || Buffer.byteLength(csrPem) > MAX_CSR_BYTES) throw new DenError("payload_too_large", `a CSR is at most ${MAX_CSR_BYTES} bytes`);
+    checkCsrSize(csrPem);
     if (typeof machineId !== "string" || !MACHINE_ID.test(machineId)) throw new DenError("invalid_argument", "a machine id is 1-128 letters, digits, _ or -");
     const ca = await this.authority();
     const parsed = parseJoinToken(token);
@@ -102,7 +102,7 @@ export class Enrollment {
    */
   async renew(identity: Identity, csrPem: string): Promise<IssuedCert> {
     const i = checkIdentity(identity);
-    if (typeof csrPem !== "string" || Buffer.byteLength(csrPem) > MAX_CSR_BYTES) throw new DenError("payload_too_large", `a CSR is at most ${MAX_CSR_BYTES} bytes`);
+    checkCsrSize(csrPem);
     const ca = await this.authority();
     await this.notRevoked(i);
     const cert = await issue(ca, csrPem, i, { ttlHours: this.config!.certTtlHours });

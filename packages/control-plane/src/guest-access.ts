@@ -20,15 +20,12 @@ export interface CommandCall {
   user?: string | undefined;
 }
 
-/** How a command runs: its whole env, and its working directory and user when there are any (none: the guest's, root and its home). */
+/**
+ * How a command runs: its whole env, and its working directory and user when there are any
+ * (none: the guest's, root and its home). A sandbox's defaults are one too: its own env (from
+ * its create call), its template's working directory and user (an image's WORKDIR and USER).
+ */
 export interface CommandSetup {
-  env: Record<string, string>;
-  cwd?: string;
-  user?: string;
-}
-
-/** A sandbox's defaults for its commands: its own env (from its create call), its template's working directory and user (an image's WORKDIR and USER). */
-export interface CommandDefaults {
   env: Record<string, string>;
   cwd?: string;
   user?: string;
@@ -120,8 +117,8 @@ export class GuestAccess {
     return row;
   }
 
-  /** A sandbox's defaults for its commands (see CommandDefaults). */
-  commandDefaults(row: SandboxRow): CommandDefaults {
+  /** A sandbox's defaults for its commands (see CommandSetup). */
+  commandDefaults(row: SandboxRow): CommandSetup {
     const d = row.defaults ? (JSON.parse(row.defaults) as { cwd?: string; user?: string }) : {};
     return { env: JSON.parse(row.env) as Record<string, string>, ...(d.cwd ? { cwd: d.cwd } : {}), ...(d.user ? { user: d.user } : {}) };
   }

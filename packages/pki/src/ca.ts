@@ -1,9 +1,9 @@
 import { X509Certificate, createHash, createPrivateKey, randomBytes } from "node:crypto";
 import { access, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { DenError } from "@den/protocol";
+import { DenError, privateDir } from "@den/protocol";
 import { x509 } from "./x509.js";
-import { CA_FILES, privateDirectory, writeAtomic } from "./files.js";
+import { CA_FILES, writeAtomic } from "./files.js";
 import { P256_SIGNING, caAlgorithm, newP256, privatePem } from "./keys.js";
 
 /** The deployment's certificate authority: its certificate, its private key, and the certificate's SHA-256 (of its DER, hex). */
@@ -43,7 +43,7 @@ export async function initCa(dir: string, opts: { commonName?: string; days?: nu
   const keyPath = join(dir, CA_FILES.key);
   const certPath = join(dir, CA_FILES.cert);
   for (const p of [keyPath, certPath]) if (await exists(p)) throw new DenError("already_exists", `${p} exists: a CA is never overwritten (use another directory, or load this one)`);
-  await privateDirectory(dir);
+  privateDir(dir);
   const keys = await newP256();
   const now = Date.now();
   const cert = await x509.X509CertificateGenerator.createSelfSigned({

@@ -34,10 +34,15 @@ export async function newKeyAndCsr(identity: Identity): Promise<{ keyPem: string
   return { keyPem: privatePem(keys.privateKey), csrPem: csr.toString("pem") + "\n" };
 }
 
+/** A CSR no bigger than MAX_CSR_BYTES (and a string at all), checked before anything reads it; `payload_too_large` otherwise. */
+export function checkCsrSize(csrPem: unknown): asserts csrPem is string {
+  if (typeof csrPem !== "string" || Buffer.byteLength(csrPem) > MAX_CSR_BYTES) throw new DenError("payload_too_large", `a CSR is at most ${MAX_CSR_BYTES} bytes`);
+}
+
 /** A CSR whose signature verifies (its maker holds the key) and whose key is ECDSA P-256; `invalid_argument` otherwise. */
 async function verifiedCsr(csrPem: string): Promise<x509.Pkcs10CertificateRequest> {
   if (typeof csrPem !== "string") throw new DenError("invalid_argument", "a CSR is a PEM string");
-  if (Buffer.byteLength(csrPem) > MAX_CSR_BYTES) throw new DenError("payload_too_large", `a CSR is at most ${MAX_CSR_BYTES} bytes`);
+  checkCsrSize(csrPem);
   if (!/^\s*-----BEGIN CERTIFICATE REQUEST-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE REQUEST-----\s*$/.test(csrPem)) {
     throw new DenError("invalid_argument", "not a PEM certificate signing request (-----BEGIN CERTIFICATE REQUEST-----)");
   }

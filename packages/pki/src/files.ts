@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { chmod, mkdir, open, rename, rm } from "node:fs/promises";
+import { open, rename, rm } from "node:fs/promises";
+import { privateDir } from "@den/protocol";
 import { dirname, join } from "node:path";
 
 /**
@@ -28,19 +29,13 @@ export async function writeAtomic(path: string, data: string, mode: number): Pro
   }
 }
 
-/** Makes `dir` (and its parents) and sets it to 0700: what is in it is one machine's secret. */
-export async function privateDirectory(dir: string): Promise<void> {
-  await mkdir(dir, { recursive: true, mode: 0o700 });
-  await chmod(dir, 0o700);
-}
-
 /**
  * A machine's identity in `dir`: `key.pem` (0600, when given: a renewal may keep the key),
  * `cert.pem` and `ca.pem` (0644), each written atomically, the key first. The directory is
  * made 0700.
  */
 export async function writeIdentityFiles(dir: string, files: { keyPem?: string; certPem: string; caPem: string }): Promise<void> {
-  await privateDirectory(dir);
+  privateDir(dir);
   if (files.keyPem !== undefined) await writeAtomic(join(dir, IDENTITY_FILES.key), files.keyPem, 0o600);
   await writeAtomic(join(dir, IDENTITY_FILES.cert), files.certPem, 0o644);
   await writeAtomic(join(dir, IDENTITY_FILES.ca), files.caPem, 0o644);

@@ -79,22 +79,13 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   const e2b = await openE2b(cp, () => config.e2b.sandboxDomain ?? `${config.ports.domain}:${apiPort}`);
   const app = await buildApp(cp, { logger: opts.logger ?? false, e2b });
   cp.log = app.log;
-  try {
-    await inUseSaysHow(app.listen({ port: config.port, host: config.host }), `the API's port ${config.host}:${config.port}`, "DEN_PORT or --port");
-  } catch (e) {
-    await app.close();
-    cp.hosts.close();
-    await closeHost();
-    await db.destroy();
-    throw e;
-  }
-  const addr = app.server.address();
-  const port = typeof addr === "object" && addr ? addr.port : config.port;
-  apiPort = port;
   // envd on a listener of its own: guest bytes never share the API's (and dashboard's) origin.
   let envdUrl: string | undefined;
   let envd: Awaited<ReturnType<typeof buildEnvdServer>> | undefined;
   try {
+    await inUseSaysHow(app.listen({ port: config.port, host: config.host }), `the API's port ${config.host}:${config.port}`, "DEN_PORT or --port");
+    const addr = app.server.address();
+    apiPort = typeof addr === "object" && addr ? addr.port : config.port;
     if (config.e2b.envdPort !== null) {
       envd = await buildEnvdServer(new DenEnvdSandboxes(cp, e2b.tokens), {
         logger: (opts.logger ?? false) as boolean | Record<string, unknown>, maxUploadBytes: config.limits.uploadBytes,
@@ -157,7 +148,7 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
     await cp.settleOrphanMoves();
   });
   return {
-    app, cp, url: baseUrl(config.host, port),
+    app, cp, url: baseUrl(config.host, apiPort),
     ...(envdUrl ? { envdUrl } : {}),
     ...(createdAdminKey ? { createdAdminKey } : {}),
     async close() {

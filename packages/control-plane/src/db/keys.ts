@@ -7,8 +7,12 @@ import { Repo } from "./repo.js";
 export class KeysRepo extends Repo {
   async create(owner: string, admin: boolean, secret = newKeySecret()): Promise<{ id: string; secret: string }> {
     const id = `key_${randomBytes(8).toString("hex")}`;
-    await this.db.insertInto("api_keys").values({ id, owner, hash: hashKey(secret), admin: admin ? 1 : 0, created_at: Date.now(), revoked_at: null }).execute();
+    await this.insert(id, owner, admin, secret).execute();
     return { id, secret };
+  }
+
+  private insert(id: string, owner: string, admin: boolean, secret: string) {
+    return this.db.insertInto("api_keys").values({ id, owner, hash: hashKey(secret), admin: admin ? 1 : 0, created_at: Date.now(), revoked_at: null });
   }
 
   /**
@@ -17,9 +21,7 @@ export class KeysRepo extends Repo {
    * on the unique hash.
    */
   async ensure(owner: string, admin: boolean, secret: string): Promise<void> {
-    const id = `key_${randomBytes(8).toString("hex")}`;
-    await this.db.insertInto("api_keys").values({ id, owner, hash: hashKey(secret), admin: admin ? 1 : 0, created_at: Date.now(), revoked_at: null })
-      .onConflict((oc) => oc.column("hash").doNothing()).execute();
+    await this.insert(`key_${randomBytes(8).toString("hex")}`, owner, admin, secret).onConflict((oc) => oc.column("hash").doNothing()).execute();
   }
 
   /**
