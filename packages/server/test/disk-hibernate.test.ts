@@ -11,12 +11,11 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { findInstanceProcesses } from "@den/runtime";
 import type { RunningServer } from "../src/index.js";
-import { client, spawnServer, stopProcess, testServer, untilWarmSnapshot } from "./helpers.js";
+import { client, freePort, spawnServer, stopProcess, testServer, untilWarmSnapshot } from "./helpers.js";
 
 type Api = ReturnType<typeof client>;
 // One sandbox here has a network (its policy must come back after the boot): no NAT table on
@@ -140,18 +139,6 @@ realOnly("disk hibernation through /v1", () => {
     assert.notEqual(p.boot, boot);
   });
 });
-
-/** A port nothing listens on now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 describe("disk hibernation survives kill -9 of den serve at each crash point", () => {
   let port = 0;

@@ -1,8 +1,8 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { after, before } from "node:test";
 import { randomBytes } from "node:crypto";
-import { createServer } from "node:net";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer, type Server } from "node:net";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -28,13 +28,38 @@ export async function freePort(): Promise<number> {
   return (await freePorts(1))[0]!;
 }
 
-/** `n` distinct ports free now (held together while they are picked). */
+/**
+ * `n` distinct ports free now (held together while they are picked), below the kernel's
+ * ephemeral range: a port the kernel handed out and took back can next be the local end of an
+ * outgoing connection (a Postgres pool's), and a server restarting on it then fails with
+ * EADDRINUSE for as long as that connection lives.
+ */
 export async function freePorts(n: number): Promise<number[]> {
-  const servers = Array.from({ length: n }, () => createServer());
-  await Promise.all(servers.map((s) => new Promise<void>((r) => s.listen(0, "127.0.0.1", r))));
-  const ports = servers.map((s) => (s.address() as { port: number }).port);
-  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
-  return ports;
+  const top = Math.min(ephemeralLow(), 32768);
+  const held: Server[] = [];
+  try {
+    for (let tries = 0; held.length < n; tries++) {
+      if (tries > 500) throw new Error(`no ${n} free ports below ${top}`);
+      const port = top > 11000 ? 10000 + Math.floor(Math.random() * (top - 10000)) : 0;
+      const s = createServer();
+      const ok = await new Promise<boolean>((resolve) => {
+        s.once("error", () => resolve(false));
+        s.listen(port, "127.0.0.1", () => resolve(true));
+      });
+      if (ok) held.push(s);
+    }
+    return held.map((s) => (s.address() as { port: number }).port);
+  } finally {
+    await Promise.all(held.map((s) => new Promise((r) => s.close(r))));
+  }
+}
+
+function ephemeralLow(): number {
+  try {
+    return Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]) || 32768;
+  } catch {
+    return 32768;
+  }
 }
 
 /** An in-process server on a free port, with fast reapers. */
