@@ -31,11 +31,9 @@ export async function adoptDataDir({ layout, sandboxes, networks, context, gc }:
   const live = findInstanceProcesses(layout.instance, { pooled: true });
   // Network routers of the last run go first: each VM's NIC takes one router at a time,
   // and the adopted ones get new routers below.
-  for (const [tag, pid] of live) {
-    if (!tag.startsWith("net-")) continue;
-    await killAndWait(pid);
-    live.delete(tag);
-  }
+  const routers = [...live].filter(([tag]) => tag.startsWith("net-"));
+  for (const [tag] of routers) live.delete(tag);
+  await Promise.all(routers.map(([, pid]) => killAndWait(pid)));
   for (const id of readdirSync(layout.sandboxes)) {
     const dir = layout.sandbox(id);
     const pid = live.get(id);
@@ -74,7 +72,7 @@ export async function adoptDataDir({ layout, sandboxes, networks, context, gc }:
     await rm(dir, { recursive: true, force: true });
   }
   // What is left: QEMUs without a sandbox (the last run's pool among them).
-  for (const pid of live.values()) await killAndWait(pid);
+  await Promise.all([...live.values()].map((pid) => killAndWait(pid)));
   await rm(layout.pool, { recursive: true, force: true });
   // Their cgroups (and those of VMs killed before): a cgroup still holding a process stays.
   hostCgroups()?.removeEmpty(layout.instance);

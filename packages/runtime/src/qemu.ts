@@ -289,15 +289,31 @@ export function isAlive(pid: number): boolean {
   }
 }
 
-/** SIGKILLs a QEMU and waits until it's gone (bounded). */
+/**
+ * Whether a process has exited: gone, or a zombie with no thread left running. A zombie holds
+ * nothing but its pid (its memory, files and cgroups are released before it becomes one), and
+ * an adopted QEMU's zombie is reaped by init, whenever init gets to it (here PID 1 reaped about
+ * every 1.7 s, and each adoption or destroy of an adopted VM waited for it).
+ */
+export function hasExited(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+    const state = stat.charAt(stat.lastIndexOf(")") + 2);
+    if (state !== "Z" && state !== "X") return false;
+    // (SIGKILL takes a process's threads down one by one: the leader can be a zombie first.)
+    return readdirSync(`/proc/${pid}/task`).length <= 1;
+  } catch {
+    return true;
+  }
+}
+
+/** SIGKILLs a QEMU and waits until it has exited (bounded). */
 export async function killAndWait(pid: number, timeoutMs = 5_000): Promise<void> {
   try {
     process.kill(pid, "SIGKILL");
   } catch {
     return;
   }
-  // Until it is reaped, not just dead: a zombie still holds its pid. QEMUs we spawned are
-  // reaped by Node's child handler, adopted ones by init.
   const deadline = Date.now() + timeoutMs;
-  while (existsSync(`/proc/${pid}`) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+  while (!hasExited(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
 }

@@ -8,7 +8,7 @@ import { DenError } from "@den/protocol";
 import { ConsoleLog } from "./console-log.js";
 import type { HostProfile } from "./host.js";
 import { QmpClient } from "./qmp.js";
-import { INCOMING_STATE_FD, VM_FILES, isAlive, killAndWait, processTags, spawnQemu, type VmSpec } from "./qemu.js";
+import { INCOMING_STATE_FD, VM_FILES, hasExited, killAndWait, processTags, spawnQemu, type VmSpec } from "./qemu.js";
 import { vmIdentity } from "./jail/identity.js";
 import { hostCgroups } from "./jail/host.js";
 import { cpuCeiling } from "./jail/cgroups.js";
@@ -340,7 +340,7 @@ export class Vm {
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.qmp.execute("quit").catch(() => undefined), new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
     clearTimeout(timer);
-    while (isAlive(this.pid) && Date.now() < deadline) await sleep(10);
+    while (!hasExited(this.pid) && Date.now() < deadline) await sleep(10);
     await this.kill();
   }
 

@@ -187,7 +187,9 @@ const fleet = {
   async startHost(i: number, env: Record<string, string> = {}): Promise<ChildProcess> {
     const h = this.hosts[i]!;
     if (h.proc && !exited(h.proc)) await stopProcess(h.proc, "SIGKILL");
+    const t = Date.now();
     const child = await spawnHostAgent(h.port, FLEET_SECRET, this.hostEnv(i, env));
+    log(`host agent :${h.port} answers in ${Date.now() - t} ms`);
     h.log = "";
     child.stderr!.on("data", (d: Buffer) => (h.log = (h.log + d.toString()).slice(-2000)));
     h.proc = child;
@@ -1007,7 +1009,7 @@ describe("fault points: the server dies at each point, and the restart converges
 
         if (onHost) {
           // Both host agents again, unarmed; the control plane was never restarted.
-          for (const i of fleet.hosts.keys()) await fleet.startHost(i);
+          await Promise.all(fleet.hosts.map((_, i) => fleet.startHost(i)));
           await hostsUp();
           log(`${point}: host agents back; the ${op} answered ${describeOutcome(await outcome)}`);
         } else await start(faultEnv);

@@ -4,7 +4,7 @@ import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, openSync, write
 import { mkdir, writeFile, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { DenError, type NetSetup } from "@den/protocol";
-import { VM_FILES, isAlive } from "../qemu.js";
+import { VM_FILES, hasExited } from "../qemu.js";
 import { runTool } from "../util.js";
 import { isCidr, slotLink } from "./addresses.js";
 import { SandboxDns } from "./dns.js";
@@ -346,7 +346,7 @@ export class SandboxNetwork {
     await rm(join(this.dir, "router.pid"), { force: true });
     await rm(this.etcDir, { recursive: true, force: true });
     // Once the router has gone (it was SIGKILLed above), its cgroup goes too.
-    for (let i = 0; i < 40 && this.router?.pid && isAlive(this.router.pid); i++) await new Promise((r) => setTimeout(r, 50));
+    for (let i = 0; i < 40 && this.router?.pid && !hasExited(this.router.pid); i++) await new Promise((r) => setTimeout(r, 50));
     hostCgroups()?.remove(this.instance, this.routerCgroup);
     await SandboxNetwork.remove(this.instance, this.sandboxId, this.slot);
   }
