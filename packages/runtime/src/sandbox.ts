@@ -1,5 +1,6 @@
-import { existsSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
+import { hasExited } from "./qemu.js";
 import type { Duplex } from "node:stream";
 import { DenError, type GuestMetrics, type NetSetup, type ListeningPort } from "@den/protocol";
 import type { AgentClient } from "./agent-client.js";
@@ -83,10 +84,10 @@ export class Sandbox {
     }
   }
 
-  /** Whether the VM's QEMU process still exists. */
+  /** Whether the VM's QEMU process still runs (a zombie's has exited). */
   vmAlive(): boolean {
     const pid = this.core.vm?.pid;
-    return pid !== undefined && existsSync(`/proc/${pid}`);
+    return pid !== undefined && !hasExited(pid);
   }
 
   /** The agent connection, (re)established on demand. */

@@ -24,7 +24,7 @@ export function registerCaIssue(ca: Command): void {
     .option("--ip <address>", "an IP address the machine is reached at (repeatable)", collect)
     .option("--force", "replace a key and certificate already in OUTDIR")
     .action(async (opts: { dir?: string; kind: Identity["kind"]; id: string; out: string; ttlHours?: string; dns?: string[]; ip?: string[]; force?: boolean }) => {
-      const { IDENTITY_FILES, issue, loadCa, newKeyAndCsr, writeIdentityFiles } = await import("@den/pki");
+      const { IDENTITY_FILES, issueMachine, loadCa, writeIdentityFiles } = await import("@den/pki");
       const dir = caDir(opts.dir, "issue");
       const ttlHours = positive(opts.ttlHours ?? process.env.DEN_CERT_TTL_HOURS, opts.ttlHours ? "--ttl-hours" : "DEN_CERT_TTL_HOURS") ?? 24;
       const out = resolve(opts.out);
@@ -32,9 +32,8 @@ export function registerCaIssue(ca: Command): void {
       if (!opts.force && (await access(keyFile).then(() => true, () => false))) throw new UsageError(`${keyFile} exists (--force replaces it)`);
       const authority = await loadCa(dir);
       const identity: Identity = { kind: opts.kind, id: opts.id };
-      const { keyPem, csrPem } = await newKeyAndCsr(identity);
-      const cert = await issue(authority, csrPem, identity, { ttlHours, ...(opts.dns ? { dnsNames: opts.dns } : {}), ...(opts.ip ? { ips: opts.ip } : {}) });
-      await writeIdentityFiles(out, { keyPem, certPem: cert.certPem, caPem: authority.certPem });
+      const cert = await issueMachine(authority, identity, { ttlHours, ...(opts.dns ? { dnsNames: opts.dns } : {}), ...(opts.ip ? { ips: opts.ip } : {}) });
+      await writeIdentityFiles(out, { keyPem: cert.key, certPem: cert.cert, caPem: authority.certPem });
       process.stdout.write(`${out}\n`);
       logLine(`${opts.kind} ${opts.id}: certificate ${cert.serial}, valid until ${new Date(cert.notAfter).toISOString()}; key.pem, cert.pem and ca.pem in ${out}`);
     });
