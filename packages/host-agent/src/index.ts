@@ -3,6 +3,7 @@ export { Admission, defaultCapacity, memoryOvercommit, memoryReserveMb, type Cap
 export { availableMemoryMb, privateMemoryMb } from "./host-memory.js";
 export { buildHostServer, startHostServer, type HostServerOptions, type RunningHostServer } from "./http/server.js";
 export { HttpHostAgent } from "./http/client.js";
+export { HostHttp, type HostLink } from "./http/fetch.js";
 export { hasSecret, checkSecret } from "./http/auth.js";
 export { Registrar, type RegisteredHost, type RegistrarOptions } from "./registrar.js";
 export { HttpGuest } from "./http/guest-client.js";

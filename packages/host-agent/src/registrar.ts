@@ -1,5 +1,5 @@
 import { host } from "@den/protocol";
-import { HostHttp } from "./http/fetch.js";
+import { HostHttp, type HostLink } from "./http/fetch.js";
 
 /** What registration asks of a host agent (LocalHostAgent, or MemoryHostAgent for tests). */
 export interface RegisteredHost {
@@ -13,7 +13,8 @@ export interface RegisteredHost {
 export interface RegistrarOptions {
   /** Control-plane replicas (any one will do; the next is tried when one does not answer). */
   controlPlanes: string[];
-  secret: string;
+  /** How it authenticates to them: its certificate (the control planes' listener for hosts, https), or the legacy secret. */
+  link: HostLink;
   /** Where the control plane reaches this host's /host/v1. */
   address: string;
   intervalMs?: number;
@@ -61,7 +62,7 @@ export class Registrar {
     for (let i = 0; i < this.opts.controlPlanes.length; i++) {
       const url = this.opts.controlPlanes[(this.next + i) % this.opts.controlPlanes.length]!;
       try {
-        const reply = await new HostHttp(url, this.opts.secret).json("POST", host.registration.heartbeat.path, host.HeartbeatReply, { json: body, timeoutMs: 10_000 });
+        const reply = await new HostHttp(url, this.opts.link).json("POST", host.registration.heartbeat.path, host.HeartbeatReply, { json: body, timeoutMs: 10_000 });
         this.next = (this.next + i) % this.opts.controlPlanes.length;
         this.leaseUntil = sentAt + reply.leaseMs;
         if (this.fenced) this.opts.log?.(`den: lease renewed through ${url}; the control plane resumes what is still ours`);
@@ -87,7 +88,7 @@ export class Registrar {
     while (Date.now() < end) {
       for (const url of this.opts.controlPlanes) {
         try {
-          left = (await new HostHttp(url, this.opts.secret).json("POST", host.registration.drain.path.replace(":id", this.agent.instance), host.registration.drain.response, { json: {}, timeoutMs: 10_000 })).left;
+          left = (await new HostHttp(url, this.opts.link).json("POST", host.registration.drain.path.replace(":id", this.agent.instance), host.registration.drain.response, { json: {}, timeoutMs: 10_000 })).left;
           break;
         } catch {
           /* the next replica */

@@ -50,7 +50,7 @@ hostContract("HTTP over loopback (QEMU behind /host/v1)", async (): Promise<Cont
   const up = async () => {
     const local = await LocalHostAgent.open(dataDir(), store, defaultCapacity());
     const server = await startHostServer(local, { secret, port: 0, host: "127.0.0.1" });
-    return { local, server, client: await HttpHostAgent.connect(server.url, secret) };
+    return { local, server, client: await HttpHostAgent.connect(server.url, { secret }) };
   };
   let hop = await up();
   const down = async () => {

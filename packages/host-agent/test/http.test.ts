@@ -80,7 +80,7 @@ test("a DenError thrown by the host comes back to the client as the same DenErro
   });
   const server = await startHostServer(agent, { secret: SECRET, port: 0, host: "127.0.0.1" });
   transfer = agent.onTransfer;
-  const client = await HttpHostAgent.connect(server.url, SECRET);
+  const client = await HttpHostAgent.connect(server.url, { secret: SECRET });
   try {
     assert.equal(client.instance, "inst-test");
     assert.equal(client.address, server.url);
@@ -104,9 +104,9 @@ test("a DenError thrown by the host comes back to the client as the same DenErro
     assert.deepEqual(await got, ev);
 
     // A wrong secret on the client is a clear unauthorized at connect.
-    await assert.rejects(HttpHostAgent.connect(server.url, "not-the-secret-at-all"), (e: unknown) => e instanceof DenError && e.code === "unauthorized");
+    await assert.rejects(HttpHostAgent.connect(server.url, { secret: "not-the-secret-at-all" }), (e: unknown) => e instanceof DenError && e.code === "unauthorized");
     // Nobody listening: agent_unavailable, not a raw fetch error.
-    await assert.rejects(HttpHostAgent.connect("http://127.0.0.1:9", SECRET), (e: unknown) => e instanceof DenError && e.code === "agent_unavailable");
+    await assert.rejects(HttpHostAgent.connect("http://127.0.0.1:9", { secret: SECRET }), (e: unknown) => e instanceof DenError && e.code === "agent_unavailable");
   } finally {
     client.close();
     await server.close();
@@ -134,7 +134,7 @@ test("the guest over the HTTP hop: exec as a user in every mode, files it owns, 
   const sbx = await rt.create({ template: "base" });
   // The runtime's real Sandbox behind the real host routes; the client is HttpGuest.
   const server = await startHostServer(fakeAgent({ guest: (id: string) => rt.get(id) }), { secret: SECRET, port: 0, host: "127.0.0.1" });
-  const client = await HttpHostAgent.connect(server.url, SECRET);
+  const client = await HttpHostAgent.connect(server.url, { secret: SECRET });
   const code = (c: string) => (e: unknown) => e instanceof DenError && e.code === c;
   try {
     const g = client.guest(sbx.id);

@@ -26,7 +26,7 @@ export async function connectHost(config: ServerConfig, objects: ObjectStore, lo
   if (where.kind === "remote") {
     const hosts: HttpHostAgent[] = [];
     try {
-      for (const url of where.urls) hosts.push(await HttpHostAgent.connect(url, where.secret));
+      for (const url of where.urls) hosts.push(await HttpHostAgent.connect(url, { secret: where.secret }));
     } catch (e) {
       for (const h of hosts) h.close();
       throw e;
@@ -42,7 +42,7 @@ export async function connectHost(config: ServerConfig, objects: ObjectStore, lo
   try {
     const secret = randomBytes(32).toString("base64url");
     const server = await startHostServer(local, { secret, port: 0, host: "127.0.0.1", ...(log !== undefined ? { logger: log } : {}) });
-    const host = await HttpHostAgent.connect(server.url, secret);
+    const host = await HttpHostAgent.connect(server.url, { secret });
     return {
       hosts: [host],
       async close() {

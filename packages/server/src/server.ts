@@ -61,7 +61,7 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   const clock = opts.clock ?? systemClock;
   const replica = await Replica.open(store, clock, config.dataDir);
   const cp = new ControlPlane(store, hosts, config, objects, deployment, clock, {
-    replica: replica.id, hostWork: { run: withHostWork, processCpuSeconds }, ...(remote ? { connectHost: (address: string) => HttpHostAgent.connect(address, remote.secret) } : {}),
+    replica: replica.id, hostWork: { run: withHostWork, processCpuSeconds }, ...(remote ? { connectHost: (address: string) => HttpHostAgent.connect(address, { secret: remote.secret }) } : {}),
   });
   let createdAdminKey: string | undefined;
   try {

@@ -50,7 +50,7 @@ export function registerHostRun(host: Command): void {
       if (planes.length) {
         const address = (opts.advertise ?? process.env.DEN_HOST_ADVERTISE_URL ?? server.url).replace(/\/+$/, "");
         if (/^https?:\/\/(0\.0\.0\.0|\[::\])(:|$)/.test(address)) throw new Error(`listening on ${opts.host}: say where the control plane reaches this host with --advertise URL`);
-        registrar = new Registrar(agent, { controlPlanes: planes, secret, address, intervalMs: Number(process.env.DEN_HOST_HEARTBEAT_MS ?? 2000), log: logLine });
+        registrar = new Registrar(agent, { controlPlanes: planes, link: { secret }, address, intervalMs: Number(process.env.DEN_HOST_HEARTBEAT_MS ?? 2000), log: logLine });
         try {
           await registrar.start();
         } catch (e) {

@@ -1,7 +1,7 @@
 import { DenError, host, type HostAgent, type HostGuest, type HostInventory, type TransferEvent } from "@den/protocol";
 import { controlCall, TIMEOUTS, type ControlCall } from "./control-call.js";
 import { EventFollower } from "./event-follower.js";
-import { HostHttp } from "./fetch.js";
+import { HostHttp, type HostLink } from "./fetch.js";
 import { HttpGuest } from "./guest-client.js";
 import { HttpSnapshots, HttpTemplates, HttpVms, HttpVolumes } from "./http-services.js";
 
@@ -35,8 +35,8 @@ export class HttpHostAgent implements HostAgent {
   }
 
   /** Asks the host who it is (its instance id, its protocol version), then follows its events. */
-  static async connect(url: string, secret: string): Promise<HttpHostAgent> {
-    const http = new HostHttp(url.replace(/\/+$/, ""), secret);
+  static async connect(url: string, link: HostLink): Promise<HttpHostAgent> {
+    const http = new HostHttp(url.replace(/\/+$/, ""), link);
     const info = await http.json("GET", host.control.info.path, host.HostInfo, { timeoutMs: TIMEOUTS.info });
     if (info.protocol !== host.PROTOCOL_VERSION) throw new DenError("agent_protocol_error", `the host agent at ${url} speaks protocol ${info.protocol}, this control plane ${host.PROTOCOL_VERSION}`);
     const agent = new HttpHostAgent(http, info.instance);

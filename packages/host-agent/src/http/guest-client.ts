@@ -1,4 +1,5 @@
 import http from "node:http";
+import https from "node:https";
 import type { Duplex } from "node:stream";
 import { DenError, host, type GuestCommand, type GuestExecOptions, type GuestFileOwner, type GuestFileSource, type GuestMetrics, type HostGuest } from "@den/protocol";
 import type { DirEntry, FileStat, ListeningPort, ProcInfo, ProcReadReply, ProcWaitReply } from "@den/protocol";
@@ -152,7 +153,9 @@ export class HttpGuest implements HostGuest {
     const url = new URL(host.tunnelPath(this.id, port), this.http.base);
     const what = `tunnel to port ${port} of ${this.id}`;
     return new Promise((resolve, reject) => {
-      const req = http.request(url, { headers: { authorization: this.http.authorization, connection: "Upgrade", upgrade: "den-tcp" }, timeout: CALL_MS });
+      const headers = { ...this.http.headers, connection: "Upgrade", upgrade: "den-tcp" };
+      // (http.request refuses https: URLs: over TLS, https.request with this link's certificate.)
+      const req = url.protocol === "https:" ? https.request(url, { ...this.http.tls, headers, timeout: CALL_MS }) : http.request(url, { headers, timeout: CALL_MS });
       req.on("upgrade", (_res, socket, head) => {
         socket.setTimeout(0);
         if (head.length) socket.unshift(head);

@@ -275,7 +275,7 @@ export function hostContract(name: string, open: () => Promise<ContractHost>): v
       });
       await new Promise<void>((r) => cp.listen(0, "127.0.0.1", r));
       const url = `http://127.0.0.1:${(cp.address() as { port: number }).port}`;
-      const registrar = new Registrar(c.registered(), { controlPlanes: [url], secret: "contract-secret", address: "http://127.0.0.1:9", intervalMs: 100 });
+      const registrar = new Registrar(c.registered(), { controlPlanes: [url], link: { secret: "contract-secret" }, address: "http://127.0.0.1:9", intervalMs: 100 });
       try {
         await registrar.start();
         await until("a few renewals", async () => (beats >= 3 ? true : undefined), 10_000);
