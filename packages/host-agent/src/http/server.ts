@@ -1,9 +1,11 @@
 import type http from "node:http";
+import type https from "node:https";
 import type { Duplex } from "node:stream";
 import Fastify, { type FastifyError, type FastifyInstance } from "fastify";
 import { WebSocketServer } from "ws";
 import type { z } from "zod";
 import { DenError, host, inventoryCpuSeconds, type HostAgent, parseInput } from "@den/protocol";
+import { peerIdentity, serverTlsOptions, type MachineTls } from "@den/pki";
 import { checkSecret, hasSecret } from "./auth.js";
 import { EventHub } from "./events.js";
 import { serveExecSocket } from "./exec-socket.js";
@@ -68,8 +70,13 @@ const EXEC_WS = /^\/host\/v1\/sandboxes\/([^/?]+)\/exec\/ws(?:\?.*)?$/;
 const TUNNEL = /^\/host\/v1\/sandboxes\/([^/?]+)\/tunnel\/(\d{1,5})(?:\?.*)?$/;
 
 export interface HostServerOptions {
-  /** Every request must carry it as `Authorization: Bearer <secret>`; none: the server refuses to start. */
-  secret: string | undefined;
+  /**
+   * Mutual TLS: this host's certificate; every caller must present a control plane's of the
+   * same CA (the handshake refuses any other; a host's certificate gets a 403).
+   */
+  tls?: MachineTls;
+  /** Without `tls` (legacy): every request must carry it as `Authorization: Bearer <secret>`; neither: the server refuses to start. */
+  secret?: string | undefined;
   logger?: boolean | object;
   /** Largest JSON body (a collect with many ids, a big stdin). */
   bodyLimit?: number;
@@ -82,8 +89,11 @@ export interface HostServerOptions {
  * an NDJSON stream. A thrown DenError goes back whole, with its status.
  */
 export async function buildHostServer(agent: HostAgent, opts: HostServerOptions): Promise<FastifyInstance> {
-  const secret = checkSecret(opts.secret);
-  const app = Fastify({ logger: opts.logger ?? false, bodyLimit: opts.bodyLimit ?? 64 * 1024 * 1024, routerOptions: { maxParamLength: 200 } });
+  const authenticate = callerCheck(opts);
+  const app = Fastify({
+    logger: opts.logger ?? false, bodyLimit: opts.bodyLimit ?? 64 * 1024 * 1024, routerOptions: { maxParamLength: 200 },
+    ...(opts.tls ? { https: serverTlsOptions(opts.tls) } : {}),
+  }) as unknown as FastifyInstance;
   const events = new EventHub();
   agent.onTransfer = (transfer) => events.publish({ type: "transfer", transfer });
   // Before the server waits for its connections: a control plane's event stream never ends by itself.
@@ -103,9 +113,7 @@ export async function buildHostServer(agent: HostAgent, opts: HostServerOptions)
     if (t0 !== undefined) reply.header(WORK_HEADER, String(Math.max(0, Math.round((processCpuSeconds() - t0) * 1e6))));
   });
 
-  app.addHook("onRequest", async (req) => {
-    if (!hasSecret(req.headers.authorization, secret)) throw new DenError("unauthorized", "the host agent needs its secret (Authorization: Bearer <DEN_HOST_SECRET>)");
-  });
+  app.addHook("onRequest", async (req) => authenticate(req.raw));
 
   app.setErrorHandler((err: FastifyError | Error, req, reply) => {
     if (err instanceof DenError) return reply.status(err.status).send(errorBody(err));
@@ -135,7 +143,7 @@ export async function buildHostServer(agent: HostAgent, opts: HostServerOptions)
   app.server.on("upgrade", (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on("error", () => undefined);
     try {
-      if (!hasSecret(req.headers.authorization, secret)) throw new DenError("unauthorized", "the host agent needs its secret");
+      authenticate(req);
       const url = req.url ?? "";
       const exec = EXEC_WS.exec(url);
       const tunnel = TUNNEL.exec(url);
@@ -162,10 +170,30 @@ export async function buildHostServer(agent: HostAgent, opts: HostServerOptions)
   return app;
 }
 
+/**
+ * Who may call: over mutual TLS, a peer whose verified certificate names a control plane (the
+ * handshake already refused any certificate of another CA, and none); otherwise the secret.
+ */
+function callerCheck(opts: HostServerOptions): (req: http.IncomingMessage) => void {
+  if (opts.tls) {
+    return (req) => {
+      const peer = peerIdentity(req.socket);
+      if (!peer) throw new DenError("unauthorized", "the host agent takes calls only over mutual TLS, with a certificate of its deployment's CA");
+      if (peer.kind !== "control-plane") throw new DenError("forbidden", `a ${peer.kind}'s certificate (${peer.id}) may not call a host agent: only a control plane's`);
+    };
+  }
+  const secret = checkSecret(opts.secret);
+  return (req) => {
+    if (!hasSecret(req.headers.authorization, secret)) throw new DenError("unauthorized", "the host agent needs its secret (Authorization: Bearer <DEN_HOST_SECRET>)");
+  };
+}
+
 export interface RunningHostServer {
   app: FastifyInstance;
   url: string;
   close(): Promise<void>;
+  /** A renewed certificate for new connections (those open keep theirs); over mutual TLS only. */
+  reload(tls: MachineTls): void;
 }
 
 /** Builds the host server and listens; `port: 0` picks a free one. */
@@ -174,5 +202,11 @@ export async function startHostServer(agent: HostAgent, opts: HostServerOptions 
   await app.listen({ port: opts.port, host: opts.host });
   const addr = app.server.address();
   const port = typeof addr === "object" && addr ? addr.port : opts.port;
-  return { app, url: `http://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`, close: () => app.close() };
+  return {
+    app, url: `${opts.tls ? "https" : "http"}://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`, close: () => app.close(),
+    reload: (tls) => {
+      if (!opts.tls) throw new DenError("invalid_argument", "this host server does not speak TLS");
+      (app.server as unknown as https.Server).setSecureContext(serverTlsOptions(tls));
+    },
+  };
 }
