@@ -158,3 +158,12 @@ export const templateBuild = (id) => request("GET", build(id));
 export const cancelBuild = (id) => request("POST", `${build(id)}/cancel`);
 /** A build's log lines ({seq, at, level, message}) from `offset`; `follow` streams until the build ends. */
 export const buildLog = (id, { offset, follow, signal }, onLine) => jsonLines(`${build(id)}/logs${q({ offset, follow: follow ? "true" : undefined })}`, onLine, { signal });
+
+// Hosts (admin only: an owner's key is answered 403 forbidden).
+const hst = (id) => `/v1/hosts/${encodeURIComponent(id)}`;
+export const hosts = () => request("GET", "/v1/hosts").then((r) => r.hosts);
+/** Resolves with { left }: sandboxes and volumes still on the host. */
+export const drainHost = (id) => request("POST", `${hst(id)}/drain`);
+export const undrainHost = (id) => request("POST", `${hst(id)}/undrain`);
+/** Whether the key is an admin's: GET /v1/hosts answers it (there is no "who am I" route); other failures throw. */
+export const isAdmin = () => hosts().then(() => true, (e) => (e.status === 403 ? false : Promise.reject(e)));

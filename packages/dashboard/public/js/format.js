@@ -26,6 +26,14 @@ export function countdown(iso, now = Date.now()) {
   return { text: left <= 0 ? "expired" : duration(left), left };
 }
 
+/** "in 18 h", "in 5 min", "3 d ago": how far `iso` is from now, in its largest whole unit (hours up to two days). */
+export function relative(iso, now = Date.now()) {
+  const ms = Date.parse(iso) - now;
+  const s = Math.floor(Math.abs(ms) / 1000);
+  const text = s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min` : s < 2 * 86400 ? `${Math.floor(s / 3600)} h` : `${Math.floor(s / 86400)} d`;
+  return ms >= 0 ? `in ${text}` : `${text} ago`;
+}
+
 const dtf = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
 const tf = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
 

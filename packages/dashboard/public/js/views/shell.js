@@ -19,6 +19,8 @@ export function mountShell(root, { onSignOut }) {
     sandboxes: h("a", { href: "#/", class: "nav-link" }, "Sandboxes"),
     templates: h("a", { href: "#/templates", class: "nav-link" }, "Templates"),
     webhooks: h("a", { href: "#/webhooks", class: "nav-link" }, "Webhooks"),
+    // Shown once the key is known to be an admin's (setAdmin): an owner's key cannot list hosts.
+    hosts: h("a", { href: "#/hosts", class: "nav-link", hidden: true }, "Hosts"),
   };
   const main = h("main", { id: "main", tabindex: "-1", class: "main" });
   const header = h("header", { class: "topbar" },
@@ -48,6 +50,10 @@ export function mountShell(root, { onSignOut }) {
 
   return {
     main,
+    /** Shows the admin's sections (Hosts) in the navigation, or hides them. */
+    setAdmin(on) {
+      links.hosts.hidden = !on;
+    },
     /** Marks the current section in the navigation. */
     setSection(name) {
       for (const [section, link] of Object.entries(links)) {
