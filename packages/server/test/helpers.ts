@@ -350,3 +350,11 @@ export function hostDiagnostics(): string {
   const kernel = run("dmesg", []).split("\n").filter((l) => /oom|killed process|memory cgroup|audit|segfault/i.test(l)).slice(-8).join("\n");
   return [`warnings: ${warnings.slice(-5).join(" | ") || "none"}`, `kernel: ${kernel || "nothing"}`, run("df", ["-m", "/dev/shm", dataDir()]).trim()].join("\n");
 }
+
+/**
+ * Whether a browser console message is the dashboard's admin probe refused: each page load asks
+ * GET /v1/hosts once to know whether to show Hosts, and Chromium logs an owner key's 403 as an error.
+ */
+export function adminProbeRefused(m: { text(): string; location(): { url: string } }): boolean {
+  return /status of 403/.test(m.text()) && URL.canParse(m.location().url) && new URL(m.location().url).pathname === "/v1/hosts";
+}

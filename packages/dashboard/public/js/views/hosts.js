@@ -54,7 +54,7 @@ export function mountHosts(root) {
   }
 
   function render() {
-    const k = JSON.stringify([list, [...busy]]);
+    const k = JSON.stringify([loaded, list, [...busy]]);
     if (k === key) return;
     key = k;
     if (!loaded) return;
