@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { X509Certificate } from "node:crypto";
-import type { ConnectionOptions } from "node:tls";
+import { checkServerIdentity, type ConnectionOptions } from "node:tls";
 
 /**
  * DEN_DATABASE_URL's TLS parameters with libpq's meanings (what Postgres' own docs and every
@@ -31,7 +31,7 @@ const MODES = ["disable", "require", "verify-ca", "verify-full"] as const;
 
 /** The URL with its password hidden, for errors and logs. */
 export function redactDatabaseUrl(url: string): string {
-  return url.replace(/\/\/[^@/]*@/, "//***@");
+  return url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@");
 }
 
 export function postgresConnection(url: string): PostgresConnection {
@@ -72,6 +72,12 @@ export function postgresConnection(url: string): PostgresConnection {
   if (m === "require" && root === undefined) ssl.rejectUnauthorized = false;
   // verify-ca, and require with a CA (libpq's rule): the chain is checked, the name is not.
   else if (m === "verify-ca" || m === "require") ssl.checkServerIdentity = () => undefined;
+  else {
+    // The URL's host, said here: pg gives TLS no servername for an IP address, and Node then
+    // checks the certificate against "localhost" (a certificate for localhost passed for 127.0.0.1).
+    const host = (q.get("host") ?? u.hostname).replace(/^\[(.*)\]$/, "$1");
+    ssl.checkServerIdentity = (_name, cert) => checkServerIdentity(host, cert);
+  }
   return { connectionString, ssl, mode: m };
 }
 
