@@ -44,6 +44,8 @@ export function postgresConnection(url: string): PostgresConnection {
   }
   const q = u.searchParams;
   const root = q.get("sslrootcert") ?? undefined;
+  const cert = q.get("sslcert") ?? undefined;
+  const key = q.get("sslkey") ?? undefined;
   const mode = q.get("sslmode") ?? "verify-full";
   if (mode === "prefer" || mode === "allow") {
     throw new Error(`DEN_DATABASE_URL: sslmode=${mode} is not supported (it would fall back to an unencrypted connection): use sslmode=verify-full with sslrootcert=<the server's CA certificate>, or sslmode=require to encrypt without checking the server, or sslmode=disable`);
@@ -62,8 +64,6 @@ export function postgresConnection(url: string): PostgresConnection {
   } else if (m === "verify-ca") {
     throw new Error("DEN_DATABASE_URL: sslmode=verify-ca needs sslrootcert=<file of the CA's certificate> (or use sslmode=verify-full, which also checks the host name)");
   }
-  const cert = q.get("sslcert") ?? undefined;
-  const key = q.get("sslkey") ?? undefined;
   if ((cert === undefined) !== (key === undefined)) throw new Error("DEN_DATABASE_URL: sslcert and sslkey go together (a client certificate and its key)");
   if (cert !== undefined && key !== undefined) {
     ssl.cert = readPem(cert, "sslcert", "certificate");
