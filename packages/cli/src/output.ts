@@ -62,6 +62,15 @@ export function parsePairs(pairs: string[] | undefined, flag = "--meta"): Record
 /** A mistake in how the CLI was called: one line and exit code 1 (see bin.ts). */
 export class UsageError extends Error {}
 
+/** A configuration read at start (loadConfig): what it refuses is one line to fix, not a stack trace. */
+export function configured<T>(load: () => T): T {
+  try {
+    return load();
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+}
+
 export const collect = (v: string, prev: string[] = []) => [...prev, v];
 
 const FRAMES = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];

@@ -4,7 +4,7 @@ export { type ServerConfig } from "./config.js";
 export { DEFAULT_JOIN_TOKEN_TTL_SECONDS, Enrollment, type IssuedCert } from "./enrollment.js";
 export { ControlPlane, newDeploymentId } from "./control-plane.js";
 export { type BuildRow } from "./db/build-store.js";
-export { databaseConfig, openDatabase } from "./db/db.js";
+export { databaseConfig, openDatabase, postgresConnection, redactDatabaseUrl } from "./db/db.js";
 export { migrations } from "./db/migrations.js";
 export { Store, bearerKey, networkOf, newKeySecret, toApiCheckpoint, toApiSandbox, type CheckpointRow, type Principal, type SandboxRow } from "./db/store.js";
 export { type VolumeRow } from "./db/volume-store.js";

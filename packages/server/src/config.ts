@@ -3,6 +3,7 @@ import { defaultDataDir } from "@den/runtime";
 import { defaultCapacity, memoryOvercommit, memoryReserveMb } from "@den/host-agent";
 import { databaseConfig, type ServerConfig } from "@den/control-plane";
 import { MAX_CERT_TTL_HOURS } from "@den/pki";
+import { refusePlaceholderSecrets } from "./placeholder-secrets.js";
 
 export type { ServerConfig };
 
@@ -51,6 +52,8 @@ function num(v: string | undefined, fallback: number): number {
 }
 
 export function loadConfig(flags: Partial<{ port: string; host: string; dataDir: string; hostAgent: string; envdPort: string }> = {}, env = process.env): ServerConfig {
+  // Before anything else: `den serve` and `den host run` both start here.
+  refusePlaceholderSecrets(env);
   const onIdle = env.DEN_ON_IDLE ?? "hibernate";
   if (onIdle !== "hibernate" && onIdle !== "destroy") throw new Error(`DEN_ON_IDLE must be hibernate or destroy, got ${onIdle}`);
   const hostAgent = hostAgentConfig(flags.hostAgent ?? env.DEN_HOST_AGENT_URL, env);

@@ -1,6 +1,7 @@
 import type { Command } from "commander";
 import type { Registrar } from "@den/host-agent";
 import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
+import { configured } from "../output.js";
 
 /**
  * `den host run`: this machine's host agent alone (its VMs, warm snapshots, templates and
@@ -29,7 +30,8 @@ export function registerHostRun(host: Command): void {
       // Everything it writes (database, snapshots, memory images, logs) is for root's eyes only.
       privateFiles();
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
-      const config = loadConfig({ ...(root.dataDir ? { dataDir: (await globalOptions(cmd)).dataDir } : {}) });
+      const dataDir = root.dataDir ? { dataDir: (await globalOptions(cmd)).dataDir } : {};
+      const config = configured(() => loadConfig(dataDir));
       const secret = process.env.DEN_HOST_SECRET;
       if (!secret) throw new Error("den host run needs DEN_HOST_SECRET: the control plane sends it with every request");
       const agent = opts.memory

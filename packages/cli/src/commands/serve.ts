@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
+import { configured } from "../output.js";
 
 export function registerServe(program: Command): void {
   program
@@ -16,11 +17,12 @@ export function registerServe(program: Command): void {
       // Everything it writes (database, snapshots, memory images, logs) is for root's eyes only.
       privateFiles();
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
-      const config = loadConfig({
+      const dataDir = root.dataDir ? { dataDir: (await globalOptions(cmd)).dataDir } : {};
+      const config = configured(() => loadConfig({
         ...(opts.port ? { port: opts.port } : {}), ...(opts.host ? { host: opts.host } : {}), ...(opts.hostAgent?.length ? { hostAgent: opts.hostAgent.join(",") } : {}),
         ...(opts.envdPort ? { envdPort: opts.envdPort } : {}),
-        ...(root.dataDir ? { dataDir: (await globalOptions(cmd)).dataDir } : {}),
-      });
+        ...dataDir,
+      }));
       if (config.hostAgent.kind !== "remote") await warnSurplusCapabilities();
       const format = logFormat(opts.logFormat);
       const server = await startServer(config, { logger: { level: config.logLevel, ...(format === "pretty" ? { stream: readableLogStream() } : {}) } });

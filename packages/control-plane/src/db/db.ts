@@ -5,16 +5,22 @@ import { chmodSync, existsSync } from "node:fs";
 import { privateDir } from "@den/protocol";
 import { join } from "node:path";
 import { migrations } from "./migrations.js";
+import { explainConnectError, postgresConnection, redactDatabaseUrl } from "./postgres-tls.js";
 import type { Database, DatabaseConfig, Dialect } from "./schema.js";
 
 // The tables are in schema.ts (the migrations read them too); they are this module's to export.
 export * from "./schema.js";
+export { postgresConnection, redactDatabaseUrl } from "./postgres-tls.js";
 
 /** DEN_DATABASE_URL: unset is SQLite in the data dir; postgres:// (or postgresql://) is Postgres; anything else is refused. */
 export function databaseConfig(url: string | undefined): DatabaseConfig {
   if (url === undefined || url === "") return { kind: "sqlite" };
-  if (/^postgres(ql)?:\/\//.test(url)) return { kind: "postgres", url };
-  throw new Error(`DEN_DATABASE_URL must be a postgres:// URL (unset it for the embedded SQLite database in the data dir); got ${url.replace(/\/\/[^@/]*@/, "//***@")}`);
+  if (/^postgres(ql)?:\/\//.test(url)) {
+    // Its TLS parameters (sslmode, sslrootcert, ...) and their files are checked now, at start.
+    postgresConnection(url);
+    return { kind: "postgres", url };
+  }
+  throw new Error(`DEN_DATABASE_URL must be a postgres:// URL (unset it for the embedded SQLite database in the data dir); got ${redactDatabaseUrl(url)}`);
 }
 
 class StaticProvider implements MigrationProvider {
@@ -54,7 +60,8 @@ function keptStatements(db: SQLite.Database): { close(): void; prepare(sql: stri
 export async function openDatabase(dataDir: string, config: DatabaseConfig = { kind: "sqlite" }): Promise<Kysely<Database>> {
   let dialect;
   if (config.kind === "postgres") {
-    const pool = new pg.Pool({ connectionString: config.url, max: 10, types: PG_TYPES, connectionTimeoutMillis: 10_000 });
+    const { connectionString, ssl } = postgresConnection(config.url);
+    const pool = new pg.Pool({ connectionString, ...(ssl !== undefined ? { ssl } : {}), max: 10, types: PG_TYPES, connectionTimeoutMillis: 10_000 });
     // An idle client's error (the server restarted) must not crash the process; the pool drops it.
     pool.on("error", () => {});
     dialect = new PostgresDialect({ pool });
@@ -76,7 +83,7 @@ export async function openDatabase(dataDir: string, config: DatabaseConfig = { k
     if (error) throw error;
   } catch (e) {
     await db.destroy();
-    throw e;
+    throw config.kind === "postgres" ? explainConnectError(e, config.url) : e;
   }
   return db;
 }
