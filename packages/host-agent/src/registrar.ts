@@ -36,7 +36,9 @@ export class Registrar {
   private stopped = false;
   state: host.HeartbeatReply["state"] | undefined;
 
-  constructor(private readonly agent: RegisteredHost, private readonly opts: RegistrarOptions) {}
+  constructor(private readonly agent: RegisteredHost, private readonly opts: RegistrarOptions) {
+    this.opts = { ...opts };
+  }
 
   /** Registers now (the first heartbeat must be answered, or the start fails), then keeps the lease. */
   async start(): Promise<void> {
@@ -98,6 +100,11 @@ export class Registrar {
       await new Promise((r) => setTimeout(r, 1000));
     }
     return left;
+  }
+
+  /** A renewed certificate: the next calls present it. */
+  setLink(link: HostLink): void {
+    this.opts.link = link;
   }
 
   stop(): void {

@@ -1,4 +1,4 @@
-import { type Ca, type Identity, type MachineTls, MACHINE_ID, certInfo, issueMachine, loadCa, ownIdentity, readMachineTls, renewAt, writeIdentityFiles } from "@den/pki";
+import { type Ca, type Identity, type MachineTls, MACHINE_ID, certInfo, issueMachine, loadCa, ownIdentity, readMachineTls, renewDelay, writeIdentityFiles } from "@den/pki";
 import type { Store } from "@den/control-plane";
 import type { ServerConfig } from "./config.js";
 
@@ -64,7 +64,7 @@ export class FleetIdentity {
   start(): void {
     if (!this.ca) return;
     const { notBefore, notAfter } = certInfo(this.tls.cert);
-    this.schedule(Math.max(0, renewAt(notBefore, notAfter) - Date.now()));
+    this.schedule(renewDelay(notBefore, notAfter));
   }
 
   private schedule(ms: number): void {
