@@ -47,7 +47,8 @@ function post(url: URL, body: string): Promise<{ status: number; text: string; s
   if (url.protocol !== "https:") return Promise.reject(new DenError("invalid_argument", `a join goes to a control plane's hosts' listener (https://...:8789), not ${url.origin}`));
   return new Promise((resolve, reject) => {
     const req = https.request(url, {
-      method: "POST", rejectUnauthorized: false, minVersion: "TLSv1.3", timeout: JOIN_TIMEOUT_MS,
+      // A connection of its own (agent: false): the certificate checked is the one this server presents now.
+      method: "POST", rejectUnauthorized: false, minVersion: "TLSv1.3", timeout: JOIN_TIMEOUT_MS, agent: false,
       headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) },
     }, (res) => {
       const cert = (res.socket as TLSSocket).getPeerX509Certificate?.();
