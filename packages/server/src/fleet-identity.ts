@@ -1,6 +1,8 @@
 import { type Ca, type Identity, type MachineTls, MACHINE_ID, certInfo, issueMachine, loadCa, ownIdentity, readMachineTls, renewDelay, writeIdentityFiles } from "@den/pki";
-import type { Store } from "@den/control-plane";
 import type { ServerConfig } from "./config.js";
+
+/** Where an issued certificate is recorded (machine_certs: revocation and expiry read it). */
+export type RecordCert = (row: { serial: string; kind: string; machine_id: string; not_after: number; issued_at: number }) => Promise<void>;
 
 /** Retry a failed renewal this soon (bounded by what is left of the certificate's life). */
 const RETRY_MS = 30_000;
@@ -21,11 +23,11 @@ export class FleetIdentity {
     private readonly ca: Ca | undefined,
     private readonly ttlHours: number,
     private readonly dir: string | undefined,
-    private readonly store: Store,
+    private readonly store: RecordCert,
     private readonly log: (err: unknown, msg: string) => void,
   ) {}
 
-  static async open(config: ServerConfig, store: Store, replicaId: string, log: (err: unknown, msg: string) => void = () => undefined): Promise<FleetIdentity> {
+  static async open(config: ServerConfig, store: RecordCert, replicaId: string, log: (err: unknown, msg: string) => void = () => undefined): Promise<FleetIdentity> {
     const fleet = config.fleet!;
     const ca = config.ca ? await loadCa(config.ca.dir) : undefined;
     const ttlHours = config.ca?.certTtlHours ?? 24;
@@ -41,9 +43,9 @@ export class FleetIdentity {
     return me;
   }
 
-  private static async issue(ca: Ca, identity: Identity, ttlHours: number, store: Store): Promise<MachineTls> {
+  private static async issue(ca: Ca, identity: Identity, ttlHours: number, record: RecordCert): Promise<MachineTls> {
     const m = await issueMachine(ca, identity, { ttlHours });
-    await store.machineCerts.record({ serial: m.serial, kind: identity.kind, machine_id: identity.id, not_after: m.notAfter, issued_at: Date.now() });
+    await record({ serial: m.serial, kind: identity.kind, machine_id: identity.id, not_after: m.notAfter, issued_at: Date.now() });
     return { key: m.key, cert: m.cert, ca: m.ca };
   }
 

@@ -67,7 +67,7 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   let connected: Awaited<ReturnType<typeof connectHost>>;
   try {
     // Mutual TLS with the hosts: this replica's identity first, every host connection needs it.
-    if (config.fleet) fleet = await FleetIdentity.open(config, store, replica.id);
+    if (config.fleet) fleet = await FleetIdentity.open(config, (row) => store.machineCerts.record(row), replica.id);
     connected = opts.host ? { hosts: [opts.host], close: async () => undefined } : await connectHost(config, objects, undefined, fleet);
   } catch (e) {
     await replica.retire().catch(() => undefined);
