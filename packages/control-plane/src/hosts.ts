@@ -78,7 +78,10 @@ export class HostPool {
           agent.close();
           throw new Error(`the host agent at ${r.address} is ${agent.instance}, not ${r.id}`);
         }
-        this.clients.get(r.id)?.close();
+        const prev = this.clients.get(r.id);
+        // The same host anew (this replica's certificate was renewed): calls still using the old client get a minute to finish.
+        if (prev && prev.address === r.address) setTimeout(() => prev.close(), 60_000).unref();
+        else prev?.close();
         this.clients.set(r.id, agent);
         this.opts.adopt?.(agent);
       }).catch(() => undefined).finally(() => this.connecting.delete(key));
