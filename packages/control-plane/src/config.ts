@@ -117,7 +117,8 @@ export interface ServerConfig {
    * or the flag repeated, all with the one shared secret; this server runs no VM itself).
    */
   hostAgent: { kind: "local" } | { kind: "loopback" } | { kind: "memory" } | {
-    kind: "remote"; urls: string[]; secret: string;
+    /** `secret`: the legacy shared DEN_HOST_SECRET; absent when the fleet speaks mutual TLS (`fleet`). */
+    kind: "remote"; urls: string[]; secret?: string;
     /** `registered` was given: hosts register themselves, and share template versions through the store. */
     registered?: boolean;
   };
@@ -134,6 +135,14 @@ export interface ServerConfig {
    * `certTtlHours`: how long a machine's certificate lives (DEN_CERT_TTL_HOURS, default 24).
    */
   ca?: { dir: string; certTtlHours: number };
+  /**
+   * Mutual TLS with the hosts (remote hosts and DEN_TLS_DIR or DEN_CA_DIR set): this replica's
+   * identity (`tlsDir`, files as writeIdentityFiles writes them; without it, a certificate it
+   * issues itself from the CA at start, kept in memory), and the host-facing listener's port and
+   * address (DEN_FLEET_PORT, default 8789; DEN_FLEET_HOST, default DEN_HOST). Its absence: the
+   * legacy DEN_HOST_SECRET over plain HTTP, host calls on the public API's listener.
+   */
+  fleet?: { tlsDir?: string; port: number; host: string };
   /** The E2B-compatible API: its envd listener (a port of its own: guest bytes never share the API's origin). */
   e2b: {
     /** null: no envd listener (DEN_ENVD_PORT=off); 0: a free port. */

@@ -87,7 +87,7 @@ export class ControlPlane {
     readonly clock: Clock = systemClock,
     opts: {
       /** A client for a host that registered itself (none: registrations are not taken). */
-      connectHost?: (address: string) => Promise<HostAgent>;
+      connectHost?: (address: string, id: string) => Promise<HostAgent>;
       /** This replica's id (see replica.ts). */
       replica?: string;
       /** How host work's CPU is measured (see Meter). */
@@ -161,6 +161,7 @@ export class ControlPlane {
   async hostList(): Promise<api.HostEntry[]> {
     await this.hosts.refresh();
     const counts = await this.store.sandboxes.countLiveByHost();
+    const expiries = await this.store.machineCerts.expiries("host");
     const answers = new Map((await this.hosts.each(async (h) => (await h.inventory()).capacity)).map((r) => [r.host.instance, r]));
     return this.hosts.known().map((row): api.HostEntry => {
       const r = answers.get(row.id);
@@ -176,6 +177,7 @@ export class ControlPlane {
         capacity: report ? { memory_mb: report.capacity.memoryMb, vcpus: report.capacity.vcpus, disk_reserve_mb: report.capacity.diskReserveMb } : null,
         used: report ? { memory_mb: report.used.memoryMb, vcpus: report.used.vcpus, sandboxes: report.used.sandboxes } : null,
         sandboxes: (counts.get(row.id) ?? 0) + (row.id === this.hosts.first?.instance ? counts.get(null) ?? 0 : 0),
+        cert_expires_at: expiries.has(row.id) ? new Date(expiries.get(row.id)!).toISOString() : null,
       };
     });
   }

@@ -110,6 +110,22 @@ export class Enrollment {
     return { certPem: cert.certPem, caPem: ca.certPem, serial: cert.serial, notAfter: cert.notAfter };
   }
 
+  /**
+   * A caller of the fleet listener by its verified certificate: refused once the machine or
+   * that certificate was revoked (a certificate the CA issued outside, `den ca issue`, has no
+   * row: the machine's revocation still applies).
+   */
+  async admit(i: Identity, serial: string): Promise<void> {
+    const row = await this.store.machineCerts.get(serial);
+    if (row?.revoked_at != null) throw new DenError("forbidden", `the certificate ${serial} of ${i.kind} ${i.id} was revoked`);
+    await this.notRevoked(i);
+  }
+
+  /** Revokes every certificate of a machine; how many. */
+  revoke(i: Identity): Promise<number> {
+    return this.store.machineCerts.revoke(i.kind, i.id, this.clock.now());
+  }
+
   private async notRevoked(i: Identity): Promise<void> {
     if (await this.store.machineCerts.revoked(i.kind, i.id)) throw new DenError("forbidden", `${i.kind} ${i.id} was revoked: it gets no certificate under that id again`);
   }

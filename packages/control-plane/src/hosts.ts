@@ -30,7 +30,7 @@ export class HostPool {
     private readonly opts: {
       store?: Store;
       /** A client for a registered host (HttpHostAgent.connect with the deployment's host secret). */
-      connect?: (address: string) => Promise<HostAgent>;
+      connect?: (address: string, id: string) => Promise<HostAgent>;
       /** Called once for every client this pool makes or is given (the control plane follows its events). */
       adopt?: (h: HostAgent) => void;
       now?: () => number;
@@ -73,18 +73,33 @@ export class HostPool {
     const key = `${r.id} ${r.address}`;
     let p = this.connecting.get(key);
     if (!p && this.opts.connect) {
-      p = this.opts.connect(r.address).then((agent) => {
+      p = this.opts.connect(r.address, r.id).then((agent) => {
         if (agent.instance !== r.id) {
           agent.close();
           throw new Error(`the host agent at ${r.address} is ${agent.instance}, not ${r.id}`);
         }
-        this.clients.get(r.id)?.close();
+        const prev = this.clients.get(r.id);
+        // The same host anew (this replica's certificate was renewed): calls still using the old client get a minute to finish.
+        if (prev && prev.address === r.address) setTimeout(() => prev.close(), 60_000).unref();
+        else prev?.close();
         this.clients.set(r.id, agent);
         this.opts.adopt?.(agent);
       }).catch(() => undefined).finally(() => this.connecting.delete(key));
       this.connecting.set(key, p);
     }
     return p ?? Promise.resolve();
+  }
+
+  /** Lets go of a registered host's client (revoked or removed: nothing more is sent to it, its event stream ends). */
+  drop(id: string): void {
+    if (this.configured.some((h) => h.instance === id)) return;
+    this.clients.get(id)?.close();
+    this.clients.delete(id);
+  }
+
+  /** This replica's certificate was renewed: new clients for the registered hosts (calls in flight on the old ones run on). */
+  async reconnect(): Promise<void> {
+    await Promise.all([...this.rows.values()].filter((r) => r.managed === "lease" && this.unusable(r.id) === null).map((r) => this.connectTo(r)));
   }
 
   /** Why a host cannot take calls now (null: it can). A configured host is always tried. */

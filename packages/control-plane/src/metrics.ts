@@ -55,6 +55,13 @@ export class Metrics {
           this.set({ kind: "used" }, v.used);
         },
       });
+    new Gauge({
+      name: "den_host_cert_expiry_days", help: "Days until each host's newest unrevoked certificate of the deployment's CA expires", labelNames: ["host"] as const, registers: reg,
+      async collect() {
+        this.reset();
+        for (const [host, notAfter] of await store.machineCerts.expiries("host")) this.set({ host }, (notAfter - Date.now()) / 86_400_000);
+      },
+    });
     capacity("den_host_memory_mb", "Guest memory the hosts may hold, and what running and warm sandboxes hold", (c) => ({ capacity: c.capacity.memoryMb, used: c.used.memoryMb }));
     capacity("den_host_vcpus", "vCPUs the hosts may hold, and what running and warm sandboxes hold", (c) => ({ capacity: c.capacity.vcpus, used: c.used.vcpus }));
   }

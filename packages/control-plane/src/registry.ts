@@ -40,6 +40,8 @@ export class HostRegistry {
   async heartbeat(hb: host.Heartbeat): Promise<host.HeartbeatReply> {
     const { store, clock, hosts, log } = this.ctx;
     if (hb.protocol !== host.PROTOCOL_VERSION) throw new DenError("agent_protocol_error", `host ${hb.id} speaks protocol ${hb.protocol}, this control plane ${host.PROTOCOL_VERSION}`);
+    // A revoked host is gone for good: its lease is never renewed again (whatever link it comes over).
+    if (await store.machineCerts.revoked("host", hb.id)) throw new DenError("forbidden", `host ${hb.id} was revoked`);
     const now = clock.now();
     const { before, after } = await store.hosts.heartbeat({ id: hb.id, address: hb.address, kind: JSON.stringify(hb.kind), capacity: JSON.stringify(hb.capacity), starting: hb.starting === true }, now, now + this.config.leaseMs);
     if (after.state === "removed") return { leaseMs: this.config.leaseMs, state: "removed" };
@@ -138,7 +140,27 @@ export class HostRegistry {
     const vols = await volumeStore(this.ctx.store).onHost(id);
     if (vols.length) throw new DenError("invalid_state", `host ${id} still has ${vols.length} volume(s) (${vols.slice(0, 5).map((v) => v.id).join(", ")}): drain it first (that parks them in the store)`);
     await this.ctx.store.hosts.setState(id, "removed");
+    // Removed is for good: its certificates are revoked too (a new host joins under a new id).
+    await this.ctx.store.machineCerts.revoke("host", id, this.ctx.clock.now());
+    this.ctx.hosts.drop(id);
     await this.ctx.hosts.refresh();
+  }
+
+  /**
+   * Revokes a host: its certificates are refused from now on (heartbeats, renewals), its lease
+   * ends now so no call goes to it, and after the grace period its sandboxes are lost and
+   * recoverable elsewhere, as a silent host's are. Returns how many certificates it revoked.
+   */
+  async revoke(id: string): Promise<number> {
+    const { store, clock } = this.ctx;
+    const row = await store.hosts.get(id);
+    const n = await store.machineCerts.revoke("host", id, clock.now());
+    if (!row && n === 0) throw new DenError("not_found", `host ${id} is not registered and has no certificate`);
+    if (row) await store.hosts.endLease(id, clock.now());
+    this.ctx.hosts.drop(id);
+    await this.ctx.hosts.refresh();
+    this.ctx.log.warn({ host: id }, `host ${id} was revoked (${n} certificate(s)): no more calls go to it`);
+    return n;
   }
 
   /**

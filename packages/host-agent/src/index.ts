@@ -6,6 +6,8 @@ export { HttpHostAgent } from "./http/client.js";
 export { HostHttp, type HostLink } from "./http/fetch.js";
 export { hasSecret, checkSecret } from "./http/auth.js";
 export { Registrar, type RegisteredHost, type RegistrarOptions } from "./registrar.js";
+export { CertRenewer, type RenewerOptions } from "./renewer.js";
+export { joinFleet } from "./join.js";
 export { HttpGuest } from "./http/guest-client.js";
 export { WORK_HEADER, processCpuSeconds, reportHostWork, withHostWork } from "./work.js";
 export { pacedInput, INPUT_HIGH_WATER } from "./http/paced-input.js";

@@ -35,8 +35,12 @@ export class Registrar {
   private next = 0;
   private stopped = false;
   state: host.HeartbeatReply["state"] | undefined;
+  /** One link per control plane, kept (over TLS a new one per beat was a handshake and a pool each time). */
+  private readonly links = new Map<string, HostHttp>();
 
-  constructor(private readonly agent: RegisteredHost, private readonly opts: RegistrarOptions) {}
+  constructor(private readonly agent: RegisteredHost, private readonly opts: RegistrarOptions) {
+    this.opts = { ...opts };
+  }
 
   /** Registers now (the first heartbeat must be answered, or the start fails), then keeps the lease. */
   async start(): Promise<void> {
@@ -62,7 +66,7 @@ export class Registrar {
     for (let i = 0; i < this.opts.controlPlanes.length; i++) {
       const url = this.opts.controlPlanes[(this.next + i) % this.opts.controlPlanes.length]!;
       try {
-        const reply = await new HostHttp(url, this.opts.link).json("POST", host.registration.heartbeat.path, host.HeartbeatReply, { json: body, timeoutMs: 10_000 });
+        const reply = await this.http(url).json("POST", host.registration.heartbeat.path, host.HeartbeatReply, { json: body, timeoutMs: 10_000 });
         this.next = (this.next + i) % this.opts.controlPlanes.length;
         this.leaseUntil = sentAt + reply.leaseMs;
         if (this.fenced) this.opts.log?.(`den: lease renewed through ${url}; the control plane resumes what is still ours`);
@@ -88,7 +92,7 @@ export class Registrar {
     while (Date.now() < end) {
       for (const url of this.opts.controlPlanes) {
         try {
-          left = (await new HostHttp(url, this.opts.link).json("POST", host.registration.drain.path.replace(":id", this.agent.instance), host.registration.drain.response, { json: {}, timeoutMs: 10_000 })).left;
+          left = (await this.http(url).json("POST", host.registration.drain.path.replace(":id", this.agent.instance), host.registration.drain.response, { json: {}, timeoutMs: 10_000 })).left;
           break;
         } catch {
           /* the next replica */
@@ -100,8 +104,24 @@ export class Registrar {
     return left;
   }
 
+  private http(url: string): HostHttp {
+    let h = this.links.get(url);
+    if (!h) this.links.set(url, (h = new HostHttp(url, this.opts.link)));
+    return h;
+  }
+
+  /** A renewed certificate: the next calls present it (on new connections; a call in flight finishes on its own). */
+  setLink(link: HostLink): void {
+    this.opts.link = link;
+    const old = [...this.links.values()];
+    this.links.clear();
+    setTimeout(() => old.forEach((h) => h.close()), 15_000).unref();
+  }
+
   stop(): void {
     this.stopped = true;
     clearTimeout(this.timer);
+    for (const h of this.links.values()) h.close();
+    this.links.clear();
   }
 }

@@ -147,3 +147,13 @@ export function verifyIssuedBy(certPem: string, ca: Pick<Ca, "certPem">, now = D
 export function renewAt(notBefore: number, notAfter: number): number {
   return notBefore + Math.floor(((notAfter - notBefore) * 2) / 3);
 }
+
+/**
+ * How long from `now` to wait before renewing: until renewAt, or, for a certificate already
+ * past it (a fresh one is back-dated 5 minutes, so a short-lived one starts past it), two
+ * thirds of what is left of its life; never a tight loop.
+ */
+export function renewDelay(notBefore: number, notAfter: number, now = Date.now()): number {
+  const at = renewAt(notBefore, notAfter);
+  return Math.max(1000, at > now ? at - now : Math.floor(((notAfter - now) * 2) / 3));
+}

@@ -539,6 +539,8 @@ export const HostEntry = z.object({
   lost_at: z.string().nullable(),
   kind: z.object({ qemuVersion: z.string(), accelerator: z.string(), cpuModel: z.string(), arch: z.string() }).nullable(),
   capacity: HostCapacity.shape.capacity.nullable(), used: HostCapacity.shape.used.nullable(), sandboxes: z.number().int(),
+  /** When its newest unrevoked certificate of the deployment's CA expires (null: it has none, say over the legacy secret). */
+  cert_expires_at: z.string().nullable(),
 });
 export type HostEntry = z.infer<typeof HostEntry>;
 export const HostList = z.object({ hosts: z.array(HostEntry) });

@@ -337,6 +337,10 @@ export type JoinRequest = z.infer<typeof JoinRequest>;
 export const JoinReply = z.object({ certificate: z.string(), ca: z.string(), serial: z.string(), not_after: z.string() });
 export type JoinReply = z.infer<typeof JoinReply>;
 
+/** A machine's renewal, over its verified certificate (the fleet listener): a CSR of its (new) key; the reply is a JoinReply. */
+export const RenewRequest = z.object({ csr: z.string().min(1).max(16 * 1024) });
+export type RenewRequest = z.infer<typeof RenewRequest>;
+
 /** `removed`: the operator took it out (it must not run sandboxes); `draining`: no new sandboxes, its own go cold. */
 export const HostState = z.enum(["up", "draining", "removed"]);
 export const HeartbeatReply = z.object({ leaseMs: Positive, state: HostState });
@@ -348,6 +352,8 @@ export const registration = {
   drain: route({ method: "POST", path: "/internal/v1/hosts/:id/drain", body: z.object({}), response: z.object({ left: Count }) }),
   /** A machine's first call, with no key but a one-time join token: a certificate for the key of its CSR (see JoinRequest). */
   join: route({ method: "POST", path: "/internal/v1/join", body: JoinRequest, response: JoinReply }),
+  /** A machine with a certificate renews it (same identity, refused once revoked): mutual TLS only. */
+  renew: route({ method: "POST", path: "/internal/v1/renew", body: RenewRequest, response: JoinReply }),
 } as const;
 
 /** `GET /host/v1/events`: NDJSON, one of these a line (a ping every few seconds keeps the stream honest). */

@@ -21,6 +21,8 @@ export interface HostInfo {
   used: { memoryMb: number; vcpus: number; sandboxes: number } | null;
   /** Sandboxes the database places on it (any state but destroyed). */
   sandboxes: number;
+  /** When its newest unrevoked certificate expires (null: it has none, say over the legacy secret). */
+  certExpiresAt: Date | null;
 }
 
 /** A new one-time join token (`Hosts.createJoinToken`): its text is shown only this once. */
@@ -37,7 +39,7 @@ function toHostInfo(w: api.HostEntry): HostInfo {
   return {
     id: w.id, url: w.url, status: w.status, error: w.error, state: w.state, managed: w.managed, leaseUntil: date(w.lease_until), lostAt: date(w.lost_at), kind: w.kind,
     capacity: w.capacity ? { memoryMb: w.capacity.memory_mb, vcpus: w.capacity.vcpus, diskReserveMb: w.capacity.disk_reserve_mb } : null,
-    used: w.used ? { memoryMb: w.used.memory_mb, vcpus: w.used.vcpus, sandboxes: w.used.sandboxes } : null,
+    used: w.used ? { memoryMb: w.used.memory_mb, vcpus: w.used.vcpus, sandboxes: w.used.sandboxes } : null, certExpiresAt: date(w.cert_expires_at ?? null),
     sandboxes: w.sandboxes,
   };
 }
@@ -81,7 +83,16 @@ export const Hosts = {
     return { id: t.id, token: t.token, kind: t.kind, expiresAt: new Date(t.expires_at) };
   },
 
-  /** Removes a host that holds no sandbox (drain it first). */
+  /**
+   * Revokes a host: its certificates are refused from now on, no call goes to it, and its
+   * sandboxes are recovered elsewhere as a lost host's; resolves with how many certificates.
+   */
+  async revoke(id: string, opts: DenClientOptions & RequestOptions = {}): Promise<{ revoked: number }> {
+    const client = new DenClient(opts);
+    return client.json({ method: "POST", path: `/v1/hosts/${seg(id)}/revoke`, json: {}, signal: opts.signal }, (v) => ({ revoked: Number((v as { revoked: number }).revoked) }));
+  },
+
+  /** Removes a host that holds no sandbox (drain it first); its certificates are revoked. */
   async remove(id: string, opts: DenClientOptions & RequestOptions = {}): Promise<void> {
     const client = new DenClient(opts);
     await client.request({ method: "DELETE", path: `/v1/hosts/${seg(id)}`, signal: opts.signal });

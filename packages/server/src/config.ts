@@ -30,8 +30,10 @@ function hostAgentConfig(list: string | undefined, env: NodeJS.ProcessEnv): Serv
   if (given.length) {
     checkUrls(urls, "a host agent");
     const secret = env.DEN_HOST_SECRET;
-    if (!secret) throw new Error("remote host agents (DEN_HOST_AGENT_URL, --host-agent) need their shared secret in DEN_HOST_SECRET");
-    return { kind: "remote", urls, secret, registered: given.includes("registered") };
+    // Mutual TLS (an identity, or a CA to issue one from) needs no shared secret.
+    const tls = Boolean(env.DEN_TLS_DIR || env.DEN_CA_DIR);
+    if (!secret && !tls) throw new Error("remote host agents (DEN_HOST_AGENT_URL, --host-agent) need mutual TLS (DEN_TLS_DIR or DEN_CA_DIR) or their shared secret in DEN_HOST_SECRET");
+    return { kind: "remote", urls, ...(tls ? {} : { secret: secret! }), registered: given.includes("registered") };
   }
   const transport = env.DEN_HOST_TRANSPORT ?? "local";
   if (transport !== "local" && transport !== "loopback" && transport !== "memory") throw new Error(`DEN_HOST_TRANSPORT must be local, loopback or memory, got ${transport}`);
@@ -51,12 +53,13 @@ function num(v: string | undefined, fallback: number): number {
   return n;
 }
 
-export function loadConfig(flags: Partial<{ port: string; host: string; dataDir: string; hostAgent: string; envdPort: string }> = {}, env = process.env): ServerConfig {
+export function loadConfig(flags: Partial<{ port: string; host: string; dataDir: string; hostAgent: string; envdPort: string; tlsDir: string; fleetPort: string }> = {}, env = process.env): ServerConfig {
   // Before anything else: `den serve` and `den host run` both start here.
   refusePlaceholderSecrets(env);
   const onIdle = env.DEN_ON_IDLE ?? "hibernate";
   if (onIdle !== "hibernate" && onIdle !== "destroy") throw new Error(`DEN_ON_IDLE must be hibernate or destroy, got ${onIdle}`);
-  const hostAgent = hostAgentConfig(flags.hostAgent ?? env.DEN_HOST_AGENT_URL, env);
+  const tlsDir = flags.tlsDir ?? env.DEN_TLS_DIR;
+  const hostAgent = hostAgentConfig(flags.hostAgent ?? env.DEN_HOST_AGENT_URL, { ...env, ...(tlsDir ? { DEN_TLS_DIR: tlsDir } : {}) });
   return {
     port: num(flags.port ?? env.DEN_PORT, 8787),
     host: flags.host ?? env.DEN_HOST ?? "127.0.0.1",
@@ -150,6 +153,9 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     metricsPublic: env.DEN_METRICS_PUBLIC === "1",
     hostAgent,
     hostLeases: { leaseMs: num(env.DEN_HOST_LEASE_SECONDS, 15) * 1000, graceMs: num(env.DEN_HOST_LOST_GRACE_SECONDS, 30) * 1000 },
+    ...(hostAgent.kind === "remote" && (tlsDir || env.DEN_CA_DIR)
+      ? { fleet: { ...(tlsDir ? { tlsDir: resolve(tlsDir) } : {}), port: num(flags.fleetPort ?? env.DEN_FLEET_PORT, 8789), host: env.DEN_FLEET_HOST ?? flags.host ?? env.DEN_HOST ?? "127.0.0.1" } }
+      : {}),
     ...(env.DEN_CA_DIR ? { ca: { dir: resolve(env.DEN_CA_DIR), certTtlHours: certTtlHours(env.DEN_CERT_TTL_HOURS) } } : {}),
     e2b: {
       envdPort: (flags.envdPort ?? env.DEN_ENVD_PORT) === "off" ? null : num(flags.envdPort ?? env.DEN_ENVD_PORT, 49983),

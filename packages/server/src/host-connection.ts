@@ -3,6 +3,7 @@ import type { HostAgent } from "@den/protocol";
 import type { ObjectStore } from "@den/store";
 import { HttpHostAgent, LocalHostAgent, MemoryHostAgent, startHostServer } from "@den/host-agent";
 import type { ServerConfig } from "./config.js";
+import type { FleetIdentity } from "./fleet-identity.js";
 
 /** The host agents the control plane talks to, and how to let go of them. */
 export interface HostConnection {
@@ -21,12 +22,13 @@ export interface HostConnection {
  * elsewhere (each must answer now: a typo in the list should stop the start, not strand
  * sandboxes); this process opens no runtime and takes no lock on the VMs' data dir.
  */
-export async function connectHost(config: ServerConfig, objects: ObjectStore, log?: object | boolean): Promise<HostConnection> {
+export async function connectHost(config: ServerConfig, objects: ObjectStore, log?: object | boolean, fleet?: FleetIdentity): Promise<HostConnection> {
   const where = config.hostAgent;
   if (where.kind === "remote") {
     const hosts: HttpHostAgent[] = [];
     try {
-      for (const url of where.urls) hosts.push(await HttpHostAgent.connect(url, { secret: where.secret }));
+      // Over mutual TLS a configured host is any host of the CA (its id is learned from it).
+      for (const url of where.urls) hosts.push(await HttpHostAgent.connect(url, fleet ? { tls: fleet.tls, peer: { kind: "host" } } : { secret: where.secret! }));
     } catch (e) {
       for (const h of hosts) h.close();
       throw e;

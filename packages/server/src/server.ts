@@ -11,6 +11,8 @@ import { REPLICA_LEASE_MS, Replica } from "@den/control-plane";
 import { openStore } from "./object-store.js";
 import { Store } from "@den/control-plane";
 import { openE2b, volumeContentRoutes } from "./e2b/index.js";
+import { FleetIdentity } from "./fleet-identity.js";
+import { startFleetListener, type FleetListener } from "./fleet-listener.js";
 import { DenEnvdSandboxes } from "./e2b/envd-access.js";
 import { E2bPortTraffic } from "./e2b/port-traffic.js";
 import { buildEnvdServer } from "./e2b/envd/index.js";
@@ -25,6 +27,10 @@ export interface RunningServer {
   app: FastifyInstance;
   cp: ControlPlane;
   url: string;
+  /** The hosts' listener (mutual TLS, DEN_FLEET_PORT), when the fleet speaks it. */
+  fleetUrl?: string;
+  /** This replica's identity toward the hosts, when the fleet speaks mutual TLS. */
+  fleetIdentity?: FleetIdentity;
   /** The E2B envd listener's base URL (E2B_SANDBOX_URL), if it has one. */
   envdUrl?: string;
   /** Set when this start created the first admin key (no DEN_API_KEY, empty database). */
@@ -55,13 +61,26 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   const db = await openDatabase(config.dataDir, config.database);
   const store = new Store(db);
   const objects = openStore(config);
-  const { hosts, close: closeHost } = opts.host ? { hosts: [opts.host], close: async () => undefined } : await connectHost(config, objects);
-  const deployment = await store.setting("deployment_id", newDeploymentId);
-  const remote = config.hostAgent.kind === "remote" ? config.hostAgent : undefined;
   const clock = opts.clock ?? systemClock;
   const replica = await Replica.open(store, clock, config.dataDir);
+  let fleet: FleetIdentity | undefined;
+  let connected: Awaited<ReturnType<typeof connectHost>>;
+  try {
+    // Mutual TLS with the hosts: this replica's identity first, every host connection needs it.
+    if (config.fleet) fleet = await FleetIdentity.open(config, (row) => store.machineCerts.record(row), replica.id);
+    connected = opts.host ? { hosts: [opts.host], close: async () => undefined } : await connectHost(config, objects, undefined, fleet);
+  } catch (e) {
+    await replica.retire().catch(() => undefined);
+    await db.destroy();
+    throw e;
+  }
+  const { hosts, close: closeHost } = connected;
+  const deployment = await store.setting("deployment_id", newDeploymentId);
+  const remote = config.hostAgent.kind === "remote" ? config.hostAgent : undefined;
+  // A registered host is reached at the address it gave, and must be the host its row names (over TLS: its certificate says so).
+  const connectTo = (address: string, id: string) => HttpHostAgent.connect(address, fleet ? { tls: fleet.tls, peer: { kind: "host", id } } : { secret: remote!.secret! });
   const cp = new ControlPlane(store, hosts, config, objects, deployment, clock, {
-    replica: replica.id, hostWork: { run: withHostWork, processCpuSeconds }, ...(remote ? { connectHost: (address: string) => HttpHostAgent.connect(address, { secret: remote.secret }) } : {}),
+    replica: replica.id, hostWork: { run: withHostWork, processCpuSeconds }, ...(remote ? { connectHost: connectTo } : {}),
   });
   let createdAdminKey: string | undefined;
   try {
@@ -82,7 +101,19 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   // envd on a listener of its own: guest bytes never share the API's (and dashboard's) origin.
   let envdUrl: string | undefined;
   let envd: Awaited<ReturnType<typeof buildEnvdServer>> | undefined;
+  let fleetListener: FleetListener | undefined;
   try {
+    if (fleet && config.fleet) {
+      fleetListener = await inUseSaysHow(startFleetListener(cp, fleet.tls, { port: config.fleet.port, host: config.fleet.host, logger: opts.logger ?? false }), `the hosts' port ${config.fleet.host}:${config.fleet.port}`, "DEN_FLEET_PORT or --fleet-port");
+      const listener = fleetListener;
+      // A renewed certificate: the hosts' listener serves it, new host connections present it.
+      fleet.onRenew(async (tls) => {
+        listener.reload(tls);
+        await cp.hosts.reconnect();
+        app.log.info({ expires: new Date(fleet!.notAfter).toISOString() }, "this replica's certificate was renewed");
+      });
+      fleet.start();
+    }
     await inUseSaysHow(app.listen({ port: config.port, host: config.host }), `the API's port ${config.host}:${config.port}`, "DEN_PORT or --port");
     const addr = app.server.address();
     apiPort = typeof addr === "object" && addr ? addr.port : config.port;
@@ -97,6 +128,8 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
       await inUseSaysHow(envd.listen({ port: config.e2b.envdPort, host: config.e2b.envdHost }), `envd's port ${config.e2b.envdHost}:${config.e2b.envdPort}`, "DEN_ENVD_PORT or --envd-port (off: no envd)");
     }
   } catch (e) {
+    fleet?.close();
+    await fleetListener?.close();
     await envd?.close();
     await app.close();
     cp.hosts.close();
@@ -149,6 +182,8 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   });
   return {
     app, cp, url: baseUrl(config.host, apiPort),
+    ...(fleetListener ? { fleetUrl: fleetListener.url } : {}),
+    ...(fleet ? { fleetIdentity: fleet } : {}),
     ...(envdUrl ? { envdUrl } : {}),
     ...(createdAdminKey ? { createdAdminKey } : {}),
     async close() {
@@ -161,6 +196,8 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
       clearInterval(refusals);
       clearInterval(gc);
       clearInterval(sampler);
+      fleet?.close();
+      await fleetListener?.close();
       await envd?.close();
       await app.close();
       // Its last lifecycle events (the clean stop's hibernations) wait in the outbox for the next start.

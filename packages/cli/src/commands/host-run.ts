@@ -13,46 +13,87 @@ import { configured } from "../output.js";
  * in-memory host instead (MemoryHostAgent: no VM, no QEMU; its state kept in the data dir's
  * memory-host.json, so a restart finds its VMs as a real host's would), so a control plane in
  * another process can be tested without VMs.
+ *
+ * Mutual TLS (the default once it has an identity): `--join TOKEN` the first time (a key
+ * made here, a certificate from the control plane's hosts' listener, checked against the
+ * token's CA pin; written to `--tls-dir`, default <data dir>/identity); later starts read
+ * it from there. It then serves https to control planes of its CA only, registers with
+ * their hosts' listeners (https, DEN_FLEET_PORT) by its certificate, and renews that before
+ * it expires. With no identity and no token: the legacy DEN_HOST_SECRET over plain HTTP.
  */
 export function registerHostRun(host: Command): void {
   host
     .command("run")
-    .description("run this machine's host agent alone, serving the host protocol to a control plane (needs DEN_HOST_SECRET)")
+    .description("run this machine's host agent alone, serving the host protocol to a control plane (mutual TLS: --join TOKEN once; or the legacy DEN_HOST_SECRET)")
     .option("-p, --port <port>", "port (default 8788)", "8788")
     .option("--host <host>", "address to listen on (default 127.0.0.1)", "127.0.0.1")
     .option("--control-plane <url...>", "register with these control-plane replicas (all of them), keeping a lease; separated by commas or spaces, or the flag repeated (env DEN_CONTROL_PLANE_URL)")
     .option("--advertise <url>", "where the control plane reaches this host (default http://<host>:<port>)")
     .option("--memory", "an in-memory host: no VM and no QEMU, for tests of the control plane")
-    .action(async (opts: { port: string; host: string; controlPlane?: string[]; advertise?: string; memory?: boolean }, cmd: Command) => {
+    .option("--join <token>", "join the fleet with a one-time token (den hosts token create): a certificate from the control plane's hosts' listener (--control-plane https://cp:8789), kept in --tls-dir")
+    .option("--tls-dir <dir>", "this host's identity (key.pem, cert.pem, ca.pem) (env DEN_TLS_DIR; default <data dir>/identity)")
+    .action(async (opts: { port: string; host: string; controlPlane?: string[]; advertise?: string; memory?: boolean; join?: string; tlsDir?: string }, cmd: Command) => {
+      const { existsSync } = await import("node:fs");
+      const { join: joinPath, resolve } = await import("node:path");
       const { privateFiles } = await import("@den/runtime");
-      const { LocalHostAgent, MemoryHostAgent, Registrar, startHostServer } = await import("@den/host-agent");
+      const { CertRenewer, LocalHostAgent, MemoryHostAgent, Registrar, joinFleet, startHostServer } = await import("@den/host-agent");
+      const { ownIdentity, readMachineTls, writeIdentityFiles } = await import("@den/pki");
       const { checkUrls, loadConfig, openStore, urlList } = await import("@den/server");
       // Everything it writes (database, snapshots, memory images, logs) is for root's eyes only.
       privateFiles();
       const root = cmd.optsWithGlobals<{ dataDir?: string }>();
       const dataDir = root.dataDir ? { dataDir: (await globalOptions(cmd)).dataDir } : {};
       const config = configured(() => loadConfig(dataDir));
+      const tlsDir = resolve(opts.tlsDir ?? process.env.DEN_TLS_DIR ?? joinPath(config.dataDir, "identity"));
+      const haveIdentity = existsSync(joinPath(tlsDir, "cert.pem"));
+      const mtls = haveIdentity || opts.join !== undefined;
       const secret = process.env.DEN_HOST_SECRET;
-      if (!secret) throw new Error("den host run needs DEN_HOST_SECRET: the control plane sends it with every request");
+      if (!mtls && !secret) throw new Error(`den host run needs an identity (--join TOKEN the first time, or one in ${tlsDir}) or the legacy DEN_HOST_SECRET`);
+      // Commas or spaces, in the flag or the variable (a host should know every replica: one that knows one pauses its VMs when that one dies).
+      const planes = urlList(opts.controlPlane?.length ? opts.controlPlane : process.env.DEN_CONTROL_PLANE_URL);
+      checkUrls(planes, "a control plane");
+      if (mtls && planes.some((u) => !u.startsWith("https://"))) throw new Error("over mutual TLS the control planes are their hosts' listeners: --control-plane https://HOST:8789");
+      if (opts.join && !haveIdentity && !planes.length) throw new Error("--join needs the control plane to join: --control-plane https://HOST:8789");
       const agent = opts.memory
         ? await MemoryHostAgent.open({ store: openStore(config), capacity: config.capacity, dataDir: config.dataDir })
         : (await warnSurplusCapabilities(), await LocalHostAgent.open(config.dataDir, openStore(config), config.capacity));
       let server;
+      let tls: import("@den/pki").MachineTls | undefined;
       try {
-        server = await startHostServer(agent, { secret, port: Number(opts.port), host: opts.host, logger: { level: config.logLevel } });
+        if (mtls) {
+          if (!haveIdentity) {
+            // The first start: a key made here, a certificate for this host's instance id, checked against the token's CA pin.
+            let last: unknown;
+            for (const url of planes) {
+              try {
+                tls = await joinFleet(url, opts.join!, agent.instance);
+                break;
+              } catch (e) {
+                last = e;
+              }
+            }
+            if (!tls) throw new Error(`could not join the fleet: ${(last as Error).message}`);
+            await writeIdentityFiles(tlsDir, { keyPem: tls.key, certPem: tls.cert, caPem: tls.ca });
+            logLine(`den: joined the fleet as host ${agent.instance}; identity in ${tlsDir}`);
+          } else {
+            tls = readMachineTls(tlsDir);
+          }
+          const me = ownIdentity(tls);
+          if (me.kind !== "host" || me.id !== agent.instance) throw new Error(`${tlsDir} holds the identity of ${me.kind} ${me.id}, not of this host (${agent.instance})`);
+        }
+        server = await startHostServer(agent, { ...(tls ? { tls } : { secret }), port: Number(opts.port), host: opts.host, logger: { level: config.logLevel } });
       } catch (e) {
         agent.close();
         throw e;
       }
       logLine(`den: ${opts.memory ? "in-memory " : ""}host agent ${agent.instance} listening on ${server.url} (data dir ${config.dataDir})`);
-      // Commas or spaces, in the flag or the variable (a host should know every replica: one that knows one pauses its VMs when that one dies).
-      const planes = urlList(opts.controlPlane?.length ? opts.controlPlane : process.env.DEN_CONTROL_PLANE_URL);
-      checkUrls(planes, "a control plane");
       let registrar: Registrar | undefined;
+      let renewer: InstanceType<typeof CertRenewer> | undefined;
       if (planes.length) {
         const address = (opts.advertise ?? process.env.DEN_HOST_ADVERTISE_URL ?? server.url).replace(/\/+$/, "");
         if (/^https?:\/\/(0\.0\.0\.0|\[::\])(:|$)/.test(address)) throw new Error(`listening on ${opts.host}: say where the control plane reaches this host with --advertise URL`);
-        registrar = new Registrar(agent, { controlPlanes: planes, link: { secret }, address, intervalMs: Number(process.env.DEN_HOST_HEARTBEAT_MS ?? 2000), log: logLine });
+        const link = (t: import("@den/pki").MachineTls | undefined) => (t ? { tls: t, peer: { kind: "control-plane" as const } } : { secret: secret! });
+        registrar = new Registrar(agent, { controlPlanes: planes, link: link(tls), address, intervalMs: Number(process.env.DEN_HOST_HEARTBEAT_MS ?? 2000), log: logLine });
         try {
           await registrar.start();
         } catch (e) {
@@ -61,6 +102,13 @@ export function registerHostRun(host: Command): void {
           throw new Error(`could not register with the control plane (${planes.join(", ")}): ${(e as Error).message}`);
         }
         logLine(`den: registered with ${planes.join(", ")} as ${address}`);
+        if (tls) {
+          // Renewed before it expires: new connections (the control planes', and ours to them) take the new one; open ones keep theirs.
+          const reg = registrar;
+          const srv = server;
+          renewer = new CertRenewer(tls, { controlPlanes: planes, dir: tlsDir, log: logLine, onRenew: (t) => (srv.reload(t), reg.setLink(link(t))) });
+          renewer.start();
+        }
       }
       let stopping = false;
       // Registered: a stop drains the host first (its sandboxes go cold and can wake elsewhere).
@@ -74,6 +122,7 @@ export function registerHostRun(host: Command): void {
           : (logLine(`den: ${signal}: host agent stopping; its VMs keep running and are adopted at the next start`), Promise.resolve());
         drained.finally(() => {
           registrar?.stop();
+          renewer?.stop();
           // A connection that does not let go (a stream to a guest) does not hold the stop up for long.
           setTimeout(() => process.exit(0), 10_000).unref();
           // The runtime's close resolves once its pool's QEMUs and its empty cgroups are gone: exiting first left them behind.

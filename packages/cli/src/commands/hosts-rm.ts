@@ -5,7 +5,7 @@ import { Hosts } from "@den/sdk";
 export function registerHostsRm(hosts: Command): void {
   hosts
     .command("rm")
-    .description("remove a host that holds no sandbox (drain it first)")
+    .description("remove a host that holds no sandbox (drain it first); its certificates are revoked")
     .argument("<id>", "host id")
     .action(async (id: string) => {
       await Hosts.remove(id);

@@ -9,9 +9,11 @@ export function registerServe(program: Command): void {
     .option("-p, --port <port>", "port (env DEN_PORT, default 8787)")
     .option("--host <host>", "address to listen on (env DEN_HOST, default 127.0.0.1)")
     .option("--host-agent <url>", "run no VMs here: use the host agent at URL (`den host run`); repeat it, or separate URLs with commas, for several (env DEN_HOST_AGENT_URL, shared secret in DEN_HOST_SECRET)", (v: string, prev: string[] = []) => [...prev, v])
+    .option("--tls-dir <dir>", "this replica's identity toward the hosts (key.pem, cert.pem, ca.pem): mutual TLS with them instead of DEN_HOST_SECRET (env DEN_TLS_DIR; without it, DEN_CA_DIR issues one at start)")
+    .option("--fleet-port <port>", "the hosts' listener (mutual TLS: joins, heartbeats, renewals) (env DEN_FLEET_PORT, default 8789)")
     .option("--envd-port <port>", "port of the E2B-compatible envd listener (env DEN_ENVD_PORT, default 49983; off: none)")
     .option("--log-format <format>", "pretty (one readable line per event) or json (JSON lines); default: pretty on a terminal, json otherwise (env DEN_LOG_FORMAT)")
-    .action(async (opts: { port?: string; host?: string; hostAgent?: string[]; envdPort?: string; logFormat?: string }, cmd: Command) => {
+    .action(async (opts: { port?: string; host?: string; hostAgent?: string[]; envdPort?: string; logFormat?: string; tlsDir?: string; fleetPort?: string }, cmd: Command) => {
       const { privateFiles } = await import("@den/runtime");
       const { loadConfig, logFormat, readableLogStream, startServer } = await import("@den/server");
       // Everything it writes (database, snapshots, memory images, logs) is for root's eyes only.
@@ -20,7 +22,7 @@ export function registerServe(program: Command): void {
       const dataDir = root.dataDir ? { dataDir: (await globalOptions(cmd)).dataDir } : {};
       const config = configured(() => loadConfig({
         ...(opts.port ? { port: opts.port } : {}), ...(opts.host ? { host: opts.host } : {}), ...(opts.hostAgent?.length ? { hostAgent: opts.hostAgent.join(",") } : {}),
-        ...(opts.envdPort ? { envdPort: opts.envdPort } : {}),
+        ...(opts.envdPort ? { envdPort: opts.envdPort } : {}), ...(opts.tlsDir ? { tlsDir: opts.tlsDir } : {}), ...(opts.fleetPort ? { fleetPort: opts.fleetPort } : {}),
         ...dataDir,
       }));
       if (config.hostAgent.kind !== "remote") await warnSurplusCapabilities();
@@ -32,6 +34,7 @@ export function registerServe(program: Command): void {
         ? `registered host agents: ${hosts.length ? hosts.join(", ") : "none yet (den host run --control-plane URL)"}`
         : `host agent${hosts.length > 1 ? "s" : ""} ${hosts.join(", ")}`;
       logLine(`den: listening on ${server.url} (data dir ${config.dataDir}; ${hostsSaid})`);
+      if (server.fleetUrl) logLine(`den: hosts' listener (mutual TLS) at ${server.fleetUrl} as ${server.fleetIdentity!.identity.kind} ${server.fleetIdentity!.identity.id}`);
       if (server.envdUrl) logLine(`den: E2B API at ${server.url} (E2B_API_URL), envd at ${server.envdUrl} (E2B_SANDBOX_URL)`);
       if (server.createdAdminKey) logLine(`den: created an admin API key (shown once): ${server.createdAdminKey}`);
       let stopping = false;

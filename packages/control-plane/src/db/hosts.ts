@@ -12,6 +12,11 @@ export class HostsRepo extends Repo {
     return this.db.selectFrom("hosts").selectAll().where("id", "=", id).executeTakeFirst();
   }
 
+  /** Ends a host's lease now (a revoked host): it takes no calls, and is lost after the grace period as a silent one is. */
+  async endLease(id: string, at: number): Promise<void> {
+    await this.db.updateTable("hosts").set({ lease_until: at }).where("id", "=", id).where("managed", "=", "lease").where("lease_until", ">", at).execute();
+  }
+
   /** A host given by configuration: recorded (no lease), its address kept current. */
   async upsertConfigured(id: string, address: string, at: number): Promise<void> {
     await this.db.insertInto("hosts").values({ id, address, managed: "config", state: "up", kind: null, capacity: null, registered_at: at, heartbeat_at: null, lease_until: null, lost_at: null })

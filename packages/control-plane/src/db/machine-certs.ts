@@ -25,6 +25,13 @@ export class MachineCertsRepo extends Repo {
     return r !== undefined;
   }
 
+  /** The latest not_after of each machine of `kind` among its unrevoked certificates. */
+  async expiries(kind: string): Promise<Map<string, number>> {
+    const rows = await this.db.selectFrom("machine_certs").select(["machine_id", (eb) => eb.fn.max("not_after").as("not_after")])
+      .where("kind", "=", kind).where("revoked_at", "is", null).groupBy("machine_id").execute();
+    return new Map(rows.map((r) => [r.machine_id, Number(r.not_after)]));
+  }
+
   /** Revokes every certificate of a machine at `now`; how many it revoked. */
   async revoke(kind: string, machineId: string, now: number): Promise<number> {
     const r = await this.db.updateTable("machine_certs").set({ revoked_at: now }).where("kind", "=", kind).where("machine_id", "=", machineId).where("revoked_at", "is", null).executeTakeFirst();

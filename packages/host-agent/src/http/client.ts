@@ -56,7 +56,9 @@ export class HttpHostAgent implements HostAgent {
     return new HttpGuest(this.http, id);
   }
 
+  /** Stops following events and lets go of the pooled connections (calls in flight finish first). */
   close(): void {
     this.events.stop();
+    this.http.close();
   }
 }

@@ -36,8 +36,15 @@ export function registerHostRoutes(app: TypedApp, cp: ControlPlane): void {
     return reply.status(204).send();
   });
 
+  app.post("/v1/hosts/:id/revoke", {
+    schema: { summary: "Revoke a host: its certificates are refused from now on, no call goes to it, and its sandboxes are recovered elsewhere as a lost host's, after its lease and the grace period; `revoked`: how many certificates (admin)", params: HostParams, response: { 200: z.object({ revoked: z.number().int() }) } },
+  }, async (req) => {
+    requireAdmin(req);
+    return { revoked: await cp.registry.revoke(req.params.id) };
+  });
+
   app.delete("/v1/hosts/:id", {
-    schema: { summary: "Remove a host that holds no sandbox (drain it first) (admin)", params: HostParams },
+    schema: { summary: "Remove a host that holds no sandbox (drain it first); its certificates are revoked (admin)", params: HostParams },
   }, async (req, reply) => {
     requireAdmin(req);
     await cp.registry.remove(req.params.id);
@@ -46,6 +53,8 @@ export function registerHostRoutes(app: TypedApp, cp: ControlPlane): void {
 
   const secret = cp.config.hostAgent.kind === "remote" ? cp.config.hostAgent.secret : undefined;
   const hostOnly = async (req: { headers: { authorization?: string } }) => {
+    // Over mutual TLS the hosts call the fleet listener (DEN_FLEET_PORT), never this one.
+    if (cp.config.fleet) throw new DenError("route_not_found", "hosts call this control plane on its hosts' port (DEN_FLEET_PORT), over mutual TLS");
     if (!secret) throw new DenError("route_not_found", "this control plane takes no host registrations (it runs its host agent in process)");
     if (!hasSecret(req.headers.authorization, secret)) throw new DenError("unauthorized", "a host agent's call needs the deployment's host secret (DEN_HOST_SECRET)");
   };

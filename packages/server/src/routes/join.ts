@@ -1,4 +1,4 @@
-import { api, host } from "@den/protocol";
+import { DenError, api, host } from "@den/protocol";
 import type { ControlPlane } from "@den/control-plane";
 import type { TypedApp } from "../typed-app.js";
 import { requireAdmin } from "../principal.js";
@@ -23,6 +23,10 @@ export function registerJoinRoutes(app: TypedApp, cp: ControlPlane): void {
 
   app.post(host.registration.join.path, {
     schema: { hide: true, body: host.JoinRequest, response: { 200: host.JoinReply } },
+    onRequest: async () => {
+      // With a hosts' listener, machines join there (where they can check its certificate against the token's pin).
+      if (cp.config.fleet) throw new DenError("route_not_found", "machines join this control plane on its hosts' port (DEN_FLEET_PORT)");
+    },
   }, async (req) => {
     const c = await cp.enrollment.redeem(req.body.token, req.body.csr, req.body.machine_id);
     return { certificate: c.certPem, ca: c.caPem, serial: c.serial, not_after: new Date(c.notAfter).toISOString() };

@@ -1,0 +1,96 @@
+import { type Ca, type Identity, type MachineTls, MACHINE_ID, certInfo, issueMachine, loadCa, ownIdentity, readMachineTls, renewDelay, writeIdentityFiles } from "@den/pki";
+import type { ServerConfig } from "./config.js";
+
+/** Where an issued certificate is recorded (machine_certs: revocation and expiry read it). */
+export type RecordCert = (row: { serial: string; kind: string; machine_id: string; not_after: number; issued_at: number }) => Promise<void>;
+
+/** Retry a failed renewal this soon (bounded by what is left of the certificate's life). */
+const RETRY_MS = 30_000;
+
+/**
+ * This replica's identity toward the hosts (mutual TLS): read from DEN_TLS_DIR, or issued at
+ * start from the deployment's CA (DEN_CA_DIR) for `control-plane:<replica id>` and kept in
+ * memory only (a new start issues a new one; nothing to protect on disk). With the CA at hand
+ * it renews itself at 2/3 of the certificate's life (writing DEN_TLS_DIR's files when it
+ * has them) and tells `onRenew`'s listeners (the fleet listener, the host clients).
+ */
+export class FleetIdentity {
+  private timer: NodeJS.Timeout | undefined;
+  private readonly listeners: Array<(tls: MachineTls) => void | Promise<void>> = [];
+
+  private constructor(
+    public tls: MachineTls,
+    private readonly ca: Ca | undefined,
+    private readonly ttlHours: number,
+    private readonly dir: string | undefined,
+    private readonly store: RecordCert,
+    private readonly log: (err: unknown, msg: string) => void,
+  ) {}
+
+  static async open(config: ServerConfig, store: RecordCert, replicaId: string, log: (err: unknown, msg: string) => void = () => undefined): Promise<FleetIdentity> {
+    const fleet = config.fleet!;
+    const ca = config.ca ? await loadCa(config.ca.dir) : undefined;
+    const ttlHours = config.ca?.certTtlHours ?? 24;
+    if (fleet.tlsDir) {
+      const tls = readMachineTls(fleet.tlsDir);
+      const me = ownIdentity(tls);
+      if (me.kind !== "control-plane") throw new Error(`${fleet.tlsDir} holds a ${me.kind}'s identity (${me.id}): a control plane needs a control-plane certificate (den ca issue control-plane:ID)`);
+      return new FleetIdentity(tls, ca, ttlHours, fleet.tlsDir, store, log);
+    }
+    if (!ca) throw new Error("mutual TLS with the hosts needs this replica's identity (DEN_TLS_DIR) or the CA to issue one from (DEN_CA_DIR)");
+    if (!MACHINE_ID.test(replicaId)) throw new Error(`replica id ${replicaId} cannot name a certificate`);
+    const me = new FleetIdentity(await FleetIdentity.issue(ca, { kind: "control-plane", id: replicaId }, ttlHours, store), ca, ttlHours, undefined, store, log);
+    return me;
+  }
+
+  private static async issue(ca: Ca, identity: Identity, ttlHours: number, record: RecordCert): Promise<MachineTls> {
+    const m = await issueMachine(ca, identity, { ttlHours });
+    await record({ serial: m.serial, kind: identity.kind, machine_id: identity.id, not_after: m.notAfter, issued_at: Date.now() });
+    return { key: m.key, cert: m.cert, ca: m.ca };
+  }
+
+  /** When the current certificate expires. */
+  get notAfter(): number {
+    return certInfo(this.tls.cert).notAfter;
+  }
+
+  get identity(): Identity {
+    return ownIdentity(this.tls);
+  }
+
+  onRenew(fn: (tls: MachineTls) => void | Promise<void>): void {
+    this.listeners.push(fn);
+  }
+
+  /** Schedules renewals (only with the CA at hand; without it the operator renews DEN_TLS_DIR's files and restarts). */
+  start(): void {
+    if (!this.ca) return;
+    const { notBefore, notAfter } = certInfo(this.tls.cert);
+    this.schedule(renewDelay(notBefore, notAfter));
+  }
+
+  private schedule(ms: number): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => void this.renew(), Math.min(ms, 2 ** 31 - 1));
+    this.timer.unref();
+  }
+
+  /** A new certificate (and key) for the same identity; the listeners switch to it. */
+  async renew(): Promise<void> {
+    try {
+      const tls = await FleetIdentity.issue(this.ca!, this.identity, this.ttlHours, this.store);
+      if (this.dir) await writeIdentityFiles(this.dir, { keyPem: tls.key, certPem: tls.cert, caPem: tls.ca });
+      this.tls = tls;
+      for (const l of this.listeners) await l(tls);
+      this.start();
+    } catch (err) {
+      this.log(err, "this replica's certificate could not be renewed; trying again");
+      const left = certInfo(this.tls.cert).notAfter - Date.now();
+      this.schedule(Math.max(1000, Math.min(RETRY_MS, left / 10)));
+    }
+  }
+
+  close(): void {
+    clearTimeout(this.timer);
+  }
+}
