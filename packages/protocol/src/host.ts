@@ -346,7 +346,13 @@ export const HostState = z.enum(["up", "draining", "removed"]);
 export const HeartbeatReply = z.object({ leaseMs: Positive, state: HostState });
 export type HeartbeatReply = z.infer<typeof HeartbeatReply>;
 
+/** The deployment's CA certificate (PEM), for a joining machine to check against its token's pin before it sends the token. */
+export const CaReply = z.object({ ca: z.string().min(1).max(64 * 1024) });
+export type CaReply = z.infer<typeof CaReply>;
+
 export const registration = {
+  /** Unauthenticated and harmless (a CA certificate is public): the joining machine trusts it only if its token's pin names it. */
+  ca: route({ method: "GET", path: "/internal/v1/ca", response: CaReply }),
   heartbeat: route({ method: "POST", path: "/internal/v1/hosts/heartbeat", body: Heartbeat, response: HeartbeatReply }),
   /** Its own stop: drain (its sandboxes go cold, to wake on another host); the reply says how many are left. */
   drain: route({ method: "POST", path: "/internal/v1/hosts/:id/drain", body: z.object({}), response: z.object({ left: Count }) }),

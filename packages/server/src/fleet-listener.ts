@@ -61,6 +61,8 @@ export async function startFleetListener(cp: ControlPlane, tls: MachineTls, opts
   };
 
   const typed = app.withTypeProvider<ZodTypeProvider>();
+  typed.get(host.registration.ca.path, { schema: { response: { 200: host.CaReply } } }, async () => ({ ca: (await cp.enrollment.authority()).certPem }));
+
   typed.post(host.registration.join.path, { schema: { body: host.JoinRequest, response: { 200: host.JoinReply } } },
     async (req) => reply(await cp.enrollment.redeem(req.body.token, req.body.csr, req.body.machine_id)));
 

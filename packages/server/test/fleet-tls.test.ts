@@ -125,10 +125,29 @@ describe("a fleet over mutual TLS", () => {
     const short = await token(1);
     await new Promise((r) => setTimeout(r, 1500));
     await assert.rejects(joinFleet(fleetUrl, short, "den_joiner3"), /refused the join \(401\)/);
-    // A token whose pin names another CA: the answer is not trusted (and the token is not even accepted).
+    // A token whose pin names another CA: this control plane's CA is not the pinned one, and the token is never sent.
     const other = await initCa(mk("den-other-ca-"));
     const forged = (await token()).replace(/\.[0-9a-f]{16}$/, `.${other.fingerprint.slice(0, 16)}`);
-    await assert.rejects(joinFleet(fleetUrl, forged, "den_joiner4"), /401|CA is not the one/);
+    await assert.rejects(joinFleet(fleetUrl, forged, "den_joiner4"), /CA is not the one the join token names: the token was not sent/);
+  });
+
+  test("a join to someone in between (another CA's server, serving its own CA) sends them no token", async () => {
+    const other = await initCa(mk("den-mitm-ca-"));
+    const fake = await issueMachine(other, { kind: "control-plane", id: "rep_mitm" }, { ttlHours: 1 });
+    const seen: string[] = [];
+    const mitm = https.createServer({ key: fake.key, cert: fake.cert }, (req, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      res.setHeader("content-type", "application/json");
+      res.end(req.url === host.registration.ca.path ? JSON.stringify({ ca: other.certPem }) : "{}");
+    });
+    await new Promise<void>((r) => mitm.listen(0, "127.0.0.1", r));
+    try {
+      const port = (mitm.address() as { port: number }).port;
+      await assert.rejects(joinFleet(`https://127.0.0.1:${port}`, await token(), "den_joiner5"), /CA is not the one the join token names/);
+      assert.deepEqual(seen, [`GET ${host.registration.ca.path}`], "only the CA was asked for: the token never left");
+    } finally {
+      mitm.close();
+    }
   });
 
   test("host A's certificate in a heartbeat (or drain) for host B is refused; so are another CA's certificate, none, and plain HTTP", async () => {
