@@ -1,5 +1,5 @@
 import type { OperationRow, SandboxRow } from "./db/store.js";
-import { api, newId, type HostAgent } from "@den/protocol";
+import { api, host as hostProtocol, newId, type HostAgent } from "@den/protocol";
 import { hasVm, modeOf, type Ctx } from "./context.js";
 import type { Lifecycle } from "./lifecycle.js";
 import type { NetworkPolicies } from "./network-policy.js";
@@ -132,7 +132,8 @@ export class Recovery {
         await host.vms.hibernateDisk(newId("op"), row.id).catch((err: unknown) => this.ctx.log.warn({ err }, `sandbox ${row.id}: its VM runs though it is hibernated to its disk`));
       }
     }
-    for (const id of vms.keys()) if (!known.has(id)) await host.vms.destroy(id);
+    // (A build's VM is the host's: it may be building now, and the host sweeps its own.)
+    for (const id of vms.keys()) if (!known.has(id) && !id.startsWith(`${hostProtocol.BUILD_VM_PREFIX}_`)) await host.vms.destroy(id);
     // Networks follow the database (a policy change may have been cut short by the stop).
     for (const row of (await store.sandboxes.live()).filter(mine)) if (row.state === "running" && vms.has(row.id)) await this.network.restore(row);
     // Every host keeps what any record needs (a superset costs a small file per stored

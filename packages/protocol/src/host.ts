@@ -346,6 +346,13 @@ export const HostState = z.enum(["up", "draining", "removed"]);
 export const HeartbeatReply = z.object({ leaseMs: Positive, state: HostState });
 export type HeartbeatReply = z.infer<typeof HeartbeatReply>;
 
+/**
+ * A template build's VM on a host is named `bld_...`: the host's own, not a sandbox. The host
+ * destroys what a build of its last run left (at its start) and its running builds' when they
+ * end; a control plane's reconcile leaves them alone (destroying one killed a build in flight).
+ */
+export const BUILD_VM_PREFIX = "bld";
+
 /** The deployment's CA certificate (PEM), for a joining machine to check against its token's pin before it sends the token. */
 export const CaReply = z.object({ ca: z.string().min(1).max(64 * 1024) });
 export type CaReply = z.infer<typeof CaReply>;

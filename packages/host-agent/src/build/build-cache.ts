@@ -8,6 +8,7 @@
 import { createHash } from "node:crypto";
 import { readdir, rm, stat, utimes } from "node:fs/promises";
 import { join } from "node:path";
+import { host } from "@den/protocol";
 import { BlobCache, imageCacheBytes } from "@den/images";
 import type { Runtime, TemplateInfo, TemplateRunConfig } from "@den/runtime";
 
@@ -16,7 +17,7 @@ export type Log = (line: string) => void;
 /** Work dirs of image builds under the data dir (named by their pid: a dead one's are swept). */
 export const WORK_PREFIX = "image-build-";
 /** A build's VMs are this host's alone (no database row names them): their ids say so, and a restart removes them. */
-export const BUILD_VM_PREFIX = "bld";
+export const BUILD_VM_PREFIX = host.BUILD_VM_PREFIX;
 const STEP_PREFIX = "step.";
 
 /** Where a build is after its steps so far. */

@@ -35,7 +35,8 @@ export interface MemorySandbox {
 }
 
 export const MIB = 1024 * 1024;
-export const SANDBOX_ID = /^sbx_[a-z2-7]{16}$/;
+// (A build's VM is one too, named as the real host names it: host.BUILD_VM_PREFIX, as the runtime's registry allows.)
+export const SANDBOX_ID = /^(sbx|bld)_[a-z2-7]{16}$/;
 export const SNAPSHOT_ID = /^snap_[a-z2-7]{16}$/;
 export const ID_PATTERN = /^[a-z]+_[a-z2-7]{16}$/;
 

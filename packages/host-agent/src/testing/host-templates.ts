@@ -4,7 +4,7 @@
  * at a time; a recipe built before is made current again). Versions, variants and gc are
  * memory-templates.ts's; publishing and fetching, host-store.ts's.
  */
-import { DenError, type host } from "@den/protocol";
+import { DenError, host } from "@den/protocol";
 import { newId } from "@den/runtime";
 import { runSetup } from "../setup-steps.js";
 import type { Lifecycle } from "./host-lifecycle.js";
@@ -63,7 +63,8 @@ export class TemplateOps {
       this.state.change(() => tpl.setCurrent(ref));
       return { template: tpl.resolve(refKey(ref)), reused: true };
     }
-    const id = newId("sbx");
+    // Named as a real host names its build VMs (a control plane's reconcile leaves them alone).
+    const id = newId(host.BUILD_VM_PREFIX);
     if (spec.fromCheckpoint) await this.stored.restoreStored(id, spec.fromCheckpoint);
     else this.lifecycle.create({ id, template: source.template! });
     const s = this.state.get(id);
