@@ -107,8 +107,15 @@ describe("the retired DEN_HOST_SECRET, and machines without a certificate", () =
       const none = await den(["host", "run", "--memory", "--port", "0"], { DEN_DATA_DIR: dir });
       assert.equal(none.code, 1, none.out);
       assert.ok(none.out.includes(`this is host ${instance}; on the CA's machine run \`den ca issue --kind host --id ${instance} --out DIR\``), none.out);
+      assert.doesNotMatch(none.out, /\n\s+at /, "one line, no stack trace");
       const good = await den(["host", "run", "--memory", "--port", "0"], { DEN_DATA_DIR: dir, DEN_TLS_DIR: await hostTlsDir(instance) }, /host agent .* listening on https/);
       assert.match(good.out, new RegExp(`in-memory host agent ${instance} listening on https://127\\.0\\.0\\.1:\\d+`));
+      // A plain http:// address to advertise, or control plane, is refused before anything opens.
+      const plain = await den(["host", "run", "--memory", "--port", "0", "--control-plane", "https://127.0.0.1:1", "--advertise", "http://10.0.0.11:8788"], { DEN_DATA_DIR: dir });
+      assert.equal(plain.code, 1, plain.out);
+      assert.equal(plain.out.trim(), "den: the control plane reaches this host over mutual TLS: --advertise https://..., got http://10.0.0.11:8788");
+      const plainCp = await den(["host", "run", "--memory", "--port", "0", "--control-plane", "http://127.0.0.1:8787"], { DEN_DATA_DIR: dir });
+      assert.match(plainCp.out.trim(), /^den: the control planes are their hosts' listeners, over mutual TLS: --control-plane https:\/\/HOST:8789$/);
       // Another host's certificate is refused, naming both.
       const other = await den(["host", "run", "--memory", "--port", "0"], { DEN_DATA_DIR: dir, DEN_TLS_DIR: await hostTlsDir("den_someone_else") });
       assert.equal(other.code, 1, other.out);

@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import type { Registrar } from "@den/host-agent";
 import { globalOptions, logLine, warnSurplusCapabilities } from "./options.js";
-import { configured } from "../output.js";
+import { UsageError, configured } from "../output.js";
 
 /**
  * `den host run`: this machine's host agent alone (its VMs, warm snapshots, templates and
@@ -54,8 +54,11 @@ export function registerHostRun(host: Command): void {
       // Commas or spaces, in the flag or the variable (a host should know every replica: one that knows one pauses its VMs when that one dies).
       const planes = urlList(opts.controlPlane?.length ? opts.controlPlane : process.env.DEN_CONTROL_PLANE_URL);
       checkUrls(planes, "a control plane");
-      if (planes.some((u) => !u.startsWith("https://"))) throw new Error("the control planes are their hosts' listeners, over mutual TLS: --control-plane https://HOST:8789");
-      if (opts.join && !haveIdentity && !planes.length) throw new Error("--join needs the control plane to join: --control-plane https://HOST:8789");
+      if (planes.some((u) => !u.startsWith("https://"))) throw new UsageError("the control planes are their hosts' listeners, over mutual TLS: --control-plane https://HOST:8789");
+      if (opts.join && !haveIdentity && !planes.length) throw new UsageError("--join needs the control plane to join: --control-plane https://HOST:8789");
+      // Checked before anything opens: the control planes refuse a plain http:// address.
+      const advertised = opts.advertise ?? process.env.DEN_HOST_ADVERTISE_URL;
+      if (planes.length && advertised && !advertised.startsWith("https://")) throw new UsageError(`the control plane reaches this host over mutual TLS: --advertise https://..., got ${advertised}`);
       const agent = opts.memory
         ? await MemoryHostAgent.open({ store: openStore(config), capacity: config.capacity, dataDir: config.dataDir })
         : (await warnSurplusCapabilities(), await LocalHostAgent.open(config.dataDir, openStore(config), config.capacity));
@@ -80,10 +83,10 @@ export function registerHostRun(host: Command): void {
           logLine(`den: joined the fleet as host ${agent.instance}; identity in ${tlsDir}`);
         } else {
           // Its instance id is known only now (the data dir is open), so the refusal says it: a listed host's certificate names it.
-          throw new Error(`no identity in ${tlsDir}: this is host ${agent.instance}; on the CA's machine run \`den ca issue --kind host --id ${agent.instance} --out DIR\` and put DIR's key.pem, cert.pem and ca.pem in ${tlsDir} (or join: --join TOKEN --control-plane https://CP:8789)`);
+          throw new UsageError(`no identity in ${tlsDir}: this is host ${agent.instance}; on the CA's machine run \`den ca issue --kind host --id ${agent.instance} --out DIR\` and put DIR's key.pem, cert.pem and ca.pem in ${tlsDir} (or join: --join TOKEN --control-plane https://CP:8789)`);
         }
         const me = ownIdentity(tls);
-        if (me.kind !== "host" || me.id !== agent.instance) throw new Error(`${tlsDir} holds the identity of ${me.kind} ${me.id}, not of this host (${agent.instance})`);
+        if (me.kind !== "host" || me.id !== agent.instance) throw new UsageError(`${tlsDir} holds the identity of ${me.kind} ${me.id}, not of this host (${agent.instance})`);
         server = await startHostServer(agent, { tls, port: Number(opts.port), host: opts.host, logger: { level: config.logLevel } });
       } catch (e) {
         agent.close();
@@ -93,9 +96,8 @@ export function registerHostRun(host: Command): void {
       let registrar: Registrar | undefined;
       let renewer: InstanceType<typeof CertRenewer> | undefined;
       if (planes.length) {
-        const address = (opts.advertise ?? process.env.DEN_HOST_ADVERTISE_URL ?? server.url).replace(/\/+$/, "");
-        if (/^https?:\/\/(0\.0\.0\.0|\[::\])(:|$)/.test(address)) throw new Error(`listening on ${opts.host}: say where the control plane reaches this host with --advertise URL`);
-        if (!address.startsWith("https://")) throw new Error(`the control plane reaches this host over mutual TLS: --advertise https://..., got ${address}`);
+        const address = (advertised ?? server.url).replace(/\/+$/, "");
+        if (/^https?:\/\/(0\.0\.0\.0|\[::\])(:|$)/.test(address)) throw new UsageError(`listening on ${opts.host}: say where the control plane reaches this host with --advertise URL`);
         const link = (t: import("@den/pki").MachineTls) => ({ tls: t, peer: { kind: "control-plane" as const } });
         registrar = new Registrar(agent, { controlPlanes: planes, link: link(tls), address, intervalMs: Number(process.env.DEN_HOST_HEARTBEAT_MS ?? 2000), log: logLine });
         try {
