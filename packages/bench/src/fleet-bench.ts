@@ -11,7 +11,7 @@
  * There is no raw-QEMU floor for these: the floor of a cold wake is the cold-wake row of
  * `npm run bench`, and of a create its create row.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -25,7 +25,6 @@ import { fmt, pct } from "./table.js";
 const { values: flags } = parseArgs({ options: { quick: { type: "boolean", default: false }, runs: { type: "string" }, json: { type: "string" } } });
 const RUNS = Number(flags.runs ?? (flags.quick ? 3 : 20));
 const KEY = "den_bench_fleet_key_0123456789";
-const SECRET = "den-bench-fleet-secret-0123456789";
 const CLI = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "cli", "dist", "src", "bin.js");
 const BASE_PORT = 19421;
 
@@ -89,17 +88,22 @@ async function main(): Promise<void> {
     await single.close();
     single = undefined;
 
-    // The fleet: one replica on Postgres, three registered host agents with their own data dirs and pools.
+    // The fleet: one replica on Postgres, three registered host agents with their own data dirs and
+    // pools, each joined as an operator would: `den ca init`, a join token, `den host run --join`.
     const cpPort = BASE_PORT + 3;
-    fleet = await startServer(loadConfig({ port: String(cpPort), dataDir: join(root, "cp") }, {
-      DEN_API_KEY: KEY, DEN_ENVD_PORT: "off", DEN_DATABASE_URL: dbUrl, DEN_HOST_AGENT_URL: "registered", DEN_HOST_SECRET: SECRET, ...storeEnv,
+    const caDir = join(root, "ca");
+    const init = spawnSync(process.execPath, [CLI, "ca", "init", "--dir", caDir], { encoding: "utf8" });
+    if (init.status !== 0) throw new Error(`den ca init: ${init.stderr}`);
+    fleet = await startServer(loadConfig({ port: String(cpPort), dataDir: join(root, "cp"), fleetPort: String(BASE_PORT + 4) }, {
+      DEN_API_KEY: KEY, DEN_ENVD_PORT: "off", DEN_DATABASE_URL: dbUrl, DEN_HOST_AGENT_URL: "registered", DEN_CA_DIR: caDir, ...storeEnv,
     }));
     const api = client(fleet.url);
     for (const [i, pool] of ["100.96.0.0/16", "100.97.0.0/16", "100.98.0.0/16"].entries()) {
       const dir = join(root, `host${i}`);
       cpSync(join(suiteDir, "templates", "base"), join(dir, "templates", "base"), { recursive: true });
-      hosts.push(spawn(process.execPath, [CLI, "host", "run", "--port", String(BASE_PORT + i)], {
-        env: { ...process.env, ...storeEnv, DEN_DATA_DIR: dir, DEN_NET_POOL: pool, DEN_HOST_SECRET: SECRET, DEN_CONTROL_PLANE_URL: fleet.url, DEN_LOG_LEVEL: "warn" },
+      const { token } = await api("POST", "/v1/hosts/tokens", {});
+      hosts.push(spawn(process.execPath, [CLI, "host", "run", "--port", String(BASE_PORT + i), "--join", token], {
+        env: { ...process.env, ...storeEnv, DEN_DATA_DIR: dir, DEN_NET_POOL: pool, DEN_CONTROL_PLANE_URL: fleet.fleetUrl!, DEN_LOG_LEVEL: "warn" },
         stdio: ["ignore", "ignore", "inherit"],
       }));
     }

@@ -112,13 +112,12 @@ export interface ServerConfig {
    * in this process behind a real HTTP hop on 127.0.0.1 (`loopback`, DEN_HOST_TRANSPORT=loopback:
    * every host call crosses the wire protocol); an in-memory host with no VM at all (`memory`,
    * DEN_HOST_TRANSPORT=memory: fast tests of the control plane; nothing outlives the process
-   * but what it put in the store); or other processes (`remote`, DEN_HOST_AGENT_URL
-   * + DEN_HOST_SECRET, or `den serve --host-agent URL`: one or more host agents, comma-separated
-   * or the flag repeated, all with the one shared secret; this server runs no VM itself).
+   * but what it put in the store); or other processes (`remote`, DEN_HOST_AGENT_URL or `den
+   * serve --host-agent URL`: one or more host agents, comma-separated or the flag repeated,
+   * reached over mutual TLS (`fleet`); this server runs no VM itself).
    */
   hostAgent: { kind: "local" } | { kind: "loopback" } | { kind: "memory" } | {
-    /** `secret`: the legacy shared DEN_HOST_SECRET; absent when the fleet speaks mutual TLS (`fleet`). */
-    kind: "remote"; urls: string[]; secret?: string;
+    kind: "remote"; urls: string[];
     /** `registered` was given: hosts register themselves, and share template versions through the store. */
     registered?: boolean;
   };
@@ -136,11 +135,11 @@ export interface ServerConfig {
    */
   ca?: { dir: string; certTtlHours: number };
   /**
-   * Mutual TLS with the hosts (remote hosts and DEN_TLS_DIR or DEN_CA_DIR set): this replica's
+   * Mutual TLS with the hosts (whenever they are remote; DEN_TLS_DIR or DEN_CA_DIR is then required): this replica's
    * identity (`tlsDir`, files as writeIdentityFiles writes them; without it, a certificate it
    * issues itself from the CA at start, kept in memory), and the host-facing listener's port and
-   * address (DEN_FLEET_PORT, default 8789; DEN_FLEET_HOST, default DEN_HOST). Its absence: the
-   * legacy DEN_HOST_SECRET over plain HTTP, host calls on the public API's listener.
+   * address (DEN_FLEET_PORT, default 8789; DEN_FLEET_HOST, default DEN_HOST). Absent when the
+   * host agent is in this process.
    */
   fleet?: { tlsDir?: string; port: number; host: string };
   /** The E2B-compatible API: its envd listener (a port of its own: guest bytes never share the API's origin). */

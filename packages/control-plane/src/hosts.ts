@@ -29,7 +29,7 @@ export class HostPool {
     configured: readonly HostAgent[],
     private readonly opts: {
       store?: Store;
-      /** A client for a registered host (HttpHostAgent.connect with the deployment's host secret). */
+      /** A client for a registered host (HttpHostAgent.connect over mutual TLS, pinned to its id). */
       connect?: (address: string, id: string) => Promise<HostAgent>;
       /** Called once for every client this pool makes or is given (the control plane follows its events). */
       adopt?: (h: HostAgent) => void;

@@ -4,7 +4,6 @@ export { availableMemoryMb, privateMemoryMb } from "./host-memory.js";
 export { buildHostServer, startHostServer, type HostServerOptions, type RunningHostServer } from "./http/server.js";
 export { HttpHostAgent } from "./http/client.js";
 export { HostHttp, type HostLink } from "./http/fetch.js";
-export { hasSecret, checkSecret } from "./http/auth.js";
 export { Registrar, type RegisteredHost, type RegistrarOptions } from "./registrar.js";
 export { CertRenewer, type RenewerOptions } from "./renewer.js";
 export { joinFleet } from "./join.js";

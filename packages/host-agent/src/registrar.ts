@@ -13,7 +13,7 @@ export interface RegisteredHost {
 export interface RegistrarOptions {
   /** Control-plane replicas (any one will do; the next is tried when one does not answer). */
   controlPlanes: string[];
-  /** How it authenticates to them: its certificate (the control planes' listener for hosts, https), or the legacy secret. */
+  /** How it authenticates to them: its certificate (the control planes' listener for hosts, https). */
   link: HostLink;
   /** Where the control plane reaches this host's /host/v1. */
   address: string;

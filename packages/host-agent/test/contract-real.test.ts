@@ -4,10 +4,10 @@
  * and the same behind its /host/v1 server through HttpHostAgent. The memory host runs the
  * same suite in contract-memory.test.ts.
  */
-import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { issueMachine, newCa } from "@den/pki";
 import { LocalDirStore } from "@den/store";
 import { HttpHostAgent, LocalHostAgent, defaultCapacity, startHostServer } from "../src/index.js";
 import { hostContract, type ContractHost } from "./contract/suite.js";
@@ -46,11 +46,14 @@ hostContract("local (QEMU)", async (): Promise<ContractHost> => {
 
 hostContract("HTTP over loopback (QEMU behind /host/v1)", async (): Promise<ContractHost> => {
   const { store, remove } = storeDir();
-  const secret = randomBytes(24).toString("base64url");
+  // Mutual TLS as between machines: a CA made in memory, the host's certificate and a control plane's.
+  const ca = await newCa();
+  const cpTls = await issueMachine(ca, { kind: "control-plane", id: "rep_contract" }, { ttlHours: 1 });
   const up = async () => {
     const local = await LocalHostAgent.open(dataDir(), store, defaultCapacity());
-    const server = await startHostServer(local, { secret, port: 0, host: "127.0.0.1" });
-    return { local, server, client: await HttpHostAgent.connect(server.url, { secret }) };
+    const tls = await issueMachine(ca, { kind: "host", id: local.instance }, { ttlHours: 1 });
+    const server = await startHostServer(local, { tls, port: 0, host: "127.0.0.1" });
+    return { local, server, client: await HttpHostAgent.connect(server.url, { tls: cpTls, peer: { kind: "host", id: local.instance } }) };
   };
   let hop = await up();
   const down = async () => {

@@ -100,6 +100,27 @@ test("refused: plain HTTP, another CA's certificate, a host's certificate as a c
   assert.ok(none instanceof Error, `no certificate got ${String(none)}`);
 });
 
+test("a host listed by URL (its id not known yet): its certificate must name the instance it says it is", async () => {
+  // The right one: learned from /host/v1/info, then pinned.
+  const client = await HttpHostAgent.connect(server.url, link(cpTls));
+  client.close();
+  assert.equal(client.instance, agent.instance);
+  // A host that serves another host's certificate (of the same CA): refused at connect, naming both.
+  const impostor = await MemoryHostAgent.open();
+  const borrowed = await startHostServer(impostor, { tls: hostTls, port: 0, host: "127.0.0.1" });
+  try {
+    await refused(HttpHostAgent.connect(borrowed.url, link(cpTls)), "forbidden", new RegExp(`says it is ${impostor.instance}.*host ${agent.instance}`));
+  } finally {
+    await borrowed.close();
+  }
+});
+
+test("the host server refuses to start without a certificate, and an http:// URL is refused before any call", async () => {
+  const { buildHostServer } = await import("../src/index.js");
+  await assert.rejects(buildHostServer(agent, {} as never), /only over mutual TLS/);
+  await refused(HttpHostAgent.connect(server.url.replace("https:", "http:"), link(cpTls)), "invalid_argument", /https:\/\//);
+});
+
 test("a renewed certificate: new connections get it, an exec stream open across the reload goes on", async () => {
   const client = await HttpHostAgent.connect(server.url, link(cpTls, agent.instance));
   try {

@@ -3,9 +3,15 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { DenError, type HostAgent, type TransferEvent } from "@den/protocol";
 import { Runtime } from "@den/runtime";
-import { HttpHostAgent, buildHostServer, startHostServer } from "../src/index.js";
+import { issueMachine, newCa, type MachineTls } from "@den/pki";
+import { HostHttp, HttpHostAgent, buildHostServer, startHostServer } from "../src/index.js";
 
-const SECRET = "test-secret-0123456789abcdef";
+/** The deployment of these tests: a CA made in memory, the host's certificate and a control plane's. */
+const ca = await newCa();
+const hostTls = await issueMachine(ca, { kind: "host", id: "inst-test" }, { ttlHours: 1 });
+const cpTls = await issueMachine(ca, { kind: "control-plane", id: "rep_test" }, { ttlHours: 1 });
+const asControlPlane = (tls: MachineTls = cpTls) => ({ tls, peer: { kind: "host" as const } });
+const serve = (agent: HostAgent) => startHostServer(agent, { tls: hostTls, port: 0, host: "127.0.0.1" });
 
 /** Calls a test gives, and the rest failing as a bug would. */
 function answering(calls: Record<string | symbol, unknown>, where: string): Record<string | symbol, unknown> {
@@ -28,24 +34,17 @@ function fakeAgent(calls: Fake): HostAgent {
   return answering(base, "") as unknown as HostAgent;
 }
 
-test("the host server refuses to start without a secret", async () => {
-  await assert.rejects(buildHostServer(fakeAgent({}), { secret: undefined }), /DEN_HOST_SECRET/);
-  await assert.rejects(buildHostServer(fakeAgent({}), { secret: "" }), /DEN_HOST_SECRET/);
-});
-
-test("every request needs the secret: none or a wrong one is a 401", async () => {
-  const app = await buildHostServer(fakeAgent({ inventory: async () => ({ instance: "inst-test", vms: [], snapshots: [] }) }), { secret: SECRET });
+test("a request with no verified certificate is a 401 whatever it carries (a bearer token of the retired shared secret too)", async () => {
+  // inject() has no TLS socket: what a request that somehow skipped the handshake would look like.
+  const app = await buildHostServer(fakeAgent({ inventory: async () => ({ instance: "inst-test", vms: [], snapshots: [] }) }), { tls: hostTls });
   try {
-    for (const authorization of [undefined, "Bearer wrong", `Bearer ${SECRET}x`, SECRET, `Basic ${SECRET}`]) {
+    for (const authorization of [undefined, "Bearer a-long-enough-old-host-secret", "Basic eDp5"]) {
       const r = await app.inject({ method: "GET", url: "/host/v1/inventory", headers: authorization ? { authorization } : {} });
       assert.equal(r.statusCode, 401, `authorization ${authorization}`);
       assert.equal(r.json().error.code, "unauthorized");
     }
     // Unknown routes are no way around it either.
     assert.equal((await app.inject({ method: "GET", url: "/host/v1/nope" })).statusCode, 401);
-    const ok = await app.inject({ method: "GET", url: "/host/v1/inventory", headers: { authorization: `Bearer ${SECRET}` } });
-    assert.equal(ok.statusCode, 200);
-    assert.deepEqual(ok.json(), { instance: "inst-test", vms: [], snapshots: [] });
   } finally {
     await app.close();
   }
@@ -54,14 +53,16 @@ test("every request needs the secret: none or a wrong one is a 401", async () =>
 test("the capacity and CPU routes of before answer from the inventory", async () => {
   const capacity = { capacity: { memoryMb: 1024, vcpus: 4, diskReserveMb: 0 }, used: { vcpus: 1, memoryMb: 256, sandboxes: 1 } };
   const inventory = { instance: "inst-test", vms: [{ id: "sbx_a", state: "running", cpuSeconds: 1.5 }], snapshots: [], capacity };
-  const app = await buildHostServer(fakeAgent({ inventory: async () => inventory }), { secret: SECRET });
+  const server = await serve(fakeAgent({ inventory: async () => inventory }));
+  const http = new HostHttp(server.url, asControlPlane());
   try {
-    const get = async (url: string) => (await app.inject({ method: "GET", url, headers: { authorization: `Bearer ${SECRET}` } })).json();
+    const get = async (url: string) => (await http.request("GET", url)).json();
     assert.deepEqual(await get("/host/v1/capacity"), capacity);
     assert.deepEqual(await get("/host/v1/vms/sbx_a/cpu"), { cpuSeconds: 1.5 });
     assert.deepEqual(await get("/host/v1/vms/sbx_b/cpu"), { cpuSeconds: null });
   } finally {
-    await app.close();
+    http.close();
+    await server.close();
   }
 });
 
@@ -78,9 +79,9 @@ test("a DenError thrown by the host comes back to the client as the same DenErro
     },
     templates: { list: async () => [{ name: "base", version: "v1", current: true, vcpus: 1, memory_mb: 512, disk_mb: 2048, created_at: "2026-01-01T00:00:00.000Z" }] },
   });
-  const server = await startHostServer(agent, { secret: SECRET, port: 0, host: "127.0.0.1" });
+  const server = await serve(agent);
   transfer = agent.onTransfer;
-  const client = await HttpHostAgent.connect(server.url, { secret: SECRET });
+  const client = await HttpHostAgent.connect(server.url, asControlPlane());
   try {
     assert.equal(client.instance, "inst-test");
     assert.equal(client.address, server.url);
@@ -103,10 +104,10 @@ test("a DenError thrown by the host comes back to the client as the same DenErro
     for (let i = 0; i < 50 && !(await Promise.race([got.then(() => true), new Promise((r) => setTimeout(() => r(false), 100))])); i++) transfer?.(ev);
     assert.deepEqual(await got, ev);
 
-    // A wrong secret on the client is a clear unauthorized at connect.
-    await assert.rejects(HttpHostAgent.connect(server.url, { secret: "not-the-secret-at-all" }), (e: unknown) => e instanceof DenError && e.code === "unauthorized");
+    // A host's certificate as the caller (the deployment's, not a control plane's): a clear forbidden at connect.
+    await assert.rejects(HttpHostAgent.connect(server.url, asControlPlane(await issueMachine(ca, { kind: "host", id: "inst-other" }, { ttlHours: 1 }))), (e: unknown) => e instanceof DenError && e.code === "forbidden");
     // Nobody listening: agent_unavailable, not a raw fetch error.
-    await assert.rejects(HttpHostAgent.connect("http://127.0.0.1:9", { secret: SECRET }), (e: unknown) => e instanceof DenError && e.code === "agent_unavailable");
+    await assert.rejects(HttpHostAgent.connect("https://127.0.0.1:9", asControlPlane()), (e: unknown) => e instanceof DenError && e.code === "agent_unavailable");
   } finally {
     client.close();
     await server.close();
@@ -114,16 +115,13 @@ test("a DenError thrown by the host comes back to the client as the same DenErro
 });
 
 test("a request body off the protocol is refused before the agent sees it", async () => {
-  const app = await buildHostServer(fakeAgent({}), { secret: SECRET });
+  const server = await serve(fakeAgent({}));
+  const http = new HostHttp(server.url, asControlPlane());
   try {
-    const r = await app.inject({
-      method: "POST", url: "/host/v1/collect", headers: { authorization: `Bearer ${SECRET}`, "content-type": "application/json" },
-      payload: JSON.stringify({ snapshots: {}, pins: [] }),
-    });
-    assert.equal(r.statusCode, 400);
-    assert.equal(r.json().error.code, "invalid_argument");
+    await assert.rejects(http.request("POST", "/host/v1/collect", { json: { snapshots: {}, pins: [] } }), (e: unknown) => e instanceof DenError && e.code === "invalid_argument" && e.status === 400);
   } finally {
-    await app.close();
+    http.close();
+    await server.close();
   }
 });
 
@@ -133,8 +131,8 @@ test("the guest over the HTTP hop: exec as a user in every mode, files it owns, 
   const rt = await Runtime.open({ dataDir });
   const sbx = await rt.create({ template: "base" });
   // The runtime's real Sandbox behind the real host routes; the client is HttpGuest.
-  const server = await startHostServer(fakeAgent({ guest: (id: string) => rt.get(id) }), { secret: SECRET, port: 0, host: "127.0.0.1" });
-  const client = await HttpHostAgent.connect(server.url, { secret: SECRET });
+  const server = await serve(fakeAgent({ guest: (id: string) => rt.get(id) }));
+  const client = await HttpHostAgent.connect(server.url, asControlPlane());
   const code = (c: string) => (e: unknown) => e instanceof DenError && e.code === c;
   try {
     const g = client.guest(sbx.id);

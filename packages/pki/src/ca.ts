@@ -31,19 +31,14 @@ export function newSerial(): string {
 const exists = (p: string) => access(p).then(() => true, () => false);
 
 /**
- * Makes a new CA in `dir` (`den ca init`): an ECDSA P-256 key (`ca.key`, 0600) and a
- * self-signed CA certificate (`ca.crt`), written atomically in a directory made 0700.
- * Refuses a directory that holds either already (a CA is never overwritten).
+ * A new CA kept in memory only: an ECDSA P-256 key and a self-signed CA certificate (a
+ * process's own fleet: the loopback transport, a test's machines). `initCa` writes one.
  */
-export async function initCa(dir: string, opts: { commonName?: string; days?: number } = {}): Promise<Ca> {
+export async function newCa(opts: { commonName?: string; days?: number } = {}): Promise<Ca> {
   const days = opts.days ?? 3650;
   if (!Number.isInteger(days) || days < 1 || days > 36_500) throw new DenError("invalid_argument", `a CA's lifetime is 1 to 36500 days, got ${days}`);
   const commonName = opts.commonName ?? "Den deployment CA";
   if (!/^[A-Za-z0-9 _.:-]{1,64}$/.test(commonName)) throw new DenError("invalid_argument", "a CA's common name is 1-64 letters, digits, spaces, _ . : -");
-  const keyPath = join(dir, CA_FILES.key);
-  const certPath = join(dir, CA_FILES.cert);
-  for (const p of [keyPath, certPath]) if (await exists(p)) throw new DenError("already_exists", `${p} exists: a CA is never overwritten (use another directory, or load this one)`);
-  privateDir(dir);
   const keys = await newP256();
   const now = Date.now();
   const cert = await x509.X509CertificateGenerator.createSelfSigned({
@@ -59,11 +54,26 @@ export async function initCa(dir: string, opts: { commonName?: string; days?: nu
       await x509.SubjectKeyIdentifierExtension.create(keys.publicKey as never),
     ],
   });
-  const ca = { certPem: cert.toString("pem") + "\n", keyPem: privatePem(keys.privateKey) };
+  const certPem = cert.toString("pem") + "\n";
+  return { certPem, keyPem: privatePem(keys.privateKey), fingerprint: fingerprintOf(certPem) };
+}
+
+/**
+ * Makes a new CA in `dir` (`den ca init`): `newCa`'s key (`ca.key`, 0600) and certificate
+ * (`ca.crt`), written atomically in a directory made 0700.
+ * Refuses a directory that holds either already (a CA is never overwritten).
+ */
+export async function initCa(dir: string, opts: { commonName?: string; days?: number } = {}): Promise<Ca> {
+  const keyPath = join(dir, CA_FILES.key);
+  const certPath = join(dir, CA_FILES.cert);
+  for (const p of [keyPath, certPath]) if (await exists(p)) throw new DenError("already_exists", `${p} exists: a CA is never overwritten (use another directory, or load this one)`);
+  // Checked (and made) before the directory is: bad options leave nothing behind.
+  const ca = await newCa(opts);
+  privateDir(dir);
   // The key first: a crash between the two leaves no certificate without its key (loadCa refuses either alone).
   await writeAtomic(keyPath, ca.keyPem, 0o600);
   await writeAtomic(certPath, ca.certPem, 0o644);
-  return { ...ca, fingerprint: fingerprintOf(ca.certPem) };
+  return ca;
 }
 
 /**

@@ -1,5 +1,5 @@
 export { type Identity, IDENTITY_KINDS, MACHINE_ID, checkIdentity, identityOf, identityUri } from "./identity.js";
-export { type Ca, initCa, loadCa, fingerprintOf } from "./ca.js";
+export { type Ca, newCa, initCa, loadCa, fingerprintOf } from "./ca.js";
 export { MAX_CSR_BYTES, MAX_CERT_TTL_HOURS, checkCsrSize, newKeyAndCsr, issue, certInfo, verifyIssuedBy, renewAt, renewDelay } from "./certs.js";
 export { writeIdentityFiles, writeAtomic, IDENTITY_FILES, CA_FILES } from "./files.js";
 export { MAX_JOIN_TOKEN, newJoinToken, parseJoinToken, tokenMatches, pinMatches } from "./tokens.js";

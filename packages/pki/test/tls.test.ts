@@ -1,12 +1,12 @@
 // needs: nothing
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import tls from "node:tls";
 import type { AddressInfo } from "node:net";
-import { clientTlsOptions, initCa, issueMachine, peerIdentity, peerSerial, readMachineTls, serverTlsOptions, writeIdentityFiles, type MachineTls } from "../src/index.js";
+import { clientTlsOptions, initCa, issueMachine, loadCa, newCa, peerIdentity, peerSerial, readMachineTls, serverTlsOptions, verifyIssuedBy, writeIdentityFiles, type MachineTls } from "../src/index.js";
 
 const dirs: string[] = [];
 const tmp = async () => {
@@ -77,4 +77,38 @@ test("readMachineTls reads what writeIdentityFiles wrote, and refuses a key othe
   await chmod(join(dir, "key.pem"), 0o644);
   assert.throws(() => readMachineTls(dir), /may be read by others/);
   assert.throws(() => readMachineTls(join(dir, "missing")), /no machine identity in .*join the deployment first/);
+});
+
+test("newCa makes a CA in memory that issues as initCa's does", async () => {
+  const ca = await newCa({ commonName: "Mem CA", days: 2 });
+  assert.match(ca.fingerprint, /^[0-9a-f]{64}$/);
+  const host = await issueMachine(ca, { kind: "host", id: "den_mem" }, { ttlHours: 1 });
+  const cp = await issueMachine(ca, { kind: "control-plane", id: "rep_mem" }, { ttlHours: 1 });
+  assert.ok(verifyIssuedBy(host.cert, ca));
+  assert.equal((await handshake(host, cp, { kind: "host", id: "den_mem" })).data, `control-plane:rep_mem:${cp.serial}`);
+  await assert.rejects(newCa({ days: 0 }), /1 to 36500 days/);
+});
+
+test("CA rotation: a bundle (new CA first, then the old) in ca.crt and ca.pem: loadCa signs with the first, and machines of either CA link", async () => {
+  const old = await initCa(await tmp());
+  const fresh = await newCa({ commonName: "Den deployment CA 2" });
+  const bundle = fresh.certPem + old.certPem;
+  // The control plane's CA dir during the rotation: the bundle, and the new CA's key.
+  const dir = await tmp();
+  await writeFile(join(dir, "ca.crt"), bundle);
+  await writeFile(join(dir, "ca.key"), fresh.keyPem, { mode: 0o600 });
+  const loaded = await loadCa(dir);
+  assert.equal(loaded.fingerprint, fresh.fingerprint, "the first certificate is the CA that signs (and that a join token pins)");
+  assert.equal(loaded.certPem, bundle, "machines get the whole bundle as their ca.pem");
+  const cp = await issueMachine(loaded, { kind: "control-plane", id: "rep_new" }, { ttlHours: 1 });
+  assert.ok(verifyIssuedBy(cp.cert, { certPem: bundle }), "issued by the new CA, verified against the bundle");
+  assert.ok(!verifyIssuedBy(cp.cert, old), "not by the old one");
+  // A host still on its old CA's certificate, trusting the bundle, and the new control plane: both ways.
+  const oldHost = await issueMachine(old, { kind: "host", id: "den_old" }, { ttlHours: 1 });
+  const ok = await handshake({ ...oldHost, ca: bundle }, cp, { kind: "host", id: "den_old" });
+  assert.equal(ok.error, undefined);
+  assert.equal(ok.data, `control-plane:rep_new:${cp.serial}`);
+  // A host that trusts the old CA alone refuses the new control plane: hosts take the bundle first.
+  const stale = await handshake(cp, { ...oldHost }, { kind: "control-plane" });
+  assert.ok(stale.error, "an old-only ca.pem does not trust the new CA's certificate");
 });

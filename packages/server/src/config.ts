@@ -3,7 +3,7 @@ import { defaultDataDir } from "@den/runtime";
 import { defaultCapacity, memoryOvercommit, memoryReserveMb } from "@den/host-agent";
 import { databaseConfig, type ServerConfig } from "@den/control-plane";
 import { MAX_CERT_TTL_HOURS } from "@den/pki";
-import { refusePlaceholderSecrets } from "./placeholder-secrets.js";
+import { refusePlaceholderSecrets, refuseRetiredHostSecret } from "./placeholder-secrets.js";
 
 export type { ServerConfig };
 
@@ -29,11 +29,11 @@ function hostAgentConfig(list: string | undefined, env: NodeJS.ProcessEnv): Serv
   const urls = given.filter((u) => u !== "registered");
   if (given.length) {
     checkUrls(urls, "a host agent");
-    const secret = env.DEN_HOST_SECRET;
-    // Mutual TLS (an identity, or a CA to issue one from) needs no shared secret.
-    const tls = Boolean(env.DEN_TLS_DIR || env.DEN_CA_DIR);
-    if (!secret && !tls) throw new Error("remote host agents (DEN_HOST_AGENT_URL, --host-agent) need mutual TLS (DEN_TLS_DIR or DEN_CA_DIR) or their shared secret in DEN_HOST_SECRET");
-    return { kind: "remote", urls, ...(tls ? {} : { secret: secret! }), registered: given.includes("registered") };
+    // An old fleet's unit file fails loudly rather than running without the links it expected.
+    refuseRetiredHostSecret(env);
+    for (const url of urls) if (!url.startsWith("https://")) throw new Error(`a host agent is reached over mutual TLS: its URL is https://..., got ${url}`);
+    if (!env.DEN_TLS_DIR && !env.DEN_CA_DIR) throw new Error("remote host agents (DEN_HOST_AGENT_URL, --host-agent) are reached over mutual TLS: give this replica its identity (DEN_TLS_DIR, --tls-dir) or the deployment's CA to issue one from (DEN_CA_DIR)");
+    return { kind: "remote", urls, registered: given.includes("registered") };
   }
   const transport = env.DEN_HOST_TRANSPORT ?? "local";
   if (transport !== "local" && transport !== "loopback" && transport !== "memory") throw new Error(`DEN_HOST_TRANSPORT must be local, loopback or memory, got ${transport}`);
@@ -153,7 +153,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     metricsPublic: env.DEN_METRICS_PUBLIC === "1",
     hostAgent,
     hostLeases: { leaseMs: num(env.DEN_HOST_LEASE_SECONDS, 15) * 1000, graceMs: num(env.DEN_HOST_LOST_GRACE_SECONDS, 30) * 1000 },
-    ...(hostAgent.kind === "remote" && (tlsDir || env.DEN_CA_DIR)
+    ...(hostAgent.kind === "remote"
       ? { fleet: { ...(tlsDir ? { tlsDir: resolve(tlsDir) } : {}), port: num(flags.fleetPort ?? env.DEN_FLEET_PORT, 8789), host: env.DEN_FLEET_HOST ?? flags.host ?? env.DEN_HOST ?? "127.0.0.1" } }
       : {}),
     ...(env.DEN_CA_DIR ? { ca: { dir: resolve(env.DEN_CA_DIR), certTtlHours: certTtlHours(env.DEN_CERT_TTL_HOURS) } } : {}),

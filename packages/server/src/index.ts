@@ -1,6 +1,6 @@
 export { startServer, type RunningServer, type ServerOptions } from "./server.js";
 export { checkUrls, loadConfig, urlList, type ServerConfig } from "./config.js";
-export { isPlaceholderSecret, refusePlaceholderSecrets } from "./placeholder-secrets.js";
+export { isPlaceholderSecret, refusePlaceholderSecrets, refuseRetiredHostSecret } from "./placeholder-secrets.js";
 export { buildApp } from "./app.js";
 export { ControlPlane, type Clock } from "@den/control-plane";
 export { openStore } from "./object-store.js";

@@ -11,11 +11,21 @@ const PATTERN = /change[-_ ]?me|replace[-_ ]?me|changeit/i;
 
 /** The variables that hold secrets, and how to make a real one. */
 const SECRETS: Record<string, string> = {
-  DEN_HOST_SECRET: "make one with `openssl rand -hex 32` and give the same to every control plane and host agent",
   DEN_API_KEY: "make one with `openssl rand -hex 32` (or leave DEN_API_KEY unset: the first start prints a key)",
   AWS_ACCESS_KEY_ID: "use the access key your S3 store issued for Den",
   AWS_SECRET_ACCESS_KEY: "use the secret key your S3 store issued for Den",
 };
+
+/** Where an operator learns how to move a fleet of the shared secret to certificates. */
+export const FLEET_MIGRATION_DOC = "docs/many-machines.md#moving-a-running-fleet-to-certificates";
+
+/**
+ * Throws if DEN_HOST_SECRET is still set: the shared secret between machines is retired (every
+ * link is mutual TLS), and a fleet's old unit file must stop the start, not be ignored.
+ */
+export function refuseRetiredHostSecret(env: NodeJS.ProcessEnv): void {
+  if (env.DEN_HOST_SECRET !== undefined) throw new Error(`DEN_HOST_SECRET is retired: machines now link over mutual TLS; remove it and give this machine a certificate (see ${FLEET_MIGRATION_DOC})`);
+}
 
 export function isPlaceholderSecret(value: string): boolean {
   return SHIPPED.has(value.toLowerCase()) || PATTERN.test(value);

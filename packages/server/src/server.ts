@@ -78,7 +78,7 @@ export async function startServer(config: ServerConfig, opts: ServerOptions = {}
   const deployment = await store.setting("deployment_id", newDeploymentId);
   const remote = config.hostAgent.kind === "remote" ? config.hostAgent : undefined;
   // A registered host is reached at the address it gave, and must be the host its row names (over TLS: its certificate says so).
-  const connectTo = (address: string, id: string) => HttpHostAgent.connect(address, fleet ? { tls: fleet.tls, peer: { kind: "host", id } } : { secret: remote!.secret! });
+  const connectTo = (address: string, id: string) => HttpHostAgent.connect(address, { tls: fleet!.tls, peer: { kind: "host", id } });
   const cp = new ControlPlane(store, hosts, config, objects, deployment, clock, {
     replica: replica.id, hostWork: { run: withHostWork, processCpuSeconds }, ...(remote ? { connectHost: connectTo } : {}),
   });

@@ -16,11 +16,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { makeBusyboxImage, pushOciLayout, startRegistry } from "@den/images/testing";
 import { findInstanceProcesses, mulberry32 } from "@den/runtime";
-import { client, dataDir, spawnHostAgent, spawnServer, stopProcess, waitFor } from "./helpers.js";
+import { client, dataDir, fleetEnv, freePort, spawnHostAgent, spawnServer, stopProcess, waitFor } from "./helpers.js";
 
 const PORT = 19411;
 const HOST_PORT = 19412;
-const SECRET = "build-crash-secret-0123456789abcdef";
 const SEED = Number(process.env.DEN_BUILD_CRASH_SEED ?? 4242) >>> 0;
 /** A kill lands somewhere in a build's first seconds (pull, unpack, boot, the RUN, the start, the bake). */
 const MAX_KILL_MS = 9_000;
@@ -114,12 +113,13 @@ describe(`template builds killed mid-way (DEN_BUILD_CRASH_SEED=${SEED})`, () => 
 
   test("a host agent of its own killed -9 mid-build", async () => {
     const cpDir = await mkdtemp(join(tmpdir(), "den-build-crash-cp-"));
-    const hostEnv = { ...env, DEN_HOST_SECRET: SECRET, DEN_STORE_DIR: join(cpDir, "store") };
+    const hostEnv = { ...env, DEN_STORE_DIR: join(cpDir, "store") };
     const startHost = async () => {
-      hostAgent = await spawnHostAgent(HOST_PORT, SECRET, hostEnv);
+      hostAgent = await spawnHostAgent(HOST_PORT, hostEnv);
     };
     await startHost();
-    cp = await spawnServer(PORT, { ...hostEnv, DEN_DATA_DIR: cpDir, DEN_HOST_AGENT_URL: `http://127.0.0.1:${HOST_PORT}` });
+    // The host listed by URL, over mutual TLS: the control plane's certificate from the test CA.
+    cp = await spawnServer(PORT, { ...hostEnv, ...(await fleetEnv(await freePort())), DEN_DATA_DIR: cpDir, DEN_HOST_AGENT_URL: `https://127.0.0.1:${HOST_PORT}` });
     try {
       await round("host", () => hostAgent!, startHost, dataDir());
     } finally {

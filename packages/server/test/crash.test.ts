@@ -45,7 +45,7 @@ import S3rver from "s3rver";
 import { MemoryHostAgent } from "@den/host-agent";
 import { findInstanceProcesses, mulberry32 } from "@den/runtime";
 import { S3Store } from "@den/store";
-import { client, dataDir, freePorts, spawnHostAgent, spawnServer, stopProcess, waitFor } from "./helpers.js";
+import { client, dataDir, fleetEnv, freePorts, spawnHostAgent, spawnServer, stopProcess, waitFor } from "./helpers.js";
 
 /** The control plane's crash points, in the order each operation reaches them. */
 export const FAULT_POINTS = [
@@ -71,8 +71,8 @@ type FaultPoint = (typeof FAULT_POINTS)[number];
 /** Points inside the host agent's code: in a fleet they kill the host agent, not the control plane. */
 const HOST_POINTS: ReadonlySet<FaultPoint> = new Set(["hibernate-cold-after-snapshot", "wake-cold-after-download", "snapshot-upload-mid", "fork-children-started"]);
 
-const [PORT, ...FLEET_HOST_PORTS] = (await freePorts(3)) as [number, number, number];
-const FLEET_SECRET = "crash-fleet-secret-0123456789abcdef";
+/** CP_FLEET_PORT: the control plane's hosts' listener (mutual TLS), where the fleet's hosts register. */
+const [PORT, CP_FLEET_PORT, ...FLEET_HOST_PORTS] = (await freePorts(4)) as [number, number, number, number];
 const DB_URL = process.env.DEN_DATABASE_URL;
 /** On the in-memory host (see the top): single-node, SQLite, a data dir of its own. */
 const MEMORY = process.env.DEN_CRASH_HOST === "memory";
@@ -173,22 +173,24 @@ const fleet = {
   root: "",
   s3: undefined as S3rver | undefined,
   storeEnv: {} as Record<string, string>,
+  /** The control plane's mutual TLS with the hosts: the test CA (DEN_CA_DIR) and its hosts' port. */
+  tlsEnv: {} as Record<string, string>,
   hosts: [] as Array<{ port: number; dir: string; proc?: ChildProcess; log: string }>,
   db: undefined as pg.Pool | undefined,
   cpEnv(): Record<string, string> {
-    return { ...this.storeEnv, DEN_DATA_DIR: join(this.root, "cp"), DEN_HOST_AGENT_URL: "registered", DEN_HOST_SECRET: FLEET_SECRET };
+    return { ...this.storeEnv, DEN_DATA_DIR: join(this.root, "cp"), DEN_HOST_AGENT_URL: "registered", ...this.tlsEnv };
   },
   hostEnv(i: number, env: Record<string, string> = {}): Record<string, string> {
     return {
       ...this.storeEnv, DEN_DATA_DIR: this.hosts[i]!.dir, DEN_NET_POOL: `100.${104 + i}.0.0/16`,
-      DEN_CONTROL_PLANE_URL: `http://127.0.0.1:${PORT}`, DEN_HOST_HEARTBEAT_MS: "500", ...env,
+      DEN_CONTROL_PLANE_URL: `https://127.0.0.1:${CP_FLEET_PORT}`, DEN_HOST_HEARTBEAT_MS: "500", ...env,
     };
   },
   async startHost(i: number, env: Record<string, string> = {}): Promise<ChildProcess> {
     const h = this.hosts[i]!;
     if (h.proc && !exited(h.proc)) await stopProcess(h.proc, "SIGKILL");
     const t = Date.now();
-    const child = await spawnHostAgent(h.port, FLEET_SECRET, this.hostEnv(i, env));
+    const child = await spawnHostAgent(h.port, this.hostEnv(i, env));
     log(`host agent :${h.port} answers in ${Date.now() - t} ms`);
     h.log = "";
     child.stderr!.on("data", (d: Buffer) => (h.log = (h.log + d.toString()).slice(-2000)));
@@ -197,6 +199,7 @@ const fleet = {
   },
   async setUp(): Promise<void> {
     this.root = mkdtempSync(join(tmpdir(), "den-crash-fleet-"));
+    this.tlsEnv = await fleetEnv(CP_FLEET_PORT);
     const s3dir = join(this.root, "s3");
     mkdirSync(s3dir);
     this.s3 = new S3rver({ port: 0, address: "127.0.0.1", silent: true, directory: s3dir, configureBuckets: [{ name: "crash" }] });

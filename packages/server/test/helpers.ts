@@ -2,13 +2,14 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { after, before } from "node:test";
 import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:net";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
-import { MemoryHostAgent } from "@den/host-agent";
-import { findInstanceProcesses } from "@den/runtime";
+import { HostHttp, MemoryHostAgent } from "@den/host-agent";
+import { type Ca, type MachineTls, initCa, issueMachine, writeIdentityFiles } from "@den/pki";
+import { findInstanceProcesses, newId } from "@den/runtime";
 import { loadConfig, openStore, startServer, type Clock, type RunningServer } from "../src/index.js";
 
 export const ADMIN_KEY = "den_test_admin_key_0123456789";
@@ -312,10 +313,78 @@ export async function stopProcess(child: ChildProcess | undefined, signal: NodeJ
   await gone;
 }
 
-/** `den host run` on `port` with `env` (its data dir, its secret, the shared store), once it answers. */
-export async function spawnHostAgent(port: number, secret: string, env: Record<string, string>): Promise<ChildProcess> {
+/**
+ * The test process's deployment CA, made once in a temp dir (removed at exit): control planes
+ * get its directory as DEN_CA_DIR (they issue their own certificates from it), hosts get
+ * certificates from it (`hostTlsDir`), as `den ca issue` would make them.
+ */
+let fleetCa: Promise<{ dir: string; ca: Ca }> | undefined;
+export function testCa(): Promise<{ dir: string; ca: Ca }> {
+  fleetCa ??= (async () => {
+    const root = mkdtempSync(join(tmpdir(), "den-test-ca-"));
+    process.on("exit", () => rmSync(root, { recursive: true, force: true }));
+    const dir = join(root, "ca");
+    return { dir, ca: await initCa(dir, { commonName: "Den test CA" }) };
+  })();
+  return fleetCa;
+}
+
+/** A control plane's env for mutual TLS with its hosts: the test CA (DEN_CA_DIR) and its hosts' port (DEN_FLEET_PORT). */
+export async function fleetEnv(fleetPort: number): Promise<Record<string, string>> {
+  return { DEN_CA_DIR: (await testCa()).dir, DEN_FLEET_PORT: String(fleetPort) };
+}
+
+/**
+ * The instance id of the host whose data dir is `dir`: the one kept there, or one minted now
+ * and kept as the runtime would (a host's certificate names it, so it is known before its
+ * first start, as `den ca issue --kind host --id` needs it).
+ */
+export function hostInstance(dir: string): string {
+  const file = join(dir, "instance-id");
+  const kept = existsSync(file) ? readFileSync(file, "utf8").trim() : "";
+  if (kept) return kept;
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const id = newId("den");
+  writeFileSync(file, id + "\n");
+  return id;
+}
+
+/** A new tls dir holding host `instance`'s identity from the test CA (its DEN_TLS_DIR). */
+export async function hostTlsDir(instance: string): Promise<string> {
+  const { dir: caDir, ca } = await testCa();
+  const out = mkdtempSync(join(dirname(caDir), `host-${instance}-`));
+  const m = await issueMachine(ca, { kind: "host", id: instance }, { ttlHours: 24 });
+  await writeIdentityFiles(out, { keyPem: m.key, certPem: m.cert, caPem: m.ca });
+  return out;
+}
+
+/** The test's own control-plane certificate of the test CA: what it calls hosts' /host/v1 with. */
+let testCp: Promise<MachineTls> | undefined;
+export function testControlPlaneTls(): Promise<MachineTls> {
+  testCp ??= testCa().then(({ ca }) => issueMachine(ca, { kind: "control-plane", id: "rep_test" }, { ttlHours: 24 }));
+  return testCp;
+}
+
+/** GETs a host agent's route (/host/v1/...) over mutual TLS as a control plane, its certificate pinned to `instance`. */
+export async function hostGet<T = unknown>(port: number, instance: string, path: string): Promise<T> {
+  const http = new HostHttp(`https://127.0.0.1:${port}`, { tls: await testControlPlaneTls(), peer: { kind: "host", id: instance } });
+  try {
+    return (await (await http.request("GET", path, { timeoutMs: 10_000 })).json()) as T;
+  } finally {
+    http.close();
+  }
+}
+
+/**
+ * `den host run` on `port` with `env` (its data dir, the shared store, DEN_CONTROL_PLANE_URL
+ * for a registered one), once it answers over mutual TLS: its identity from the test CA in a
+ * tls dir of its own (DEN_TLS_DIR, unless `env` gives one). `instance`: the host's id.
+ */
+export async function spawnHostAgent(port: number, env: Record<string, string>): Promise<ChildProcess & { instance: string }> {
+  const instance = hostInstance(env.DEN_DATA_DIR ?? dataDir());
+  const tlsDir = env.DEN_TLS_DIR ?? (await hostTlsDir(instance));
   const child = spawn(process.execPath, [CLI, "host", "run", "--port", String(port)], {
-    env: { ...process.env, DEN_DATA_DIR: dataDir(), DEN_HOST_SECRET: secret, DEN_LOG_LEVEL: "warn", ...env }, stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, DEN_DATA_DIR: dataDir(), DEN_LOG_LEVEL: "warn", ...env, DEN_TLS_DIR: tlsDir }, stdio: ["ignore", "ignore", "pipe"],
   });
   let err = "";
   child.stderr!.on("data", (d: Buffer) => {
@@ -325,10 +394,9 @@ export async function spawnHostAgent(port: number, secret: string, env: Record<s
   });
   await waitFor("den host run", async () => {
     if (exited(child)) throw new Error(`den host run exited: ${err}`);
-    const r = await fetch(`http://127.0.0.1:${port}/host/v1/info`, { headers: { authorization: `Bearer ${secret}` } }).catch(() => undefined);
-    return r?.ok ? true : undefined;
+    return (await hostGet(port, instance, "/host/v1/info").then(() => true, () => undefined));
   }, 60_000, 100);
-  return child;
+  return Object.assign(child, { instance });
 }
 
 const warnings: string[] = [];

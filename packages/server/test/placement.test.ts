@@ -11,17 +11,17 @@
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryHostAgent, startHostServer, type RunningHostServer } from "@den/host-agent";
 import { LocalDirStore } from "@den/store";
 import { loadConfig, startServer, type RunningServer } from "../src/index.js";
-import { ADMIN_KEY, client, sandboxCalls, waitFor } from "./helpers.js";
+import { issueMachine } from "@den/pki";
+import { ADMIN_KEY, client, fleetEnv, freePort, sandboxCalls, testCa, waitFor } from "./helpers.js";
 
-const SECRET = randomBytes(24).toString("base64url");
-const serve = (h: MemoryHostAgent, port = 0) => startHostServer(h, { secret: SECRET, port, host: "127.0.0.1" });
+/** A host's /host/v1 over mutual TLS, its certificate from the test CA naming its instance. */
+const serve = async (h: MemoryHostAgent, port = 0) => startHostServer(h, { tls: await issueMachine((await testCa()).ca, { kind: "host", id: h.instance }, { ttlHours: 1 }), port, host: "127.0.0.1" });
 const portOf = (s: RunningHostServer) => Number(new URL(s.url).port);
 
 describe("a control plane with two host agents", () => {
@@ -44,8 +44,8 @@ describe("a control plane with two host agents", () => {
     servedB = await serve(hostB);
     [portA, portB] = [portOf(servedA), portOf(servedB)];
     server = await startServer(loadConfig({ port: "0", dataDir: dir }, {
-      DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "100", DEN_ENVD_PORT: "0", DEN_STORE_DIR: join(dir, "store"), DEN_HOST_SECRET: SECRET,
-      DEN_HOST_AGENT_URL: `http://127.0.0.1:${portA},http://127.0.0.1:${portB}`,
+      DEN_API_KEY: ADMIN_KEY, DEN_REAPER_INTERVAL_MS: "100", DEN_ENVD_PORT: "0", DEN_STORE_DIR: join(dir, "store"), ...(await fleetEnv(await freePort())),
+      DEN_HOST_AGENT_URL: `https://127.0.0.1:${portA},https://127.0.0.1:${portB}`,
       // The suite's Postgres pass: the shared database (no other file there uses it).
       ...(process.env.DEN_DATABASE_URL ? { DEN_DATABASE_URL: process.env.DEN_DATABASE_URL } : {}),
     }));
@@ -63,7 +63,7 @@ describe("a control plane with two host agents", () => {
 
   test("sandboxes spread over both, stay on their host, and outlive the death of the other one", async () => {
     const listed = (await api("GET", "/v1/hosts")).body.hosts as Array<{ id: string; url: string; status: string; sandboxes: number }>;
-    assert.deepEqual(listed.map((h) => [h.url, h.status]), [[`http://127.0.0.1:${portA}`, "up"], [`http://127.0.0.1:${portB}`, "up"]]);
+    assert.deepEqual(listed.map((h) => [h.url, h.status]), [[`https://127.0.0.1:${portA}`, "up"], [`https://127.0.0.1:${portB}`, "up"]]);
     const [a, b] = listed.map((h) => h.id) as [string, string];
     assert.notEqual(a, b);
     const onHost = (instance: string) => hostOf(instance).sandboxes().filter((v) => v.state === "running" || v.state === "paused").map((v) => v.id).sort();

@@ -96,7 +96,7 @@ describe("lists of URLs (--host-agent, --control-plane and their variables)", ()
     assert.throws(() => checkUrls(["http://a", "http://a"], "a control plane"), /a control plane is given twice/);
     assert.throws(() => checkUrls(["a:8787"], "a control plane"), /a control plane URL must be http\(s\)/);
     // --host-agent too: two URLs separated by a space are two hosts.
-    const cfg = loadConfig({ hostAgent: "http://10.0.0.1:8788 http://10.0.0.2:8788", dataDir: "/tmp" }, { DEN_HOST_SECRET: "0123456789abcdef0123" });
-    assert.deepEqual(cfg.hostAgent.kind === "remote" && cfg.hostAgent.urls, ["http://10.0.0.1:8788", "http://10.0.0.2:8788"]);
+    const cfg = loadConfig({ hostAgent: "https://10.0.0.1:8788 https://10.0.0.2:8788", dataDir: "/tmp" }, { DEN_TLS_DIR: "/etc/den/tls" });
+    assert.deepEqual(cfg.hostAgent.kind === "remote" && cfg.hostAgent.urls, ["https://10.0.0.1:8788", "https://10.0.0.2:8788"]);
   });
 });

@@ -13,11 +13,10 @@ import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { findInstanceProcesses } from "@den/runtime";
-import { client, exited, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "./helpers.js";
+import { client, exited, fleetEnv, freePort, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "./helpers.js";
 
 const HOST_PORT = 19371;
 const CP_PORT = 19372;
-const SECRET = "split-test-secret-0123456789";
 
 describe("control plane and host agent as separate processes", () => {
   let cpDir: string;
@@ -26,9 +25,11 @@ describe("control plane and host agent as separate processes", () => {
   let cpProc: ChildProcess | undefined;
   const api = client(`http://127.0.0.1:${CP_PORT}`);
 
-  const startHost = () => spawnHostAgent(HOST_PORT, SECRET, env);
+  const startHost = () => spawnHostAgent(HOST_PORT, env);
 
-  const startCp = () => spawnServer(CP_PORT, { ...env, DEN_DATA_DIR: cpDir, DEN_HOST_AGENT_URL: `http://127.0.0.1:${HOST_PORT}` });
+  // A host listed by URL, over mutual TLS: the control plane issues its own certificate from the test CA.
+  let cpTls: Record<string, string>;
+  const startCp = () => spawnServer(CP_PORT, { ...env, ...cpTls, DEN_DATA_DIR: cpDir, DEN_HOST_AGENT_URL: `https://127.0.0.1:${HOST_PORT}` });
 
   const exec = async (id: string, cmd: string) => {
     const r = await api("POST", `/v1/sandboxes/${id}/exec`, { cmd });
@@ -39,7 +40,8 @@ describe("control plane and host agent as separate processes", () => {
   before(async () => {
     cpDir = await mkdtemp("/tmp/den-split-cp-");
     // One store both sides open: hosts write to it, the control plane's garbage collector deletes.
-    env = { DEN_HOST_SECRET: SECRET, DEN_STORE_DIR: join(cpDir, "store"), DEN_LOG_LEVEL: "warn" };
+    env = { DEN_STORE_DIR: join(cpDir, "store"), DEN_LOG_LEVEL: "warn" };
+    cpTls = await fleetEnv(await freePort());
     hostProc = await startHost();
     cpProc = await startCp();
   });
@@ -56,7 +58,7 @@ describe("control plane and host agent as separate processes", () => {
 
   test("sandboxes in every state survive a kill -9 of the host agent, then of the control plane", async () => {
     const hosts = (await api("GET", "/v1/hosts")).body.hosts;
-    assert.deepEqual(hosts.map((h: { url: string }) => h.url), [`http://127.0.0.1:${HOST_PORT}`]);
+    assert.deepEqual(hosts.map((h: { url: string }) => h.url), [`https://127.0.0.1:${HOST_PORT}`]);
     const instance = hosts[0].id as string;
 
     const create = async () => {

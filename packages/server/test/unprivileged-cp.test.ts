@@ -7,15 +7,16 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { chmodSync, chownSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, chownSync, cpSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import S3rver from "s3rver";
-import { ADMIN_KEY, CLI, client, sandboxCalls, spawnHostAgent, stopProcess, waitFor } from "./helpers.js";
+import { ADMIN_KEY, CLI, client, sandboxCalls, spawnHostAgent, stopProcess, testCa, waitFor } from "./helpers.js";
 
 const CP_PORT = 19255;
 const HOST_PORT = 19256;
-const SECRET = "unprivileged-cp-secret-0123456789";
+/** The control plane's hosts' listener (mutual TLS). */
+const FLEET_PORT = 19257;
 const NOBODY = ["--reuid=nobody", "--regid=nogroup", "--clear-groups"];
 /** Whether `nobody` can run this checkout's CLI at all (a checkout under a 0700 home cannot). */
 const readable = spawnSync("setpriv", [...NOBODY, "--", process.execPath, "-e", `require("fs").readFileSync(${JSON.stringify(CLI)})`]).status === 0;
@@ -37,13 +38,18 @@ describe("a control plane that runs as an unprivileged user", { skip: !readable 
     const cpDir = join(root, "cp");
     spawnSync("mkdir", ["-p", cpDir]);
     const nobody = spawnSync("id", ["-u", "nobody"], { encoding: "utf8" }).stdout.trim();
-    chownSync(cpDir, Number(nobody), Number(spawnSync("id", ["-g", "nobody"], { encoding: "utf8" }).stdout.trim()));
+    const nogroup = Number(spawnSync("id", ["-g", "nobody"], { encoding: "utf8" }).stdout.trim());
+    chownSync(cpDir, Number(nobody), nogroup);
+    // The test CA, nobody's own (its key must be its reader's alone): the hosts' certificates come from the same one.
+    const caDir = join(root, "ca");
+    cpSync((await testCa()).dir, caDir, { recursive: true });
+    for (const f of [caDir, ...readdirSync(caDir).map((n) => join(caDir, n))]) chownSync(f, Number(nobody), nogroup);
     cp = spawn("setpriv", [...NOBODY, "--", process.execPath, CLI, "serve", "--port", String(CP_PORT)], {
-      env: { ...process.env, ...store, DEN_DATA_DIR: cpDir, DEN_API_KEY: ADMIN_KEY, DEN_HOST_SECRET: SECRET, DEN_HOST_AGENT_URL: "registered", DEN_LOG_LEVEL: "warn", DEN_ENVD_PORT: "0" },
+      env: { ...process.env, ...store, DEN_DATA_DIR: cpDir, DEN_API_KEY: ADMIN_KEY, DEN_CA_DIR: caDir, DEN_FLEET_PORT: String(FLEET_PORT), DEN_HOST_AGENT_URL: "registered", DEN_LOG_LEVEL: "warn", DEN_ENVD_PORT: "0" },
       stdio: ["ignore", "ignore", "inherit"],
     });
     await waitFor("the unprivileged control plane answers", async () => ((await fetch(`http://127.0.0.1:${CP_PORT}/healthz`).catch(() => undefined))?.ok ? true : undefined), 30_000);
-    host = await spawnHostAgent(HOST_PORT, SECRET, { ...store, DEN_CONTROL_PLANE_URL: `http://127.0.0.1:${CP_PORT}`, DEN_HOST_HEARTBEAT_MS: "300" });
+    host = await spawnHostAgent(HOST_PORT, { ...store, DEN_CONTROL_PLANE_URL: `https://127.0.0.1:${FLEET_PORT}`, DEN_HOST_HEARTBEAT_MS: "300" });
     await waitFor("the host agent registered", async () => (((await api("GET", "/v1/hosts")).body?.hosts ?? []).some((h: { status: string }) => h.status === "up") ? true : undefined), 30_000);
   });
   after(async () => {

@@ -34,11 +34,29 @@ export class HttpHostAgent implements HostAgent {
     return this.http.base;
   }
 
-  /** Asks the host who it is (its instance id, its protocol version), then follows its events. */
+  /**
+   * Asks the host who it is (its instance id, its protocol version), then follows its events.
+   * A link whose peer id is not known yet (a host listed by URL) learns it from the answer and
+   * is then pinned to it: the host's certificate must name that same instance (asked again over
+   * the pinned link), so one host of the CA cannot answer for another.
+   */
   static async connect(url: string, link: HostLink): Promise<HttpHostAgent> {
-    const http = new HostHttp(url.replace(/\/+$/, ""), link);
+    const base = url.replace(/\/+$/, "");
+    let http = new HostHttp(base, link);
     const info = await http.json("GET", host.control.info.path, host.HostInfo, { timeoutMs: TIMEOUTS.info });
     if (info.protocol !== host.PROTOCOL_VERSION) throw new DenError("agent_protocol_error", `the host agent at ${url} speaks protocol ${info.protocol}, this control plane ${host.PROTOCOL_VERSION}`);
+    if (link.peer.id === undefined) {
+      http.close();
+      http = new HostHttp(base, { ...link, peer: { ...link.peer, id: info.instance } });
+      try {
+        await http.json("GET", host.control.info.path, host.HostInfo, { timeoutMs: TIMEOUTS.info });
+      } catch (e) {
+        http.close();
+        // (clientTlsOptions' refusal: "the peer is host X, expected host Y"; anything else is the network's.)
+        if (e instanceof DenError && /the peer is/.test(e.message)) throw new DenError("forbidden", `the host agent at ${url} says it is ${info.instance}, but its certificate names another machine (${e.message}): issue it one for host ${info.instance}`);
+        throw e;
+      }
+    }
     const agent = new HttpHostAgent(http, info.instance);
     void agent.events.follow();
     return agent;

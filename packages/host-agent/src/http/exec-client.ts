@@ -33,7 +33,7 @@ export class WsExecProcess implements GuestExecProcess {
     const url = http.url(`/host/v1/sandboxes/${encodeURIComponent(sandbox)}/exec/ws`).replace(/^http/, "ws");
     const what = `exec stream in ${sandbox}`;
     return new Promise((resolve, reject) => {
-      const ws = new WebSocket(url, { ...http.tls, headers: http.headers, maxPayload: 2 * 1024 * 1024, handshakeTimeout: START_MS });
+      const ws = new WebSocket(url, { ...http.tls, maxPayload: 2 * 1024 * 1024, handshakeTimeout: START_MS });
       const p = new WsExecProcess(ws);
       const timer = setTimeout(() => {
         ws.terminate();

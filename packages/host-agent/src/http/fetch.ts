@@ -52,28 +52,20 @@ export function transportError(e: unknown, what: string, base: string, timeoutMs
 
 /**
  * How a machine authenticates a link to another: mutual TLS, each end with its certificate of
- * the deployment's CA (`peer`: who the other end must be), or the legacy shared secret sent as
- * a bearer token over plain HTTP.
+ * the deployment's CA (`peer`: who the other end must be; its id when known).
  */
-export type HostLink = { tls: MachineTls; peer: { kind: Identity["kind"]; id?: string } } | { secret: string };
+export type HostLink = { tls: MachineTls; peer: { kind: Identity["kind"]; id?: string } };
 
 /** HTTP to one host agent: its base URL, its link's credentials, timeouts, and error bodies turned back into DenErrors. */
 export class HostHttp {
-  private readonly dispatcher: Agent | undefined;
-  /** The TLS options of this link's other connections (WebSockets, tunnels); undefined for a secret's. */
-  readonly tls: ConnectionOptions | undefined;
+  private readonly dispatcher: Agent;
+  /** The TLS options of this link's other connections (WebSockets, tunnels). */
+  readonly tls: ConnectionOptions;
 
-  constructor(readonly base: string, private readonly link: HostLink) {
-    if ("tls" in link) {
-      if (!base.startsWith("https://")) throw new DenError("invalid_argument", `a link over mutual TLS needs an https:// URL, got ${base}`);
-      this.tls = clientTlsOptions(link.tls, link.peer);
-      this.dispatcher = new Agent({ connect: this.tls });
-    }
-  }
-
-  /** The headers that authenticate a request: the secret's bearer token; none over mutual TLS (the certificate does). */
-  get headers(): Record<string, string> {
-    return "secret" in this.link ? { authorization: `Bearer ${this.link.secret}` } : {};
+  constructor(readonly base: string, readonly link: HostLink) {
+    if (!base.startsWith("https://")) throw new DenError("invalid_argument", `a link between machines is mutual TLS and needs an https:// URL, got ${base}`);
+    this.tls = clientTlsOptions(link.tls, link.peer);
+    this.dispatcher = new Agent({ connect: this.tls });
   }
 
   /** The same link to another base URL (a registrar's other replicas). */
@@ -83,7 +75,7 @@ export class HostHttp {
 
   /** Lets go of the link's pooled connections. */
   close(): void {
-    void this.dispatcher?.close().catch(() => undefined);
+    void this.dispatcher.close().catch(() => undefined);
   }
 
   url(path: string, query?: Query): string {
@@ -96,7 +88,7 @@ export class HostHttp {
   async request(method: string, path: string, opts: CallOptions = {}): Promise<Response> {
     const what = `${method} ${path}`;
     const signals = [opts.signal, opts.timeoutMs !== undefined ? AbortSignal.timeout(opts.timeoutMs) : undefined].filter((s): s is AbortSignal => s !== undefined);
-    const headers: Record<string, string> = { ...this.headers };
+    const headers: Record<string, string> = {};
     let body: string | AsyncIterable<Uint8Array> | undefined;
     if (opts.json !== undefined) {
       headers["content-type"] = "application/json";
@@ -111,8 +103,8 @@ export class HostHttp {
         method, headers, ...(body !== undefined ? { body } : {}), ...(opts.stream ? { duplex: "half" } : {}),
         ...(signals.length ? { signal: signals.length === 1 ? signals[0] : AbortSignal.any(signals) } : {}),
       };
-      // Over mutual TLS, undici's own fetch with a dispatcher holding this machine's certificate.
-      res = this.dispatcher ? ((await tlsFetch(this.url(path, opts.query), { ...init, dispatcher: this.dispatcher } as Parameters<typeof tlsFetch>[1])) as unknown as Response) : await fetch(this.url(path, opts.query), init as RequestInit);
+      // undici's own fetch, with a dispatcher holding this machine's certificate.
+      res = (await tlsFetch(this.url(path, opts.query), { ...init, dispatcher: this.dispatcher } as Parameters<typeof tlsFetch>[1])) as unknown as Response;
     } catch (e) {
       throw transportError(e, what, this.base, opts.timeoutMs);
     }

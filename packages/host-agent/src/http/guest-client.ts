@@ -153,9 +153,9 @@ export class HttpGuest implements HostGuest {
     const url = new URL(host.tunnelPath(this.id, port), this.http.base);
     const what = `tunnel to port ${port} of ${this.id}`;
     return new Promise((resolve, reject) => {
-      const headers = { ...this.http.headers, connection: "Upgrade", upgrade: "den-tcp" };
-      // (http.request refuses https: URLs: over TLS, https.request with this link's certificate.)
-      const req = url.protocol === "https:" ? https.request(url, { ...this.http.tls, headers, timeout: CALL_MS }) : http.request(url, { headers, timeout: CALL_MS });
+      const headers = { connection: "Upgrade", upgrade: "den-tcp" };
+      // https.request with this link's certificate (every link is mutual TLS).
+      const req = https.request(url, { ...this.http.tls, headers, timeout: CALL_MS });
       req.on("upgrade", (_res, socket, head) => {
         socket.setTimeout(0);
         if (head.length) socket.unshift(head);

@@ -6,7 +6,6 @@ import { WebSocketServer } from "ws";
 import type { z } from "zod";
 import { DenError, host, inventoryCpuSeconds, type HostAgent, parseInput } from "@den/protocol";
 import { peerIdentity, serverTlsOptions, type MachineTls } from "@den/pki";
-import { checkSecret, hasSecret } from "./auth.js";
 import { EventHub } from "./events.js";
 import { serveExecSocket } from "./exec-socket.js";
 import { registerGuestRoutes } from "./guest-routes.js";
@@ -74,9 +73,7 @@ export interface HostServerOptions {
    * Mutual TLS: this host's certificate; every caller must present a control plane's of the
    * same CA (the handshake refuses any other; a host's certificate gets a 403).
    */
-  tls?: MachineTls;
-  /** Without `tls` (legacy): every request must carry it as `Authorization: Bearer <secret>`; neither: the server refuses to start. */
-  secret?: string | undefined;
+  tls: MachineTls;
   logger?: boolean | object;
   /** Largest JSON body (a collect with many ids, a big stdin). */
   bodyLimit?: number;
@@ -92,7 +89,7 @@ export async function buildHostServer(agent: HostAgent, opts: HostServerOptions)
   const authenticate = callerCheck(opts);
   const app = Fastify({
     logger: opts.logger ?? false, bodyLimit: opts.bodyLimit ?? 64 * 1024 * 1024, routerOptions: { maxParamLength: 200 },
-    ...(opts.tls ? { https: serverTlsOptions(opts.tls) } : {}),
+    https: serverTlsOptions(opts.tls),
   }) as unknown as FastifyInstance;
   const events = new EventHub();
   agent.onTransfer = (transfer) => events.publish({ type: "transfer", transfer });
@@ -171,20 +168,15 @@ export async function buildHostServer(agent: HostAgent, opts: HostServerOptions)
 }
 
 /**
- * Who may call: over mutual TLS, a peer whose verified certificate names a control plane (the
- * handshake already refused any certificate of another CA, and none); otherwise the secret.
+ * Who may call: a peer whose verified certificate names a control plane (the handshake
+ * already refused any certificate of another CA, and none).
  */
 function callerCheck(opts: HostServerOptions): (req: http.IncomingMessage) => void {
-  if (opts.tls) {
-    return (req) => {
-      const peer = peerIdentity(req.socket);
-      if (!peer) throw new DenError("unauthorized", "the host agent takes calls only over mutual TLS, with a certificate of its deployment's CA");
-      if (peer.kind !== "control-plane") throw new DenError("forbidden", `a ${peer.kind}'s certificate (${peer.id}) may not call a host agent: only a control plane's`);
-    };
-  }
-  const secret = checkSecret(opts.secret);
+  if (!opts?.tls) throw new Error("the host agent serves only over mutual TLS: it needs its certificate (den host run --join TOKEN, or an identity in its tls dir)");
   return (req) => {
-    if (!hasSecret(req.headers.authorization, secret)) throw new DenError("unauthorized", "the host agent needs its secret (Authorization: Bearer <DEN_HOST_SECRET>)");
+    const peer = peerIdentity(req.socket);
+    if (!peer) throw new DenError("unauthorized", "the host agent takes calls only over mutual TLS, with a certificate of its deployment's CA");
+    if (peer.kind !== "control-plane") throw new DenError("forbidden", `a ${peer.kind}'s certificate (${peer.id}) may not call a host agent: only a control plane's`);
   };
 }
 
@@ -203,9 +195,8 @@ export async function startHostServer(agent: HostAgent, opts: HostServerOptions 
   const addr = app.server.address();
   const port = typeof addr === "object" && addr ? addr.port : opts.port;
   return {
-    app, url: `${opts.tls ? "https" : "http"}://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`, close: () => app.close(),
+    app, url: `https://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`, close: () => app.close(),
     reload: (tls) => {
-      if (!opts.tls) throw new DenError("invalid_argument", "this host server does not speak TLS");
       (app.server as unknown as https.Server).setSecureContext(serverTlsOptions(tls));
     },
   };

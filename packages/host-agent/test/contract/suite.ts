@@ -9,8 +9,9 @@
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer, type Server } from "node:http";
+import { createServer, type Server } from "node:https";
 import { DenError, inventoryCpuSeconds, type HostAgent, type HostGuest, type StoredRef } from "@den/protocol";
+import { issueMachine, newCa, serverTlsOptions } from "@den/pki";
 import { newId } from "@den/runtime";
 import { snapshotKey, storedSnapshotComplete, type ObjectStore } from "@den/store";
 import { Registrar, type RegisteredHost } from "../../src/index.js";
@@ -265,17 +266,20 @@ export function hostContract(name: string, open: () => Promise<ContractHost>): v
     });
 
     test("a host whose lease cannot be renewed pauses its running VMs; resume runs each again", async () => {
-      // A control plane that grants 400 ms leases, then stops answering.
+      // A control plane (its hosts' listener, mutual TLS) that grants 400 ms leases, then stops answering.
+      const ca = await newCa();
+      const hostTls = await issueMachine(ca, { kind: "host", id: c.registered().instance }, { ttlHours: 1 });
+      const cpTls = await issueMachine(ca, { kind: "control-plane", id: "rep_contract" }, { ttlHours: 1 });
       let beats = 0;
-      const cp: Server = createServer((req, res) => {
+      const cp: Server = createServer(serverTlsOptions(cpTls), (req, res) => {
         req.resume();
         beats++;
         res.setHeader("content-type", "application/json");
         res.end(JSON.stringify({ leaseMs: 400, state: "up" }));
       });
       await new Promise<void>((r) => cp.listen(0, "127.0.0.1", r));
-      const url = `http://127.0.0.1:${(cp.address() as { port: number }).port}`;
-      const registrar = new Registrar(c.registered(), { controlPlanes: [url], link: { secret: "contract-secret" }, address: "http://127.0.0.1:9", intervalMs: 100 });
+      const url = `https://127.0.0.1:${(cp.address() as { port: number }).port}`;
+      const registrar = new Registrar(c.registered(), { controlPlanes: [url], link: { tls: hostTls, peer: { kind: "control-plane" } }, address: "https://127.0.0.1:9", intervalMs: 100 });
       try {
         await registrar.start();
         await until("a few renewals", async () => (beats >= 3 ? true : undefined), 10_000);

@@ -1,6 +1,5 @@
 import { z } from "zod";
-import { DenError, api, host } from "@den/protocol";
-import { hasSecret } from "@den/host-agent";
+import { api } from "@den/protocol";
 import type { TypedApp } from "../typed-app.js";
 import { requireAdmin } from "../principal.js";
 import type { ControlPlane } from "@den/control-plane";
@@ -8,10 +7,9 @@ import type { ControlPlane } from "@den/control-plane";
 const HostParams = z.object({ id: z.string().min(1).max(128) });
 
 /**
- * The deployment's host agents: the admin's view (`/v1/hosts`: list, drain, remove) and the
- * hosts' own calls (`/internal/v1/hosts`: heartbeats and a stopping host's drain), which
- * carry the deployment's host secret instead of an API key and are left out of the
- * OpenAPI document (they are the host protocol's, HOST-PROTOCOL.md).
+ * The deployment's host agents: the admin's view (`/v1/hosts`: list, drain, revoke, remove).
+ * The hosts' own calls (heartbeats, a stopping host's drain, joins and renewals) go to the
+ * hosts' listener over mutual TLS (fleet-listener.ts), never to this API.
  */
 export function registerHostRoutes(app: TypedApp, cp: ControlPlane): void {
   app.get("/v1/hosts", {
@@ -50,22 +48,4 @@ export function registerHostRoutes(app: TypedApp, cp: ControlPlane): void {
     await cp.registry.remove(req.params.id);
     return reply.status(204).send();
   });
-
-  const secret = cp.config.hostAgent.kind === "remote" ? cp.config.hostAgent.secret : undefined;
-  const hostOnly = async (req: { headers: { authorization?: string } }) => {
-    // Over mutual TLS the hosts call the fleet listener (DEN_FLEET_PORT), never this one.
-    if (cp.config.fleet) throw new DenError("route_not_found", "hosts call this control plane on its hosts' port (DEN_FLEET_PORT), over mutual TLS");
-    if (!secret) throw new DenError("route_not_found", "this control plane takes no host registrations (it runs its host agent in process)");
-    if (!hasSecret(req.headers.authorization, secret)) throw new DenError("unauthorized", "a host agent's call needs the deployment's host secret (DEN_HOST_SECRET)");
-  };
-
-  app.post(host.registration.heartbeat.path, {
-    schema: { hide: true, body: host.Heartbeat, response: { 200: host.HeartbeatReply } },
-    onRequest: hostOnly,
-  }, async (req) => cp.registry.heartbeat(req.body));
-
-  app.post(host.registration.drain.path, {
-    schema: { hide: true, params: HostParams, response: { 200: host.registration.drain.response } },
-    onRequest: hostOnly,
-  }, async (req) => ({ left: await cp.registry.drain(req.params.id) }));
 }

@@ -18,12 +18,14 @@ import pg from "pg";
 import S3rver from "s3rver";
 import WebSocket from "ws";
 import { findInstanceProcesses } from "@den/runtime";
-import { ADMIN_KEY, client, dataDir, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "../helpers.js";
+import { ADMIN_KEY, client, dataDir, fleetEnv, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "../helpers.js";
 
-const SECRET = "fleet-test-secret-0123456789abcdef";
 const HOST_PORTS = { a: 19401, b: 19402, c: 19403 } as const;
 const CP_PORTS = [19404, 19405] as const;
 const CP_URLS = CP_PORTS.map((p) => `http://127.0.0.1:${p}`);
+/** The replicas' hosts' listeners (mutual TLS, one CA): where the hosts register. */
+const CP_FLEET_PORTS = [19406, 19407] as const;
+const CP_FLEET_URLS = CP_FLEET_PORTS.map((p) => `https://127.0.0.1:${p}`);
 type Name = keyof typeof HOST_PORTS;
 interface HostEntry { id: string; url: string; status: string; lost_at: string | null; capacity: { memory_mb: number } | null; used: { memory_mb: number } | null }
 
@@ -47,13 +49,13 @@ describe("a fleet: two control planes, three hosts, one Postgres, one bucket", (
 
   const hostEnv = (n: Name): Record<string, string> => ({
     ...env, DEN_DATA_DIR: dirs[n], DEN_NET_POOL: { a: "100.96.0.0/16", b: "100.97.0.0/16", c: "100.98.0.0/16" }[n],
-    DEN_CONTROL_PLANE_URL: CP_URLS.join(","), DEN_HOST_HEARTBEAT_MS: "300",
+    DEN_CONTROL_PLANE_URL: CP_FLEET_URLS.join(","), DEN_HOST_HEARTBEAT_MS: "300",
     // A is small: placement spreads by free memory, and a fork of one of its sandboxes finds it full.
     DEN_CAPACITY_MEMORY_MB: n === "a" ? "1536" : "5120",
   });
-  const startHost = (n: Name) => spawnHostAgent(HOST_PORTS[n], SECRET, hostEnv(n));
-  const startCp = (i: number) => spawnServer(CP_PORTS[i]!, {
-    ...env, DEN_DATA_DIR: join(root, `cp${i}`), DEN_HOST_SECRET: SECRET, DEN_HOST_AGENT_URL: "registered",
+  const startHost = (n: Name) => spawnHostAgent(HOST_PORTS[n], hostEnv(n));
+  const startCp = async (i: number) => spawnServer(CP_PORTS[i]!, {
+    ...env, ...(await fleetEnv(CP_FLEET_PORTS[i]!)), DEN_DATA_DIR: join(root, `cp${i}`), DEN_HOST_AGENT_URL: "registered",
     DEN_HOST_LEASE_SECONDS: "2", DEN_HOST_LOST_GRACE_SECONDS: "2", DEN_STORE_GC_INTERVAL_SECONDS: "1", DEN_MAX_SANDBOXES_PER_OWNER: "100",
     // Unarmed until a test writes a point's name there.
     DEN_FAULT_POINT_FILE: faultFile(i),

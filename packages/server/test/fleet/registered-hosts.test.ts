@@ -14,12 +14,13 @@ import { existsSync, readdirSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { findInstanceProcesses } from "@den/runtime";
-import { ADMIN_KEY, client, dataDir, sandboxCalls, runCli, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "../helpers.js";
+import { ADMIN_KEY, client, dataDir, fleetEnv, hostGet, sandboxCalls, runCli, spawnHostAgent, spawnServer, stopProcess as stop, waitFor } from "../helpers.js";
 
 const PORT_A = 19391;
 const PORT_B = 19392;
 const CP_PORT = 19393;
-const SECRET = "registered-hosts-secret-0123456789";
+/** The control plane's hosts' listener (mutual TLS): where the hosts register, the same across its restarts. */
+const CP_FLEET_PORT = 19394;
 const CP_URL = `http://127.0.0.1:${CP_PORT}`;
 
 interface Host { id: string; url: string; status: string; state: string; managed: string; lost_at: string | null; kind: { accelerator: string } | null; sandboxes: number }
@@ -33,10 +34,10 @@ describe("host agents that register themselves and hold leases", () => {
   let cpProc: ChildProcess | undefined;
   const api = client(CP_URL);
 
-  const hostEnv = { DEN_CONTROL_PLANE_URL: CP_URL, DEN_HOST_HEARTBEAT_MS: "300" };
-  const startA = () => spawnHostAgent(PORT_A, SECRET, { ...env, ...hostEnv });
-  const startB = () => spawnHostAgent(PORT_B, SECRET, { ...env, ...hostEnv, DEN_DATA_DIR: dirB, DEN_NET_POOL: "100.97.0.0/16" });
-  const startCp = (extra: Record<string, string> = {}) => spawnServer(CP_PORT, { ...env, DEN_DATA_DIR: cpDir, DEN_HOST_SECRET: SECRET, DEN_HOST_AGENT_URL: "registered", DEN_HOST_LEASE_SECONDS: "2", DEN_HOST_LOST_GRACE_SECONDS: "2", ...extra });
+  const hostEnv = { DEN_CONTROL_PLANE_URL: `https://127.0.0.1:${CP_FLEET_PORT}`, DEN_HOST_HEARTBEAT_MS: "300" };
+  const startA = () => spawnHostAgent(PORT_A, { ...env, ...hostEnv });
+  const startB = () => spawnHostAgent(PORT_B, { ...env, ...hostEnv, DEN_DATA_DIR: dirB, DEN_NET_POOL: "100.97.0.0/16" });
+  const startCp = async (extra: Record<string, string> = {}) => spawnServer(CP_PORT, { ...env, ...(await fleetEnv(CP_FLEET_PORT)), DEN_DATA_DIR: cpDir, DEN_HOST_AGENT_URL: "registered", DEN_HOST_LEASE_SECONDS: "2", DEN_HOST_LOST_GRACE_SECONDS: "2", ...extra });
   const hosts = async () => (await api("GET", "/v1/hosts")).body.hosts as Host[];
   /** The files of every stored version of template `name`. */
   const storedFiles = (name: string) => {
@@ -60,8 +61,8 @@ describe("host agents that register themselves and hold leases", () => {
   const onHost = (instance: string) => [...findInstanceProcesses(instance).keys()].sort();
   const { exec, create } = sandboxCalls(api);
   const state = async (id: string) => (await api("GET", `/v1/sandboxes/${id}`)).body as { state: string; state_reason: string; hibernate_mode: string | null };
-  /** A host agent's own view (its inventory), asked directly. */
-  const inventory = async (port: number) => (await (await fetch(`http://127.0.0.1:${port}/host/v1/inventory`, { headers: { authorization: `Bearer ${SECRET}` } })).json()) as { vms: Array<{ id: string; state: string }> };
+  /** A host agent's own view (its inventory), asked directly over mutual TLS, as a control plane. */
+  const inventory = (port: number) => hostGet<{ vms: Array<{ id: string; state: string }> }>(port, port === PORT_A ? a : b, "/host/v1/inventory");
 
   let a = "";
   let b = "";
@@ -77,8 +78,8 @@ describe("host agents that register themselves and hold leases", () => {
       const l = await hosts();
       return l.length === 2 && l.every((h) => h.status === "up") ? l : undefined;
     }, 20_000);
-    a = listed.find((h) => h.url === `http://127.0.0.1:${PORT_A}`)!.id;
-    b = listed.find((h) => h.url === `http://127.0.0.1:${PORT_B}`)!.id;
+    a = listed.find((h) => h.url === `https://127.0.0.1:${PORT_A}`)!.id;
+    b = listed.find((h) => h.url === `https://127.0.0.1:${PORT_B}`)!.id;
     await waitFor("A's base template is in the store", async () => (published("base") ? true : undefined), 120_000, 500);
   });
 
