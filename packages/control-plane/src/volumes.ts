@@ -151,8 +151,16 @@ export class Volumes {
   }
 
   /** The host a new volume's image goes on: the first one that takes new sandboxes. */
-  private placeVolume(): HostAgent {
-    const host = this.ctx.hosts.all.find((h) => this.ctx.hosts.takesNew(h)) ?? this.ctx.hosts.all[0];
+  private async placeVolume(): Promise<HostAgent> {
+    const { hosts } = this.ctx;
+    const pick = () => hosts.all.find((h) => hosts.takesNew(h)) ?? hosts.all[0];
+    // None yet: a replica just started may not have connected to its registered hosts (over TLS, a
+    // connect and an identity check), or a host registered through another replica a moment ago.
+    let host = pick();
+    if (!host) {
+      await hosts.refresh();
+      host = pick();
+    }
     if (!host) throw new DenError("capacity_exhausted", "no host agent can take a volume now (none is up)");
     return host;
   }
@@ -160,7 +168,7 @@ export class Volumes {
   /** The host a helper VM for `v` runs on: its image's, or (parked, or its host is gone) a host it is brought to first. */
   private hostFor(v: VolumeRow): Promise<HostAgent> {
     return placeWithVolumes(this.ctx, [v.id], async (only) => {
-      if (!only) return this.placeVolume();
+      if (!only) return await this.placeVolume();
       if (!this.ctx.hosts.has(only)) throw new DenError("capacity_exhausted", `host ${only} is not up`);
       return this.ctx.hosts.get(only);
     });
@@ -179,7 +187,7 @@ export class Volumes {
 
   async create(p: Principal, req: api.CreateVolumeRequest): Promise<api.Volume> {
     const { store, clock } = this.ctx;
-    const host = this.placeVolume();
+    const host = await this.placeVolume();
     const row: VolumeRow = { id: newId("vol"), owner: p.owner, name: req.name, size_mb: req.size_mb, state: "creating", host_id: host.instance, created_at: clock.now(), deleted_at: null, snapshot_id: null, move_to: null, moved_at: null, move_owner: null, used_at: clock.now() };
     // The name and the quota are taken with the row, before the image is made.
     await store.transaction(async (tx) => {
