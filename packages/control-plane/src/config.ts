@@ -141,7 +141,12 @@ export interface ServerConfig {
    * address (DEN_FLEET_PORT, default 8789; DEN_FLEET_HOST, default DEN_HOST). Absent when the
    * host agent is in this process.
    */
-  fleet?: { tlsDir?: string; port: number; host: string };
+  /**
+   * `tlsDir`: this replica's identity files; `join`: a one-time token it joins with when the dir
+   * holds none yet, through `peers` (other replicas' hosts' listeners, https), which also renew
+   * its certificate when it holds no CA.
+   */
+  fleet?: { tlsDir?: string; port: number; host: string; join?: string; peers: string[] };
   /** The E2B-compatible API: its envd listener (a port of its own: guest bytes never share the API's origin). */
   e2b: {
     /** null: no envd listener (DEN_ENVD_PORT=off); 0: a free port. */

@@ -1,7 +1,7 @@
 import https from "node:https";
 import type { ConnectionOptions } from "node:tls";
 import { DenError, host } from "@den/protocol";
-import { type MachineTls, fingerprintOf, identityOf, newKeyAndCsr, parseJoinToken, pinMatches, verifyIssuedBy } from "@den/pki";
+import { type Identity, type MachineTls, fingerprintOf, identityOf, newKeyAndCsr, parseJoinToken, pinMatches, verifyIssuedBy } from "@den/pki";
 
 /** A join's whole exchange (handshake, CSR, answer) is short; a control plane that stalls is not waited for. */
 const JOIN_TIMEOUT_MS = 15_000;
@@ -15,7 +15,7 @@ const REPLY_BYTES = 256 * 1024;
  * token's pin names; then the join is posted over TLS that verifies the server is a control
  * plane of that CA. Someone in between can neither read the token nor hand out a certificate.
  */
-export async function joinFleet(url: string, token: string, machineId: string): Promise<MachineTls> {
+export async function joinFleet(url: string, token: string, machineId: string, kind: Identity["kind"] = "host"): Promise<MachineTls> {
   const parsed = parseJoinToken(token);
   if (!parsed) throw new DenError("invalid_argument", "not a join token (den-join.<id>.<secret>.<ca pin>): make one with den hosts token create");
   const base = new URL(url);
@@ -25,7 +25,7 @@ export async function joinFleet(url: string, token: string, machineId: string): 
   if (!offered?.success) throw new DenError("agent_protocol_error", `${base.origin} did not answer with the deployment's CA (${discovery.status})`);
   const ca = offered.data.ca;
   if (!pinMatches(parsed.caPin, fingerprintOf(ca))) throw new DenError("forbidden", "the control plane's CA is not the one the join token names: the token was not sent (a wrong URL, or someone in between)");
-  const { keyPem, csrPem } = await newKeyAndCsr({ kind: "host", id: machineId });
+  const { keyPem, csrPem } = await newKeyAndCsr({ kind, id: machineId });
   const body: host.JoinRequest = { token, csr: csrPem, machine_id: machineId };
   const { status, text } = await request(new URL(host.registration.join.path, base), "POST", JSON.stringify(body), {
     ca, rejectUnauthorized: true,
@@ -40,7 +40,7 @@ export async function joinFleet(url: string, token: string, machineId: string): 
   if (!reply.success) throw new DenError("agent_protocol_error", "the control plane's join answer does not match the protocol");
   const { certificate } = reply.data;
   const mine = identityOf(certificate);
-  if (!verifyIssuedBy(certificate, { certPem: ca }) || mine?.kind !== "host" || mine.id !== machineId) throw new DenError("agent_protocol_error", "the certificate the control plane issued is not this host's");
+  if (!verifyIssuedBy(certificate, { certPem: ca }) || mine?.kind !== kind || mine.id !== machineId) throw new DenError("agent_protocol_error", `the certificate the control plane issued is not this ${kind}'s (a token made for another kind: den hosts token create --kind ${kind})`);
   return { key: keyPem, cert: certificate, ca };
 }
 

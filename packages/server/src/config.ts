@@ -1,4 +1,5 @@
-import { resolve } from "node:path";
+import { existsSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { defaultDataDir } from "@den/runtime";
 import { defaultCapacity, memoryOvercommit, memoryReserveMb } from "@den/host-agent";
 import { databaseConfig, type ServerConfig } from "@den/control-plane";
@@ -23,7 +24,7 @@ export function checkUrls(urls: readonly string[], what: string): void {
   if (new Set(urls).size !== urls.length) throw new Error(`${what} is given twice: ${urls.join(", ")}`);
 }
 
-function hostAgentConfig(list: string | undefined, env: NodeJS.ProcessEnv): ServerConfig["hostAgent"] {
+function hostAgentConfig(list: string | undefined, env: NodeJS.ProcessEnv, joining: boolean): ServerConfig["hostAgent"] {
   const given = urlList(list);
   // `registered`: no host is given here; they register themselves (and may be given beside it).
   const urls = given.filter((u) => u !== "registered");
@@ -32,12 +33,20 @@ function hostAgentConfig(list: string | undefined, env: NodeJS.ProcessEnv): Serv
     // An old fleet's unit file fails loudly rather than running without the links it expected.
     refuseRetiredHostSecret(env);
     for (const url of urls) if (!url.startsWith("https://")) throw new Error(`a host agent is reached over mutual TLS: its URL is https://..., got ${url}`);
-    if (!env.DEN_TLS_DIR && !env.DEN_CA_DIR) throw new Error("remote host agents (DEN_HOST_AGENT_URL, --host-agent) are reached over mutual TLS: give this replica its identity (DEN_TLS_DIR, --tls-dir) or the deployment's CA to issue one from (DEN_CA_DIR)");
+    if (!env.DEN_TLS_DIR && !env.DEN_CA_DIR && !joining) throw new Error("remote host agents (DEN_HOST_AGENT_URL, --host-agent) are reached over mutual TLS: give this replica its identity (DEN_TLS_DIR, --tls-dir), the deployment's CA to issue one from (DEN_CA_DIR), or a token to join with (--join TOKEN --peers URL)");
     return { kind: "remote", urls, registered: given.includes("registered") };
   }
   const transport = env.DEN_HOST_TRANSPORT ?? "local";
   if (transport !== "local" && transport !== "loopback" && transport !== "memory") throw new Error(`DEN_HOST_TRANSPORT must be local, loopback or memory, got ${transport}`);
   return { kind: transport };
+}
+
+/** Other replicas' hosts' listeners (a join goes through one; a replica without the CA renews through them): https only. */
+function fleetPeers(list: string | undefined): string[] {
+  const urls = urlList(list);
+  checkUrls(urls, "a peer replica");
+  for (const u of urls) if (!u.startsWith("https://")) throw new Error(`a peer replica is its hosts' listener over mutual TLS (https://HOST:8789), not ${u}`);
+  return urls;
 }
 
 function required(env: NodeJS.ProcessEnv, name: string): string {
@@ -53,17 +62,20 @@ function num(v: string | undefined, fallback: number): number {
   return n;
 }
 
-export function loadConfig(flags: Partial<{ port: string; host: string; dataDir: string; hostAgent: string; envdPort: string; tlsDir: string; fleetPort: string }> = {}, env = process.env): ServerConfig {
+export function loadConfig(flags: Partial<{ port: string; host: string; dataDir: string; hostAgent: string; envdPort: string; tlsDir: string; fleetPort: string; join: string; peers: string }> = {}, env = process.env): ServerConfig {
   // Before anything else: `den serve` and `den host run` both start here.
   refusePlaceholderSecrets(env);
   const onIdle = env.DEN_ON_IDLE ?? "hibernate";
   if (onIdle !== "hibernate" && onIdle !== "destroy") throw new Error(`DEN_ON_IDLE must be hibernate or destroy, got ${onIdle}`);
   const tlsDir = flags.tlsDir ?? env.DEN_TLS_DIR;
-  const hostAgent = hostAgentConfig(flags.hostAgent ?? env.DEN_HOST_AGENT_URL, { ...env, ...(tlsDir ? { DEN_TLS_DIR: tlsDir } : {}) });
+  const dataDir = flags.dataDir ?? env.DEN_DATA_DIR ?? defaultDataDir();
+  // A replica that joined once keeps its identity in its data dir (FleetIdentity reads it there).
+  const joined = flags.join !== undefined || existsSync(join(dataDir, "identity", "cert.pem"));
+  const hostAgent = hostAgentConfig(flags.hostAgent ?? env.DEN_HOST_AGENT_URL, { ...env, ...(tlsDir ? { DEN_TLS_DIR: tlsDir } : {}) }, joined);
   return {
     port: num(flags.port ?? env.DEN_PORT, 8787),
     host: flags.host ?? env.DEN_HOST ?? "127.0.0.1",
-    dataDir: flags.dataDir ?? env.DEN_DATA_DIR ?? defaultDataDir(),
+    dataDir,
     database: databaseConfig(env.DEN_DATABASE_URL),
     ...(env.DEN_API_KEY ? { apiKey: env.DEN_API_KEY } : {}),
     defaults: {
@@ -154,7 +166,7 @@ export function loadConfig(flags: Partial<{ port: string; host: string; dataDir:
     hostAgent,
     hostLeases: { leaseMs: num(env.DEN_HOST_LEASE_SECONDS, 15) * 1000, graceMs: num(env.DEN_HOST_LOST_GRACE_SECONDS, 30) * 1000 },
     ...(hostAgent.kind === "remote"
-      ? { fleet: { ...(tlsDir ? { tlsDir: resolve(tlsDir) } : {}), port: num(flags.fleetPort ?? env.DEN_FLEET_PORT, 8789), host: env.DEN_FLEET_HOST ?? flags.host ?? env.DEN_HOST ?? "127.0.0.1" } }
+      ? { fleet: { ...(tlsDir ? { tlsDir: resolve(tlsDir) } : {}), port: num(flags.fleetPort ?? env.DEN_FLEET_PORT, 8789), host: env.DEN_FLEET_HOST ?? flags.host ?? env.DEN_HOST ?? "127.0.0.1", ...(flags.join ? { join: flags.join } : {}), peers: fleetPeers(flags.peers ?? env.DEN_FLEET_PEERS) } }
       : {}),
     ...(env.DEN_CA_DIR ? { ca: { dir: resolve(env.DEN_CA_DIR), certTtlHours: certTtlHours(env.DEN_CERT_TTL_HOURS) } } : {}),
     e2b: {

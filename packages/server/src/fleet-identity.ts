@@ -1,4 +1,7 @@
-import { type Ca, type Identity, type MachineTls, MACHINE_ID, certInfo, issueMachine, loadCa, ownIdentity, readMachineTls, renewDelay, writeIdentityFiles } from "@den/pki";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { type Ca, type Identity, type MachineTls, IDENTITY_FILES, MACHINE_ID, certInfo, issueMachine, loadCa, ownIdentity, readMachineTls, renewDelay, writeIdentityFiles } from "@den/pki";
+import { CertRenewer, joinFleet } from "@den/host-agent";
 import type { ServerConfig } from "./config.js";
 
 /** Where an issued certificate is recorded (machine_certs: revocation and expiry read it). */
@@ -8,14 +11,17 @@ export type RecordCert = (row: { serial: string; kind: string; machine_id: strin
 const RETRY_MS = 30_000;
 
 /**
- * This replica's identity toward the hosts (mutual TLS): read from DEN_TLS_DIR, or issued at
- * start from the deployment's CA (DEN_CA_DIR) for `control-plane:<replica id>` and kept in
- * memory only (a new start issues a new one; nothing to protect on disk). With the CA at hand
- * it renews itself at 2/3 of the certificate's life (writing DEN_TLS_DIR's files when it
- * has them) and tells `onRenew`'s listeners (the fleet listener, the host clients).
+ * This replica's identity toward the hosts (mutual TLS): read from DEN_TLS_DIR; or got with a
+ * one-time token through a peer replica (`den serve --join TOKEN --peers URL`: the key made
+ * here, the files written to DEN_TLS_DIR or `<data dir>/identity`); or issued at start from
+ * the deployment's CA (DEN_CA_DIR) for `control-plane:<replica id>` and kept in memory only (a
+ * new start issues a new one; nothing to protect on disk). It renews itself at 2/3 of the
+ * certificate's life, from the CA when it holds it, else through its peers' renew route
+ * (writing its files), and tells `onRenew`'s listeners (the fleet listener, the host clients).
  */
 export class FleetIdentity {
   private timer: NodeJS.Timeout | undefined;
+  private renewer: CertRenewer | undefined;
   private readonly listeners: Array<(tls: MachineTls) => void | Promise<void>> = [];
 
   private constructor(
@@ -25,22 +31,44 @@ export class FleetIdentity {
     private readonly dir: string | undefined,
     private readonly store: RecordCert,
     private readonly log: (err: unknown, msg: string) => void,
+    private readonly peers: string[] = [],
   ) {}
 
   static async open(config: ServerConfig, store: RecordCert, replicaId: string, log: (err: unknown, msg: string) => void = () => undefined): Promise<FleetIdentity> {
     const fleet = config.fleet!;
     const ca = config.ca ? await loadCa(config.ca.dir) : undefined;
     const ttlHours = config.ca?.certTtlHours ?? 24;
-    if (fleet.tlsDir) {
-      const tls = readMachineTls(fleet.tlsDir);
+    // Joined once, the identity is in the data dir: later starts use it with or without the token.
+    const joined = join(config.dataDir, "identity");
+    const dir = fleet.tlsDir ?? (fleet.join || existsSync(join(joined, IDENTITY_FILES.cert)) ? joined : undefined);
+    if (dir && fleet.join && !existsSync(join(dir, IDENTITY_FILES.cert))) await FleetIdentity.join(dir, fleet.join, fleet.peers, replicaId);
+    if (dir) {
+      const tls = readMachineTls(dir);
       const me = ownIdentity(tls);
-      if (me.kind !== "control-plane") throw new Error(`${fleet.tlsDir} holds a ${me.kind}'s identity (${me.id}): a control plane needs a control-plane certificate (den ca issue control-plane:ID)`);
-      return new FleetIdentity(tls, ca, ttlHours, fleet.tlsDir, store, log);
+      if (me.kind !== "control-plane") throw new Error(`${dir} holds a ${me.kind}'s identity (${me.id}): a control plane needs a control-plane certificate (den ca issue control-plane:ID)`);
+      return new FleetIdentity(tls, ca, ttlHours, dir, store, log, fleet.peers);
     }
     if (!ca) throw new Error("mutual TLS with the hosts needs this replica's identity (DEN_TLS_DIR) or the CA to issue one from (DEN_CA_DIR)");
     if (!MACHINE_ID.test(replicaId)) throw new Error(`replica id ${replicaId} cannot name a certificate`);
     const me = new FleetIdentity(await FleetIdentity.issue(ca, { kind: "control-plane", id: replicaId }, ttlHours, store), ca, ttlHours, undefined, store, log);
     return me;
+  }
+
+  /** A first start with a token: joined through the first peer that answers; the files written for the next starts. */
+  private static async join(dir: string, token: string, peers: string[], replicaId: string): Promise<void> {
+    if (!peers.length) throw new Error("--join needs a replica to join through: --peers https://HOST:8789 (env DEN_FLEET_PEERS)");
+    if (!MACHINE_ID.test(replicaId)) throw new Error(`replica id ${replicaId} cannot name a certificate`);
+    let last: unknown;
+    for (const url of peers) {
+      try {
+        const tls = await joinFleet(url, token, replicaId, "control-plane");
+        await writeIdentityFiles(dir, { keyPem: tls.key, certPem: tls.cert, caPem: tls.ca });
+        return;
+      } catch (e) {
+        last = e;
+      }
+    }
+    throw new Error(`could not join the deployment through ${peers.join(", ")}: ${(last as Error).message}`);
   }
 
   private static async issue(ca: Ca, identity: Identity, ttlHours: number, record: RecordCert): Promise<MachineTls> {
@@ -62,9 +90,26 @@ export class FleetIdentity {
     this.listeners.push(fn);
   }
 
-  /** Schedules renewals (only with the CA at hand; without it the operator renews DEN_TLS_DIR's files and restarts). */
+  /**
+   * Schedules renewals: from the CA at hand; without it, through the peers' renew route
+   * (CertRenewer, as a host's); with neither, the operator renews DEN_TLS_DIR's files and restarts.
+   */
   start(): void {
-    if (!this.ca) return;
+    if (!this.ca) {
+      if (!this.peers.length || !this.dir || this.renewer) return;
+      this.renewer = new CertRenewer(this.tls, {
+        controlPlanes: this.peers, dir: this.dir,
+        onRenew: (tls) => {
+          this.tls = tls;
+          void (async () => {
+            for (const l of this.listeners) await l(tls);
+          })().catch((err: unknown) => this.log(err, "a listener of this replica's renewed certificate failed"));
+        },
+        log: (msg) => this.log(undefined, msg),
+      });
+      this.renewer.start();
+      return;
+    }
     const { notBefore, notAfter } = certInfo(this.tls.cert);
     this.schedule(renewDelay(notBefore, notAfter));
   }
@@ -92,5 +137,6 @@ export class FleetIdentity {
 
   close(): void {
     clearTimeout(this.timer);
+    this.renewer?.stop();
   }
 }

@@ -14,7 +14,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { HostHttp, MemoryHostAgent, Registrar, joinFleet, startHostServer, type RunningHostServer } from "@den/host-agent";
+import { HostHttp, HttpHostAgent, MemoryHostAgent, Registrar, joinFleet, startHostServer, type RunningHostServer } from "@den/host-agent";
 import { type MachineTls, certInfo, identityOf, initCa, issueMachine, readMachineTls } from "@den/pki";
 import { host } from "@den/protocol";
 import { loadConfig, openStore, startServer, type RunningServer } from "../src/index.js";
@@ -238,5 +238,43 @@ describe("a fleet over mutual TLS", () => {
     assert.equal(run.status, 200, run.text);
     assert.equal((await api("GET", `/v1/sandboxes/${sbx.body.id}`)).body.state, "running");
     assert.ok(!exited(hostA!), err);
+  });
+
+  test("a second replica with no CA joins with a control-plane token through the first (den serve --join --peers), a host takes its calls, and it renews through its peer", async () => {
+    const t = await api("POST", "/v1/hosts/tokens", { kind: "control-plane" });
+    assert.equal(t.status, 201, t.text);
+    const dataDir = mk("den-cp2-");
+    const [fleetPort] = await freePorts(1);
+    let second = await startServer(loadConfig({ port: "0", dataDir, join: t.body.token, peers: fleetUrl }, {
+      DEN_API_KEY: ADMIN_KEY, DEN_HOST_AGENT_URL: "registered", DEN_FLEET_PORT: String(fleetPort), DEN_ENVD_PORT: "off", DEN_STORE_DIR: storeDir,
+    }));
+    try {
+      const id = second.fleetIdentity!;
+      assert.equal(id.identity.kind, "control-plane");
+      const files = readMachineTls(join(dataDir, "identity"));
+      assert.equal(files.cert, id.tls.cert, "its identity is written for the next start (which needs no token)");
+      // A host of the deployment takes its calls: the joined certificate is a control plane's of the CA.
+      const hostUrl = (await hostEntry(hostAId))!.url as string;
+      const link = await HttpHostAgent.connect(hostUrl, { tls: id.tls, peer: { kind: "host", id: hostAId } });
+      assert.equal((await link.inventory()).instance, hostAId);
+      link.close();
+      // Without the CA it renews through its peer (the first replica's renew route).
+      const before = id.tls.cert;
+      await waitFor("the second replica's renewed certificate", async () => (id.tls.cert !== before ? true : undefined), 30_000, 500);
+      assert.deepEqual(identityOf(id.tls.cert), id.identity);
+      assert.equal(readMachineTls(join(dataDir, "identity")).cert, id.tls.cert, "the renewal is written too");
+      // The next start needs no token: it finds its identity in its data dir.
+      await second.close();
+      second = await startServer(loadConfig({ port: "0", dataDir }, {
+        DEN_API_KEY: ADMIN_KEY, DEN_HOST_AGENT_URL: "registered", DEN_FLEET_PORT: String(fleetPort), DEN_ENVD_PORT: "off", DEN_STORE_DIR: storeDir,
+      }));
+      assert.equal(second.fleetIdentity!.tls.cert, readMachineTls(join(dataDir, "identity")).cert);
+      // A used token is not a second identity: a replica with no files and that token is refused.
+      await assert.rejects(startServer(loadConfig({ port: "0", dataDir: mk("den-cp3-"), join: t.body.token, peers: fleetUrl }, {
+        DEN_API_KEY: ADMIN_KEY, DEN_HOST_AGENT_URL: "registered", DEN_FLEET_PORT: "0", DEN_ENVD_PORT: "off", DEN_STORE_DIR: storeDir,
+      })), /could not join the deployment .*401/);
+    } finally {
+      await second.close();
+    }
   });
 });

@@ -78,7 +78,7 @@ describe("the retired DEN_HOST_SECRET, and machines without a certificate", () =
   test("loadConfig: remote hosts with DEN_HOST_SECRET are refused, naming the migration; remote hosts need https:// and an identity or a CA", async () => {
     const ca = { DEN_CA_DIR: (await testCa()).dir };
     assert.throws(() => loadConfig({ hostAgent: "registered", dataDir: "/tmp" }, { ...ca, DEN_HOST_SECRET: REAL }), /DEN_HOST_SECRET is retired.*many-machines\.md#moving-a-running-fleet-to-certificates/);
-    assert.throws(() => loadConfig({ hostAgent: "https://10.0.0.1:8788", dataDir: "/tmp" }, {}), /mutual TLS: give this replica its identity \(DEN_TLS_DIR, --tls-dir\) or .* \(DEN_CA_DIR\)/);
+    assert.throws(() => loadConfig({ hostAgent: "https://10.0.0.1:8788", dataDir: "/tmp" }, {}), /mutual TLS: give this replica its identity \(DEN_TLS_DIR, --tls-dir\), .* \(DEN_CA_DIR\), or a token to join with/);
     assert.throws(() => loadConfig({ hostAgent: "http://10.0.0.1:8788", dataDir: "/tmp" }, ca), /its URL is https:\/\/\.\.\., got http:\/\/10\.0\.0\.1:8788/);
     const ok = loadConfig({ hostAgent: "https://10.0.0.1:8788,registered", dataDir: "/tmp" }, ca);
     assert.deepEqual(ok.hostAgent, { kind: "remote", urls: ["https://10.0.0.1:8788"], registered: true });

@@ -10,10 +10,12 @@ export function registerServe(program: Command): void {
     .option("--host <host>", "address to listen on (env DEN_HOST, default 127.0.0.1)")
     .option("--host-agent <url>", "run no VMs here: use the host agent at URL (`den host run`, https://, over mutual TLS); repeat it, or separate URLs with commas, for several; `registered` for hosts that register themselves (env DEN_HOST_AGENT_URL)", (v: string, prev: string[] = []) => [...prev, v])
     .option("--tls-dir <dir>", "this replica's identity toward the hosts (key.pem, cert.pem, ca.pem), for mutual TLS with them (env DEN_TLS_DIR; without it, DEN_CA_DIR issues one at start)")
+    .option("--join <token>", "join the deployment as a control-plane replica with a one-time token (den hosts token create --kind control-plane) through --peers, when its --tls-dir holds no identity yet")
+    .option("--peers <url...>", "other replicas' hosts' listeners (https://HOST:8789): a --join goes through one, and a replica without DEN_CA_DIR renews its certificate through them (env DEN_FLEET_PEERS)")
     .option("--fleet-port <port>", "the hosts' listener (mutual TLS: joins, heartbeats, renewals) (env DEN_FLEET_PORT, default 8789)")
     .option("--envd-port <port>", "port of the E2B-compatible envd listener (env DEN_ENVD_PORT, default 49983; off: none)")
     .option("--log-format <format>", "pretty (one readable line per event) or json (JSON lines); default: pretty on a terminal, json otherwise (env DEN_LOG_FORMAT)")
-    .action(async (opts: { port?: string; host?: string; hostAgent?: string[]; envdPort?: string; logFormat?: string; tlsDir?: string; fleetPort?: string }, cmd: Command) => {
+    .action(async (opts: { port?: string; host?: string; hostAgent?: string[]; envdPort?: string; logFormat?: string; tlsDir?: string; fleetPort?: string; join?: string; peers?: string[] }, cmd: Command) => {
       const { privateFiles } = await import("@den/runtime");
       const { loadConfig, logFormat, readableLogStream, startServer } = await import("@den/server");
       // Everything it writes (database, snapshots, memory images, logs) is for root's eyes only.
@@ -23,6 +25,7 @@ export function registerServe(program: Command): void {
       const config = configured(() => loadConfig({
         ...(opts.port ? { port: opts.port } : {}), ...(opts.host ? { host: opts.host } : {}), ...(opts.hostAgent?.length ? { hostAgent: opts.hostAgent.join(",") } : {}),
         ...(opts.envdPort ? { envdPort: opts.envdPort } : {}), ...(opts.tlsDir ? { tlsDir: opts.tlsDir } : {}), ...(opts.fleetPort ? { fleetPort: opts.fleetPort } : {}),
+        ...(opts.join ? { join: opts.join } : {}), ...(opts.peers?.length ? { peers: opts.peers.join(",") } : {}),
         ...dataDir,
       }));
       if (config.hostAgent.kind !== "remote") await warnSurplusCapabilities();
