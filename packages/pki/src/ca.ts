@@ -2,7 +2,8 @@ import { X509Certificate, createHash, createPrivateKey, randomBytes } from "node
 import { access, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { DenError, privateDir } from "@den/protocol";
-import { x509 } from "./x509.js";
+import { loadX509 } from "./x509.js";
+import { validity } from "./validity.js";
 import { CA_FILES, writeAtomic } from "./files.js";
 import { P256_SIGNING, caAlgorithm, newP256, privatePem } from "./keys.js";
 
@@ -35,6 +36,7 @@ const exists = (p: string) => access(p).then(() => true, () => false);
  * process's own fleet: the loopback transport, a test's machines). `initCa` writes one.
  */
 export async function newCa(opts: { commonName?: string; days?: number } = {}): Promise<Ca> {
+  const x509 = await loadX509();
   const days = opts.days ?? 3650;
   if (!Number.isInteger(days) || days < 1 || days > 36_500) throw new DenError("invalid_argument", `a CA's lifetime is 1 to 36500 days, got ${days}`);
   const commonName = opts.commonName ?? "Den deployment CA";
@@ -106,8 +108,8 @@ export async function loadCa(dir: string): Promise<Ca> {
   }
   caAlgorithm(key, keyPath);
   if (!cert.checkPrivateKey(key)) throw new DenError("invalid_state", `${keyPath} is not the key of ${certPath}`);
-  const { notBefore, notAfter } = new x509.X509Certificate(certPem);
+  const { notBefore, notAfter } = validity(cert);
   const now = Date.now();
-  if (!(notBefore.getTime() <= now && now < notAfter.getTime())) throw new DenError("invalid_state", `${certPath} is valid from ${notBefore.toISOString()} to ${notAfter.toISOString()}, not now`);
+  if (!(notBefore <= now && now < notAfter)) throw new DenError("invalid_state", `${certPath} is valid from ${new Date(notBefore).toISOString()} to ${new Date(notAfter).toISOString()}, not now`);
   return { certPem, keyPem, fingerprint: fingerprintOf(cert) };
 }

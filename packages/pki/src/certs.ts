@@ -1,7 +1,8 @@
 import { X509Certificate } from "node:crypto";
 import { isIP } from "node:net";
 import { DenError } from "@den/protocol";
-import { x509 } from "./x509.js";
+import { loadX509, type X509 } from "./x509.js";
+import { validity } from "./validity.js";
 import { type Ca, fingerprintOf, newSerial } from "./ca.js";
 import { type Identity, checkIdentity, identityOf, identityUri } from "./identity.js";
 import { P256_SIGNING, isP256, newP256, privatePem, signingKey } from "./keys.js";
@@ -24,6 +25,7 @@ const subjectOf = (i: Identity) => `CN=${i.id}, OU=${i.kind}, O=Den`;
  */
 export async function newKeyAndCsr(identity: Identity): Promise<{ keyPem: string; csrPem: string }> {
   const i = checkIdentity(identity);
+  const x509 = await loadX509();
   const keys = await newP256();
   const csr = await x509.Pkcs10CertificateRequestGenerator.create({
     name: subjectOf(i),
@@ -40,13 +42,14 @@ export function checkCsrSize(csrPem: unknown): asserts csrPem is string {
 }
 
 /** A CSR whose signature verifies (its maker holds the key) and whose key is ECDSA P-256; `invalid_argument` otherwise. */
-async function verifiedCsr(csrPem: string): Promise<x509.Pkcs10CertificateRequest> {
+async function verifiedCsr(csrPem: string): Promise<X509.Pkcs10CertificateRequest> {
+  const x509 = await loadX509();
   if (typeof csrPem !== "string") throw new DenError("invalid_argument", "a CSR is a PEM string");
   checkCsrSize(csrPem);
   if (!/^\s*-----BEGIN CERTIFICATE REQUEST-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE REQUEST-----\s*$/.test(csrPem)) {
     throw new DenError("invalid_argument", "not a PEM certificate signing request (-----BEGIN CERTIFICATE REQUEST-----)");
   }
-  let csr: x509.Pkcs10CertificateRequest;
+  let csr: X509.Pkcs10CertificateRequest;
   try {
     csr = new x509.Pkcs10CertificateRequest(csrPem);
   } catch {
@@ -58,7 +61,7 @@ async function verifiedCsr(csrPem: string): Promise<x509.Pkcs10CertificateReques
   return csr;
 }
 
-function sanOf(identity: Identity, dnsNames: string[] = [], ips: string[] = []): x509.JsonGeneralNames {
+function sanOf(identity: Identity, dnsNames: string[] = [], ips: string[] = []): X509.JsonGeneralNames {
   if (dnsNames.length + ips.length > 32) throw new DenError("invalid_argument", "at most 32 DNS names and IP addresses in a certificate");
   for (const d of dnsNames) if (typeof d !== "string" || !DNS_NAME.test(d)) throw new DenError("invalid_argument", `not a DNS name: ${JSON.stringify(d)?.slice(0, 260)}`);
   for (const ip of ips) if (typeof ip !== "string" || !isIP(ip)) throw new DenError("invalid_argument", `not an IP address: ${JSON.stringify(ip)?.slice(0, 60)}`);
@@ -78,6 +81,7 @@ function sanOf(identity: Identity, dnsNames: string[] = [], ips: string[] = []):
  * the CA's own end).
  */
 export async function issue(ca: Ca, csrPem: string, identity: Identity, opts: { ttlHours: number; dnsNames?: string[]; ips?: string[]; now?: number }): Promise<{ certPem: string; serial: string; notAfter: number }> {
+  const x509 = await loadX509();
   const i = checkIdentity(identity);
   const { ttlHours } = opts;
   if (typeof ttlHours !== "number" || !Number.isFinite(ttlHours) || ttlHours <= 0 || ttlHours > MAX_CERT_TTL_HOURS) {
@@ -119,11 +123,9 @@ export async function issue(ca: Ca, csrPem: string, identity: Identity, opts: { 
 /** What a certificate says of itself: its validity (ms), serial (lowercase hex), SHA-256 fingerprint, and the machine its SAN URI names. */
 export function certInfo(certPem: string): { notAfter: number; notBefore: number; serial: string; fingerprint: string; identity?: Identity } {
   const c = new X509Certificate(certPem);
-  const p = new x509.X509Certificate(certPem);
   const identity = identityOf(c);
   return {
-    notBefore: p.notBefore.getTime(),
-    notAfter: p.notAfter.getTime(),
+    ...validity(c),
     serial: c.serialNumber.toLowerCase(),
     fingerprint: fingerprintOf(c),
     ...(identity ? { identity } : {}),
@@ -136,8 +138,8 @@ export function verifyIssuedBy(certPem: string, ca: Pick<Ca, "certPem">, now = D
     const c = new X509Certificate(certPem);
     const issuer = new X509Certificate(ca.certPem);
     if (!c.checkIssued(issuer) || !c.verify(issuer.publicKey)) return false;
-    const p = new x509.X509Certificate(certPem);
-    return p.notBefore.getTime() <= now && now < p.notAfter.getTime();
+    const { notBefore, notAfter } = validity(c);
+    return notBefore <= now && now < notAfter;
   } catch {
     return false;
   }

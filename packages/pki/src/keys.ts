@@ -1,6 +1,5 @@
-import { KeyObject, createPrivateKey, createPublicKey } from "node:crypto";
+import { KeyObject, createPrivateKey, createPublicKey, webcrypto } from "node:crypto";
 import { DenError } from "@den/protocol";
-import { webcrypto } from "./x509.js";
 
 type CryptoKey = webcrypto.CryptoKey;
 

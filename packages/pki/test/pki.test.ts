@@ -11,7 +11,10 @@ import { DenError } from "@den/protocol";
 import {
   type Ca, certInfo, identityOf, initCa, issue, loadCa, newJoinToken, newKeyAndCsr, parseJoinToken, pinMatches, renewAt, tokenMatches, verifyIssuedBy, writeIdentityFiles,
 } from "../src/index.js";
-import { webcrypto, x509 } from "../src/x509.js";
+import { webcrypto } from "node:crypto";
+import { loadX509 } from "../src/x509.js";
+
+const x509 = await loadX509();
 
 const HOUR = 3_600_000;
 const dirs: string[] = [];

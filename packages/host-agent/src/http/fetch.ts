@@ -1,6 +1,6 @@
 import type { ConnectionOptions } from "node:tls";
 import type { z } from "zod";
-import { Agent, fetch as tlsFetch } from "undici";
+import type { Agent } from "undici";
 import { DenError } from "@den/protocol";
 import { clientTlsOptions, type Identity, type MachineTls } from "@den/pki";
 import { reportHostWork, WORK_HEADER } from "../work.js";
@@ -58,14 +58,20 @@ export type HostLink = { tls: MachineTls; peer: { kind: Identity["kind"]; id?: s
 
 /** HTTP to one host agent: its base URL, its link's credentials, timeouts, and error bodies turned back into DenErrors. */
 export class HostHttp {
-  private readonly dispatcher: Agent;
+  /** undici and its pool, loaded at the first request (loading undici cost every process ~0.15 s at start, single-machine ones too). */
+  private client: Promise<{ agent: Agent; fetch: typeof import("undici").fetch }> | undefined;
+  private closed = false;
   /** The TLS options of this link's other connections (WebSockets, tunnels). */
   readonly tls: ConnectionOptions;
 
   constructor(readonly base: string, readonly link: HostLink) {
     if (!base.startsWith("https://")) throw new DenError("invalid_argument", `a link between machines is mutual TLS and needs an https:// URL, got ${base}`);
     this.tls = clientTlsOptions(link.tls, link.peer);
-    this.dispatcher = new Agent({ connect: this.tls });
+  }
+
+  private undici(): Promise<{ agent: Agent; fetch: typeof import("undici").fetch }> {
+    this.client ??= import("undici").then((u) => ({ agent: new u.Agent({ connect: this.tls }), fetch: u.fetch }));
+    return this.client;
   }
 
   /** The same link to another base URL (a registrar's other replicas). */
@@ -75,7 +81,8 @@ export class HostHttp {
 
   /** Lets go of the link's pooled connections. */
   close(): void {
-    void this.dispatcher.close().catch(() => undefined);
+    this.closed = true;
+    void this.client?.then((c) => c.agent.close()).catch(() => undefined);
   }
 
   url(path: string, query?: Query): string {
@@ -104,7 +111,10 @@ export class HostHttp {
         ...(signals.length ? { signal: signals.length === 1 ? signals[0] : AbortSignal.any(signals) } : {}),
       };
       // undici's own fetch, with a dispatcher holding this machine's certificate.
-      res = (await tlsFetch(this.url(path, opts.query), { ...init, dispatcher: this.dispatcher } as Parameters<typeof tlsFetch>[1])) as unknown as Response;
+      // (As undici's closed pool refused: reported as the host being unreachable.)
+      if (this.closed) throw new Error("this link was closed");
+      const u = await this.undici();
+      res = (await u.fetch(this.url(path, opts.query), { ...init, dispatcher: u.agent } as Parameters<typeof u.fetch>[1])) as unknown as Response;
     } catch (e) {
       throw transportError(e, what, this.base, opts.timeoutMs);
     }
