@@ -47,7 +47,7 @@ describe("the /v1 API against real microVMs", () => {
     assert.equal(r.body.hosts.length, 1);
     const [h] = r.body.hosts;
     assert.equal(h.id, server.cp.hosts.first!.instance);
-    if (process.env.DEN_HOST_TRANSPORT === "loopback") assert.match(h.url, /^http:\/\/127\.0\.0\.1:\d+$/);
+    if (process.env.DEN_HOST_TRANSPORT === "loopback") assert.match(h.url, /^https:\/\/127\.0\.0\.1:\d+$/, "the loopback host is reached over mutual TLS, as a remote one");
     else assert.equal(h.url, "local");
     assert.deepEqual({ capacity: h.capacity, used: h.used }, (await admin("GET", "/v1/host")).body);
     assert.ok(h.used.sandboxes >= 1);
