@@ -1,14 +1,11 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { type Ca, type Identity, type MachineTls, IDENTITY_FILES, MACHINE_ID, certInfo, issueMachine, loadCa, ownIdentity, readMachineTls, renewDelay, writeIdentityFiles } from "@den/pki";
+import { type Ca, type Identity, type MachineTls, IDENTITY_FILES, MACHINE_ID, certInfo, issueMachine, loadCa, ownIdentity, readMachineTls, writeIdentityFiles } from "@den/pki";
 import { CertRenewer, joinFleet } from "@den/host-agent";
 import type { ServerConfig } from "./config.js";
 
 /** Where an issued certificate is recorded (machine_certs: revocation and expiry read it). */
 export type RecordCert = (row: { serial: string; kind: string; machine_id: string; not_after: number; issued_at: number }) => Promise<void>;
-
-/** Retry a failed renewal this soon (bounded by what is left of the certificate's life). */
-const RETRY_MS = 30_000;
 
 /**
  * This replica's identity toward the hosts (mutual TLS): read from DEN_TLS_DIR; or got with a
@@ -20,7 +17,6 @@ const RETRY_MS = 30_000;
  * (writing its files), and tells `onRenew`'s listeners (the fleet listener, the host clients).
  */
 export class FleetIdentity {
-  private timer: NodeJS.Timeout | undefined;
   private renewer: CertRenewer | undefined;
   private readonly listeners: Array<(tls: MachineTls) => void | Promise<void>> = [];
 
@@ -95,48 +91,23 @@ export class FleetIdentity {
    * (CertRenewer, as a host's); with neither, the operator renews DEN_TLS_DIR's files and restarts.
    */
   start(): void {
-    if (!this.ca) {
-      if (!this.peers.length || !this.dir || this.renewer) return;
-      this.renewer = new CertRenewer(this.tls, {
-        controlPlanes: this.peers, dir: this.dir,
-        onRenew: (tls) => {
-          this.tls = tls;
-          void (async () => {
-            for (const l of this.listeners) await l(tls);
-          })().catch((err: unknown) => this.log(err, "a listener of this replica's renewed certificate failed"));
-        },
-        log: (msg) => this.log(undefined, msg),
-      });
-      this.renewer.start();
-      return;
-    }
-    const { notBefore, notAfter } = certInfo(this.tls.cert);
-    this.schedule(renewDelay(notBefore, notAfter));
-  }
-
-  private schedule(ms: number): void {
-    clearTimeout(this.timer);
-    this.timer = setTimeout(() => void this.renew(), Math.min(ms, 2 ** 31 - 1));
-    this.timer.unref();
-  }
-
-  /** A new certificate (and key) for the same identity; the listeners switch to it. */
-  async renew(): Promise<void> {
-    try {
-      const tls = await FleetIdentity.issue(this.ca!, this.identity, this.ttlHours, this.store);
-      if (this.dir) await writeIdentityFiles(this.dir, { keyPem: tls.key, certPem: tls.cert, caPem: tls.ca });
-      this.tls = tls;
-      for (const l of this.listeners) await l(tls);
-      this.start();
-    } catch (err) {
-      this.log(err, "this replica's certificate could not be renewed; trying again");
-      const left = certInfo(this.tls.cert).notAfter - Date.now();
-      this.schedule(Math.max(1000, Math.min(RETRY_MS, left / 10)));
-    }
+    if (this.renewer || (!this.ca && (!this.peers.length || !this.dir))) return;
+    const ca = this.ca;
+    this.renewer = new CertRenewer(this.tls, {
+      controlPlanes: this.peers, ...(this.dir ? { dir: this.dir } : {}),
+      ...(ca ? { obtain: (me: Identity) => FleetIdentity.issue(ca, me, this.ttlHours, this.store) } : {}),
+      onRenew: (tls) => {
+        this.tls = tls;
+        void (async () => {
+          for (const l of this.listeners) await l(tls);
+        })().catch((err: unknown) => this.log(err, "a listener of this replica's renewed certificate failed"));
+      },
+      log: (msg) => this.log(undefined, msg),
+    });
+    this.renewer.start();
   }
 
   close(): void {
-    clearTimeout(this.timer);
     this.renewer?.stop();
   }
 }

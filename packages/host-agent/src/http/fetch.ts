@@ -74,11 +74,6 @@ export class HostHttp {
     return this.client;
   }
 
-  /** The same link to another base URL (a registrar's other replicas). */
-  to(base: string): HostHttp {
-    return new HostHttp(base, this.link);
-  }
-
   /** Lets go of the link's pooled connections. */
   close(): void {
     this.closed = true;
