@@ -38,6 +38,9 @@
 #define SECTION_END 0x03
 #define SUBSECTION 0x05
 #define CONFIGURATION 0x07
+/* QEMU_VM_COMMAND: QEMU 10 sends MIG_CMD_SWITCHOVER_START (11, no payload) between RAM parts. */
+#define COMMAND 0x08
+#define CMD_SWITCHOVER_START 11
 #define SECTION_FOOTER 0x7e
 
 #define FLAG_ZERO 0x02
@@ -328,6 +331,12 @@ static int parse(void) {
 			if (be32(&id) || id != ram_section) return UNKNOWN;
 			take();
 			if (ram_records() || footer(ram_section)) return UNKNOWN;
+		} else if (t == COMMAND && have_ram) {
+			/* Only the one command known to carry nothing the RAM's layout depends on. */
+			uint32_t cmd_len;
+			pos++;
+			if (be32(&cmd_len) || cmd_len != (uint32_t)CMD_SWITCHOVER_START << 16) return UNKNOWN;
+			take();
 		} else {
 			/* Devices' full sections (and EOF) follow the last RAM: nothing more to filter. */
 			return 0;

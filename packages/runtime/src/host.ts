@@ -36,6 +36,7 @@ async function probe(): Promise<HostProfile> {
   } catch {
     throw new DenError("qemu_error", `${qemuBinary} not found: install qemu-system-x86 (scripts/install-deps.sh)`);
   }
+  checkQemuVersion(qemuBinary, qemuVersion);
   const accelerator = await chooseAccelerator(qemuVersion);
   return {
     qemuBinary,
@@ -45,6 +46,16 @@ async function probe(): Promise<HostProfile> {
     machine: "microvm",
     tscKhz: hostTscKhz(),
   };
+}
+
+/** The oldest QEMU Den runs: its jail and read-only template RAM need 10.0's options (`-run-with`, `readonly=on,rom=off`). */
+export const MIN_QEMU = [10, 0] as const;
+
+/** Refuses a QEMU older than MIN_QEMU, saying where a newer one comes from. */
+export function checkQemuVersion(binary: string, version: string): void {
+  const [major = 0, minor = 0] = version.split(".").map((n) => Number.parseInt(n, 10));
+  if (major > MIN_QEMU[0] || (major === MIN_QEMU[0] && minor >= MIN_QEMU[1])) return;
+  throw new DenError("qemu_error", `${binary} is QEMU ${version}; Den needs ${MIN_QEMU.join(".")} or newer (on Debian 12, scripts/install-deps.sh installs it from bookworm-backports)`);
 }
 
 /**

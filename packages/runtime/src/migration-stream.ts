@@ -15,6 +15,9 @@ const FILE_MAGIC = 0x5145564d;
 const SECTION_START = 0x01;
 const SECTION_PART = 0x02;
 const SECTION_END = 0x03;
+/** QEMU_VM_COMMAND: QEMU 10 sends MIG_CMD_SWITCHOVER_START (11, no payload) between RAM parts. */
+const COMMAND = 0x08;
+const CMD_SWITCHOVER_START = 11;
 const SUBSECTION = 0x05;
 const CONFIGURATION = 0x07;
 const SECTION_FOOTER = 0x7e;
@@ -465,6 +468,11 @@ export async function* keepChangedPages(source: AsyncIterable<Buffer>, baseRam: 
           emit(r.take());
           yield* ramRecords();
           await footer(ramSection);
+        } else if (type === COMMAND && ramSection !== undefined) {
+          await r.u8();
+          // Only the one command known to carry nothing the RAM's layout depends on: its number and an empty payload.
+          if ((await r.be32()) !== CMD_SWITCHOVER_START << 16) throw new Unknown("a command in the stream");
+          emit(r.take());
         } else {
           // Devices' full sections (and EOF) follow the last RAM: nothing more to filter.
           throw new Unknown("past RAM");

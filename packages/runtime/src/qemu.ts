@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
+import { closeSync, openSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { DenError } from "@den/protocol";
 import { ID_PATTERN } from "./util.js";
@@ -147,7 +147,10 @@ export function qemuArgs(spec: VmSpec, host: HostProfile): string[] {
     "-cpu", host.cpuModel,
     "-smp", String(spec.vcpus),
     "-m", `${spec.memoryMb}M`,
-    "-object", `memory-backend-file,id=ram,size=${spec.memoryMb}M,mem-path=${spec.memoryFile},share=${spec.shareMemory ? "on" : "off"}`,
+    // A RAM file restored from (a template's or a snapshot's, which other VMs map too) is
+    // opened read-only and mapped private and writable (`readonly=on,rom=off`, QEMU 8.2+):
+    // an escaped QEMU holds no descriptor that could change another VM's memory.
+    "-object", `memory-backend-file,id=ram,size=${spec.memoryMb}M,mem-path=${spec.memoryFile},${spec.shareMemory ? "share=on" : "share=off,readonly=on,rom=off"}`,
     "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
     // Its own uid, a chroot holding only its migration sockets, and no fork or exec (jail/).
     ...jailArgs(join(spec.dir, JAIL_DIR), vmIdentity(spec.tag.instance, spec.tag.sandbox)),
@@ -191,10 +194,9 @@ function diskThrottle(): string {
 
 /** Starts QEMU detached (it outlives a crash of this process and is adopted on restart). */
 export function spawnQemu(spec: VmSpec, host: HostProfile): number {
-  const id = vmIdentity(spec.tag.instance, spec.tag.sandbox);
-  prepareJail(spec.dir, id);
-  // The router's jail (it owns it, see network/): the VM, still root, puts its NIC socket there.
-  if (!existsSync(join(spec.dir, ROUTER_JAIL))) mkdirSync(join(spec.dir, ROUTER_JAIL), { mode: 0o700 });
+  prepareJail(spec.dir);
+  // The router's jail (see network/): the VM, still root, puts its NIC socket there.
+  prepareJail(spec.dir, ROUTER_JAIL);
   const args = qemuArgs(spec, host);
   const log = openSync(join(spec.dir, VM_FILES.log), "a");
   const disk = openSync(spec.disk, "r+");
@@ -202,7 +204,11 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
   const state = spec.incomingFd ?? (spec.incomingState ? openSync(spec.incomingState, "r") : undefined);
   const volumeFds = openVolumeFds(spec.volumes ?? []);
   try {
-    const child = spawn(host.qemuBinary, args, {
+    // In a network namespace of its own holding only a loopback that is down: its NIC is a
+    // unix socket, so QEMU needs no IP network, and one a guest broke out into reaches no
+    // address (the host's services, the metadata address, other hosts) nor any abstract
+    // unix socket of the host's. (`unshare` execs QEMU: the pid is QEMU's.)
+    const child = spawn("unshare", ["--net", "--", host.qemuBinary, ...args], {
       cwd: spec.dir,
       detached: true,
       stdio: ["ignore", log, log, disk, diskRo, state ?? "ignore", ...volumeFds],

@@ -1,18 +1,17 @@
 import { createHash } from "node:crypto";
-import { createReadStream, createWriteStream, lstatSync, readlinkSync, unlinkSync } from "node:fs";
+import { createWriteStream, lstatSync, unlinkSync } from "node:fs";
 import { chown, open, readFile, rm } from "node:fs/promises";
 import net from "node:net";
-import { join, relative } from "node:path";
+import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { DenError } from "@den/protocol";
 import { ConsoleLog } from "./console-log.js";
 import type { HostProfile } from "./host.js";
 import { QmpClient } from "./qmp.js";
 import { INCOMING_STATE_FD, VM_FILES, hasExited, killAndWait, processTags, spawnQemu, type VmSpec } from "./qemu.js";
-import { vmIdentity } from "./jail/identity.js";
+import { prepareJail, vmIdentity } from "./jail/identity.js";
 import { hostCgroups } from "./jail/host.js";
 import { cpuCeiling } from "./jail/cgroups.js";
-import { connectUnixRetry } from "./qmp.js";
 import { sleep } from "./util.js";
 import { keepChangedPages, type PageFilterStats } from "./migration-stream.js";
 import { hasNativePageFilter, nativeKeepChangedPages, nativeKeepChangedPagesTo } from "./native.js";
@@ -115,9 +114,7 @@ export class Vm {
       // ECONNRESETs that turned out to be QEMU's own crash at a restore's cont, see
       // Launcher.restoreFrom; it could go off the event loop again.)
       hostCgroups()?.place(spec.tag.instance, spec.tag.sandbox, pid, { vcpus: spec.vcpus, memoryMb: spec.memoryMb, cpuMax: cpuCeiling(spec.vcpus) });
-      const vm = await Vm.attach(spec.dir, pid, opts);
-      vm.incomingState = spec.incomingState;
-      return vm;
+      return await Vm.attach(spec.dir, pid, { ...opts, ...(spec.incomingState ? { incomingState: spec.incomingState } : {}) });
     } catch (e) {
       await killAndWait(pid);
       const log = await readFile(join(spec.dir, VM_FILES.log), "utf8").then((t) => t.slice(-2000), () => "");
@@ -125,12 +122,16 @@ export class Vm {
     }
   }
 
-  /** Connects to a QEMU that is already running (just launched, or adopted after a restart). */
-  static async attach(dir: string, pid: number, opts: { console?: boolean } = {}): Promise<Vm> {
+  /**
+   * Connects to a QEMU that is already running (just launched, or adopted after a restart).
+   * `incomingState`: the state file it was spawned with (loadState loads only that one).
+   */
+  static async attach(dir: string, pid: number, opts: { console?: boolean; incomingState?: string } = {}): Promise<Vm> {
     const qmp = await QmpClient.connect(join(dir, VM_FILES.qmp));
     try {
       const console = opts.console === false ? undefined : await ConsoleLog.attach(join(dir, VM_FILES.console), join(dir, VM_FILES.consoleLog));
       const vm = new Vm(dir, pid, qmp, console);
+      vm.incomingState = opts.incomingState;
       await vm.setIgnoreShared(true);
       // No self-announce (gratuitous RARP) after a restore: nothing on a VM's link learns
       // MACs, and QEMU 7.2 queues it during the load and sends it at `cont` into a stream
@@ -172,43 +173,24 @@ export class Vm {
   }
 
   /**
-   * Where QEMU sees a migration socket of ours: in its jail, under the path its chroot
-   * makes of it (QEMU may neither fork nor exec, so states move over unix sockets that
-   * Den reads and writes; a VM of an older Den, not chrooted, sees the host's path).
+   * Where QEMU sees the migration socket Den listens on: in its jail, a dir root owns (see
+   * prepareJail), so the path Den creates and chowns cannot be a link QEMU planted. (QEMU may
+   * neither fork nor exec: states leave over a unix socket Den reads.)
    */
   private migrationSocket(name: string): { host: string; qemu: string } {
-    let root = "/";
-    try {
-      root = readlinkSync(`/proc/${this.pid}/root`);
-    } catch {
-      // gone: the migration fails on its own
-    }
-    const host = join(root === "/" ? this.dir : root, name);
-    return { host, qemu: root === "/" ? host : `/${relative(root, host)}` };
+    return { host: join(prepareJail(this.dir), name), qemu: `/${name}` };
   }
 
-  /** Loads a saved state into a VM started with `-incoming defer`; leaves it paused. */
+  /**
+   * Loads a saved state into a VM started with `-incoming defer`; leaves it paused. QEMU
+   * reads it from the descriptor it was given at spawn (no byte passes through Den, and QEMU
+   * never listens for one: a socket it made would be a path it controls).
+   */
   async loadState(stateFile: string): Promise<void> {
-    if (stateFile === this.incomingState) {
-      // QEMU reads the file from the descriptor it inherited: no byte passes through Den.
-      this.incomingState = undefined;
-      await this.qmp.execute("migrate-incoming", { uri: `fd:${INCOMING_STATE_FD}` });
-      await this.incomingDone();
-      return;
-    }
-    const sock = this.migrationSocket("migrate-in.sock");
-    await rm(sock.host, { force: true });
-    // QEMU listens; we connect and pour the file in.
-    await this.qmp.execute("migrate-incoming", { uri: `unix:${sock.qemu}` });
-    const conn = await connectUnixRetry(sock.host, 10_000, (why) => new DenError("qemu_error", `restore: QEMU's migration socket did not open: ${why}`));
-    const fed = pipeline(createReadStream(stateFile), conn).catch((e: unknown) => e);
-    try {
-      await this.incomingDone();
-    } finally {
-      conn.destroy();
-      await fed;
-      await rm(sock.host, { force: true });
-    }
+    if (stateFile !== this.incomingState) throw new DenError("internal", `restore: QEMU ${this.pid} was started for another state than ${stateFile}`);
+    this.incomingState = undefined;
+    await this.qmp.execute("migrate-incoming", { uri: `fd:${INCOMING_STATE_FD}` });
+    await this.incomingDone();
   }
 
   /**

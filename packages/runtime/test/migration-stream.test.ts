@@ -12,7 +12,7 @@ import { hasNativePageFilter, nativeKeepChangedPages, nativePageFilterCompresses
 import net from "node:net";
 import { spawnSync } from "node:child_process";
 
-// ---- a small writer and loader of QEMU 7.2 migration streams (only what RAM needs) ----
+// ---- a small writer and loader of QEMU 10 migration streams (only what RAM needs) ----
 
 const u8 = (n: number) => Buffer.from([n]);
 const be32 = (n: number) => { const b = Buffer.alloc(4); b.writeUInt32BE(n); return b; };
@@ -22,7 +22,10 @@ const ZERO = 0x02, MEM_SIZE = 0x04, PAGE = 0x08, EOS = 0x10, CONTINUE = 0x20;
 
 type Rec = { block: string; offset: number; data: Buffer | "zero"; cont?: boolean };
 
-/** A stream: header, configuration, RAM setup, RAM parts, a device section, EOF. */
+/**
+ * A stream: header, configuration, RAM setup, RAM parts (the last after the switchover-start
+ * command, as QEMU 10 sends it), a device section, EOF.
+ */
 function stream(blocks: Array<[string, number]>, parts: Rec[][], caps = ["x-ignore-shared"], device = Buffer.from("device state \x00\x01\x7e\x02 bytes")): Buffer {
   const bufs: Buffer[] = [be32(0x5145564d), be32(3), u8(0x07), be32(7), Buffer.from("microvm")];
   bufs.push(u8(0x05), str("configuration/capabilities"), be32(1), be32(caps.length), ...caps.map(str));
@@ -31,6 +34,7 @@ function stream(blocks: Array<[string, number]>, parts: Rec[][], caps = ["x-igno
   for (const [name, len] of blocks) bufs.push(str(name), be64(len), ...(caps.includes("x-ignore-shared") ? [be64(0)] : []));
   bufs.push(be64(EOS), u8(0x7e), be32(2));
   parts.forEach((recs, i) => {
+    if (i === parts.length - 1) bufs.push(u8(0x08), be32(11 << 16));
     bufs.push(u8(i === parts.length - 1 ? 0x03 : 0x02), be32(2));
     for (const r of recs) {
       const flags = (r.data === "zero" ? ZERO : PAGE) | (r.cont ? CONTINUE : 0);
@@ -78,6 +82,9 @@ function load(s: Buffer, initial: Record<string, Buffer>): { ram: Record<string,
     } else if (type === 0x02 || type === 0x03) {
       rd(5);
       records();
+    } else if (type === 0x08) {
+      assert.equal(rd(5).readUInt32BE(1), 11 << 16, "MIG_CMD_SWITCHOVER_START, no payload");
+      continue;
     } else break;
     if (s[i] === 0x7e) rd(5);
   }

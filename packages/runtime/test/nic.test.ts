@@ -51,7 +51,7 @@ describe("a VM whose network socket could not be bound", () => {
   test("survives a restore's cont all the same: Den turns the self-announce off", async () => {
     // (spawned and attached as launch does, less its socket check)
     const pid = spawnQemu(spec, rt.host);
-    const vm = await Vm.attach(dir, pid);
+    const vm = await Vm.attach(dir, pid, { incomingState: spec.incomingState! });
     try {
       await vm.loadState(spec.incomingState!);
       await vm.cont();

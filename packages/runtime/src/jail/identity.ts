@@ -1,8 +1,8 @@
 import { createHash } from "node:crypto";
-import { chownSync, existsSync, mkdirSync } from "node:fs";
+import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 
-/** The dir inside a sandbox's dir that its QEMU is chrooted to: only the migration sockets live there. */
+/** The dir inside a sandbox's dir that its QEMU is chrooted to: only the migration socket Den listens on lives there. */
 export const JAIL_DIR = "jail";
 /** The router's chroot: the VM's NIC socket and the router's resolv.conf. */
 export const ROUTER_JAIL = "router-jail";
@@ -22,24 +22,34 @@ export function vmIdentity(instance: string, sandbox: string): { uid: number; gi
   return { uid, gid: uid };
 }
 
-/** Creates the VM's jail dir (its chroot), owned by its uid and readable by nobody else. */
-export function prepareJail(sandboxDir: string, id: { uid: number; gid: number }, name: string = JAIL_DIR): string {
+/**
+ * Creates a jail dir (a chroot) that root owns, mode 0711: the jailed process (its own uid)
+ * reaches what Den puts there and can create nothing, so no path Den later uses inside it
+ * can be a link that process planted (Den, as root, would follow it). A jail an older Den
+ * gave its process is taken back; what that process may have left in it, each user of the
+ * jail removes before use (an unlink follows no link).
+ */
+export function prepareJail(sandboxDir: string, name: string = JAIL_DIR): string {
   const dir = join(sandboxDir, name);
-  if (!existsSync(dir)) mkdirSync(dir, { mode: 0o700 });
-  chownSync(dir, id.uid, id.gid);
+  if (!existsSync(dir)) mkdirSync(dir, { mode: 0o711 });
+  // (The sandbox dir is root's alone: the jail's own path cannot have been swapped for a link.)
+  const st = lstatSync(dir);
+  if (!st.isDirectory()) throw new Error(`${dir} is not a directory`);
+  if (st.uid !== 0 || st.gid !== 0) chownSync(dir, 0, 0);
+  // (explicitly: `den serve` runs with umask 077)
+  if ((st.mode & 0o7777) !== 0o711) chmodSync(dir, 0o711);
   return dir;
 }
 
 /**
  * QEMU's own confinement: it drops to the VM's uid and chroots to its jail once its
- * devices are open (7.2's `-runas`/`-chroot`), and its seccomp filter kills it on any
+ * devices are open (`-run-with`, QEMU 9.1+), and its seccomp filter kills it on any
  * fork or exec (`spawn=deny`) or obsolete syscall. (`elevateprivileges=deny` would kill
  * it at its own drop to the uid; a non-root uid has no privileges to raise anyway.)
  */
 export function jailArgs(jailDir: string, id: { uid: number; gid: number }): string[] {
   return [
     "-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny",
-    "-runas", `${id.uid}:${id.gid}`,
-    "-chroot", jailDir,
+    "-run-with", `user=${id.uid}:${id.gid},chroot=${jailDir}`,
   ];
 }

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, openSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, openSync, rmSync, writeFileSync } from "node:fs";
 import { mkdir, writeFile, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { DenError, type NetSetup } from "@den/protocol";
@@ -225,7 +225,7 @@ export class SandboxNetwork {
     const nic = jailed ? basename(VM_FILES.net) : join(this.dir, "net.sock");
     const confinement = jailed ? this.prepareRouterJail() : ["-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"];
     const args = [
-      "netns", "exec", this.netns, "qemu-system-x86_64", "-M", "none", "-nodefaults", "-no-user-config", "-display", "none",
+      "netns", "exec", this.netns, process.env.DEN_QEMU ?? "qemu-system-x86_64", "-M", "none", "-nodefaults", "-no-user-config", "-display", "none",
       ...confinement,
       "-netdev", `user,id=u,net=${GUEST_NET.cidr},host=${GUEST_NET.gateway},dns=${GUEST_NET.dns},ipv6=off`,
       "-netdev", `stream,id=s,server=off,addr.type=unix,addr.path=${nic}`,
@@ -248,14 +248,18 @@ export class SandboxNetwork {
     }
   }
 
-  /** The router's chroot (its uid's alone) with the one file it reads there; its jail arguments. */
+  /**
+   * The router's chroot (root's: see prepareJail) with the one file it reads there; its jail
+   * arguments. Everything is made afresh by path only inside that root-owned dir.
+   */
   private prepareRouterJail(): string[] {
     const id = vmIdentity(this.instance, this.routerCgroup);
-    const jail = prepareJail(this.dir, id, ROUTER_JAIL);
-    // (readable by the router's uid whatever Den's umask: `den serve` runs with 077)
-    mkdirSync(join(jail, "etc"), { recursive: true });
+    const jail = prepareJail(this.dir, ROUTER_JAIL);
+    // (readable by the router's uid whatever Den's umask: `den serve` runs with 077; `rm` follows no link)
+    rmSync(join(jail, "etc"), { recursive: true, force: true });
+    mkdirSync(join(jail, "etc"), { mode: 0o755 });
     chmodSync(join(jail, "etc"), 0o755);
-    writeFileSync(join(jail, "etc", "resolv.conf"), `nameserver ${this.link.host}\n`);
+    writeFileSync(join(jail, "etc", "resolv.conf"), `nameserver ${this.link.host}\n`, { flag: "wx", mode: 0o644 });
     chmodSync(join(jail, "etc", "resolv.conf"), 0o644);
     // (the VM made its NIC socket as root; the router may connect after dropping to its uid)
     chownSync(join(jail, basename(VM_FILES.net)), id.uid, id.gid);
