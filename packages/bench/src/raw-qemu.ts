@@ -80,7 +80,7 @@ function args(t: RawTemplate, dir: string, disk: string): string[] {
   return [
     "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=ram", "-accel", t.accel === "kvm" ? "kvm" : "tcg,tb-size=64",
     "-cpu", t.cpu, "-smp", String(t.vcpus), "-m", `${t.memoryMb}M`,
-    "-object", `memory-backend-file,id=ram,size=${t.memoryMb}M,mem-path=${join(t.dir, "memory.bin")},share=off`,
+    "-object", `memory-backend-file,id=ram,size=${t.memoryMb}M,mem-path=${join(t.dir, "memory.bin")},share=off,readonly=on,rom=off`,
     "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
     "-drive", `id=root,if=none,format=qcow2,file=${disk}`, "-device", "virtio-blk-device,drive=root",
     "-device", "virtio-serial-device,max_ports=2",

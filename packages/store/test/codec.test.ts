@@ -26,6 +26,10 @@ test("zstd is the default where the tool is; its CPU (in a process of its own) i
   assert.equal(m.files["state.bin"]!.compression, "zstd");
   assert.match(m.files["state.bin"]!.key, /state\.bin\.zst$/);
   assert.ok(m.files["state.bin"]!.size < state.length * 0.7, "zero pages compress away");
+  // (`times` counts whole clock ticks per process: 20 MiB can take less than one. 64 MiB of
+  // random bytes cannot, on any machine this runs on.)
+  writeFileSync(join(work, "big.bin"), randomBytes(64 << 20));
+  await uploadSnapshot(store, snapshotKey("snap_bbbbbbbbbbbbbbbb"), work, ["big.bin"], {});
   assert.ok(codecCpuSeconds() > cpu0, "the codec's CPU is Den's");
   await downloadSnapshot(store, snapshotKey("snap_zzzzzzzzzzzzzzzz"), join(work, "out-zstd"));
   assert.ok(readFileSync(join(work, "out-zstd", "state.bin")).equals(state));
