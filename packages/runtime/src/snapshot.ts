@@ -145,6 +145,18 @@ export async function verifySnapshot(dir: string, m: SnapshotManifest): Promise<
   }
 }
 
+/**
+ * Whether a migration stream QEMU `from` wrote loads into QEMU `to`: the same release (a
+ * stable update, x.y.z to x.y.z+1, fixes bugs and keeps the stream), or a pair measured. Debian 12's 7.2 (Den's QEMU before 10.0) into 10.0: a sandbox with a running
+ * process and files, snapshotted on 7.2.22 and restored on 10.0.2, came back with both (by
+ * hand, 2026-12-07), so what a host hibernated before its upgrade still wakes after it.
+ */
+export function loadsInto(from: string, to: string): boolean {
+  const release = (v: string) => v.split(".").slice(0, 2).join(".");
+  if (release(from) === release(to)) return true;
+  return release(from) === "7.2" && release(to) === "10.0";
+}
+
 /** Refuses a snapshot this host's QEMU cannot load; the snapshot is left untouched. */
 export function checkCompatible(m: SnapshotManifest, host: HostProfile): void {
   const here = hostSection(host);
@@ -153,8 +165,7 @@ export function checkCompatible(m: SnapshotManifest, host: HostProfile): void {
   if (m.host.cpuModel !== here.cpuModel) problems.push(`CPU model ${m.host.cpuModel} != ${here.cpuModel}`);
   if (m.host.machine !== here.machine) problems.push(`machine ${m.host.machine} != ${here.machine}`);
   if (m.host.deviceSet !== here.deviceSet) problems.push(`device set ${m.host.deviceSet} != ${here.deviceSet}`);
-  // Migration streams load reliably only into the QEMU release that wrote them.
-  if (m.host.qemuVersion !== here.qemuVersion) problems.push(`QEMU ${m.host.qemuVersion} != ${here.qemuVersion}`);
+  if (!loadsInto(m.host.qemuVersion, here.qemuVersion)) problems.push(`QEMU ${m.host.qemuVersion} != ${here.qemuVersion}`);
   if (Math.abs(m.host.tscKhz - here.tscKhz) > here.tscKhz * 0.005) problems.push(`TSC ${m.host.tscKhz} kHz != ${here.tscKhz} kHz`);
   if (problems.length) throw new DenError("snapshot_incompatible", `snapshot ${m.id} cannot be restored on this host: ${problems.join("; ")}`, { problems });
 }
