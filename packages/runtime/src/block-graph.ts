@@ -81,12 +81,12 @@ function volumeFdCount(volumes: readonly VolumeAttachment[]): number {
 export function rootDiskArgs(backingCount: number, volumes: readonly VolumeAttachment[]): string[] {
   const args = ["-add-fd", `fd=${DISK_FD},set=1`, "-add-fd", `fd=${DISK_FD + 1},set=1`];
   const firstFd = VOLUME_FD + volumeFdCount(volumes);
-  const node = (i: number) => (i < backingCount ? `root-b${i}` : "null");
+  const node = (i: number) => (i < backingCount ? `root-b${i}` : null);
   for (let i = backingCount - 1; i >= 0; i--) {
     args.push("-add-fd", `fd=${firstFd + i},set=${BACKING_SET + i}`);
-    args.push("-blockdev", `driver=qcow2,node-name=root-b${i},read-only=on,file.driver=file,file.filename=/dev/fdset/${BACKING_SET + i},file.locking=off,backing=${node(i + 1)}`);
+    args.push("-blockdev", qcow2Node(`root-b${i}`, BACKING_SET + i, { readOnly: true, backing: node(i + 1) }));
   }
-  args.push("-blockdev", `driver=qcow2,node-name=root-q,file.driver=file,file.filename=/dev/fdset/1,file.locking=off,discard=unmap,detect-zeroes=unmap,backing=${node(0)}`);
+  args.push("-blockdev", qcow2Node("root-q", 1, { readOnly: false, backing: node(0), discard: true }));
   args.push("-object", `throttle-group,id=root-limit,${diskThrottle()}`);
   args.push("-blockdev", "driver=throttle,node-name=root,throttle-group=root-limit,file=root-q");
   return args;
@@ -109,12 +109,26 @@ export function slotArgs(volumes: readonly VolumeAttachment[]): string[] {
     const set = 2 + slot;
     if (!v.readOnly) args.push("-add-fd", `fd=${fd++},set=${set}`);
     args.push("-add-fd", `fd=${fd++},set=${set}`);
-    args.push("-blockdev", `driver=qcow2,node-name=volq${slot},read-only=${v.readOnly ? "on" : "off"},file.driver=file,file.filename=/dev/fdset/${set},file.locking=off,discard=unmap,detect-zeroes=unmap,backing=null`);
+    args.push("-blockdev", qcow2Node(`volq${slot}`, set, { readOnly: v.readOnly, backing: null, discard: true }));
     args.push("-blockdev", `driver=throttle,node-name=vol${slot},read-only=${v.readOnly ? "on" : "off"},throttle-group=volumes,file=volq${slot}`);
   }
   // One ceiling for all of a VM's volumes, the root disk's again.
   if (volumes.length) args.unshift("-object", `throttle-group,id=volumes,${diskThrottle()}`);
   return args;
+}
+
+/**
+ * A qcow2 node over an fdset, its backing node named or none. (In JSON: in QEMU's key=value
+ * form `backing=null` names a node called "null", and without `backing` QEMU opens whatever
+ * the image's header names.)
+ */
+function qcow2Node(name: string, fdset: number, o: { readOnly: boolean; backing: string | null; discard?: boolean }): string {
+  return JSON.stringify({
+    driver: "qcow2", "node-name": name, "read-only": o.readOnly,
+    file: { driver: "file", filename: `/dev/fdset/${fdset}`, locking: "off" },
+    ...(o.discard ? { discard: "unmap", "detect-zeroes": "unmap" } : {}),
+    backing: o.backing,
+  });
 }
 
 /**
