@@ -22,6 +22,7 @@ const ALLOWED_INCOMPATIBLE = (1n << 0n) | (1n << 3n) | (1n << 4n);
 const EXT_END = 0;
 const EXT_BACKING_FORMAT = 0xe2792aca;
 const EXT_FEATURE_NAMES = 0x6803f857;
+const EXT_DATA_FILE = 0x44415441;
 
 /** What an image's header must say. */
 export interface ImageExpectation {
@@ -82,10 +83,6 @@ export function checkImageHeader(head: Buffer, path: string, expect: ImageExpect
   const limit = Math.min(head.length, 2 ** clusterBits);
   if (head.readUInt32BE(32) !== 0) refuse("it is encrypted");
   if (head.readUInt32BE(60) !== 0) refuse("it holds internal snapshots");
-  const incompatible = head.readBigUInt64BE(72);
-  if (incompatible & (1n << 1n)) refuse("its corrupt bit is set");
-  if (incompatible & (1n << 2n)) refuse("it names an external data file");
-  if (incompatible & ~ALLOWED_INCOMPATIBLE) refuse(`unknown incompatible features 0x${incompatible.toString(16)}`);
   const autoclear = head.readBigUInt64BE(88);
   if (autoclear !== 0n) refuse(`autoclear features 0x${autoclear.toString(16)} (bitmaps or raw external data)`);
   const headerLength = head.readUInt32BE(100);
@@ -103,12 +100,19 @@ export function checkImageHeader(head: Buffer, path: string, expect: ImageExpect
     if (type === EXT_BACKING_FORMAT) {
       if (backingFormat !== undefined) refuse("two backing format extensions");
       backingFormat = head.toString("latin1", data, data + len);
+    } else if (type === EXT_DATA_FILE) {
+      refuse(`it names external data file ${JSON.stringify(head.toString("utf8", data, data + Math.min(len, MAX_BACKING_NAME)))}`);
     } else if (type !== EXT_FEATURE_NAMES) {
-      // Data file name (0x44415441), bitmaps (0x23852875), encryption (0x0537be77), or one not known.
+      // Bitmaps (0x23852875), encryption (0x0537be77), or one not known.
       refuse(`header extension 0x${type.toString(16).padStart(8, "0")}`);
     }
     at = data + Math.ceil(len / 8) * 8;
   }
+
+  const incompatible = head.readBigUInt64BE(72);
+  if (incompatible & (1n << 1n)) refuse("its corrupt bit is set");
+  if (incompatible & (1n << 2n)) refuse("its external data file bit is set");
+  if (incompatible & ~ALLOWED_INCOMPATIBLE) refuse(`unknown incompatible features 0x${incompatible.toString(16)}`);
 
   const nameOffset = Number(head.readBigUInt64BE(8));
   const nameSize = head.readUInt32BE(16);
