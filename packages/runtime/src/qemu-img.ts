@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { closeSync, fchmodSync, fchownSync, fstatSync, openSync, unlinkSync, type Stats } from "node:fs";
+import { closeSync, fchmodSync, fchownSync, fstatSync, openSync, rmSync, unlinkSync, type Stats } from "node:fs";
 import { DenError } from "@den/protocol";
 import { TOOL_GID, toolIdentity } from "./jail/identity.js";
 
@@ -40,6 +40,8 @@ export async function runQemuImg(files: ReadonlyArray<readonly [string, ImageAcc
   try {
     for (const [path, access] of files) {
       if (opened.some((o) => o.path === path)) continue;
+      // (A file to create replaces what a killed run left there; `wx` follows no link planted in its place.)
+      if (access === "create") rmSync(path, { force: true });
       const fd = openSync(path, access === "read" ? "r" : access === "write" ? "r+" : "wx", 0o644);
       opened.push({ path, fd, access, st: fstatSync(fd) });
     }

@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
@@ -67,6 +67,10 @@ test("files a run reads or writes get their owner, group and mode back, runs sha
     const bad = join(s.dir, "bad.qcow2");
     await assert.rejects(runQemuImg([[s.base, "read"], [bad, "create"]], (n) => ["convert", "-q", "-f", "raw", "-O", "no-such-format", n(s.base), n(bad)]), /qemu-img convert failed/);
     assert.equal(existsSync(bad), false);
+    // One a killed run left behind is replaced.
+    writeFileSync(bad, "left over");
+    await runQemuImg([[bad, "create"]], (n) => ["create", "-q", "-f", "qcow2", n(bad), "1M"]);
+    assert.equal(owner(bad).split(":")[0], "0");
     assert.equal(owner(s.base), before[0]);
   } finally {
     rmSync(s.dir, { recursive: true, force: true });
