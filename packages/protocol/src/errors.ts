@@ -44,6 +44,8 @@ export const ERROR_STATUS = {
   snapshot_incompatible: 409,
   snapshot_corrupt: 422,
   setup_failed: 422,
+  /** A disk or volume image whose header is not what Den made (a backing or data file it did not set, a feature it does not use): refused before anything opens it. */
+  disk_corrupt: 422,
   /** An image reference names nothing (the registry said so), or an archive holds no image. */
   image_not_found: 404,
   /** An image could not be pulled: its registry is unreachable, refused the credentials, or stalled past a deadline. */

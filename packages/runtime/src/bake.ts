@@ -7,7 +7,7 @@ import type { Runtime } from "./runtime.js";
 import { digestFiles, hostSection, writeManifest, type SnapshotManifest, type TemplateRef, type TemplateRunConfig } from "./snapshot.js";
 import { TEMPLATE_FILES, checkTemplateName, type TemplateInfo } from "./templates.js";
 import { startService, type ServiceStart } from "./bake-service.js";
-import { runTool } from "./util.js";
+import { createOverlay } from "./image-tools.js";
 
 /** A template's disk may overlay its source's, up to this many levels; deeper ones are flattened. */
 const MAX_DISK_DEPTH = 3;
@@ -116,8 +116,9 @@ async function bakeInto(
     await linkOrCopy(from.initrd, join(dir, TEMPLATE_FILES.initrd));
     // A variant's disk overlays its base template's (which it then keeps alive); an image's is copied.
     const depth = overlayOn ? (overlayOn.manifest.diskDepth ?? 0) + 1 : 0;
-    if (overlayOn && depth <= MAX_DISK_DEPTH) {
-      await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", from.disk, join(dir, TEMPLATE_FILES.disk)], "qemu_error");
+    const backing = overlayOn && depth <= MAX_DISK_DEPTH ? rt.templates.diskChain(overlayOn) : [];
+    if (backing.length) {
+      await createOverlay(backing, join(dir, TEMPLATE_FILES.disk));
     } else if (moveDisk) {
       await rename(from.disk, join(dir, TEMPLATE_FILES.disk));
     } else {
@@ -129,7 +130,7 @@ async function bakeInto(
     const t0 = Date.now();
     log(`template ${ref.name}@${ref.version}: ${what}...`);
     const { vm, agent } = await rt.bootVm({
-      dir, kernel: join(dir, TEMPLATE_FILES.kernel), initrd: join(dir, TEMPLATE_FILES.initrd), disk: join(dir, TEMPLATE_FILES.disk),
+      dir, kernel: join(dir, TEMPLATE_FILES.kernel), initrd: join(dir, TEMPLATE_FILES.initrd), disk: join(dir, TEMPLATE_FILES.disk), backing,
       memoryFile: join(dir, TEMPLATE_FILES.memory), vcpus: recipe.vcpus, memoryMb: recipe.memoryMb,
     });
     let pauseMs = 0;

@@ -6,7 +6,7 @@ import { VM_FILES, isAlive } from "./qemu.js";
 import type { SnapshotCatalog, SnapshotInfo } from "./snapshot-catalog.js";
 import type { SnapshotManifest, TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, type TemplateStore } from "./templates.js";
-import { runTool } from "./util.js";
+import { createOverlay, flattenImage } from "./image-tools.js";
 import { Vm } from "./vm.js";
 import { GUEST_MAC } from "./vm-specs.js";
 
@@ -29,12 +29,17 @@ export async function captureSandbox(s: CaptureScope, sandboxId: string, dir: st
     await streamToRamFile(s, snap, join(dir, TEMPLATE_FILES.memory), join(dir, TEMPLATE_FILES.state));
     // The snapshot's disk is an overlay on its template's disk: keep it so (small), or
     // flatten it into one standalone image when the chain would get long.
-    if (opts.flattenDisk) await runTool("qemu-img", ["convert", "-O", "qcow2", join(snap.dir, TEMPLATE_FILES.disk), join(dir, TEMPLATE_FILES.disk)], "qemu_error");
+    if (opts.flattenDisk) await flattenImage(snapshotChain(s, snap), join(dir, TEMPLATE_FILES.disk));
     else await rename(join(snap.dir, TEMPLATE_FILES.disk), join(dir, TEMPLATE_FILES.disk));
     return { template: snap.manifest.template, vm: snap.manifest.vm, pauseMs: snap.manifest.pauseMs };
   } finally {
     await s.snapshots.delete(snap.id);
   }
+}
+
+/** A snapshot's disk and those under it, top first (a snapshot's disk sits on its template's: sandbox-snapshot.ts). */
+function snapshotChain(s: CaptureScope, snap: SnapshotInfo): string[] {
+  return [join(snap.dir, TEMPLATE_FILES.disk), ...s.templates.diskChain(snap.manifest.template)];
 }
 
 /**
@@ -46,13 +51,14 @@ async function streamToRamFile(s: CaptureScope, snap: SnapshotInfo, ramPath: str
   const helperDir = join(snap.dir, "helper");
   await mkdir(helperDir);
   try {
-    await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", join(snap.dir, TEMPLATE_FILES.disk), join(helperDir, VM_FILES.disk)], "qemu_error");
+    await createOverlay(snapshotChain(s, snap), join(helperDir, VM_FILES.disk));
     // A stream of only the changed pages goes over the template's RAM (the snapshots taken
     // for this carry every page; a checkpoint would not).
     if (snap.manifest.changedPagesOnly) await copyFile(join(s.templates.dir(snap.manifest.template), TEMPLATE_FILES.memory), ramPath);
     const vm = await Vm.launch({
       dir: helperDir, vcpus: snap.manifest.vm.vcpus, memoryMb: snap.manifest.vm.memoryMb,
       memoryFile: ramPath, shareMemory: true, disk: join(helperDir, VM_FILES.disk),
+      backing: snapshotChain(s, snap),
       incoming: true, incomingState: join(snap.dir, TEMPLATE_FILES.state), macAddress: GUEST_MAC, tag: { instance: s.instance, sandbox: snap.id },
     }, s.host);
     try {

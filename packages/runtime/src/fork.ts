@@ -105,12 +105,12 @@ export class Forker {
     const { vcpus, memoryMb, template } = parent.info;
     const shape: PoolShape = {
       source: snapDir, memoryFile: join(this.s.templates.dir(template), TEMPLATE_FILES.memory), stateFile,
-      backingDisk: join(snapDir, TEMPLATE_FILES.disk), vcpus, memoryMb,
+      backing: [join(snapDir, TEMPLATE_FILES.disk), ...this.s.templates.diskChain(template)], vcpus, memoryMb,
     };
     try {
       await mkdir(dir, { recursive: true });
       await diskReady;
-      await this.s.overlays.create(shape.backingDisk, join(dir, VM_FILES.disk));
+      await this.s.overlays.create(shape.backing, join(dir, VM_FILES.disk));
       const vm = await Vm.launch(restoreSpec(this.s.layout.instance, dir, id, shape, { incomingState: stateFile }), this.s.host, { console: false });
       return { id, dir, shape, vm, pendingState: stateFile };
     } catch (e) {

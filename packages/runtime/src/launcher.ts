@@ -67,7 +67,7 @@ export class Launcher {
     const tpl = await this.s.templates.resolve(opts.template ?? "base");
     checkCompatible(tpl.manifest, this.s.host);
     try {
-      const shape = opts.pooled === false ? undefined : poolShape(tpl.dir, tpl.manifest);
+      const shape = opts.pooled === false ? undefined : poolShape(tpl.dir, tpl.manifest, this.s.templates.diskChain(tpl));
       return await this.restoreFrom(tpl.dir, tpl.manifest, { name: tpl.name, version: tpl.version }, undefined, opts, undefined, shape);
     } finally {
       // After the create, not during it: a spawn's work on this thread would delay it.
@@ -127,7 +127,7 @@ export class Launcher {
       const pipe = feedState ? await openStatePipe(dir, feedState) : undefined;
       let vm: Vm;
       try {
-        vm = pooled?.vm ?? await Vm.launch(restoreSpec(this.s.layout.instance, dir, record.id, { ...record, memoryFile },
+        vm = pooled?.vm ?? await Vm.launch(restoreSpec(this.s.layout.instance, dir, record.id, { ...record, memoryFile, backing: this.diskBacking(record) },
           pipe ? { incomingFd: pipe.readFd } : { incomingState: join(srcDir, TEMPLATE_FILES.state) }, record.volumes), this.s.host);
       } finally {
         await pipe?.closeRead();
@@ -163,7 +163,7 @@ export class Launcher {
     return this.startSandbox(record, join(tpl.dir, TEMPLATE_FILES.disk), tpl.manifest.vm.diskMb, async (dir) => ({
       vm: await Vm.launch(this.bootSpec({
         dir, id: record.id, kernel: join(tpl.dir, TEMPLATE_FILES.kernel), initrd: join(tpl.dir, TEMPLATE_FILES.initrd),
-        disk: join(dir, VM_FILES.disk), memoryFile: join(dir, TEMPLATE_FILES.memory), vcpus, memoryMb, volumes: attach,
+        disk: join(dir, VM_FILES.disk), backing: this.diskBacking(record), memoryFile: join(dir, TEMPLATE_FILES.memory), vcpus, memoryMb, volumes: attach,
       }), this.s.host),
       bootTimeoutMs: BOOT_TIMEOUT_MS,
     }), undefined, false, attach);
@@ -185,7 +185,7 @@ export class Launcher {
     const tplDir = this.s.templates.dir(i.template);
     const vm = await Vm.launch(this.bootSpec({
       dir: sbx.dir, id, kernel: join(tplDir, TEMPLATE_FILES.kernel), initrd: join(tplDir, TEMPLATE_FILES.initrd),
-      disk: join(sbx.dir, VM_FILES.disk), memoryFile: join(sbx.dir, TEMPLATE_FILES.memory), vcpus: i.vcpus, memoryMb: i.memoryMb,
+      disk: join(sbx.dir, VM_FILES.disk), backing: this.diskBacking(i), memoryFile: join(sbx.dir, TEMPLATE_FILES.memory), vcpus: i.vcpus, memoryMb: i.memoryMb,
       volumes: i.volumes ?? [],
     }), this.s.host);
     await sbx.bootedFromDisk(vm, BOOT_TIMEOUT_MS);
@@ -193,7 +193,7 @@ export class Launcher {
   }
 
   /** Boots a bare VM from a kernel and disk (no snapshot) and waits for its agent; see `Runtime.bootVm`. */
-  async bootVm(opts: { dir: string; kernel: string; initrd: string; disk: string; memoryFile: string; vcpus: number; memoryMb: number; id?: string }): Promise<{ vm: Vm; agent: AgentClient }> {
+  async bootVm(opts: { dir: string; kernel: string; initrd: string; disk: string; backing: readonly string[]; memoryFile: string; vcpus: number; memoryMb: number; id?: string }): Promise<{ vm: Vm; agent: AgentClient }> {
     const vm = await Vm.launch(this.bootSpec({ ...opts, id: opts.id ?? newId("boot") }), this.s.host);
     try {
       const agent = await AgentClient.connect(join(opts.dir, VM_FILES.agent), BOOT_TIMEOUT_MS);
@@ -202,6 +202,10 @@ export class Launcher {
       await vm.kill();
       throw e;
     }
+  }
+
+  private diskBacking(record: Pick<SandboxRecord, "template" | "backingSnapshot">): string[] {
+    return this.s.context.diskBacking(record);
   }
 
   private bootSpec(opts: BootSpecOptions) {
@@ -241,7 +245,7 @@ export class Launcher {
     try {
       if (pooled) await pooled.vm.claim(dir);
       else if (adoptDisk) await adoptFile(backingDisk, join(dir, VM_FILES.disk));
-      else await this.s.overlays.create(backingDisk, join(dir, VM_FILES.disk));
+      else await this.s.overlays.create(this.diskBacking(record), join(dir, VM_FILES.disk));
       const launched = await launch(dir);
       vm = launched.vm;
       const sbx = new Sandbox(dir, record, vm, this.s.context);

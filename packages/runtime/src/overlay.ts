@@ -1,6 +1,6 @@
 import { copyFile, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { runTool } from "./util.js";
+import { createOverlay } from "./image-tools.js";
 
 /**
  * New copy-on-write overlays (qcow2 on a backing disk) without a qemu-img spawn per sandbox.
@@ -19,8 +19,9 @@ export class OverlayMaker {
   /** `dir`: the runtime's own (emptied at first use: what a killed Den kept there is stale). */
   constructor(private readonly dir: string) {}
 
-  /** Creates `dest`: an empty qcow2 overlay over `backing` (a qcow2 disk). */
-  async create(backing: string, dest: string): Promise<void> {
+  /** Creates `dest`: an empty qcow2 overlay over `chain[0]` (the qcow2 disks under it, top first). */
+  async create(chain: readonly string[], dest: string): Promise<void> {
+    const backing = chain[0]!;
     const st = await stat(backing);
     // The same path could be a different disk later (a snapshot id reused after a delete).
     const key = `${backing}\0${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
@@ -35,7 +36,7 @@ export class OverlayMaker {
         // Gone (a cleaned tmp dir): make it again below.
       }
     }
-    await runTool("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", backing, dest], "qemu_error");
+    await createOverlay(chain, dest);
     await (this.ready ??= rm(this.dir, { recursive: true, force: true }).then(() => mkdir(this.dir, { recursive: true })).then(() => undefined));
     const file = join(this.dir, `${++this.n}.qcow2`);
     await copyFile(dest, file);

@@ -14,7 +14,8 @@ export interface PoolShape {
   source: string;
   memoryFile: string;
   stateFile: string;
-  backingDisk: string;
+  /** The disks its overlay sits on, top first (the first made it: see VmSpec.backing). */
+  backing: string[];
   vcpus: number;
   memoryMb: number;
 }

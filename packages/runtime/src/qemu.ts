@@ -7,6 +7,7 @@ import { ID_PATTERN } from "./util.js";
 import type { HostProfile } from "./host.js";
 import { JAIL_DIR, ROUTER_JAIL, jailArgs, prepareJail, vmIdentity } from "./jail/identity.js";
 import { SLOT_BYTES, VOLUME_SLOTS, type VolumeAttachment } from "./volumes.js";
+import { closeImages, openImages, rootDiskArgs, slotArgs } from "./block-graph.js";
 
 /** Socket and file names inside a sandbox directory. */
 export const VM_FILES = {
@@ -21,9 +22,6 @@ export const VM_FILES = {
   consoleLog: "console.log",
 } as const;
 
-/** The descriptor a VM's disk image is handed to QEMU on. */
-const DISK_FD = 3;
-
 /** Unix socket paths are limited to 107 bytes. */
 const MAX_SOCKET_PATH = 107;
 
@@ -34,7 +32,13 @@ export interface VmSpec {
   /** Guest RAM lives in this file; `share: false` maps it copy-on-write (restores, forks). */
   memoryFile: string;
   shareMemory: boolean;
+  /** The root disk's top image (the VM's own, written by it). */
   disk: string;
+  /**
+   * The images under it, top first: each the backing file of the one before it, the last
+   * with none. Stated to QEMU, and checked against each header before it starts (block-graph.ts).
+   */
+  backing: readonly string[];
   /** Only for a cold boot; a restore takes the kernel from the snapshot's RAM. */
   boot?: { kernel: string; initrd: string; append: string };
   incoming: boolean;
@@ -58,7 +62,8 @@ export interface VmSpec {
 function deviceArgs(spec: VmSpec): string[] {
   const f = (name: string) => join(spec.dir, name);
   return [
-    "-device", "virtio-blk-device,drive=root",
+    // (A disk error is reported to the guest, see qemuArgs.)
+    "-device", "virtio-blk-device,drive=root,werror=report,rerror=report",
     "-device", "virtio-serial-device,max_ports=2",
     "-chardev", `socket,id=agent,path=${f(VM_FILES.agent)},server=on,wait=off`,
     "-device", "virtserialport,chardev=agent,name=den.agent",
@@ -74,56 +79,15 @@ function deviceArgs(spec: VmSpec): string[] {
   ];
 }
 
-/** The first descriptor of the volumes' (spawnQemu's stdio, after the incoming state's). */
-const VOLUME_FD = 6;
-
-/**
- * Each slot's medium: a volume's qcow2 through inherited descriptors (as the root disk: a
- * chrooted QEMU cannot open paths), read-only in QEMU itself for a read-only mount (the
- * guest is root: only the host can hold it to that), or nothing.
- */
-function slotArgs(volumes: VolumeAttachment[]): string[] {
-  const args: string[] = [];
-  let fd = VOLUME_FD;
-  for (let slot = 0; slot < VOLUME_SLOTS; slot++) {
-    const v = volumes.find((x) => x.slot === slot);
-    if (!v) {
-      args.push("-blockdev", `driver=null-co,node-name=vol${slot},size=${SLOT_BYTES},read-zeroes=on`);
-      continue;
-    }
-    const set = 2 + slot;
-    args.push("-add-fd", `fd=${fd++},set=${set}`);
-    if (!v.readOnly) args.push("-add-fd", `fd=${fd++},set=${set}`);
-    args.push("-blockdev", `driver=qcow2,node-name=volq${slot},read-only=${v.readOnly ? "on" : "off"},file.driver=file,file.filename=/dev/fdset/${set},file.locking=off,discard=unmap,detect-zeroes=unmap`);
-    args.push("-blockdev", `driver=throttle,node-name=vol${slot},read-only=${v.readOnly ? "on" : "off"},throttle-group=volumes,file=volq${slot}`);
-  }
-  // One ceiling for all of a VM's volumes, the root disk's again.
-  if (volumes.length) args.unshift("-object", `throttle-group,id=volumes,${diskThrottle().replace(/throttling\.(bps|iops)-total/g, "x-$1-total")}`);
-  return args;
-}
-
-/** The descriptors slotArgs names, in its order: [read-only] or [read-write, read-only] per volume. */
-function openVolumeFds(volumes: VolumeAttachment[]): number[] {
-  const fds: number[] = [];
-  try {
-    for (const v of [...volumes].sort((a, b) => a.slot - b.slot)) {
-      if (v.readOnly) fds.push(openSync(v.image, "r"));
-      else fds.push(openSync(v.image, "r"), openSync(v.image, "r+"));
-    }
-    return fds;
-  } catch (e) {
-    for (const fd of fds) closeSync(fd);
-    throw e;
-  }
-}
-
 /** Identifies the device set and machine shape (not paths) for snapshot compatibility. */
 export function deviceSetId(): string {
   const sample: VmSpec = {
-    dir: "", vcpus: 1, memoryMb: 1, memoryFile: "", shareMemory: false, disk: "", incoming: false,
+    dir: "", vcpus: 1, memoryMb: 1, memoryFile: "", shareMemory: false, disk: "", backing: [], incoming: false,
     macAddress: "", tag: { instance: "", sandbox: "" },
   };
-  const shape = deviceArgs(sample).map((a) => a.replace(/path=[^,]*/g, "path=").replace(/mac=[^,]*/g, "mac="));
+  // (The root disk's error policy is the host's, not part of what a guest sees: it was a
+  // -drive option before the disk became a -blockdev graph, and snapshots from then restore.)
+  const shape = deviceArgs(sample).map((a) => a.replace(/path=[^,]*/g, "path=").replace(/mac=[^,]*/g, "mac=").replace(",werror=report,rerror=report", ""));
   // A guest that probed its volume slots knows their size: it is part of the shape.
   return createHash("sha256").update(["microvm", "x-option-roms=off,rtc=on", ...shape, `slots=${SLOT_BYTES}`].join("\0")).digest("hex").slice(0, 16);
 }
@@ -155,13 +119,11 @@ export function qemuArgs(spec: VmSpec, host: HostProfile): string[] {
     // Its own uid, a chroot holding only its migration sockets, and no fork or exec (jail/).
     ...jailArgs(join(spec.dir, JAIL_DIR), vmIdentity(spec.tag.instance, spec.tag.sandbox)),
     // A full host disk is an I/O error inside this guest (its filesystem reports it), never a
-    // VM paused on ENOSPC with every other VM on the host paused the same way.
-    // The disk comes in as inherited descriptors (fds 3 and 4): chrooted, QEMU could not open its
-    // path again when it takes the image over after a restore.
-    // (one descriptor per access mode: QEMU picks the one that matches how it opens; no image
-    // locking, since the two would lock each other out, and the overlay is this VM's alone)
-    "-add-fd", `fd=${DISK_FD},set=1`, "-add-fd", `fd=${DISK_FD + 1},set=1`,
-    "-drive", `id=root,if=none,format=qcow2,file.driver=file,file.filename=/dev/fdset/1,file.locking=off,discard=unmap,detect-zeroes=unmap,werror=report,rerror=report,${diskThrottle()}`,
+    // VM paused on ENOSPC with every other VM on the host paused the same way (werror=report
+    // on the device). Its images come in as inherited descriptors (from fd 3 on), the whole
+    // graph stated (block-graph.ts): chrooted, QEMU could not open a path when it takes the
+    // image over after a restore, and it follows no name an image's header holds.
+    ...rootDiskArgs(spec.backing.length, spec.volumes ?? []),
     ...slotArgs(spec.volumes ?? []),
     ...deviceArgs(spec),
     "-qmp", `unix:${join(spec.dir, VM_FILES.qmp)},server=on,wait=off`,
@@ -182,28 +144,19 @@ export function bootCommandLine(host: HostProfile): string {
   ].join(" ");
 }
 
-/**
- * A VM's disk I/O ceiling, QEMU's own throttling (cgroup v1's blkio does not hold back
- * buffered writes): `DEN_DISK_MBPS_MAX` MB/s and `DEN_DISK_IOPS_MAX` operations a second.
- */
-function diskThrottle(): string {
-  const mbps = Number(process.env.DEN_DISK_MBPS_MAX ?? 400);
-  const iops = Number(process.env.DEN_DISK_IOPS_MAX ?? 10_000);
-  return `throttling.bps-total=${Math.round(mbps * 1_000_000)},throttling.iops-total=${Math.round(iops)}`;
-}
-
 /** Starts QEMU detached (it outlives a crash of this process and is adopted on restart). */
 export function spawnQemu(spec: VmSpec, host: HostProfile): number {
   prepareJail(spec.dir);
   // The router's jail (see network/): the VM, still root, puts its NIC socket there.
   prepareJail(spec.dir, ROUTER_JAIL);
   const args = qemuArgs(spec, host);
-  const log = openSync(join(spec.dir, VM_FILES.log), "a");
-  const disk = openSync(spec.disk, "r+");
-  const diskRo = openSync(spec.disk, "r");
-  const state = spec.incomingFd ?? (spec.incomingState ? openSync(spec.incomingState, "r") : undefined);
-  const volumeFds = openVolumeFds(spec.volumes ?? []);
+  // (Before anything else is opened: an image Den did not make so is refused here.)
+  const images = openImages(spec.disk, spec.backing, spec.volumes ?? []);
+  let log: number | undefined;
+  let state: number | undefined;
   try {
+    log = openSync(join(spec.dir, VM_FILES.log), "a");
+    state = spec.incomingFd ?? (spec.incomingState ? openSync(spec.incomingState, "r") : undefined);
     // In a network namespace of its own holding only a loopback that is down: its NIC is a
     // unix socket, so QEMU needs no IP network, and one a guest broke out into reaches no
     // address (the host's services, the metadata address, other hosts) nor any abstract
@@ -211,7 +164,7 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
     const child = spawn("unshare", ["--net", "--", host.qemuBinary, ...args], {
       cwd: spec.dir,
       detached: true,
-      stdio: ["ignore", log, log, disk, diskRo, state ?? "ignore", ...volumeFds],
+      stdio: ["ignore", log, log, ...images.disk, state ?? "ignore", ...images.volumes, ...images.backing],
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin", DEN_INSTANCE: spec.tag.instance, DEN_SANDBOX: spec.tag.sandbox },
     });
     child.on("error", () => undefined);
@@ -219,10 +172,8 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
     if (!child.pid) throw new DenError("qemu_error", `cannot start ${host.qemuBinary}`);
     return child.pid;
   } finally {
-    closeSync(log);
-    closeSync(disk);
-    closeSync(diskRo);
-    for (const fd of volumeFds) closeSync(fd);
+    if (log !== undefined) closeSync(log);
+    closeImages(images);
     if (state !== undefined && spec.incomingFd === undefined) closeSync(state);
   }
 }

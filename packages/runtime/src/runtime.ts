@@ -68,7 +68,7 @@ export class Runtime {
     this.sandboxes = new SandboxRegistry(layout);
     this.snapshots = new SnapshotCatalog(layout, host, this.templates, this.sandboxes, this.pool);
     const scope = { layout, host, templates: this.templates, overlays, pool: this.pool, sandboxes: this.sandboxes, snapshots: this.snapshots, networks: this.networks };
-    this.context = sandboxContext({ host, templates: this.templates, networks: this.networks, sandboxes: this.sandboxes, gc: () => this.gc() });
+    this.context = sandboxContext({ host, layout: this.layout, templates: this.templates, networks: this.networks, sandboxes: this.sandboxes, gc: () => this.gc() });
     this.launcher = new Launcher({ ...scope, context: this.context });
     this.forker = new Forker({ ...scope, launcher: this.launcher });
   }
@@ -173,8 +173,9 @@ export class Runtime {
   /**
    * Boots a bare VM from a kernel and disk (no snapshot) and waits for its agent. Used to
    * bake templates. Its RAM lives in `memoryFile` (shared), which becomes the template's memory.
+   * `backing`: the images under `disk`, top first (what each header must name; VmSpec.backing).
    */
-  bootVm(opts: { dir: string; kernel: string; initrd: string; disk: string; memoryFile: string; vcpus: number; memoryMb: number; id?: string }): Promise<{ vm: Vm; agent: AgentClient }> {
+  bootVm(opts: { dir: string; kernel: string; initrd: string; disk: string; backing: readonly string[]; memoryFile: string; vcpus: number; memoryMb: number; id?: string }): Promise<{ vm: Vm; agent: AgentClient }> {
     return this.launcher.bootVm(opts);
   }
 
@@ -289,10 +290,13 @@ export class Runtime {
 }
 
 /** Hooks a sandbox gets: where its template's files are, and the runtime's bookkeeping once it is destroyed. */
-function sandboxContext(rt: { host: HostProfile; templates: TemplateStore; networks: NetworkManager; sandboxes: SandboxRegistry; gc(): Promise<void> }): SandboxContext {
+function sandboxContext(rt: { host: HostProfile; layout: DataDirLayout; templates: TemplateStore; networks: NetworkManager; sandboxes: SandboxRegistry; gc(): Promise<void> }): SandboxContext {
   return {
     host: rt.host,
-    templateDisk: (ref: TemplateRef) => join(rt.templates.dir(ref), TEMPLATE_FILES.disk),
+    diskBacking: (record) => {
+      const chain = rt.templates.diskChain(record.template);
+      return record.backingSnapshot ? [join(rt.layout.snapshot(record.backingSnapshot), TEMPLATE_FILES.disk), ...chain] : chain;
+    },
     templateMemory: (ref: TemplateRef) => join(rt.templates.dir(ref), TEMPLATE_FILES.memory),
     onDestroyed: async (id: string) => {
       rt.sandboxes.remove(id);

@@ -10,7 +10,8 @@ import { SLOT_BYTES } from "./volumes.js";
 export function growDisk(core: SandboxCore, diskMb: number): Promise<void> {
   return core.lifecycle.run(async () => {
     const bytes = diskMb * 1024 * 1024;
-    await core.requireVm().qmp.execute("block_resize", { device: "root", size: bytes });
+    // (`root`: the throttle node over the disk, block-graph.ts; it passes the resize down.)
+    await core.requireVm().qmp.execute("block_resize", { "node-name": "root", size: bytes });
     await core.save({ ...core.record, diskMb });
     const agent = await core.agent();
     const r = await runToCompletion(agent, ["/bin/sh", "-c",

@@ -34,7 +34,12 @@ export interface SandboxRecord {
 /** Hooks the runtime gives a sandbox: where things live, and what to do on destroy. */
 export interface SandboxContext {
   host: HostProfile;
-  templateDisk(ref: TemplateRef): string;
+  /**
+   * The disks a sandbox's overlay sits on, top first: its snapshot's (a fork child's, a
+   * restore's), then its template's and those under it (TemplateStore.diskChain). What each
+   * image's header must name (image-check.ts).
+   */
+  diskBacking(record: Pick<SandboxRecord, "template" | "backingSnapshot">): string[];
   /** The template's RAM file, which a sandbox's saved stream is restored over. */
   templateMemory(ref: TemplateRef): string;
   onDestroyed(id: string): Promise<void>;

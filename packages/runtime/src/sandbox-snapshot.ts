@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { VM_FILES } from "./qemu.js";
 import { digestFiles, hostSection, writeManifest, type FileDigest, type SnapshotManifest } from "./snapshot.js";
 import { runTool } from "./util.js";
+import { rebaseImage } from "./image-tools.js";
 import type { StateSink, Vm } from "./vm.js";
 import { changedPages, copyChangedPages } from "./pagemap.js";
 import type { PageFilterStats } from "./migration-stream.js";
@@ -178,7 +179,8 @@ export class SandboxSnapshots {
   /** Keeps every snapshot's disk one level above the template's, so chains stay short. */
   private async rebaseOnTemplate(dir: string): Promise<void> {
     if (!this.core.record.backingSnapshot) return;
-    await runTool("qemu-img", ["rebase", "-q", "-f", "qcow2", "-b", this.core.ctx.templateDisk(this.core.record.template), "-F", "qcow2", join(dir, "disk.qcow2")], "qemu_error");
+    const { template, backingSnapshot } = this.core.record;
+    await rebaseImage(join(dir, "disk.qcow2"), this.core.ctx.diskBacking({ template, backingSnapshot }), this.core.ctx.diskBacking({ template }));
   }
 
   /** The manifest's `volumes`: what the guest still has mounted once `released` are not. */

@@ -9,7 +9,8 @@ import type { SandboxRegistry } from "./registry.js";
 import type { SnapshotOptions } from "./sandbox-snapshot.js";
 import { checkCompatible, digestFiles, readManifest, verifySnapshot, writeManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
 import { TEMPLATE_FILES, type TemplateStore } from "./templates.js";
-import { ID_PATTERN, newId, privateDir, qcow2BackingFile, runTool } from "./util.js";
+import { ID_PATTERN, newId, privateDir } from "./util.js";
+import { renameBacking } from "./image-tools.js";
 import type { StateSink } from "./vm.js";
 
 /** A deleted snapshot keeps its directory (a sandbox's disk may still sit on it) with this file in it. */
@@ -134,8 +135,7 @@ export class SnapshotCatalog {
       const backing = join(this.templates.dir(m.template), TEMPLATE_FILES.disk);
       const disk = join(staging, TEMPLATE_FILES.disk);
       let files = m.files;
-      if ((await qcow2BackingFile(disk)) !== backing) {
-        await runTool("qemu-img", ["rebase", "-q", "-u", "-f", "qcow2", "-b", backing, "-F", "qcow2", disk], "qemu_error");
+      if (await renameBacking(disk, backing)) {
         files = { ...files, ...(await digestFiles(staging, [TEMPLATE_FILES.disk])) };
       }
       await writeManifest(staging, { ...m, id, files });

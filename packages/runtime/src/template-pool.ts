@@ -12,10 +12,10 @@ import { Vm } from "./vm.js";
 import { restoreSpec } from "./vm-specs.js";
 
 /** The pool shape of creates from the template version in `dir`. */
-export function poolShape(dir: string, m: SnapshotManifest): PoolShape {
+export function poolShape(dir: string, m: SnapshotManifest, backing: string[]): PoolShape {
   return {
     source: dir, memoryFile: join(dir, TEMPLATE_FILES.memory), stateFile: join(dir, TEMPLATE_FILES.state),
-    backingDisk: join(dir, TEMPLATE_FILES.disk), vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb,
+    backing, vcpus: m.vm.vcpus, memoryMb: m.vm.memoryMb,
   };
 }
 
@@ -28,7 +28,7 @@ export async function prewarm(pool: VmPool, templates: TemplateStore, host: Host
   } catch {
     return;
   }
-  pool.want(poolShape(tpl.dir, tpl.manifest));
+  pool.want(poolShape(tpl.dir, tpl.manifest, templates.diskChain(tpl)));
   pool.refill();
 }
 
@@ -41,7 +41,7 @@ export function pooledVmSpawner(instance: string, host: HostProfile, overlays: O
   return async (shape, dir, id, closed) => {
     // It will be renamed to a sandbox's directory: that one's sockets must fit too.
     checkSocketPaths(sandboxDir(newId("sbx")));
-    await overlays.create(shape.backingDisk, join(dir, VM_FILES.disk));
+    await overlays.create(shape.backing, join(dir, VM_FILES.disk));
     // A close kills the pool's QEMUs it finds: one launched after it must not warm up first.
     const stopIfClosed = async (vm?: Vm) => {
       if (!closed()) return;

@@ -16,6 +16,8 @@ export const TEMPLATE_FILES = {
 
 const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 const VERSION = /^[0-9a-f]{12}$/;
+/** Templates a template's disk may sit on, at most (bake.ts keeps it at 3). */
+const MAX_DISK_CHAIN = 8;
 
 export interface TemplateInfo extends TemplateRef {
   dir: string;
@@ -37,6 +39,31 @@ export class TemplateStore {
 
   dir(ref: TemplateRef): string {
     return join(this.root, ref.name, ref.version);
+  }
+
+  /**
+   * A template version's disk and the disks under it, top first: each its base template's
+   * (bake.ts), as the manifests Den wrote say; what each image's header must name (image-check.ts).
+   */
+  diskChain(ref: TemplateRef): string[] {
+    const chain: string[] = [];
+    for (let r: TemplateRef | undefined = ref; r; r = this.baseOf(r)) {
+      if (!NAME.test(r.name) || !VERSION.test(r.version)) throw new DenError("template_not_found", `not a template version: ${JSON.stringify(r)}`);
+      if (chain.length >= MAX_DISK_CHAIN) throw new DenError("disk_corrupt", `template ${ref.name}@${ref.version}'s disk sits on more than ${MAX_DISK_CHAIN} templates`);
+      chain.push(join(this.dir(r), TEMPLATE_FILES.disk));
+    }
+    return chain;
+  }
+
+  /** The template a version's disk overlays (its manifest's baseTemplate), if any. */
+  private baseOf(ref: TemplateRef): TemplateRef | undefined {
+    let text: string;
+    try {
+      text = readFileSync(join(this.dir(ref), "manifest.json"), "utf8");
+    } catch {
+      throw new DenError("template_not_found", `template ${ref.name}@${ref.version} is not on this host`);
+    }
+    return (JSON.parse(text) as SnapshotManifest).baseTemplate;
   }
 
   current(name: string): string | undefined {

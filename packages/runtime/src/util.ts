@@ -1,5 +1,4 @@
 import { execFile } from "node:child_process";
-import { open } from "node:fs/promises";
 import { promisify } from "node:util";
 import { DenError } from "@den/protocol";
 
@@ -16,26 +15,6 @@ export async function runTool(cmd: string, args: string[], code: "qemu_error" | 
   } catch (e) {
     const err = e as { stderr?: string; message: string };
     throw new DenError(code, `${cmd} ${args[0] ?? ""} failed: ${(err.stderr || err.message).trim().slice(0, 2000)}`);
-  }
-}
-
-/**
- * The backing file a qcow2 image names in its header (undefined: none, or not a qcow2 image
- * this reads), without running qemu-img: header fields at 8 (offset, u64) and 16 (size, u32).
- */
-export async function qcow2BackingFile(path: string): Promise<string | undefined> {
-  const fh = await open(path, "r");
-  try {
-    const head = Buffer.alloc(20);
-    if ((await fh.read(head, 0, 20, 0)).bytesRead !== 20 || head.readUInt32BE(0) !== 0x514649fb) return undefined;
-    const offset = Number(head.readBigUInt64BE(8));
-    const size = head.readUInt32BE(16);
-    if (!offset || !size || size > 4096) return undefined;
-    const name = Buffer.alloc(size);
-    if ((await fh.read(name, 0, size, offset)).bytesRead !== size) return undefined;
-    return name.toString("utf8");
-  } finally {
-    await fh.close();
   }
 }
 

@@ -9,10 +9,10 @@ export const GUEST_MAC = "52:54:00:de:4e:01";
 export const BOOT_TIMEOUT_MS = 120_000;
 
 /** A VM that restores a saved state over `memoryFile` (copy-on-write), its disk the overlay in `dir`. */
-export function restoreSpec(instance: string, dir: string, tag: string, shape: { vcpus: number; memoryMb: number; memoryFile: string }, state: { incomingFd: number } | { incomingState: string }, volumes?: VolumeAttachment[]): VmSpec {
+export function restoreSpec(instance: string, dir: string, tag: string, shape: { vcpus: number; memoryMb: number; memoryFile: string; backing: readonly string[] }, state: { incomingFd: number } | { incomingState: string }, volumes?: VolumeAttachment[]): VmSpec {
   return {
     dir, vcpus: shape.vcpus, memoryMb: shape.memoryMb, memoryFile: shape.memoryFile, shareMemory: false,
-    disk: join(dir, VM_FILES.disk), incoming: true, ...state, ...(volumes?.length ? { volumes } : {}),
+    disk: join(dir, VM_FILES.disk), backing: shape.backing, incoming: true, ...state, ...(volumes?.length ? { volumes } : {}),
     macAddress: GUEST_MAC, tag: { instance, sandbox: tag },
   };
 }
@@ -23,6 +23,8 @@ export interface BootSpecOptions {
   kernel: string;
   initrd: string;
   disk: string;
+  /** The images under `disk`, top first (VmSpec.backing). */
+  backing: readonly string[];
   memoryFile: string;
   vcpus: number;
   memoryMb: number;
@@ -34,7 +36,7 @@ export function bootSpec(instance: string, host: HostProfile, opts: BootSpecOpti
   return {
     ...(opts.volumes?.length ? { volumes: opts.volumes } : {}),
     dir: opts.dir, vcpus: opts.vcpus, memoryMb: opts.memoryMb, memoryFile: opts.memoryFile, shareMemory: true,
-    disk: opts.disk, boot: { kernel: opts.kernel, initrd: opts.initrd, append: bootCommandLine(host) },
+    disk: opts.disk, backing: opts.backing, boot: { kernel: opts.kernel, initrd: opts.initrd, append: bootCommandLine(host) },
     incoming: false, macAddress: GUEST_MAC, tag: { instance, sandbox: opts.id },
   };
 }

@@ -3,6 +3,7 @@ import { dirname, join } from "node:path";
 import { DenError } from "@den/protocol";
 import type { AgentClient } from "./agent-client.js";
 import { runTool } from "./util.js";
+import { rawToQcow2 } from "./image-tools.js";
 
 /**
  * Volumes in a VM. microvm has no hotplug and a restore loads the device set its template
@@ -63,7 +64,7 @@ export async function createVolumeImage(image: string, sizeMb: number): Promise<
     await runTool("truncate", ["-s", String(SLOT_BYTES), raw]);
     // Inode tables and journal stay unwritten (they read as zeros): the image stays small.
     await runTool("mkfs.ext4", ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", "-L", "den-volume", raw, `${sizeMb}M`]);
-    await runTool("qemu-img", ["convert", "-q", "-f", "raw", "-O", "qcow2", raw, tmp], "qemu_error");
+    await rawToQcow2(raw, tmp);
     await rename(tmp, image);
   } finally {
     await rm(raw, { force: true });

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { isAlive, spawnQemu, VM_FILES, type VmSpec } from "../src/qemu.js";
 import { TEMPLATE_FILES } from "../src/templates.js";
@@ -29,7 +29,7 @@ describe("a VM whose network socket could not be bound", () => {
     execFileSync("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", join(tpl, TEMPLATE_FILES.disk), join(dir, VM_FILES.disk)]);
     spec = {
       dir, vcpus: 1, memoryMb: 512, memoryFile: join(tpl, TEMPLATE_FILES.memory), shareMemory: false,
-      disk: join(dir, VM_FILES.disk), incoming: true, incomingState: join(tpl, TEMPLATE_FILES.state),
+      disk: join(dir, VM_FILES.disk), backing: rt.templates.diskChain({ name: "base", version: basename(tpl) }), incoming: true, incomingState: join(tpl, TEMPLATE_FILES.state),
       macAddress: "52:54:00:de:4e:01", tag: { instance: rt.instance, sandbox: "sbx_nictest" },
     };
     // QEMU removes whatever file is where its socket goes, then binds: a folder there fails both.

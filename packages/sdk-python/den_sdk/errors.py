@@ -101,6 +101,7 @@ ERROR_STATUS: Dict[str, int] = {
     "snapshot_incompatible": 409,
     "snapshot_corrupt": 422,
     "setup_failed": 422,
+    "disk_corrupt": 422,
     "image_not_found": 404,
     "image_pull_failed": 422,
     "image_invalid": 422,
@@ -338,7 +339,8 @@ class InvalidStateError(DenError):
 
 class SnapshotError(DenError):
     """409 ``snapshot_incompatible`` or 422 ``snapshot_corrupt``: a checkpoint or a cold
-    sandbox's snapshot cannot be restored on this host.
+    sandbox's snapshot cannot be restored on this host; or 422 ``disk_corrupt``: a disk or
+    volume image's header is not what Den made (it was altered), so Den will not open it.
 
     Example::
 
@@ -519,6 +521,7 @@ ERROR_CLASSES: Dict[str, Type[DenError]] = {
     "code_interpreter_unavailable": InvalidStateError,
     "snapshot_incompatible": SnapshotError,
     "snapshot_corrupt": SnapshotError,
+    "disk_corrupt": SnapshotError,
     "setup_failed": SetupFailedError,
     "image_not_found": ImageError,
     "image_pull_failed": ImageError,

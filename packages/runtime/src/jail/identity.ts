@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { createHash, randomInt } from "node:crypto";
 import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 
@@ -20,6 +20,15 @@ export function vmIdentity(instance: string, sandbox: string): { uid: number; gi
   const h = createHash("sha256").update(`${instance}:${sandbox}`).digest().readUInt32BE(0);
   const uid = UID_BASE + (h % UID_SPAN);
   return { uid, gid: uid };
+}
+
+/** qemu-img's uids (image-tool.ts): one of 2^20 per run, below the VMs'; their one group may read the images a run reads. */
+const TOOL_UID_BASE = UID_BASE - (1 << 20);
+export const TOOL_GID = TOOL_UID_BASE - 1;
+
+/** An unprivileged uid for one qemu-img run (no passwd entry; its group TOOL_GID). */
+export function toolIdentity(): { uid: number; gid: number } {
+  return { uid: TOOL_UID_BASE + randomInt(1 << 20), gid: TOOL_GID };
 }
 
 /**
