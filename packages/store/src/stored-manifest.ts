@@ -78,6 +78,20 @@ export function manifestBytes(m: StoredSnapshot): number {
  * checked before it is returned (checkStoredManifest). A manifest that fails is `snapshot_corrupt`.
  */
 export async function readStoredManifest(store: ObjectStore, key: string, expected?: StoredDigests): Promise<StoredSnapshot> {
+  return (await readChecked(store, key, expected)).m;
+}
+
+/**
+ * The digests of the stored snapshot at `key` as the store holds it now (its fields checked):
+ * for a record whose upload's answer was lost (a control plane that died before it committed),
+ * the one time a record is made from the store's word rather than the uploading host's.
+ */
+export async function readStoredDigests(store: ObjectStore, key: string): Promise<StoredDigests> {
+  const { m, raw } = await readChecked(store, key);
+  return { ...storedDigests(m), manifest: { size: raw.length, sha256: sha256(raw) } };
+}
+
+async function readChecked(store: ObjectStore, key: string, expected?: StoredDigests): Promise<{ m: StoredSnapshot; raw: Buffer }> {
   const id = idOf(key);
   const raw = await readBounded(store, `${key}/${STORE_MANIFEST}`, expected ? expected.manifest.size : MAX_MANIFEST_BYTES, id);
   if (expected && (raw.length !== expected.manifest.size || sha256(raw) !== expected.manifest.sha256)) {
@@ -100,7 +114,7 @@ export async function readStoredManifest(store: ObjectStore, key: string, expect
       if (o.size !== w.size || o.sha256 !== w.sha256) throw new DenError("snapshot_corrupt", `stored snapshot ${id}: its file ${n} is not the one its upload recorded`);
     }
   }
-  return m;
+  return { m, raw };
 }
 
 /** An object's bytes, refused past `max` (never buffered whole: the read stops there). */
