@@ -33,7 +33,7 @@ export function checkManifest(v: unknown, where: string): SnapshotManifest {
   if (v.kind !== "template" && v.kind !== "sandbox") throw bad("its kind is neither template nor sandbox");
   if (!isText(v.id, 200) || !ID.test(v.id)) throw bad("its id is not one");
   if (!isText(v.createdAt, 64)) throw bad("no time it was made");
-  if (!isTemplateRef(v.template)) throw bad(`its template ${JSON.stringify(v.template).slice(0, 200)} is not a template's name and version`);
+  if (!isTemplateRef(v.template)) throw bad(`its template ${String(JSON.stringify(v.template)).slice(0, 200)} is not a template's name and version`);
   if (v.memory !== "file" && v.memory !== "stream") throw bad("its memory is neither file nor stream");
   if (!optional(v.changedPagesOnly, (b) => typeof b === "boolean")) throw bad("changedPagesOnly is not a boolean");
   if (!optional(v.pages, (p) => isRecord(p) && isInt(p.total, 0, MAX_SIZE) && isInt(p.kept, 0, MAX_SIZE))) throw bad("its page counts are not counts");

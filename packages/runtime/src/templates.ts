@@ -36,7 +36,7 @@ export class TemplateStore {
 
   /** A version's directory; a name or version that is not one (`../snapshots`) never makes a path. */
   dir(ref: TemplateRef): string {
-    if (!isTemplateRef(ref)) throw new DenError("invalid_argument", `not a template version: ${JSON.stringify(ref).slice(0, 200)}`);
+    if (!isTemplateRef(ref)) throw new DenError("invalid_argument", `not a template version: ${String(JSON.stringify(ref)).slice(0, 200)}`);
     return join(this.root, ref.name, ref.version);
   }
 

@@ -93,7 +93,7 @@ export function checkSandboxImage(v: unknown, id: string): SandboxImage {
 export function checkMemoryManifest(v: unknown, id: string): { kind: string; template: TemplateRef; vm: Shape } {
   const m = v as { kind?: unknown; template?: unknown; vm?: unknown } | null;
   if (typeof m !== "object" || m === null || (m.kind !== "sandbox" && m.kind !== "template")) throw new DenError("snapshot_corrupt", `stored snapshot ${id}: its manifest has no kind`);
-  if (!isTemplateRef(m.template)) throw new DenError("snapshot_corrupt", `stored snapshot ${id}: its manifest's template ${JSON.stringify(m.template).slice(0, 200)} is not a template's name and version`);
+  if (!isTemplateRef(m.template)) throw new DenError("snapshot_corrupt", `stored snapshot ${id}: its manifest's template ${String(JSON.stringify(m.template)).slice(0, 200)} is not a template's name and version`);
   if (!isShape(m.vm)) throw new DenError("snapshot_corrupt", `stored snapshot ${id}: its manifest has no VM shape`);
   return { kind: m.kind, template: m.template, vm: m.vm };
 }
