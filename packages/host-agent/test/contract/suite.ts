@@ -72,19 +72,23 @@ const runs = async (g: HostGuest, word: string) => (await g.processes.list()).so
 async function refusesTampered(store: ObjectStore, ref: StoredRef & { digests: StoredDigests }, use: (r: StoredRef) => Promise<unknown>, after: () => Promise<void>): Promise<void> {
   assert.ok(ref.digests, "the upload's answer has its digests");
   const manifestKey = `${ref.key}/${STORE_MANIFEST}`;
-  const objects = async () => Promise.all((await store.list(`${ref.key}/`)).map(async (o) => [o.key, (await store.getBytes(o.key)).toString("base64")]));
+  // Every object's sum, to see that nothing was lost; the two tampered with, to put back.
+  const objects = async () => Promise.all((await store.list(`${ref.key}/`)).map(async (o) => [o.key, createHash("sha256").update(await store.getBytes(o.key)).digest("hex")]));
   const before = await objects();
-  const manifest = JSON.parse((await store.getBytes(manifestKey)).toString()) as { files: Record<string, { key: string }>; snapshot: { template: { name: string } } };
+  const manifestBytes = await store.getBytes(manifestKey);
+  const manifest = JSON.parse(manifestBytes.toString()) as { files: Record<string, { key: string }>; snapshot: { template: { name: string } } };
   const stateKey = Object.entries(manifest.files).find(([n]) => n.includes("state"))![1].key;
+  const stateBytes = await store.getBytes(stateKey);
   const refused = async (why: string, r: StoredRef) => {
     await assert.rejects(use(r), (e: unknown) => e instanceof DenError && e.code === "snapshot_corrupt" && e.status === 422, why);
     await after();
   };
   const putBack = async () => {
-    for (const [k, b] of before) await store.putBytes(k!, Buffer.from(b!, "base64"));
+    await store.putBytes(stateKey, stateBytes);
+    await store.putBytes(manifestKey, manifestBytes);
   };
   // One byte of its state.
-  const state = await store.getBytes(stateKey);
+  const state = Buffer.from(stateBytes);
   state[state.length >> 1] = state[state.length >> 1]! ^ 0x01;
   await store.putBytes(stateKey, state);
   await refused("one byte of its state", ref);
@@ -98,7 +102,7 @@ async function refusesTampered(store: ObjectStore, ref: StoredRef & { digests: S
   await putBack();
   // A copy whole in itself: its state compressed again (the same content, other bytes), the
   // manifest's sum and size of it made to match. Only the record of what was put tells.
-  const again = recompressed(stateKey, await store.getBytes(stateKey));
+  const again = recompressed(stateKey, stateBytes);
   await store.putBytes(stateKey, again);
   const m = JSON.parse((await store.getBytes(manifestKey)).toString()) as { files: Record<string, { key: string; sha256: string; size: number }> };
   for (const f of Object.values(m.files)) if (f.key === stateKey) Object.assign(f, { sha256: createHash("sha256").update(again).digest("hex"), size: again.length });
