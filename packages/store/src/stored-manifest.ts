@@ -73,9 +73,9 @@ export function manifestBytes(m: StoredSnapshot): number {
 /**
  * Reads the stored snapshot at `key`'s manifest. With `expected` (the control plane's record
  * of its upload), its bytes must be those recorded before they are parsed, and its files
- * those recorded; without (a copy recorded before digests were, the only case where the
- * store's own copy is gone by), only its fields are checked. Either way every field is
- * checked before it is returned (checkStoredManifest). A manifest that fails is `snapshot_corrupt`.
+ * those recorded; without (a copy recorded before digests were: the only case where the
+ * store's word is taken), only its fields are checked. Either way every field is checked
+ * before it is returned (checkStoredManifest). A manifest that fails is `snapshot_corrupt`.
  */
 export async function readStoredManifest(store: ObjectStore, key: string, expected?: StoredDigests): Promise<StoredSnapshot> {
   return (await readChecked(store, key, expected)).m;
@@ -93,10 +93,9 @@ export async function readStoredDigests(store: ObjectStore, key: string): Promis
 
 async function readChecked(store: ObjectStore, key: string, expected?: StoredDigests): Promise<{ m: StoredSnapshot; raw: Buffer }> {
   const id = idOf(key);
-  const raw = await readBounded(store, `${key}/${STORE_MANIFEST}`, expected ? expected.manifest.size : MAX_MANIFEST_BYTES, id);
-  if (expected && (raw.length !== expected.manifest.size || sha256(raw) !== expected.manifest.sha256)) {
-    throw new DenError("snapshot_corrupt", `stored snapshot ${id}: its manifest is not the one its upload recorded (sha256 or size differs); refused before it was read`);
-  }
+  const notRecorded = () => new DenError("snapshot_corrupt", `stored snapshot ${id}: its manifest is not the one its upload recorded (sha256 or size differs); refused before it was read`);
+  const raw = await readBounded(store, `${key}/${STORE_MANIFEST}`, expected ? expected.manifest.size : MAX_MANIFEST_BYTES, () => (expected ? notRecorded() : new DenError("snapshot_corrupt", `stored snapshot ${id}: its manifest is over ${MAX_MANIFEST_BYTES} bytes`)));
+  if (expected && (raw.length !== expected.manifest.size || sha256(raw) !== expected.manifest.sha256)) throw notRecorded();
   let parsed: unknown;
   try {
     parsed = JSON.parse(raw.toString("utf8"));
@@ -117,15 +116,15 @@ async function readChecked(store: ObjectStore, key: string, expected?: StoredDig
   return { m, raw };
 }
 
-/** An object's bytes, refused past `max` (never buffered whole: the read stops there). */
-async function readBounded(store: ObjectStore, key: string, max: number, id: string): Promise<Buffer> {
+/** An object's bytes, refused (`tooBig`) past `max`: never buffered whole, the read stops there. */
+async function readBounded(store: ObjectStore, key: string, max: number, tooBig: () => Error): Promise<Buffer> {
   const body = await store.getStream(key);
   const parts: Buffer[] = [];
   let n = 0;
   try {
     for await (const chunk of body) {
       n += (chunk as Buffer).length;
-      if (n > max) throw new DenError("snapshot_corrupt", `stored snapshot ${id}: its manifest is over ${max} bytes`);
+      if (n > max) throw tooBig();
       parts.push(chunk as Buffer);
     }
   } finally {
