@@ -4,6 +4,7 @@ import { DenError, type HostAgent, type StoredRef } from "@den/protocol";
 import type { HostPool } from "./hosts.js";
 import type { Meter } from "./meter.js";
 import type { Metrics } from "./metrics.js";
+import { digestsOf } from "./db/rows.js";
 import type { SandboxRow, Store, StoredSnapshotRow } from "./db/store.js";
 import type { Clock, Operations } from "./operations.js";
 
@@ -54,11 +55,19 @@ export const unanswered = (e: unknown): boolean => e instanceof DenError && (e.c
 export function pendingStored(ctx: Ctx, id: string, of: Pick<SandboxRow, "owner" | "template" | "template_version">, kind: "cold" | "checkpoint"): StoredSnapshotRow {
   return {
     id, owner: of.owner, key: snapshotKey(id, ctx.deployment), kind, state: "pending", bytes: null, created_at: ctx.clock.now(), released_at: null,
-    template: of.template, template_version: of.template_version,
+    template: of.template, template_version: of.template_version, digests: null,
   };
 }
 
-export const refOf = (r: Pick<StoredSnapshotRow, "id" | "key">): StoredRef => ({ id: r.id, key: r.key });
+/**
+ * Where a stored snapshot is, with the digests its upload recorded: the host checks what it
+ * downloads against them. A row completed before digests were recorded has none: the host
+ * then goes by the store's own manifest (its fields checked), the only case where it does.
+ */
+export const refOf = (r: Pick<StoredSnapshotRow, "id" | "key" | "digests">): StoredRef => {
+  const digests = digestsOf(r.digests);
+  return { id: r.id, key: r.key, ...(digests ? { digests } : {}) };
+};
 
 /** Where a stored snapshot is: its catalog row (or, for one no row knows, the layout before deployments). */
 export async function storedRef(ctx: Ctx, id: string): Promise<StoredRef> {

@@ -1,7 +1,7 @@
 import { DenError, type HostAgent } from "@den/protocol";
 import { newId } from "@den/protocol";
 import { storedSnapshotComplete, templateKey } from "@den/store";
-import type { TemplateVersionRow } from "./db/store.js";
+import { digestsOf, type TemplateVersionRow } from "./db/store.js";
 import type { Ctx, TemplateShare } from "./context.js";
 
 /** A claim older than this whose upload never completed (its replica died) is given up and made again. */
@@ -48,11 +48,12 @@ export class SharedTemplates implements TemplateShare {
       // Another's upload under way, unless its host is gone (a host killed mid-upload leaves its claim behind).
       if (have?.state === "pending" && clock.now() - have.created_at < STALE_CLAIM_MS && (await this.hostLive(have.host_id))) continue;
       if (have) await store.templates.dropVersion(t.name, t.version, have.state);
-      const row: TemplateVersionRow = { name: t.name, version: t.version, key: templateKey(t.name, t.version, deployment), state: "pending", bytes: null, host_id: host.instance, created_at: clock.now() };
+      const row: TemplateVersionRow = { name: t.name, version: t.version, key: templateKey(t.name, t.version, deployment), state: "pending", bytes: null, host_id: host.instance, created_at: clock.now(), digests: null };
       if (!(await store.templates.claimVersion(row))) continue;
       try {
-        const { storedBytes } = await host.templates.publish(newId("op"), t.name, t.version, row.key);
-        await store.templates.completeVersion(t.name, t.version, storedBytes);
+        // What the host says it put is the record every other host's pull is checked against.
+        const { storedBytes, digests } = await host.templates.publish(newId("op"), t.name, t.version, row.key);
+        await store.templates.completeVersion(t.name, t.version, storedBytes, digests);
         log.info({ template: `${t.name}@${t.version}`, host: host.instance, bytes: storedBytes }, `template ${t.name}@${t.version} is in the store`);
       } catch (e) {
         await store.templates.dropVersion(t.name, t.version);
@@ -81,7 +82,9 @@ export class SharedTemplates implements TemplateShare {
       const [from, to] = await Promise.all([this.ctx.store.hosts.get(row.host_id), this.ctx.store.hosts.get(h.instance)]);
       if (from?.kind && to?.kind && from.kind !== to.kind) throw new DenError("template_not_found", `template ${row.name}@${row.version} was built on another kind of host than ${h.instance}`);
       this.ctx.log.info({ template: `${row.name}@${row.version}`, host: h.instance }, `host ${h.instance} pulls template ${row.name}@${row.version} from the store`);
-      await h.templates.fetch(newId("op"), row.name, row.version, row.key, version === undefined);
+      // The host checks the copy against the digests its publish recorded before it reads any
+      // of it (a version recorded before digests were has none: the host goes by the store's manifest).
+      await h.templates.fetch(newId("op"), row.name, row.version, row.key, version === undefined, digestsOf(row.digests));
     };
   }
 }

@@ -24,8 +24,30 @@ const Positive = z.number().int().min(1);
 
 // ---- the data of control calls ----
 
-/** A snapshot in the object store: its id and the key prefix the control plane chose for it. */
-export const StoredRef = z.object({ id: Id, key: z.string().min(1).max(1024) });
+/** The size and sha256 of one object's bytes as they are stored (compressed). */
+export const ObjectDigest = z.object({ size: z.number().int().min(0).max(2 ** 50), sha256: z.string().regex(/^[0-9a-f]{64}$/) });
+export type ObjectDigest = z.infer<typeof ObjectDigest>;
+
+/**
+ * What a host uploaded to the store, as it hashed the bytes on their way (never read back
+ * from the store): its manifest (`store-manifest.json`, the exact bytes) and each file's
+ * object by the file's name. The control plane records them with the snapshot's or template
+ * version's row, and hands them back with every download: the host checks the bytes it gets
+ * against them before it parses or uses any of them (the store's manifest is only a copy).
+ */
+export const StoredDigests = z.object({
+  manifest: ObjectDigest,
+  files: z.record(z.string().regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, "a stored file's name"), ObjectDigest)
+    .refine((f) => Object.keys(f).length <= 16, "at most 16 files"),
+});
+export type StoredDigests = z.infer<typeof StoredDigests>;
+
+/**
+ * A snapshot in the object store: its id and the key prefix the control plane chose for it;
+ * `digests`, what its upload recorded (absent for a copy made before digests were recorded,
+ * or on the way to an upload: the host then has only the store's own manifest to go by).
+ */
+export const StoredRef = z.object({ id: Id, key: z.string().min(1).max(1024), digests: StoredDigests.optional() });
 export type StoredRef = z.infer<typeof StoredRef>;
 
 /** What one VM holds while it exists (running or warm-hibernated); a cold or disk-hibernated one holds nothing. */
@@ -261,11 +283,11 @@ export const control = {
   restore: route({ method: "POST", path: "/host/v1/vms/:id/restore", body: z.object({ ...OpBody, snapshot: StoredRef, network: NetworkPolicy.optional(), volumes: VolumeSpecs.optional() }), response: SandboxInfo }),
   destroy: route({ method: "DELETE", path: "/host/v1/vms/:id", response: Ok }),
   hibernateWarm: route({ method: "POST", path: "/host/v1/vms/:id/hibernate-warm", body: z.object({ ...OpBody, snapshotId: Id }), response: Ok }),
-  upload: route({ method: "POST", path: "/host/v1/vms/:id/upload", body: z.object({ ...OpBody, to: StoredRef, fromWarm: Id.optional() }), response: z.object({ storedBytes: Count, heldVolumes: z.array(Id).max(64).optional() }) }),
+  upload: route({ method: "POST", path: "/host/v1/vms/:id/upload", body: z.object({ ...OpBody, to: StoredRef, fromWarm: Id.optional() }), response: z.object({ storedBytes: Count, heldVolumes: z.array(Id).max(64).optional(), digests: StoredDigests.optional() }) }),
   wakeWarm: route({ method: "POST", path: "/host/v1/vms/:id/wake-warm", body: z.object({ ...OpBody, snapshotId: Id.nullable() }), response: Ok }),
   hibernateDisk: route({ method: "POST", path: "/host/v1/vms/:id/hibernate-disk", body: z.object(OpBody), response: Ok }),
   wakeDisk: route({ method: "POST", path: "/host/v1/vms/:id/wake-disk", body: z.object(OpBody), response: Ok }),
-  checkpoint: route({ method: "POST", path: "/host/v1/vms/:id/checkpoint", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ pauseMs: z.number().min(0), storedBytes: Count }) }),
+  checkpoint: route({ method: "POST", path: "/host/v1/vms/:id/checkpoint", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ pauseMs: z.number().min(0), storedBytes: Count, digests: StoredDigests.optional() }) }),
   fork: route({ method: "POST", path: "/host/v1/vms/:id/fork", body: z.object({ ...OpBody, children: z.array(Id).min(1).max(64), network: NetworkPolicy.optional(), volumes: VolumeSpecs.optional() }), response: z.object({ children: z.array(SandboxInfo) }) }),
   resume: route({ method: "POST", path: "/host/v1/vms/:id/resume", response: Ok }),
   /** Kept for control planes of before (answered from the inventory, which this client asks instead). */
@@ -286,15 +308,15 @@ export const control = {
   buildTemplate: route({ method: "POST", path: "/host/v1/templates/builds", body: z.object({ ...OpBody, spec: TemplateBuildSpec }), response: BuiltTemplate }),
   buildLog: route({ method: "POST", path: "/host/v1/templates/builds/:op/log", body: z.object({ from: Count }), response: BuildLogPage }),
   cancelBuild: route({ method: "POST", path: "/host/v1/templates/builds/:op/cancel", response: Ok }),
-  publishTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/publish", body: z.object({ ...OpBody, key: StoredRef.shape.key }), response: z.object({ storedBytes: Count }) }),
+  publishTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/publish", body: z.object({ ...OpBody, key: StoredRef.shape.key }), response: z.object({ storedBytes: Count, digests: StoredDigests.optional() }) }),
   createVolume: route({ method: "POST", path: "/host/v1/volumes", body: z.object({ ...OpBody, id: Id, sizeMb: z.number().int().min(API_LIMITS.minVolumeMb).max(API_LIMITS.maxVolumeMb) }), response: Ok }),
   deleteVolume: route({ method: "DELETE", path: "/host/v1/volumes/:id", response: Ok }),
   growVolume: route({ method: "POST", path: "/host/v1/volumes/:id/grow", body: z.object({ ...OpBody, sizeMb: z.number().int().min(API_LIMITS.minVolumeMb).max(API_LIMITS.maxVolumeMb), helper: Id }), response: Ok }),
-  parkVolume: route({ method: "POST", path: "/host/v1/volumes/:id/park", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ storedBytes: Count }) }),
+  parkVolume: route({ method: "POST", path: "/host/v1/volumes/:id/park", body: z.object({ ...OpBody, to: StoredRef }), response: z.object({ storedBytes: Count, digests: StoredDigests.optional() }) }),
   fetchVolume: route({ method: "POST", path: "/host/v1/volumes/:id/fetch", body: z.object({ ...OpBody, from: StoredRef }), response: Ok }),
   volumeImages: route({ method: "GET", path: "/host/v1/volume-images", response: z.object({ images: z.array(VolumeImage) }) }),
   dropVolumeImage: route({ method: "POST", path: "/host/v1/volumes/:id/drop", body: z.object({ inode: Count }), response: z.object({ dropped: z.boolean() }) }),
-  fetchTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/fetch", body: z.object({ ...OpBody, key: StoredRef.shape.key, current: z.boolean() }), response: Ok }),
+  fetchTemplate: route({ method: "POST", path: "/host/v1/templates/:name/:version/fetch", body: z.object({ ...OpBody, key: StoredRef.shape.key, current: z.boolean(), digests: StoredDigests.optional() }), response: Ok }),
 } as const;
 export type ControlRoutes = typeof control;
 
@@ -391,6 +413,8 @@ export interface HostVms {
    * A sandbox `id` from a stored snapshot (a checkpoint, a cold sandbox's wake, a lost
    * sandbox's recovery); any VM of that id goes first. `volumes` are mounted; the
    * snapshot's own mounts come back only on a wake of the same sandbox (volumes it held).
+   * With `snapshot.digests`, its manifest and objects are checked against them before any
+   * of it is parsed or loaded: a mismatch is `snapshot_corrupt`, and nothing is left of the try.
    */
   restore(op: string, id: string, snapshot: StoredRef, network?: NetworkPolicy, volumes?: VolumeSpec[]): Promise<HostSandboxInfo>;
   /** Throws `capacity_exhausted` if a create of this spec would not fit now (checked again by `create`). */
@@ -408,7 +432,7 @@ export interface HostVms {
    * The guest lets go of its volumes first; `heldVolumes`: those it could not (a process
    * kept files open on them), still mounted in the stored snapshot.
    */
-  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }>;
+  upload(op: string, id: string, to: StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[]; digests?: StoredDigests }>;
   /** Warm wake: resume in place, or restore from its local snapshot if the VM died. */
   wakeWarm(op: string, id: string, snapshotId: string | null): Promise<void>;
   /**
@@ -420,7 +444,7 @@ export interface HostVms {
   /** Boots an `off` sandbox again from its disk (fresh memory, same id and shape); a running one is left as it is. */
   wakeDisk(op: string, id: string): Promise<void>;
   /** A durable checkpoint in the store under `to`; the sandbox keeps running. */
-  checkpoint(op: string, id: string, to: StoredRef): Promise<{ pauseMs: number; storedBytes: number }>;
+  checkpoint(op: string, id: string, to: StoredRef): Promise<{ pauseMs: number; storedBytes: number; digests?: StoredDigests }>;
   /** Forks a running sandbox into children with the given ids (each gets `network` and mounts `volumes`; the parent's mounts are not theirs). */
   fork(op: string, id: string, children: string[], network?: NetworkPolicy, volumes?: VolumeSpec[]): Promise<HostSandboxInfo[]>;
   /** Unfreezes a VM frozen by an operation that did not finish. */
@@ -452,7 +476,7 @@ export interface HostVolumes {
    * control plane deletes it once the stored copy is the one its row names). Nothing may
    * mount it meanwhile: the control plane holds it as moving.
    */
-  park(op: string, id: string, to: StoredRef): Promise<{ storedBytes: number }>;
+  park(op: string, id: string, to: StoredRef): Promise<{ storedBytes: number; digests?: StoredDigests }>;
   /** Makes volume `id`'s image on this host the stored copy at `from` (verified; whole or not at all: one already here is replaced). */
   fetch(op: string, id: string, from: StoredRef): Promise<void>;
   /**
@@ -479,13 +503,18 @@ export interface HostTemplates {
   buildLog(op: string, from: number): Promise<BuildLogPage>;
   /** Cancels build `op` if it is running here: it ends as `aborted`, its VMs gone. */
   cancelBuild(op: string): Promise<void>;
-  /** Uploads a local template version to the store under `key` (a complete copy already there is kept). */
-  publish(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }>;
   /**
-   * Makes a template version from the store local: downloaded, verified file by file, then
-   * installed (the current version of its name too, if `current`). Nothing if it is here already.
+   * Uploads a local template version to the store under `key`, with the digests of what it
+   * uploaded (a copy already there is replaced: its digests would be the store's word, not this host's).
    */
-  fetch(op: string, name: string, version: string, key: string, current: boolean): Promise<void>;
+  publish(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number; digests?: StoredDigests }>;
+  /**
+   * Makes a template version from the store local: its manifest and every object checked
+   * against `digests` (the control plane's record of its upload) before they are read, each
+   * field of its manifest checked, then installed (the current version of its name too, if
+   * `current`). Nothing if it is here already.
+   */
+  fetch(op: string, name: string, version: string, key: string, current: boolean, digests?: StoredDigests): Promise<void>;
 }
 
 /** The host's local snapshots (warm hibernations') and the template pins stored snapshots hold. */

@@ -12,7 +12,7 @@ export * as host from "./host.js";
 export * as e2b from "./e2b/envd.js";
 export type {
   HostAgent, HostVms, HostVolumes, HostTemplates, HostSnapshots, HostGuest, GuestChunk, GuestFileOwner, GuestMetrics, GuestCommand, GuestExecOptions, GuestExecProcess, GuestExecResult, GuestExit, GuestFileSource, HostCreateSpec, HostSandboxInfo, HostInventory, VolumeImage,
-  HostTemplate, StoredRef, TemplateBuildSpec, TransferEvent, VolumeSpec,
+  HostTemplate, ObjectDigest, StoredDigests, StoredRef, TemplateBuildSpec, TransferEvent, VolumeSpec,
 } from "./host.js";
 export { inventoryCpuSeconds } from "./host.js";
 export * as e2bApi from "./e2b/rest.js";

@@ -1,5 +1,7 @@
 export { Runtime, defaultDataDir, type CreateOptions, type RuntimeOptions, type SnapshotInfo, type ForkOptions } from "./runtime.js";
-export type { StateFeed } from "./state-pipe.js";
+export type { StateFeed } from "./state-file.js";
+export { checkManifest } from "./manifest-check.js";
+export { TEMPLATE_NAME, TEMPLATE_VERSION, checkTemplateName, isTemplateRef } from "./template-names.js";
 export type { StateSink } from "./vm.js";
 export { Sandbox, type SandboxRecord, type SandboxState } from "./sandbox.js";
 export { ExecProcess, type Command, type ExecChunk, type ExecOptions, type ExecResult, type ExitInfo } from "./exec.js";

@@ -13,7 +13,7 @@ import { Sandbox } from "./sandbox.js";
 import { writeRecord, type SandboxContext, type SandboxRecord } from "./sandbox-record.js";
 import type { SnapshotCatalog } from "./snapshot-catalog.js";
 import { checkCompatible, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
-import { openStatePipe, type StateFeed } from "./state-pipe.js";
+import { feedStateFile, type StateFeed } from "./state-file.js";
 import { poolShape } from "./template-pool.js";
 import { TEMPLATE_FILES, type TemplateStore } from "./templates.js";
 import { newId } from "./util.js";
@@ -123,19 +123,23 @@ export class Launcher {
   /** `pooled`: a QEMU spawned for this (the template's state and disk, not a fed state). */
   private restoreOnce(record: SandboxRecord, srcDir: string, m: SnapshotManifest, memoryFile: string, feedState?: StateFeed, pooled?: PooledVm, adoptDisk = false, mount: VolumeAttachment[] = []): Promise<Sandbox> {
     return this.startSandbox(record, join(srcDir, TEMPLATE_FILES.disk), m.vm.diskMb, async (dir) => {
-      // A fed state arrives through a pipe as it is decompressed: QEMU loads it meanwhile.
-      const pipe = feedState ? await openStatePipe(dir, feedState) : undefined;
-      let vm: Vm;
+      // A fed state (a cold wake's, from the store) is written into a file here as it downloads,
+      // while QEMU starts with that file as its incoming state; QEMU is told to read it only
+      // once the feed has checked all of it (a corrupt one is refused before QEMU reads a byte).
+      const fed = feedState ? await feedStateFile(dir, feedState) : undefined;
+      const stateFile = fed?.path ?? join(srcDir, TEMPLATE_FILES.state);
+      // (Should the launch fail, a feed still running writes on into the removed directory's
+      // file, up to the state's size, and ends.)
+      const vm = pooled?.vm ?? await Vm.launch(restoreSpec(this.s.layout.instance, dir, record.id, { ...record, memoryFile, backing: this.diskBacking(record) }, { incomingState: stateFile }, record.volumes), this.s.host);
       try {
-        vm = pooled?.vm ?? await Vm.launch(restoreSpec(this.s.layout.instance, dir, record.id, { ...record, memoryFile, backing: this.diskBacking(record) },
-          pipe ? { incomingFd: pipe.readFd } : { incomingState: join(srcDir, TEMPLATE_FILES.state) }, record.volumes), this.s.host);
-      } finally {
-        await pipe?.closeRead();
-      }
-      try {
-        if (pipe) await vm.loadStreamed(pipe.fed, streamedLoadTimeoutMs(record.memoryMb));
-        // (A pooled VM has its template's state loaded already; a fork's child not yet.)
-        else if (!pooled || pooled.pendingState) await vm.loadState(pooled?.pendingState ?? join(srcDir, TEMPLATE_FILES.state));
+        if (fed) {
+          await withDeadline(fed.fed, streamedLoadTimeoutMs(record.memoryMb), "the state did not arrive");
+          await vm.loadState(fed.path);
+          await fed.remove();
+        } else if (!pooled || pooled.pendingState) {
+          // (A pooled VM has its template's state loaded already; a fork's child not yet.)
+          await vm.loadState(pooled?.pendingState ?? stateFile);
+        }
       } catch (e) {
         await vm.kill();
         throw e;
@@ -277,9 +281,19 @@ function qemuDroppedAtStart(e: unknown): boolean {
   return /failed to start/.test(e.message) && (code === "ECONNRESET" || code === "EPIPE");
 }
 
-/** How long a streamed state may take to load: generous (a slow store), but not forever (a stream that never ends). */
+/** How long a fed state may take to arrive: generous (a slow store), but not forever (a store read that stalls). */
 function streamedLoadTimeoutMs(memoryMb: number): number {
   return Math.max(60_000, memoryMb * 200);
+}
+
+/** `p`, or a `qemu_error` once `ms` have passed (a restore's deadline, as a stalled load had). */
+async function withDeadline(p: Promise<void>, ms: number, what: string): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new DenError("qemu_error", `restore: ${what} within ${ms} ms`)), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function checkDiskMb(diskMb: number | undefined, minimum: number): number {

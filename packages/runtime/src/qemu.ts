@@ -47,8 +47,6 @@ export interface VmSpec {
    * (INCOMING_STATE_FD): QEMU reads it itself, not through Den (see Vm.loadState).
    */
   incomingState?: string;
-  /** Or a descriptor to read it from (a pipe a decompressor writes into; the caller closes it). */
-  incomingFd?: number;
   macAddress: string;
   tag: { instance: string; sandbox: string };
   /** Volumes in their slots (the other slots are empty). */
@@ -156,7 +154,7 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
   let state: number | undefined;
   try {
     log = openSync(join(spec.dir, VM_FILES.log), "a");
-    state = spec.incomingFd ?? (spec.incomingState ? openSync(spec.incomingState, "r") : undefined);
+    state = spec.incomingState ? openSync(spec.incomingState, "r") : undefined;
     // In a network namespace of its own holding only a loopback that is down: its NIC is a
     // unix socket, so QEMU needs no IP network, and one a guest broke out into reaches no
     // address (the host's services, the metadata address, other hosts) nor any abstract
@@ -174,7 +172,7 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
   } finally {
     if (log !== undefined) closeSync(log);
     closeImages(images);
-    if (state !== undefined && spec.incomingFd === undefined) closeSync(state);
+    if (state !== undefined) closeSync(state);
   }
 }
 

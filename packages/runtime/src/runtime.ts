@@ -15,7 +15,7 @@ import type { Sandbox } from "./sandbox.js";
 import type { SandboxContext } from "./sandbox-record.js";
 import { SnapshotCatalog, type SnapshotInfo, type TakeSnapshotOptions } from "./snapshot-catalog.js";
 import type { SnapshotManifest, TemplateRef } from "./snapshot.js";
-import type { StateFeed } from "./state-pipe.js";
+import type { StateFeed } from "./state-file.js";
 import { closePool, pooledVmSpawner, prewarm } from "./template-pool.js";
 import { TEMPLATE_FILES, TemplateStore } from "./templates.js";
 import type { Vm } from "./vm.js";

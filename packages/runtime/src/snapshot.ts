@@ -4,6 +4,7 @@ import { readFile, rename, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DenError } from "@den/protocol";
 import type { HostProfile } from "./host.js";
+import { checkManifest } from "./manifest-check.js";
 import { deviceSetId } from "./qemu.js";
 import type { SnapshotVolume } from "./volumes.js";
 
@@ -120,15 +121,14 @@ export async function readManifest(dir: string): Promise<SnapshotManifest> {
   } catch {
     throw new DenError("snapshot_not_found", `no snapshot manifest in ${dir}`);
   }
-  let m: SnapshotManifest;
+  let m: unknown;
   try {
-    m = JSON.parse(raw) as SnapshotManifest;
+    m = JSON.parse(raw);
   } catch {
     throw new DenError("snapshot_corrupt", `snapshot manifest in ${dir} is not valid JSON`);
   }
-  if (m.format !== SNAPSHOT_FORMAT) throw new DenError("snapshot_incompatible", `snapshot format ${m.format} is not supported (this host reads format ${SNAPSHOT_FORMAT})`);
-  if (!m.files || typeof m.files !== "object" || !m.template?.name || !m.vm) throw new DenError("snapshot_corrupt", `snapshot manifest in ${dir} is incomplete`);
-  return m;
+  // Every field, before any is used: a downloaded one names paths (its template's, its files').
+  return checkManifest(m, dir);
 }
 
 /** Checks every file's size and sha256 against the manifest. */

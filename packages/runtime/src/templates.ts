@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { DenError } from "@den/protocol";
 import { isAlive } from "./qemu.js";
 import { readManifest, type SnapshotManifest, type TemplateRef } from "./snapshot.js";
+import { TEMPLATE_NAME, TEMPLATE_VERSION, checkTemplateName, isTemplateRef } from "./template-names.js";
 
 export const TEMPLATE_FILES = {
   kernel: "vmlinux",
@@ -14,8 +15,8 @@ export const TEMPLATE_FILES = {
   recipe: "recipe.json",
 } as const;
 
-const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
-const VERSION = /^[0-9a-f]{12}$/;
+const NAME = TEMPLATE_NAME;
+const VERSION = TEMPLATE_VERSION;
 /** Templates a template's disk may sit on, at most (bake.ts keeps it at 3). */
 const MAX_DISK_CHAIN = 8;
 
@@ -25,9 +26,7 @@ export interface TemplateInfo extends TemplateRef {
   manifest: SnapshotManifest;
 }
 
-export function checkTemplateName(name: string): void {
-  if (!NAME.test(name)) throw new DenError("invalid_argument", `template name must match ${NAME}, got ${JSON.stringify(name)}`);
-}
+export { checkTemplateName };
 
 /**
  * Template versions on disk: `templates/<name>/<version>/` holds a template snapshot
@@ -37,7 +36,9 @@ export function checkTemplateName(name: string): void {
 export class TemplateStore {
   constructor(readonly root: string) {}
 
+  /** A version's directory; a name or version that is not one (`../snapshots`) never makes a path. */
   dir(ref: TemplateRef): string {
+    if (!isTemplateRef(ref)) throw new DenError("invalid_argument", `not a template version: ${String(JSON.stringify(ref)).slice(0, 200)}`);
     return join(this.root, ref.name, ref.version);
   }
 
@@ -102,11 +103,12 @@ export class TemplateStore {
   }
 
   has(ref: TemplateRef): boolean {
-    return existsSync(join(this.dir(ref), "manifest.json"));
+    return isTemplateRef(ref) && existsSync(join(this.dir(ref), "manifest.json"));
   }
 
   /** A private build directory that `install` later moves into place atomically. */
   async buildDir(ref: TemplateRef): Promise<string> {
+    this.dir(ref); // (checks the ref)
     const dir = join(this.root, ref.name, `.build-${ref.version}-${process.pid}`);
     await rm(dir, { recursive: true, force: true });
     await mkdir(dir, { recursive: true });
@@ -130,6 +132,7 @@ export class TemplateStore {
   }
 
   async setCurrent(ref: TemplateRef): Promise<void> {
+    this.dir(ref); // (checks the ref)
     const tmp = join(this.root, ref.name, ".current.tmp");
     await writeFile(tmp, ref.version + "\n");
     await rename(tmp, join(this.root, ref.name, "current"));

@@ -9,7 +9,7 @@ export const GUEST_MAC = "52:54:00:de:4e:01";
 export const BOOT_TIMEOUT_MS = 120_000;
 
 /** A VM that restores a saved state over `memoryFile` (copy-on-write), its disk the overlay in `dir`. */
-export function restoreSpec(instance: string, dir: string, tag: string, shape: { vcpus: number; memoryMb: number; memoryFile: string; backing: readonly string[] }, state: { incomingFd: number } | { incomingState: string }, volumes?: VolumeAttachment[]): VmSpec {
+export function restoreSpec(instance: string, dir: string, tag: string, shape: { vcpus: number; memoryMb: number; memoryFile: string; backing: readonly string[] }, state: { incomingState: string }, volumes?: VolumeAttachment[]): VmSpec {
   return {
     dir, vcpus: shape.vcpus, memoryMb: shape.memoryMb, memoryFile: shape.memoryFile, shareMemory: false,
     disk: join(dir, VM_FILES.disk), backing: shape.backing, incoming: true, ...state, ...(volumes?.length ? { volumes } : {}),

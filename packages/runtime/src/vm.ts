@@ -193,35 +193,6 @@ export class Vm {
     await this.incomingDone();
   }
 
-  /**
-   * Loads the state QEMU reads from the descriptor it was given at spawn (`incomingFd`: a
-   * pipe). `fed` settles when the writer is done and has checked what it wrote: the VM is
-   * not loaded until both QEMU and the writer say so, and a writer that fails (a corrupt
-   * object) fails the load at once. Leaves it paused.
-   */
-  async loadStreamed(fed: Promise<void>, timeoutMs: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    let tooLate: (e: Error) => void = () => undefined;
-    const late = new Promise<never>((_, reject) => (tooLate = reject));
-    const arm = (ms: number, what: string) => {
-      clearTimeout(timer);
-      timer = setTimeout(() => tooLate(new DenError("qemu_error", `restore: ${what}`)), ms);
-    };
-    arm(timeoutMs, `the state did not load within ${timeoutMs} ms`);
-    try {
-      await this.qmp.execute("migrate-incoming", { uri: `fd:${INCOMING_STATE_FD}` });
-      // Once QEMU has all it reads, the writer ends at once (or holds more than the state: an error).
-      const loaded = this.incomingDone().then(() => arm(10_000, "the state's writer had more than the VM loaded"));
-      await Promise.race([Promise.all([loaded, fed]), late]);
-    } catch (e) {
-      // QEMU choking on a stream is usually the writer's doing: its reason, if it has one soon, is the better one.
-      const why = await Promise.race([fed.then(() => undefined, (x: unknown) => x), sleep(2_000).then(() => undefined)]);
-      throw why ?? e;
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
   /** Waits for an incoming migration to end; anything but a loaded (paused) VM is an error. */
   private async incomingDone(): Promise<void> {
     for (let n = 0; ; n++) {

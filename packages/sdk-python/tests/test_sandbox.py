@@ -261,7 +261,9 @@ class SandboxTest(unittest.TestCase):
 
         turn3 = Sandbox.connect(sid)  # the model's edit, through the file API
         src = turn3.filesystem.read_text("/work/agent/calc.py")
-        turn3.filesystem.write("/work/agent/calc.py", src.replace("a - b", "a + b"))
+        # (a size of its own: Python's bytecode cache knows a source by its size and mtime in
+        # whole seconds, and on a fast host all of this can fall in the second of the setup)
+        turn3.filesystem.write("/work/agent/calc.py", src.replace("a - b", "b + a  # fixed"))
 
         turn4 = Sandbox.connect(sid)  # the tests pass; commit
         r = turn4.exec(

@@ -10,7 +10,7 @@ import { loadConfig, startServer, type RunningServer } from "../src/index.js";
 import { migrations } from "@den/control-plane";
 import { ADMIN_KEY, CLI, client } from "./helpers.js";
 
-const UNDONE = ["009_operations", "010_sandbox_hosts", "011_deadlines", "012_hosts", "013_replicas", "014_template_versions", "015_stored_templates", "016_webhooks", "017_volumes", "018_volume_moves", "019_volume_move_owner", "020_volume_used_at", "021_template_run", "022_template_builds", "023_machine_identity"];
+const UNDONE = ["009_operations", "010_sandbox_hosts", "011_deadlines", "012_hosts", "013_replicas", "014_template_versions", "015_stored_templates", "016_webhooks", "017_volumes", "018_volume_moves", "019_volume_move_owner", "020_volume_used_at", "021_template_run", "022_template_builds", "023_machine_identity", "024_stored_digests"];
 
 /**
  * A data dir as the version before operations and deployment ids left it: its database

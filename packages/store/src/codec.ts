@@ -88,10 +88,7 @@ export function decompressToFile(c: Compression, path: string, maxBytes: number)
         // (the tool's stdout is the file: nothing comes back)
       }
     } catch (e) {
-      // A host that could not take the file is an I/O error, not a corrupt object (the caller tells them apart by code).
-      if (/No space left/i.test((e as Error).message)) throw Object.assign(new Error((e as Error).message), { code: "ENOSPC" });
-      if (/write error|cannot write/i.test((e as Error).message)) throw Object.assign(new Error((e as Error).message), { code: "EIO" });
-      throw e;
+      throw ioError(e);
     } finally {
       await out.close();
     }
@@ -99,23 +96,38 @@ export function decompressToFile(c: Compression, path: string, maxBytes: number)
 }
 
 /**
- * A pipeline's last stage that decompresses (zstd) into descriptor `fd`, a pipe whose reader
- * bounds what it takes (a VM loading a state stops at the state's end). zstd checks the
- * frames' content checksums as it goes; its failure (or a reader gone) is the stage's error.
+ * A pipeline's last stage that decompresses (zstd) into descriptor `fd`, a file, writing at
+ * most `maxBytes` (zstd runs under that file-size limit). zstd checks the frames' content
+ * checksums as it goes; its failure is the stage's error.
  */
-export function decompressToFd(fd: number): (source: AsyncIterable<Buffer>) => Promise<void> {
+export function decompressToFd(fd: number, maxBytes: number): (source: AsyncIterable<Buffer>) => Promise<void> {
   return async (source) => {
-    for await (const _ of viaTool("zstd", [...ZSTD_DECOMPRESS], fd)(source)) {
-      // (the tool's stdout is the pipe: nothing comes back)
+    try {
+      for await (const _ of viaTool("prlimit", [`--fsize=${maxBytes}:${maxBytes}`, "zstd", ...ZSTD_DECOMPRESS], fd)(source)) {
+        // (the tool's stdout is the file: nothing comes back)
+      }
+    } catch (e) {
+      throw ioError(e);
     }
   };
 }
 
-/** zstd from descriptor `from` (a stored file, read from its offset) into descriptor `to`: no byte through Den. */
-export async function decompressFdToFd(from: number, to: number): Promise<void> {
-  for await (const _ of viaTool("zstd", [...ZSTD_DECOMPRESS], to, from)(emptySource())) {
-    // (the tool's stdout is `to`: nothing comes back)
+/** zstd from descriptor `from` (a stored file, read from its offset) into descriptor `to` (a file, at most `maxBytes`): no byte through Den. */
+export async function decompressFdToFd(from: number, to: number, maxBytes: number): Promise<void> {
+  try {
+    for await (const _ of viaTool("prlimit", [`--fsize=${maxBytes}:${maxBytes}`, "zstd", ...ZSTD_DECOMPRESS], to, from)(emptySource())) {
+      // (the tool's stdout is `to`: nothing comes back)
+    }
+  } catch (e) {
+    throw ioError(e);
   }
+}
+
+/** A host that could not take the file is an I/O error, not a corrupt object (the caller tells them apart by code). */
+function ioError(e: unknown): unknown {
+  if (/No space left/i.test((e as Error).message)) return Object.assign(new Error((e as Error).message), { code: "ENOSPC" });
+  if (/write error|cannot write/i.test((e as Error).message)) return Object.assign(new Error((e as Error).message), { code: "EIO" });
+  return e;
 }
 
 async function* emptySource(): AsyncGenerator<Buffer> {}

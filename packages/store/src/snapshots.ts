@@ -1,37 +1,18 @@
 import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
+import { createReadStream, fstat } from "node:fs";
+import { promisify } from "node:util";
 import { mkdir, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { PassThrough, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { DenError } from "@den/protocol";
+import { DenError, type StoredDigests } from "@den/protocol";
 import { compress, compressedFile, decompressFdToFd, decompressToFd, decompressToFile, preferredCompression, SUFFIX, ZSTD_COMMAND, ZSTD_LEVEL, type Compression } from "./codec.js";
 import { faultPoint } from "./faults.js";
 import { hashOpenFile } from "./file-hash.js";
 import type { ObjectStore, TransferProgress } from "./object-store.js";
+import { STORE_MANIFEST, idOf, manifestJson, readStoredManifest, type StoredObject, type StoredSnapshot } from "./stored-manifest.js";
 
-export const STORE_MANIFEST = "store-manifest.json";
-
-export interface StoredObject {
-  key: string;
-  /** Bytes as stored (compressed) and their sha256. */
-  size: number;
-  sha256: string;
-  /** The file as the runtime uses it. */
-  rawSize: number;
-  /** Empty for a file streamed into the store as it was made (its stored sha256 is its checksum). */
-  rawSha256: string;
-  compression: Compression;
-}
-
-export interface StoredSnapshot {
-  format: 1;
-  id: string;
-  storedAt: string;
-  files: Record<string, StoredObject>;
-  /** The runtime's own manifest of the snapshot, carried along verbatim. */
-  snapshot: unknown;
-}
+const fstatAsync = promisify(fstat);
 
 /** Hashes and counts what passes; more than `limit` bytes is an error (a decompression bomb). */
 function hashing(h: ReturnType<typeof createHash>, count: { n: number }, limit = Infinity): Transform {
@@ -61,8 +42,6 @@ export function templateKey(name: string, version: string, deployment: string): 
 
 /** Files below this are compressed in process (gzip), whatever the preferred codec. */
 const SMALL_OBJECT = 1 << 20;
-
-const idOf = (key: string) => key.slice(key.lastIndexOf("/") + 1);
 
 /** An object as it was put: its stored bytes' sum (its raw sum comes from the caller, who hashed the raw bytes). */
 export type PutObject = Pick<StoredObject, "key" | "size" | "sha256" | "compression">;
@@ -156,7 +135,7 @@ export async function uploadSnapshot(
     faultPoint("snapshot-upload-mid");
   }
   const manifest: StoredSnapshot = { format: 1, id: idOf(key), storedAt: new Date().toISOString(), files: stored, snapshot: snapshotManifest };
-  await store.putBytes(`${key}/${STORE_MANIFEST}`, Buffer.from(JSON.stringify(manifest, null, 2)));
+  await store.putBytes(`${key}/${STORE_MANIFEST}`, manifestJson(manifest));
   return manifest;
 }
 
@@ -165,30 +144,21 @@ export async function storedSnapshotComplete(store: ObjectStore, key: string): P
   return (await store.head(`${key}/${STORE_MANIFEST}`)) !== undefined;
 }
 
-export async function readStoredManifest(store: ObjectStore, key: string): Promise<StoredSnapshot> {
-  const id = idOf(key);
-  const raw = await store.getBytes(`${key}/${STORE_MANIFEST}`);
-  try {
-    const m = JSON.parse(raw.toString("utf8")) as StoredSnapshot;
-    if (m.format !== 1 || typeof m.files !== "object") throw new Error("bad format");
-    return m;
-  } catch {
-    throw new DenError("snapshot_corrupt", `stored snapshot ${id} has an unreadable manifest`);
-  }
-}
-
 /**
- * Downloads a stored snapshot into `dir`, checking the stored bytes' and the restored
- * files' sha256: a corrupt object is `snapshot_corrupt`, and nothing in `dir` is kept.
+ * Downloads a stored snapshot into `dir`, checking each object's stored bytes against its
+ * sha256 in the manifest as they come (zstd checks what it decompresses against the frames'
+ * checksums): a corrupt object is `snapshot_corrupt`, and nothing in `dir` is kept.
  * `except`: files left in the store (a cold wake streams its state instead, streamStoredFile).
+ * `digests`: the control plane's record of the upload, which the manifest is checked against
+ * (readStoredManifest) when the caller has not read it.
  */
 export async function downloadSnapshot(
   store: ObjectStore, key: string, dir: string, onProgress?: (p: TransferProgress) => void,
-  /** Its manifest, when the caller has already read it. */
+  /** Its manifest, when the caller has already read (and so checked) it. */
   manifest?: StoredSnapshot,
-  opts: { except?: string[] } = {},
+  opts: { except?: string[]; digests?: StoredDigests } = {},
 ): Promise<StoredSnapshot> {
-  const m = manifest ?? (await readStoredManifest(store, key));
+  const m = manifest ?? (await readStoredManifest(store, key, opts.digests));
   await mkdir(dir, { recursive: true });
   try {
     for (const [name, obj] of Object.entries(m.files)) {
@@ -205,41 +175,52 @@ export async function downloadSnapshot(
   }
 }
 
-/** Whether a stored snapshot's file can be streamed (streamStoredFile): zstd, whose frames check their own content. */
+/** Whether a stored snapshot's file can be streamed into a file (streamStoredFile): zstd, whose frames check their own content. */
 export function canStreamStoredFile(m: StoredSnapshot, name: string): boolean {
   return m.files[name]?.compression === "zstd";
 }
 
 /**
- * Writes one file of a stored snapshot, decompressed, into descriptor `fd` (a pipe a VM loads
- * from) as it downloads. Resolves only once the stored bytes' sha256 and zstd's checksum of
- * the frames' content both hold: whoever reads the pipe must not use what it read before.
+ * Writes one file of a stored snapshot, decompressed, into descriptor `fd` (an empty file of
+ * the caller's: a cold wake's state, in its sandbox's directory) as it downloads, hashing the
+ * stored bytes as they come. Resolves only once the stored bytes' sha256 (the manifest's,
+ * which the control plane's record vouched for) and zstd's checksum of the frames' content
+ * both hold, and the file is the size the manifest says: nothing may read the file before.
+ * At most that many bytes are written (zstd runs under that file-size limit: a
+ * decompression bomb fails instead of filling the disk).
  */
 export async function streamStoredFile(store: ObjectStore, m: StoredSnapshot, name: string, fd: number, onProgress?: (p: TransferProgress) => void): Promise<void> {
   checkEntry(m, name);
   const obj = m.files[name]!;
   if (!canStreamStoredFile(m, name)) throw new DenError("snapshot_corrupt", `stored object ${obj.key} cannot be streamed (${obj.compression})`);
-  if (!store.openFile) return fetchChecked(store, obj, decompressToFd(fd), onProgress);
-  // A local file: zstd reads it itself while it is hashed here by position (the same open
-  // file, so what is hashed is what was decompressed); both must hold.
-  const fh = await store.openFile(obj.key);
-  try {
-    // Both run to their end before the file is closed (a read in flight on a closed descriptor would fail).
-    const [hashed, unpacked] = await Promise.allSettled([hashOpenFile(fh, obj.size), decompressFdToFd(fh.fd, fd)]);
-    if (hashed.status === "rejected") throw hashed.reason;
-    const sum = hashed.value;
-    if (sum.sha256 !== obj.sha256 || sum.size !== obj.size) throw new DenError("snapshot_corrupt", `stored object ${obj.key} fails its sha256 check`);
-    if (unpacked.status === "rejected") throw new DenError("snapshot_corrupt", `stored object ${obj.key} does not decompress (${(unpacked.reason as Error).message.slice(0, 200)})`);
-    onProgress?.({ key: obj.key, bytes: sum.size, total: obj.size });
-  } finally {
-    await fh.close();
+  if (!store.openFile) await fetchChecked(store, obj, decompressToFd(fd, obj.rawSize), onProgress);
+  else {
+    // A local file: zstd reads it itself while it is hashed here by position (the same open
+    // file, so what is hashed is what was decompressed); both must hold.
+    const fh = await store.openFile(obj.key);
+    try {
+      // Both run to their end before the file is closed (a read in flight on a closed descriptor would fail).
+      const [hashed, unpacked] = await Promise.allSettled([hashOpenFile(fh, obj.size), decompressFdToFd(fh.fd, fd, obj.rawSize)]);
+      if (hashed.status === "rejected") throw hashed.reason;
+      const sum = hashed.value;
+      if (sum.sha256 !== obj.sha256 || sum.size !== obj.size) throw new DenError("snapshot_corrupt", `stored object ${obj.key} fails its sha256 check`);
+      if (unpacked.status === "rejected") {
+        // (A host that could not write the file is its own error.)
+        if ((unpacked.reason as NodeJS.ErrnoException).code) throw unpacked.reason;
+        throw new DenError("snapshot_corrupt", `stored object ${obj.key} does not decompress (${(unpacked.reason as Error).message.slice(0, 200)})`);
+      }
+      onProgress?.({ key: obj.key, bytes: sum.size, total: obj.size });
+    } finally {
+      await fh.close();
+    }
   }
+  const size = (await fstatAsync(fd)).size;
+  if (size !== obj.rawSize) throw new DenError("snapshot_corrupt", `stored object ${obj.key} decompresses to ${size} bytes, not the ${obj.rawSize} its manifest says`);
 }
 
+/** (Its manifest was checked whole by readStoredManifest; this guards a caller's name.) */
 function checkEntry(m: StoredSnapshot, name: string): void {
-  const obj = m.files[name];
-  if (!obj || name.includes("/") || name.startsWith(".")) throw new DenError("snapshot_corrupt", `stored snapshot ${m.id} names an invalid file ${JSON.stringify(name)}`);
-  if (obj.compression !== "gzip" && obj.compression !== "zstd") throw new DenError("snapshot_corrupt", `stored snapshot ${m.id} names an unknown compression ${JSON.stringify(obj.compression)}`);
+  if (!Object.hasOwn(m.files, name)) throw new DenError("snapshot_corrupt", `stored snapshot ${m.id} has no file ${JSON.stringify(name.slice(0, 100))}`);
 }
 
 /** Pours a stored object through `sink` (a decompressor), hashing the stored bytes as they arrive: no temp copy. */
@@ -269,11 +250,6 @@ export async function deleteStoredSnapshot(store: ObjectStore, key: string): Pro
 /** Bytes a stored snapshot occupies (all its objects). */
 export async function storedBytes(store: ObjectStore, key: string): Promise<number> {
   return (await store.list(`${key}/`)).reduce((n, o) => n + o.size, 0);
-}
-
-/** Bytes of a stored snapshot as its manifest counts them (objects plus the manifest), without listing the store. */
-export function manifestBytes(m: StoredSnapshot): number {
-  return Object.values(m.files).reduce((n, o) => n + o.size, 0) + Buffer.byteLength(JSON.stringify(m, null, 2));
 }
 
 /**

@@ -13,7 +13,8 @@ import { pipeline } from "node:stream/promises";
 import S3rver from "s3rver";
 import { DenError } from "@den/protocol";
 import {
-  LocalDirStore, S3Store, STORE_MANIFEST, canStreamStoredFile, deleteStoredSnapshot, putSnapshotFileFromFd, streamStoredFile, listStoredSnapshots, snapshotKey, downloadSnapshot, storedBytes, uploadSnapshot, type ObjectStore,
+  LocalDirStore, MAX_MANIFEST_BYTES, S3Store, STORE_MANIFEST, canStreamStoredFile, deleteStoredSnapshot, putSnapshotFileFromFd, readStoredManifest, streamStoredFile, listStoredSnapshots, snapshotKey, downloadSnapshot,
+  storedBytes, storedDigests, uploadSnapshot, type ObjectStore,
 } from "../src/index.js";
 
 const isCode = (code: string) => (e: unknown) => e instanceof DenError && e.code === code;
@@ -172,6 +173,79 @@ function contract(name: string, open: () => Promise<{ store: ObjectStore; corrup
         assert.deepEqual({ key: put.key, size: put.size, sha256: put.sha256 }, { key: `${key}/state.bin.zst`, size: stored.length, sha256: sum(stored) });
         await deleteStoredSnapshot(h.store, key);
       }
+    });
+
+    test("a manifest is checked against its upload's digests before it is parsed, and field by field before it is used", async () => {
+      const src = join(work, "snap-digests");
+      rmSync(src, { recursive: true, force: true });
+      mkdirSync(src);
+      writeFileSync(join(src, "state.bin"), Buffer.concat([randomBytes(64 * 1024), Buffer.alloc(1 << 20)]));
+      writeFileSync(join(src, "disk.qcow2"), randomBytes(10_000));
+      const key = snapshotKey("snap_gggggggggggggggg", "dep_digests");
+      const manifestKey = `${key}/${STORE_MANIFEST}`;
+      const runtimeManifest = { kind: "sandbox", template: { name: "base", version: "0123456789ab" } };
+      const m = await uploadSnapshot(h.store, key, src, ["state.bin", "disk.qcow2"], runtimeManifest);
+      const digests = storedDigests(m);
+      // What the upload says it wrote is what the store holds.
+      const wrote = await h.store.getBytes(manifestKey);
+      assert.deepEqual(digests.manifest, { size: wrote.length, sha256: createHash("sha256").update(wrote).digest("hex") });
+      for (const [n, o] of Object.entries(m.files)) {
+        const b = await h.store.getBytes(o.key);
+        assert.deepEqual(digests.files[n], { size: b.length, sha256: createHash("sha256").update(b).digest("hex") });
+      }
+      assert.deepEqual(await readStoredManifest(h.store, key, digests), m);
+      await downloadSnapshot(h.store, key, join(work, "dl-ok"), undefined, undefined, { digests });
+      assert.deepEqual(JSON.parse(readFileSync(join(work, "dl-ok", "manifest.json"), "utf8")), runtimeManifest);
+
+      const put = (v: unknown) => h.store.putBytes(manifestKey, Buffer.from(typeof v === "string" ? v : JSON.stringify(v, null, 2)));
+      const refused = async (why: string, opts: { digests?: boolean } = {}) => {
+        await assert.rejects(readStoredManifest(h.store, key, opts.digests ? digests : undefined), isCode("snapshot_corrupt"), why);
+        const dst = join(work, "dl-refused");
+        await assert.rejects(downloadSnapshot(h.store, key, dst, undefined, undefined, opts.digests ? { digests } : {}), isCode("snapshot_corrupt"), why);
+        assert.equal(existsSync(dst), false, `nothing downloaded: ${why}`);
+      };
+      // Valid in itself (its fields all pass), but not the manifest the upload recorded: refused with the digests.
+      await put({ ...m, snapshot: { ...runtimeManifest, template: { name: "../snapshots", version: "0123456789ab" } } });
+      await refused("another template named", { digests: true });
+      assert.equal((await readStoredManifest(h.store, key)).snapshot && true, true, "without digests only the store's fields are checked here (the runtime checks its own manifest)");
+      // A whole snapshot put in its place, every object consistent with its manifest: only the record tells.
+      writeFileSync(join(src, "disk.qcow2"), randomBytes(10_000));
+      const forged = await uploadSnapshot(h.store, key, src, ["state.bin", "disk.qcow2"], runtimeManifest);
+      await downloadSnapshot(h.store, key, join(work, "dl-forged"), undefined, forged);
+      await refused("a forged snapshot", { digests: true });
+      // Each object checked against the record too (a manifest's bytes that match, objects that do not: a record of another upload).
+      await assert.rejects(readStoredManifest(h.store, key, { ...storedDigests(forged), files: digests.files }), isCode("snapshot_corrupt"));
+      await assert.rejects(readStoredManifest(h.store, key, { ...storedDigests(forged), files: { "state.bin": digests.files["state.bin"]! } }), isCode("snapshot_corrupt"));
+
+      // Without digests (a copy recorded before them), every field is still checked before use.
+      const other = snapshotKey("snap_hhhhhhhhhhhhhhhh", "dep_digests");
+      const file = (over: Record<string, unknown>) => ({ ...forged, files: { ...forged.files, "state.bin": { ...forged.files["state.bin"]!, ...over } } });
+      const cases: Array<[string, unknown]> = [
+        ["not JSON", "{ not json"],
+        ["another format", { ...forged, format: 2 }],
+        ["another snapshot's id", { ...forged, id: "snap_hhhhhhhhhhhhhhhh" }],
+        ["an object of another snapshot", file({ key: `${other}/state.bin.zst` })],
+        ["an object outside its key", file({ key: `${key}/../../x/state.bin.zst` })],
+        ["a negative size", file({ size: -1 })],
+        ["a fractional size", file({ rawSize: 1.5 })],
+        ["a size past any disk", file({ rawSize: 2 ** 60 })],
+        ["a size as a string", file({ size: "10" })],
+        ["an unknown compression", file({ compression: "brotli" })],
+        ["a sha256 that is not one", file({ sha256: "../x" })],
+        ["a file name with a slash", { ...forged, files: { "../state.bin": forged.files["state.bin"] } }],
+        ["a hidden file name", { ...forged, files: { ".state.bin": forged.files["state.bin"] } }],
+        ["the download's own manifest name", { ...forged, files: { "manifest.json": forged.files["state.bin"] } }],
+        ["no files", { ...forged, files: {} }],
+        ["no runtime manifest", { ...forged, snapshot: null }],
+        ["a manifest too big to be one", JSON.stringify({ ...forged, pad: "x".repeat(MAX_MANIFEST_BYTES) })],
+      ];
+      for (const [why, v] of cases) {
+        await put(v);
+        await refused(why);
+      }
+      await put(forged);
+      assert.deepEqual(await readStoredManifest(h.store, key), forged, "the forged one, put back, reads (only the record could tell)");
+      await deleteStoredSnapshot(h.store, key);
     });
 
     test("an upload that never wrote its manifest is not a snapshot", async () => {

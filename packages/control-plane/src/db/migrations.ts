@@ -450,4 +450,14 @@ export const migrations = (dialect: Dialect): Record<string, Migration> => ({
       await db.schema.createIndex("machine_certs_machine").on("machine_certs").columns(["kind", "machine_id"]).execute();
     },
   },
+  "024_stored_digests": {
+    async up(db: Kysely<any>): Promise<void> {
+      // What a host uploaded, as it hashed it (JSON of host.StoredDigests: the store manifest's
+      // bytes and each object's size and sha256), recorded with the row once the upload is
+      // complete: the record a download is checked against, not the store's own copy. Rows
+      // from before stay null: their downloads go by the store's manifest (its fields checked).
+      await db.schema.alterTable("stored_snapshots").addColumn("digests", "text").execute();
+      await db.schema.alterTable("template_versions").addColumn("digests", "text").execute();
+    },
+  },
 });

@@ -1,6 +1,6 @@
 // The rows the repositories read and write, and their API views.
 import type { Selectable } from "kysely";
-import type { api } from "@den/protocol";
+import { DenError, host, type api } from "@den/protocol";
 import { createHash, randomBytes } from "node:crypto";
 import { NO_NETWORK } from "../network.js";
 import type { CheckpointsTable, HostsTable, TemplateVersionsTable, OperationsTable, SandboxesTable, StoredSnapshotsTable, TemplatesTable } from "./schema.js";
@@ -12,6 +12,19 @@ export type CheckpointRow = Selectable<CheckpointsTable>;
 export type TemplateRow = Selectable<TemplatesTable>;
 export type HostRow = Selectable<HostsTable>;
 export type TemplateVersionRow = Selectable<TemplateVersionsTable>;
+
+/** A row's record of what its upload put (null: none recorded), as JSON in its `digests` column. */
+export function digestsJson(d: host.StoredDigests | undefined): string | null {
+  return d ? JSON.stringify(d) : null;
+}
+
+/** A row's `digests` column back (undefined: none recorded, a row from before migration 024). */
+export function digestsOf(json: string | null): host.StoredDigests | undefined {
+  if (json === null) return undefined;
+  const r = host.StoredDigests.safeParse(JSON.parse(json));
+  if (!r.success) throw new DenError("internal", "a stored snapshot's recorded digests are unreadable");
+  return r.data;
+}
 
 export function toApiCheckpoint(r: CheckpointRow): api.Checkpoint {
   return {

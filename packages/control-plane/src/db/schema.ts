@@ -104,6 +104,8 @@ export interface StoredSnapshotsTable {
   /** The template version it restores onto (null: cataloged before migration 015 and not found). */
   template: string | null;
   template_version: string | null;
+  /** JSON of host.StoredDigests, what its upload put (null: pending, or completed before migration 024). */
+  digests: string | null;
 }
 
 /** Deployment-wide settings (the deployment id, ...), shared by every process of one deployment. */
@@ -232,6 +234,8 @@ export interface TemplateVersionsTable {
   bytes: number | null;
   host_id: string;
   created_at: number;
+  /** JSON of host.StoredDigests, what its publish put (null: pending, or completed before migration 024). */
+  digests: string | null;
 }
 
 /** An owner's webhook (migration 016). */

@@ -1,5 +1,5 @@
 import { DenError, type host } from "@den/protocol";
-import type { StoredSnapshotRow } from "./rows.js";
+import { digestsJson, type StoredSnapshotRow } from "./rows.js";
 import { Repo } from "./repo.js";
 
 /** The snapshot store's catalog: a row per stored snapshot before its upload starts, released before the collector deletes it; owners' stored bytes. */
@@ -12,8 +12,9 @@ export class StoredSnapshotsRepo extends Repo {
     return this.db.selectFrom("stored_snapshots").selectAll().where("id", "=", id).executeTakeFirst();
   }
 
-  async complete(id: string, bytes: number): Promise<void> {
-    await this.db.updateTable("stored_snapshots").set({ state: "complete", bytes }).where("id", "=", id).execute();
+  /** Its upload is whole: `digests`, what the host said it put (the record its downloads are checked against). */
+  async complete(id: string, bytes: number, digests: host.StoredDigests | undefined): Promise<void> {
+    await this.db.updateTable("stored_snapshots").set({ state: "complete", bytes, digests: digestsJson(digests) }).where("id", "=", id).execute();
   }
 
   /** Nothing needs it any more: the garbage collector deletes its objects after the grace period. */

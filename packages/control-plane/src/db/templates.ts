@@ -1,4 +1,5 @@
-import type { TemplateRow, TemplateVersionRow } from "./rows.js";
+import type { host } from "@den/protocol";
+import { digestsJson, type TemplateRow, type TemplateVersionRow } from "./rows.js";
 import { Repo } from "./repo.js";
 
 /** Templates made through the API, and template versions shared through the store. */
@@ -9,8 +10,9 @@ export class TemplatesRepo extends Repo {
     return Number(r.numInsertedOrUpdatedRows ?? 0) === 1;
   }
 
-  async completeVersion(name: string, version: string, bytes: number): Promise<void> {
-    await this.db.updateTable("template_versions").set({ state: "complete", bytes }).where("name", "=", name).where("version", "=", version).execute();
+  /** Its upload is whole: `digests`, what the host said it put (the record a host's fetch is checked against). */
+  async completeVersion(name: string, version: string, bytes: number, digests: host.StoredDigests | undefined): Promise<void> {
+    await this.db.updateTable("template_versions").set({ state: "complete", bytes, digests: digestsJson(digests) }).where("name", "=", name).where("version", "=", version).execute();
   }
 
   /** Gives up a claim whose upload failed (or a copy that is gone), so it is made again. */

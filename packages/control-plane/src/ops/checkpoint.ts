@@ -1,4 +1,4 @@
-import { DenError, newId } from "@den/protocol";
+import { DenError, newId, type host } from "@den/protocol";
 import { faultPoint } from "@den/store";
 import type { CheckpointRow, Principal } from "../db/store.js";
 import { pendingStored, refOf } from "../context.js";
@@ -22,7 +22,7 @@ export async function run(d: Pick<OpDeps, "ctx" | "lifecycle">, p: Principal, id
   const op = ops.newOp("checkpoint", id, "user", { checkpoint: stored.id, key: stored.key, name: name ?? null });
   await ops.begin(row, op, (tx) => tx.snapshots.insert(stored));
   faultPoint("checkpoint-after-intent");
-  let c: { pauseMs: number; storedBytes: number };
+  let c: { pauseMs: number; storedBytes: number; digests?: host.StoredDigests };
   try {
     c = await metrics.time("checkpoint", "", () => meter.work(id, () => host.vms.checkpoint(op.id, id, refOf(stored))));
   } catch (e) {
@@ -40,7 +40,7 @@ export async function run(d: Pick<OpDeps, "ctx" | "lifecycle">, p: Principal, id
     // The quota holds what was actually uploaded, checked with the commit.
     await tx.snapshots.checkQuota(row.owner, c.storedBytes, max);
     await tx.checkpoints.insert(cp);
-    await tx.snapshots.complete(cp.id, c.storedBytes);
+    await tx.snapshots.complete(cp.id, c.storedBytes, c.digests);
     await ops.event(id, "checkpoint", "user", { checkpoint: cp.id, name: cp.name, pause_ms: cp.pause_ms, stored_bytes: cp.stored_bytes }, tx);
   }).catch(async (e: unknown) => {
     if (!(e instanceof DenError && e.code === "quota_exceeded")) throw e;

@@ -104,9 +104,11 @@ async function forkElsewhere(d: Deps, p: Principal, parent: SandboxRow, ids: str
   let kids: HostSandboxInfo[];
   try {
     kids = await metrics.time("fork", "", () => meter.work(parent.id, async () => {
-      await host.vms.checkpoint(op.id, parent.id, refOf(stored));
+      const made = await host.vms.checkpoint(op.id, parent.id, refOf(stored));
+      // The children's hosts check the copy against what the parent's host said it put.
+      const from = { ...refOf(stored), ...(made.digests ? { digests: made.digests } : {}) };
       // Each child's restore has an operation key of its own (a host answers a repeated key with its first answer).
-      return Promise.all(ids.map((c, i) => targets.get(c)!.vms.restore(`${op.id}.${i}`, c, refOf(stored), network.egress === "none" ? NO_NETWORK : network)));
+      return Promise.all(ids.map((c, i) => targets.get(c)!.vms.restore(`${op.id}.${i}`, c, from, network.egress === "none" ? NO_NETWORK : network)));
     }));
   } catch (e) {
     for (const c of ids) await targets.get(c)!.vms.destroy(c).catch(() => undefined);

@@ -1,5 +1,5 @@
-import { DenError, newId } from "@den/protocol";
-import { faultPoint, storedBytes, storedSnapshotComplete } from "@den/store";
+import { DenError, newId, type host } from "@den/protocol";
+import { faultPoint, readStoredDigests, storedBytes, storedSnapshotComplete } from "@den/store";
 import type { OperationRow, SandboxRow } from "../db/store.js";
 import { modeOf, pendingStored, refOf, type HibernateMode } from "../context.js";
 import type { Reason } from "../operations.js";
@@ -103,7 +103,7 @@ async function toCold(d: Deps, row: SandboxRow, reason: Reason): Promise<Sandbox
   await ops.begin(row, op, (tx) => tx.snapshots.insert(stored));
   faultPoint("hibernate-cold-after-intent");
   const t0 = performance.now();
-  let up: { storedBytes: number; heldVolumes?: string[] };
+  let up: { storedBytes: number; heldVolumes?: string[]; digests?: host.StoredDigests };
   try {
     up = await metrics.time("hibernate", "cold", () => meter.work(row.id, () => host.vms.upload(op.id, row.id, refOf(stored), fromWarm ?? undefined)));
   } catch (e) {
@@ -119,7 +119,7 @@ async function toCold(d: Deps, row: SandboxRow, reason: Reason): Promise<Sandbox
   }, async (tx) => {
     // The quota holds what the upload actually wrote, checked with the commit.
     await tx.snapshots.checkQuota(row.owner, up.storedBytes, max);
-    await tx.snapshots.complete(stored.id, up.storedBytes);
+    await tx.snapshots.complete(stored.id, up.storedBytes, up.digests);
     // The volumes its guest let go of are free for others while it sleeps (its mounts stay,
     // for the wake); those a process kept files open on stay held by it.
     await volumeMounts(tx).release(row.id, up.heldVolumes ?? []);
@@ -159,7 +159,11 @@ export const hibernate: SandboxOp = {
     if (await storedSnapshotComplete(objects, a.key)) {
       // The stored copy is whole: the hibernate took effect; the VM goes only now.
       const bytes = await storedBytes(objects, a.key);
-      await ops.finish(op, row.id, { state: "hibernated", reason, patch: coldPatch(d, row, a.snapshot, bytes), data: { mode: "cold", snapshot: a.snapshot, stored_bytes: bytes, recovered: true } }, (tx) => tx.snapshots.complete(a.snapshot, bytes));
+      // The host's answer (its digests) went with the process that asked: the record is made
+      // from the store as it is now, moments after the upload (without one, every later wake
+      // would go by the store's word instead).
+      const digests = await readStoredDigests(objects, a.key);
+      await ops.finish(op, row.id, { state: "hibernated", reason, patch: coldPatch(d, row, a.snapshot, bytes), data: { mode: "cold", snapshot: a.snapshot, stored_bytes: bytes, recovered: true } }, (tx) => tx.snapshots.complete(a.snapshot, bytes, digests));
       await d.lifecycle.removeVm(row, a.from_warm ?? null);
       return;
     }

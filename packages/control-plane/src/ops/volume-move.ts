@@ -4,7 +4,7 @@ import { newId } from "@den/protocol";
 import { faultPoint, snapshotKey } from "@den/store";
 import type { StoredSnapshotRow } from "../db/store.js";
 import { VolumeStore, volumeHost, type VolumeRow } from "../db/volume-store.js";
-import { unanswered, type Ctx } from "../context.js";
+import { refOf, unanswered, type Ctx } from "../context.js";
 
 /** How long a mount waits for a volume's move to end, and how often it looks. */
 const SETTLE_MS = 120_000;
@@ -93,7 +93,9 @@ export class VolumeMoves {
       throw new DenError("capacity_exhausted", `volume ${v.name} is on host ${v.host_id}, which is not up; it can be mounted when that host is back`, { volume: v.name, host: v.host_id });
     }
     const snapshotId = v.snapshot_id ?? newId("snap");
-    const ref: StoredRef = { id: snapshotId, key: snapshotKey(snapshotId, this.ctx.deployment) };
+    // A parked copy's digests are its row's (recorded by its park); a new one's, its park's answer.
+    const copy = parked ? await store.snapshots.get(snapshotId) : undefined;
+    const ref: StoredRef = copy ? refOf(copy) : { id: snapshotId, key: snapshotKey(snapshotId, this.ctx.deployment) };
     await store.transaction(async (tx) => {
       await new VolumeStore(tx).beginMove(v.id, except, { snapshot_id: snapshotId, move_to: to?.instance ?? null, moved_at: clock.now(), move_owner: this.ctx.replica });
       if (!parked) await tx.snapshots.insert(pendingVolumeCopy(this.ctx, ref, v.owner));
@@ -108,10 +110,11 @@ export class VolumeMoves {
         faultPoint("volume-move-after-upload");
         // From here the stored copy is the volume; the image it was made from is not.
         await store.transaction(async (tx) => {
-          await tx.snapshots.complete(snapshotId, up.storedBytes);
+          await tx.snapshots.complete(snapshotId, up.storedBytes, up.digests);
           if (!to) await new VolumeStore(tx).setPlace(v.id, { state: "ready", move_to: null, moved_at: null });
         });
         uploaded = true;
+        if (up.digests) ref.digests = up.digests;
         faultPoint("volume-move-after-park");
         await this.removeImage(from, v, "its copy in the store is the volume now");
       }
@@ -194,5 +197,5 @@ export class VolumeMoves {
 
 /** The catalog row of a volume's copy in the store, written before its upload starts. */
 function pendingVolumeCopy(ctx: Ctx, ref: StoredRef, owner: string): StoredSnapshotRow {
-  return { id: ref.id, owner, key: ref.key, kind: "volume", state: "pending", bytes: null, created_at: ctx.clock.now(), released_at: null, template: null, template_version: null };
+  return { id: ref.id, owner, key: ref.key, kind: "volume", state: "pending", bytes: null, created_at: ctx.clock.now(), released_at: null, template: null, template_version: null, digests: null };
 }

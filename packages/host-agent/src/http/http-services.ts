@@ -29,7 +29,7 @@ export class HttpVms implements host.HostVms {
     await this.call("hibernateWarm", { id }, { op, snapshotId });
   }
 
-  upload(op: string, id: string, to: host.StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }> {
+  upload(op: string, id: string, to: host.StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[]; digests?: host.StoredDigests }> {
     return this.call("upload", { id }, { op, to, ...(fromWarm ? { fromWarm } : {}) });
   }
 
@@ -45,7 +45,7 @@ export class HttpVms implements host.HostVms {
     await this.call("wakeDisk", { id }, { op });
   }
 
-  checkpoint(op: string, id: string, to: host.StoredRef): Promise<{ pauseMs: number; storedBytes: number }> {
+  checkpoint(op: string, id: string, to: host.StoredRef): Promise<{ pauseMs: number; storedBytes: number; digests?: host.StoredDigests }> {
     return this.call("checkpoint", { id }, { op, to });
   }
 
@@ -81,7 +81,7 @@ export class HttpVolumes implements host.HostVolumes {
     await this.call("growVolume", { id }, { op, sizeMb, helper });
   }
 
-  park(op: string, id: string, to: host.StoredRef): Promise<{ storedBytes: number }> {
+  park(op: string, id: string, to: host.StoredRef): Promise<{ storedBytes: number; digests?: host.StoredDigests }> {
     return this.call("parkVolume", { id }, { op, to });
   }
 
@@ -109,12 +109,12 @@ export class HttpTemplates implements host.HostTemplates {
     await this.call("deleteTemplate", { name });
   }
 
-  publish(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }> {
+  publish(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number; digests?: host.StoredDigests }> {
     return this.call("publishTemplate", { name, version }, { op, key });
   }
 
-  async fetch(op: string, name: string, version: string, key: string, current: boolean): Promise<void> {
-    await this.call("fetchTemplate", { name, version }, { op, key, current });
+  async fetch(op: string, name: string, version: string, key: string, current: boolean, digests?: host.StoredDigests): Promise<void> {
+    await this.call("fetchTemplate", { name, version }, { op, key, current, ...(digests ? { digests } : {}) });
   }
 
   build(op: string, spec: host.TemplateBuildSpec): Promise<host.BuiltTemplate> {

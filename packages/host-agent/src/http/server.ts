@@ -56,7 +56,7 @@ function handlers(agent: HostAgent): Handlers {
     buildLog: (p, b) => templates.buildLog(id(p, "op"), b.from),
     cancelBuild: async (p) => (await templates.cancelBuild(id(p, "op")), ok),
     publishTemplate: (p, b) => templates.publish(b.op, id(p, "name"), id(p, "version"), b.key),
-    fetchTemplate: async (p, b) => (await templates.fetch(b.op, id(p, "name"), id(p, "version"), b.key, b.current), ok),
+    fetchTemplate: async (p, b) => (await templates.fetch(b.op, id(p, "name"), id(p, "version"), b.key, b.current, b.digests), ok),
     settled: async (p) => (await agent.settled(id(p, "op")), ok),
     inventory: () => agent.inventory(),
     // (What the inventory says, for control planes of before that ask for these alone.)

@@ -5,11 +5,12 @@
 import { existsSync } from "node:fs";
 import { chmod, readFile, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { downloadSnapshot, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore } from "@den/store";
-import type { host } from "@den/protocol";
+import { downloadSnapshot, manifestBytes, readStoredManifest, storedDigests, uploadSnapshot, type ObjectStore } from "@den/store";
+import { DenError, type host } from "@den/protocol";
 import { TEMPLATE_FILES, bakeVariant, type Runtime, type TemplateInfo } from "@den/runtime";
 import type { Shape } from "../admission.js";
 import { isStepTemplate } from "../build/build-cache.js";
+import { runtimeManifestOf } from "./stored-manifest.js";
 
 /** A runtime template as the protocol shows it: no local paths, no manifest. */
 export function wireTemplate(t: TemplateInfo): host.HostTemplate {
@@ -53,23 +54,39 @@ export class TemplateCache {
     await this.rt.gc();
   }
 
-  async publish(name: string, version: string, key: string): Promise<{ storedBytes: number }> {
-    if (await storedSnapshotComplete(this.store, key)) return { storedBytes: manifestBytes(await readStoredManifest(this.store, key)) };
+  /**
+   * Uploads a version, even over a copy already there: the digests it answers with are of
+   * the bytes this host put (the control plane records them), never the store's word for
+   * what it holds. (The control plane asks only for versions it has no complete record of.)
+   */
+  async publish(name: string, version: string, key: string): Promise<{ storedBytes: number; digests: host.StoredDigests }> {
     const tpl = await this.rt.templates.resolve(`${name}@${version}`);
     const files = Object.values(TEMPLATE_FILES).filter((f) => existsSync(join(tpl.dir, f)));
     const raw = JSON.parse(await readFile(join(tpl.dir, "manifest.json"), "utf8")) as unknown;
-    return { storedBytes: manifestBytes(await uploadSnapshot(this.store, key, tpl.dir, files, raw)) };
+    const stored = await uploadSnapshot(this.store, key, tpl.dir, files, raw);
+    return { storedBytes: manifestBytes(stored), digests: storedDigests(stored) };
   }
 
-  async fetch(name: string, version: string, key: string, current: boolean): Promise<void> {
+  /**
+   * Installs a version from the store: its manifest checked against `digests` (the control
+   * plane's record of its upload; without, a version recorded before digests were: its
+   * fields only), every field of it and of the template's manifest in it, which must be of
+   * this very version, before anything is downloaded; each object checked as it comes.
+   */
+  async fetch(name: string, version: string, key: string, current: boolean, digests?: host.StoredDigests): Promise<void> {
     const ref = { name, version };
     if (this.rt.templates.has(ref)) {
       if (current && this.rt.templates.current(name) !== version) await this.rt.templates.setCurrent(ref);
       return;
     }
+    const stored = await readStoredManifest(this.store, key, digests);
+    const m = runtimeManifestOf(stored, `stored template ${name}@${version}`);
+    if (m.kind !== "template" || m.template.name !== name || m.template.version !== version) {
+      throw new DenError("snapshot_corrupt", `stored template ${name}@${version}: its manifest is of ${m.kind} ${m.template.name}@${m.template.version}`);
+    }
     const dir = await this.rt.templates.buildDir(ref);
     try {
-      await downloadSnapshot(this.store, key, dir);
+      await downloadSnapshot(this.store, key, dir, undefined, stored);
       // The files are read-only from here on, as a built template's are.
       for (const f of await readdir(dir)) if (f !== "manifest.json") await chmod(join(dir, f), 0o444);
       if (current || !this.rt.templates.current(name)) await this.rt.templates.install(ref, dir);

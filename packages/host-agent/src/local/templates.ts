@@ -30,11 +30,11 @@ export class LocalTemplates implements host.HostTemplates {
     this.builds.cancel(op);
   }
 
-  publish(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }> {
+  publish(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number; digests: host.StoredDigests }> {
     return this.journal.once(op, () => this.cache.publish(name, version, key));
   }
 
-  fetch(op: string, name: string, version: string, key: string, current: boolean): Promise<void> {
-    return this.journal.once(op, () => this.cache.fetch(name, version, key, current));
+  fetch(op: string, name: string, version: string, key: string, current: boolean, digests?: host.StoredDigests): Promise<void> {
+    return this.journal.once(op, () => this.cache.fetch(name, version, key, current, digests));
   }
 }

@@ -5,11 +5,12 @@
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { canStreamStoredFile, downloadSnapshot, faultPoint, manifestBytes, putSnapshotFile, putSnapshotFileFromFd, readStoredManifest, streamCompression, streamStoredFile, uploadSnapshot, type ObjectStore, type PutObject, type TransferProgress } from "@den/store";
+import { canStreamStoredFile, downloadSnapshot, faultPoint, manifestBytes, putSnapshotFile, putSnapshotFileFromFd, readStoredManifest, storedDigests, streamCompression, streamStoredFile, uploadSnapshot, type ObjectStore, type PutObject, type TransferProgress } from "@den/store";
 import type { host } from "@den/protocol";
-import { TEMPLATE_FILES, type Runtime, type SnapshotInfo, type SnapshotManifest, type StateSink, type VolumeRequest } from "@den/runtime";
+import { TEMPLATE_FILES, type Runtime, type SnapshotInfo, type StateSink, type VolumeRequest } from "@den/runtime";
 import type { Admission } from "../admission.js";
 import { throttled } from "../transfer-progress.js";
+import { runtimeManifestOf } from "./stored-manifest.js";
 import { sandboxInfo } from "./vm-info.js";
 import type { WarmSnapshots } from "./warm-snapshots.js";
 
@@ -33,14 +34,23 @@ export class Transfers {
     }));
   }
 
-  /** Downloads a stored snapshot, verifies it, and restores it as sandbox `id`. */
+  /**
+   * Downloads a stored snapshot, verifies it, and restores it as sandbox `id`. Its manifest
+   * is checked against `snapshot.digests` (the control plane's record of its upload) before
+   * it is parsed, then every field of it and of the runtime's manifest in it; each object is
+   * checked against the manifest's sha256 as it downloads, before anything reads it.
+   * Without digests (a copy recorded before they were), the store's manifest is all there is
+   * to go by: its fields are still checked.
+   */
   async restoreStored(id: string, snapshot: host.StoredRef, volumes: VolumeRequest[] = []): Promise<host.HostSandboxInfo> {
+    const stored = await readStoredManifest(this.store, snapshot.key, snapshot.digests);
+    const manifest = runtimeManifestOf(stored, `stored snapshot ${snapshot.id}`);
     // Room first: a wake that cannot fit fails before it downloads anything.
-    const stored = await readStoredManifest(this.store, snapshot.key);
-    const release = this.admission.reserve(id, (stored.snapshot as SnapshotManifest).vm);
+    const release = this.admission.reserve(id, manifest.vm);
     const staging = await mkdtemp(join(this.rt.dataDir, DOWNLOAD_PREFIX));
-    // The saved state (most of the bytes) is decompressed straight into the VM as it loads,
-    // not into a file first; the rest (its disk) is downloaded. Older gzip objects download.
+    // The saved state (most of the bytes) is decompressed into a file in the sandbox's
+    // directory while its QEMU starts, and loaded once it is checked; the rest (its disk) is
+    // downloaded first. Older gzip objects download with the rest.
     const streamed = canStreamStoredFile(stored, TEMPLATE_FILES.state) ? [TEMPLATE_FILES.state] : [];
     const progress = this.progress(id, snapshot.id, "download");
     try {
@@ -63,18 +73,18 @@ export class Transfers {
   }
 
   /** A checkpoint: a snapshot of the running VM, stored, then dropped here. */
-  async checkpoint(id: string, to: host.StoredRef): Promise<{ pauseMs: number; storedBytes: number }> {
+  async checkpoint(id: string, to: host.StoredRef): Promise<{ pauseMs: number; storedBytes: number; digests: host.StoredDigests }> {
     const snap = await this.rt.snapshot(id);
     try {
       const stored = await this.toStore(snap, id, to);
-      return { pauseMs: snap.manifest.pauseMs, storedBytes: manifestBytes(stored) };
+      return { pauseMs: snap.manifest.pauseMs, storedBytes: manifestBytes(stored), digests: storedDigests(stored) };
     } finally {
       await this.rt.deleteSnapshot(snap.id);
     }
   }
 
   /** Cold, the first half (HostVms.upload): the VM's snapshot, or its warm one, to the store. */
-  async upload(id: string, to: host.StoredRef, warmSnapshot?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }> {
+  async upload(id: string, to: host.StoredRef, warmSnapshot?: string): Promise<{ storedBytes: number; heldVolumes?: string[]; digests: host.StoredDigests }> {
     const sbx = this.rt.has(id) ? this.rt.get(id) : undefined;
     const alive = sbx?.vmAlive() ?? false;
     // A warm VM with volumes still mounts them all (its warm snapshot was taken so): while
@@ -103,7 +113,7 @@ export class Transfers {
       const stored = await this.toStore(snap, id, to, uploaded);
       // What the guest still has mounted in the stored state (not stale): the wake puts them back in their slots.
       const heldVolumes = (snap.manifest.volumes ?? []).filter((v) => !v.stale).map((v) => v.volume);
-      return { storedBytes: manifestBytes(stored), ...(heldVolumes.length ? { heldVolumes } : {}) };
+      return { storedBytes: manifestBytes(stored), ...(heldVolumes.length ? { heldVolumes } : {}), digests: storedDigests(stored) };
     } catch (e) {
       // Nothing is lost: the VM is still there, paused; put it back to work.
       if (wasRunning) await sbx?.resume().catch(() => undefined);

@@ -96,7 +96,7 @@ export class LocalVms implements host.HostVms {
     });
   }
 
-  upload(op: string, id: string, to: host.StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }> {
+  upload(op: string, id: string, to: host.StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[]; digests: host.StoredDigests }> {
     return this.journal.once(op, () => this.transfers.upload(id, to, fromWarm));
   }
 
@@ -154,7 +154,7 @@ export class LocalVms implements host.HostVms {
     });
   }
 
-  checkpoint(op: string, id: string, to: host.StoredRef): Promise<{ pauseMs: number; storedBytes: number }> {
+  checkpoint(op: string, id: string, to: host.StoredRef): Promise<{ pauseMs: number; storedBytes: number; digests: host.StoredDigests }> {
     return this.journal.once(op, () => this.transfers.checkpoint(id, to));
   }
 

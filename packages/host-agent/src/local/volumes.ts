@@ -2,7 +2,7 @@
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { downloadSnapshot, manifestBytes, readStoredManifest, storedSnapshotComplete, uploadSnapshot, type ObjectStore } from "@den/store";
+import { downloadSnapshot, manifestBytes, readStoredManifest, storedDigests, uploadSnapshot, type ObjectStore } from "@den/store";
 import { DenError, type host } from "@den/protocol";
 import { createVolumeImage, newId, type Runtime } from "@den/runtime";
 import type { OpJournal } from "../op-journal.js";
@@ -55,15 +55,16 @@ export class LocalVolumes implements host.HostVolumes {
     });
   }
 
-  park(op: string, id: string, to: host.StoredRef): Promise<{ storedBytes: number }> {
+  /** (A copy already at `to` is replaced: the digests answered are of what this host put, not the store's word.) */
+  park(op: string, id: string, to: host.StoredRef): Promise<{ storedBytes: number; digests: host.StoredDigests }> {
     return this.journal.once(op, async () => {
-      if (await storedSnapshotComplete(this.store, to.key)) return { storedBytes: manifestBytes(await readStoredManifest(this.store, to.key)) };
       const image = this.imgs.path(id);
       if (!existsSync(image)) throw new DenError("volume_not_found", `volume ${id} has no image on this host`);
       // A VM that has it in a slot may be writing it: the copy would be torn.
       const user = this.imgs.user(id);
       if (user) throw new DenError("volume_in_use", `volume ${id} is in a slot of VM ${user.id} on this host`);
-      return { storedBytes: manifestBytes(await uploadSnapshot(this.store, to.key, dirname(image), [basename(image)], { volume: id })) };
+      const stored = await uploadSnapshot(this.store, to.key, dirname(image), [basename(image)], { volume: id });
+      return { storedBytes: manifestBytes(stored), digests: storedDigests(stored) };
     });
   }
 
@@ -73,7 +74,10 @@ export class LocalVolumes implements host.HostVolumes {
       // Downloaded (and verified) beside the data dir's other downloads, then put in place in one rename.
       const staging = await mkdtemp(join(this.rt.dataDir, DOWNLOAD_PREFIX));
       try {
-        await downloadSnapshot(this.store, from.key, staging);
+        // Checked against the digests its park recorded (without: the store's manifest, its fields checked).
+        const stored = await readStoredManifest(this.store, from.key, from.digests);
+        if (Object.keys(stored.files).join() !== basename(image)) throw new DenError("snapshot_corrupt", `stored volume ${from.id} is not one image`);
+        await downloadSnapshot(this.store, from.key, staging, undefined, stored);
         await mkdir(dirname(image), { recursive: true });
         await rename(join(staging, basename(image)), image);
       } finally {

@@ -84,7 +84,7 @@ export class Lifecycle {
    * pause is on disk before `hibernate-cold-after-snapshot`, the stored copy complete (its
    * manifest last) before the answer.
    */
-  async upload(id: string, to: host.StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }> {
+  async upload(id: string, to: host.StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[]; digests: host.StoredDigests }> {
     const s = this.state.boxes.get(id);
     const alive = s?.state === "running" || s?.state === "paused";
     // A warm VM with volumes lets go of them in a snapshot of its own, as from running.
@@ -104,7 +104,7 @@ export class Lifecycle {
     }
     try {
       this.faults.at("hibernate-cold-after-snapshot");
-      return { storedBytes: await this.stored.toStore(image, id, to) };
+      return await this.stored.toStore(image, id, to);
     } catch (e) {
       // Nothing is lost: the VM is still there, paused; put it back to work.
       if (wasRunning && s && !s.destroyed && s.state === "paused") this.state.change(() => this.state.setState(s, "running"));
@@ -159,10 +159,10 @@ export class Lifecycle {
     }
   }
 
-  async checkpoint(id: string, to: host.StoredRef): Promise<{ pauseMs: number; storedBytes: number }> {
+  async checkpoint(id: string, to: host.StoredRef): Promise<{ pauseMs: number; storedBytes: number; digests: host.StoredDigests }> {
     const s = this.state.get(id);
     this.state.requireVm(s);
-    return { pauseMs: 0, storedBytes: await this.stored.toStore(this.state.image(s, s.volumes), id, to) };
+    return { pauseMs: 0, ...(await this.stored.toStore(this.state.image(s, s.volumes), id, to)) };
   }
 
   fork(id: string, children: string[], network?: api.NetworkPolicy, volumes?: host.VolumeSpec[]): host.HostSandboxInfo[] {

@@ -42,7 +42,7 @@ export class FramedVms implements host.HostVms {
   }
 
   /** Cold, the first half: to the store, the VM left paused (host-lifecycle.ts). */
-  upload(op: string, id: string, to: host.StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[] }> {
+  upload(op: string, id: string, to: host.StoredRef, fromWarm?: string): Promise<{ storedBytes: number; heldVolumes?: string[]; digests?: host.StoredDigests }> {
     return this.frame.op("upload", [op, id, to, fromWarm], op, () => this.life.upload(id, to, fromWarm));
   }
 
@@ -59,7 +59,7 @@ export class FramedVms implements host.HostVms {
     return this.frame.op("wakeDisk", [op, id], op, () => this.life.wakeDisk(id));
   }
 
-  checkpoint(op: string, id: string, to: host.StoredRef): Promise<{ pauseMs: number; storedBytes: number }> {
+  checkpoint(op: string, id: string, to: host.StoredRef): Promise<{ pauseMs: number; storedBytes: number; digests?: host.StoredDigests }> {
     return this.frame.op("checkpoint", [op, id, to], op, () => this.life.checkpoint(id, to));
   }
 
@@ -104,7 +104,7 @@ export class FramedVolumes implements host.HostVolumes {
     return this.frame.op("growVolume", [op, id, sizeMb, helper], op, () => this.vols.grow(id, sizeMb, helper));
   }
 
-  park(op: string, id: string, to: host.StoredRef): Promise<{ storedBytes: number }> {
+  park(op: string, id: string, to: host.StoredRef): Promise<{ storedBytes: number; digests?: host.StoredDigests }> {
     return this.frame.op("parkVolume", [op, id, to], op, () => this.vols.park(id, to));
   }
 
@@ -158,12 +158,12 @@ export class FramedTemplates implements host.HostTemplates {
     return this.frame.plain("cancelBuild", [op], async () => this.buildLogs.cancel(op));
   }
 
-  publish(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number }> {
+  publish(op: string, name: string, version: string, key: string): Promise<{ storedBytes: number; digests?: host.StoredDigests }> {
     return this.frame.op("publishTemplate", [op, name, version, key], op, () => this.stored.publishTemplate(name, version, key));
   }
 
-  fetch(op: string, name: string, version: string, key: string, current: boolean): Promise<void> {
-    return this.frame.op("fetchTemplate", [op, name, version, key, current], op, () => this.stored.fetchTemplate(name, version, key, current));
+  fetch(op: string, name: string, version: string, key: string, current: boolean, digests?: host.StoredDigests): Promise<void> {
+    return this.frame.op("fetchTemplate", [op, name, version, key, current, digests], op, () => this.stored.fetchTemplate(name, version, key, current, digests));
   }
 }
 

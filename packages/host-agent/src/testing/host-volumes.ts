@@ -5,7 +5,7 @@
  * memory-volumes.ts's.
  */
 import { DenError, type host } from "@den/protocol";
-import { manifestBytes, readStoredManifest, storedSnapshotComplete } from "@den/store";
+import { manifestBytes, storedDigests } from "@den/store";
 import type { Faults } from "./faults.js";
 import type { Lifecycle } from "./host-lifecycle.js";
 import type { HostState } from "./host-state.js";
@@ -36,21 +36,21 @@ export class VolumeOps {
     }
   }
 
-  async park(id: string, to: host.StoredRef): Promise<{ storedBytes: number }> {
+  /** (A copy already at `to` is replaced, as the real host does: the digests are of what this host put.) */
+  async park(id: string, to: host.StoredRef): Promise<{ storedBytes: number; digests: host.StoredDigests }> {
     const { store, vols } = this.state;
-    if (await storedSnapshotComplete(store, to.key)) return { storedBytes: manifestBytes(await readStoredManifest(store, to.key)) };
     vols.get(id);
     // A VM that has it in a slot may be writing it: the copy would be torn.
     const user = this.state.volumeUser(id);
     if (user) throw new DenError("volume_in_use", `volume ${id} is in a slot of VM ${user.id} on this host`);
     const stored = await putStored(store, to.key, vols.serialize(id), { volume: id }, { tmp: this.state.tmp, midway: () => this.faults.at("snapshot-upload-mid") });
-    return { storedBytes: manifestBytes(stored) };
+    return { storedBytes: manifestBytes(stored), digests: storedDigests(stored) };
   }
 
-  /** The stored copy becomes this host's image (whole, in place of any other: a new inode). */
+  /** The stored copy becomes this host's image (whole, in place of any other: a new inode), checked against the digests its park recorded. */
   async fetch(id: string, from: host.StoredRef): Promise<void> {
     this.state.vols.check(id);
-    const got = (await getStored(this.state.store, from.key, { tmp: this.state.tmp })) as SerialVolume;
+    const got = (await getStored(this.state.store, from.key, { tmp: this.state.tmp, digests: from.digests })) as SerialVolume;
     this.state.change(() => this.state.vols.restore(id, got));
   }
 

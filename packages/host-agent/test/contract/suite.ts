@@ -10,10 +10,13 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:https";
-import { DenError, inventoryCpuSeconds, type HostAgent, type HostGuest, type StoredRef } from "@den/protocol";
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { gunzipSync, gzipSync } from "node:zlib";
+import { DenError, inventoryCpuSeconds, type HostAgent, type HostGuest, type StoredDigests, type StoredRef } from "@den/protocol";
 import { issueMachine, newCa, serverTlsOptions } from "@den/pki";
 import { newId } from "@den/runtime";
-import { snapshotKey, storedSnapshotComplete, type ObjectStore } from "@den/store";
+import { STORE_MANIFEST, snapshotKey, storedSnapshotComplete, templateKey, type ObjectStore } from "@den/store";
 import { Registrar, type RegisteredHost } from "../../src/index.js";
 
 /** One implementation under test, with what only its own side can do. */
@@ -57,6 +60,67 @@ async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 60_
 }
 /** Whether a background process whose argv includes `word` runs in the guest. */
 const runs = async (g: HostGuest, word: string) => (await g.processes.list()).some((p) => p.running && (p.argv ?? [p.cmd ?? ""]).join(" ").includes(word));
+
+/**
+ * What a host uploaded and answered digests for, tampered with in the store, is refused
+ * (`snapshot_corrupt`) by `use` before it reads it, and nothing of the stored copy is lost
+ * (it is put back as it was after each try): one byte of its state object, its manifest
+ * naming `../snapshots` as its template (refused by its digests, and without them, as a copy
+ * recorded before digests were, by the manifest's fields), and a copy whole in itself that is
+ * not the one put (only the digests tell). `after`: what must hold after each refusal.
+ */
+async function refusesTampered(store: ObjectStore, ref: StoredRef & { digests: StoredDigests }, use: (r: StoredRef) => Promise<unknown>, after: () => Promise<void>): Promise<void> {
+  assert.ok(ref.digests, "the upload's answer has its digests");
+  const manifestKey = `${ref.key}/${STORE_MANIFEST}`;
+  // Every object's sum, to see that nothing was lost; the two tampered with, to put back.
+  const objects = async () => Promise.all((await store.list(`${ref.key}/`)).map(async (o) => [o.key, createHash("sha256").update(await store.getBytes(o.key)).digest("hex")]));
+  const before = await objects();
+  const manifestBytes = await store.getBytes(manifestKey);
+  const manifest = JSON.parse(manifestBytes.toString()) as { files: Record<string, { key: string }>; snapshot: { template: { name: string } } };
+  const stateKey = Object.entries(manifest.files).find(([n]) => n.includes("state"))![1].key;
+  const stateBytes = await store.getBytes(stateKey);
+  const refused = async (why: string, r: StoredRef) => {
+    await assert.rejects(use(r), (e: unknown) => e instanceof DenError && e.code === "snapshot_corrupt" && e.status === 422, why);
+    await after();
+  };
+  const putBack = async () => {
+    await store.putBytes(stateKey, stateBytes);
+    await store.putBytes(manifestKey, manifestBytes);
+  };
+  // One byte of its state.
+  const state = Buffer.from(stateBytes);
+  state[state.length >> 1] = state[state.length >> 1]! ^ 0x01;
+  await store.putBytes(stateKey, state);
+  await refused("one byte of its state", ref);
+  await refused("one byte of its state, with no digests recorded", { id: ref.id, key: ref.key });
+  await putBack();
+  // Its manifest naming another template, one that is a path out of the template store.
+  const named = { ...manifest, snapshot: { ...manifest.snapshot, template: { ...manifest.snapshot.template, name: "../snapshots" } } };
+  await store.putBytes(manifestKey, Buffer.from(JSON.stringify(named, null, 2)));
+  await refused("a manifest naming ../snapshots", ref);
+  await refused("a manifest naming ../snapshots, with no digests recorded", { id: ref.id, key: ref.key });
+  await putBack();
+  // A copy whole in itself: its state compressed again (the same content, other bytes), the
+  // manifest's sum and size of it made to match. Only the record of what was put tells.
+  const again = recompressed(stateKey, stateBytes);
+  await store.putBytes(stateKey, again);
+  const m = JSON.parse((await store.getBytes(manifestKey)).toString()) as { files: Record<string, { key: string; sha256: string; size: number }> };
+  for (const f of Object.values(m.files)) if (f.key === stateKey) Object.assign(f, { sha256: createHash("sha256").update(again).digest("hex"), size: again.length });
+  await store.putBytes(manifestKey, Buffer.from(JSON.stringify(m, null, 2)));
+  await refused("a copy whole in itself but not the one put", ref);
+  await putBack();
+  assert.deepEqual(await objects(), before, "nothing of the stored copy lost");
+}
+
+/** An object's content compressed again at another level: valid, the same when decompressed, other bytes. */
+function recompressed(key: string, b: Buffer): Buffer {
+  if (key.endsWith(".gz")) return gzipSync(gunzipSync(b), { level: 9 });
+  const raw = spawnSync("zstd", ["-d", "-q", "-c"], { input: b, maxBuffer: 1 << 30 });
+  const out = spawnSync("zstd", ["-3", "-q", "-c"], { input: raw.stdout, maxBuffer: 1 << 30 });
+  assert.equal(out.status, 0);
+  assert.ok(!out.stdout.equals(b), "other bytes");
+  return out.stdout;
+}
 
 export function hostContract(name: string, open: () => Promise<ContractHost>): void {
   describe(`the host contract: ${name}`, () => {
@@ -213,7 +277,8 @@ export function hostContract(name: string, open: () => Promise<ContractHost>): v
       await h.vms.destroy(A);
       assert.equal(await vmState(h, A), undefined);
       await h.vms.destroy(A);
-      const info = await h.vms.restore(op(), A, to);
+      await refusesTampered(c.store, { ...to, digests: up.digests! }, (r) => h.vms.restore(op(), A, r), async () => assert.equal(await vmState(h, A), undefined, "no VM of the try"));
+      const info = await h.vms.restore(op(), A, { ...to, digests: up.digests! });
       assert.equal(info.template, "base");
       assert.equal(await vmState(h, A), "running");
       const g = h.guest(A);
@@ -316,6 +381,18 @@ export function hostContract(name: string, open: () => Promise<ContractHost>): v
       assert.deepEqual((await h.inventory()).vms.filter((v) => v.id !== A && v.id !== B), [], "the build's VM is gone");
       assert.deepEqual(await h.templates.buildLog(op(), 0), { lines: [], next: 0, done: true });
       await h.templates.cancelBuild(op());
+
+      // Published to the store with the digests of what was put; gone from here, it comes back
+      // only as they say: a tampered copy is refused before anything of it is installed.
+      const key = templateKey(name, t.version, "contract");
+      const pub = await h.templates.publish(op(), name, t.version, key);
+      assert.ok(pub.storedBytes > 0 && pub.digests, "published, with its digests");
+      await h.templates.delete(name);
+      const listed = async () => (await h.templates.list()).some((x) => x.name === name);
+      assert.equal(await listed(), false);
+      await refusesTampered(c.store, { id: t.version, key, digests: pub.digests! }, (r) => h.templates.fetch(op(), name, t.version, key, true, r.digests), async () => assert.equal(await listed(), false, "nothing installed"));
+      await h.templates.fetch(op(), name, t.version, key, true, pub.digests);
+      assert.ok((await h.templates.list()).some((x) => x.name === name && x.version === t.version && x.current), "installed as its digests say");
       await h.templates.delete(name);
     });
 

@@ -353,10 +353,10 @@ describe("envd with the e2b client", () => {
         assert.equal(await e2.pause(), true);
         await pause(8_000);
         const back = await Sandbox.connect(e2.sandboxId, { timeoutMs: 600_000 });
-        await waitFor("the warm command's file", async () => ((await back.files.exists("/tmp/x")) ? true : undefined), 30_000, 250);
-        assert.equal(await back.files.read("/tmp/x"), "done\n");
-        await waitFor("the timed command's file (not killed by the pause)", async () => ((await back.files.exists("/tmp/t")) ? true : undefined), 30_000, 250);
-        assert.equal(await back.files.read("/tmp/t"), "late\n");
+        // (By content, not existence: `echo > file` creates the file before it writes it.)
+        const written = (s: Sandbox, path: string, want: string) => async () => ((await s.files.exists(path)) && (await s.files.read(path)) === want ? true : undefined);
+        await waitFor("the warm command's file", written(back, "/tmp/x", "done\n"), 30_000, 250);
+        await waitFor("the timed command's file (not killed by the pause)", written(back, "/tmp/t", "late\n"), 30_000, 250);
         await waitFor("both gone from the list", async () => (!(await back.commands.list()).some((p) => p.pid === h.pid || p.pid === t.pid) ? true : undefined), 15_000, 250);
 
         // Still running at the wake: connect follows it to its end and its output.
@@ -373,8 +373,7 @@ describe("envd with the e2b client", () => {
         assert.ok(cold.status < 300, cold.text);
         await waitFor("cold", async () => ((await client(server.url)("GET", `/v1/sandboxes/${e2.sandboxId}`)).body?.hibernate_mode === "cold" ? true : undefined), 120_000, 500);
         const woken = await Sandbox.connect(e2.sandboxId, { timeoutMs: 600_000 });
-        await waitFor("the cold command's file", async () => ((await woken.files.exists("/tmp/c")) ? true : undefined), 30_000, 250);
-        assert.equal(await woken.files.read("/tmp/c"), "cold\n");
+        await waitFor("the cold command's file", written(woken, "/tmp/c", "cold\n"), 30_000, 250);
         await waitFor("gone from the list", async () => (!(await woken.commands.list()).some((p) => p.pid === c.pid) ? true : undefined), 15_000, 250);
       } finally {
         await Sandbox.kill(e2.sandboxId).catch(() => undefined);
