@@ -78,7 +78,7 @@ export interface RawVm {
 
 function args(t: RawTemplate, dir: string, disk: string): string[] {
   return [
-    "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=ram", "-accel", t.accel === "kvm" ? "kvm" : "tcg,tb-size=64",
+    "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=ram", "-bios", "qboot.rom", "-accel", t.accel === "kvm" ? "kvm" : "tcg,tb-size=64",
     "-cpu", t.cpu, "-smp", String(t.vcpus), "-m", `${t.memoryMb}M`,
     "-object", `memory-backend-file,id=ram,size=${t.memoryMb}M,mem-path=${join(t.dir, "memory.bin")},share=off,readonly=on,rom=off`,
     "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",

@@ -105,6 +105,10 @@ export function qemuArgs(spec: VmSpec, host: HostProfile): string[] {
   const args = [
     "-name", `den-${spec.tag.sandbox},debug-threads=off`,
     "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=ram",
+    // qboot, named: QEMU 7.2's default for microvm. Debian's QEMU 10 ships qboot.rom but finds
+    // SeaBIOS's microvm build by default, which never starts this kernel; the firmware's ROM is
+    // also part of every saved state (a 64 KiB block), so it is the same one everywhere.
+    "-bios", MICROVM_FIRMWARE,
     "-accel", accel,
     "-cpu", host.cpuModel,
     "-smp", String(spec.vcpus),
@@ -175,6 +179,9 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
     if (state !== undefined) closeSync(state);
   }
 }
+
+/** microvm's firmware (from QEMU's data dir): see qemuArgs. */
+export const MICROVM_FIRMWARE = "qboot.rom";
 
 /** The descriptor an incoming VM's saved state is at in QEMU (spawnQemu's stdio). */
 export const INCOMING_STATE_FD = 5;
