@@ -108,6 +108,10 @@ async function toCold(d: Deps, row: SandboxRow, reason: Reason): Promise<Sandbox
     up = await metrics.time("hibernate", "cold", () => meter.work(row.id, () => host.vms.upload(op.id, row.id, refOf(stored), fromWarm ?? undefined)));
   } catch (e) {
     await ops.fail(op, row.id, e, {}, (tx) => tx.snapshots.release(stored.id, clock.now()));
+    // A host that died mid-upload is back with the VM paused (the snapshot stopped it) and
+    // nothing to resume it: the reconcile at its return passed over the sandbox while this
+    // operation was open. (A host still away: its reconcile when it returns resumes it.)
+    if (!fromWarm) await host.vms.resume(row.id).catch(() => undefined);
     throw e;
   }
   faultPoint("hibernate-cold-after-upload");
