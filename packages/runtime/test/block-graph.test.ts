@@ -1,7 +1,7 @@
 // needs: qemu-img, qemu-system (no guest: -M none)
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { closeSync, mkdtempSync, openSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,7 +9,7 @@ import { DenError } from "@den/protocol";
 import { openImages, rootDiskArgs, slotArgs } from "../src/block-graph.js";
 import type { VolumeAttachment } from "../src/volumes.js";
 
-const qemuImg = (...args: string[]) => execFileSync("qemu-img", args, { stdio: ["ignore", "pipe", "pipe"] });
+import { qcow2Chain, qemuImg } from "./qcow2-chain.js";
 
 interface BlockNode { "node-name": string; file: string; "backing_file"?: string; drv: string; ro: boolean }
 
@@ -32,13 +32,8 @@ const openFds = () => readdirSync("/proc/self/fd").length;
 test("QEMU opens the graph Den states: a header naming /etc/shadow is refused by Den, and not followed by QEMU even unchecked", async () => {
   const dir = mkdtempSync(join(tmpdir(), "den-graph-"));
   try {
-    const base = join(dir, "base.qcow2");
-    const mid = join(dir, "mid.qcow2");
-    const top = join(dir, "top.qcow2");
+    const { base, mid, top } = qcow2Chain(dir);
     const vol = join(dir, "vol.qcow2");
-    qemuImg("create", "-q", "-f", "qcow2", base, "64M");
-    qemuImg("create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, mid);
-    qemuImg("create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", mid, top);
     qemuImg("create", "-q", "-f", "qcow2", vol, "16M");
     const volumes: VolumeAttachment[] = [{ volume: "v", image: vol, path: "/data", readOnly: false, slot: 2 }];
 

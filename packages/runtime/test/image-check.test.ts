@@ -1,7 +1,6 @@
 // needs: qemu-img
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,7 +8,7 @@ import { DenError } from "@den/protocol";
 import { checkChain, checkImage } from "../src/image-check.js";
 import { createOverlay, flattenImage, rebaseImage, renameBacking } from "../src/image-tools.js";
 
-const qemuImg = (...args: string[]) => execFileSync("qemu-img", args, { stdio: ["ignore", "pipe", "pipe"] });
+import { qcow2Chain, qemuImg } from "./qcow2-chain.js";
 
 /** A refusal: disk_corrupt (a 4xx), its message matching `why`. */
 const refused = (why: RegExp) => (e: unknown) => e instanceof DenError && e.code === "disk_corrupt" && e.status === 422 && why.test(e.message);
@@ -43,12 +42,7 @@ function plantDataFile(path: string, name: string): void {
 
 function setup() {
   const dir = mkdtempSync(join(tmpdir(), "den-imgcheck-"));
-  const base = join(dir, "base.qcow2");
-  const mid = join(dir, "mid.qcow2");
-  const top = join(dir, "top.qcow2");
-  qemuImg("create", "-q", "-f", "qcow2", base, "64M");
-  qemuImg("create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, mid);
-  qemuImg("create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", mid, top);
+  const { base, mid, top } = qcow2Chain(dir);
   return { dir, base, mid, top, done: () => rmSync(dir, { recursive: true, force: true }) };
 }
 

@@ -10,7 +10,7 @@ import { checkChain } from "../src/image-check.js";
 import { flattenImage, rebaseImage } from "../src/image-tools.js";
 import { runQemuImg } from "../src/qemu-img.js";
 
-const qemuImg = (...args: string[]) => execFileSync("qemu-img", args, { stdio: ["ignore", "pipe", "pipe"] });
+import { qcow2Chain, qemuImg } from "./qcow2-chain.js";
 const owner = (p: string) => { const st = statSync(p); return `${st.uid}:${st.gid}:${(st.mode & 0o7777).toString(8)}`; };
 const asRoot = process.getuid?.() === 0;
 
@@ -18,12 +18,7 @@ const asRoot = process.getuid?.() === 0;
 function privateChain() {
   const dir = mkdtempSync(join(tmpdir(), "den-qemuimg-"));
   chmodSync(dir, 0o700);
-  const base = join(dir, "base.qcow2");
-  const mid = join(dir, "mid.qcow2");
-  const top = join(dir, "top.qcow2");
-  qemuImg("create", "-q", "-f", "qcow2", base, "64M");
-  qemuImg("create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, mid);
-  qemuImg("create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", mid, top);
+  const { base, mid, top } = qcow2Chain(dir);
   execFileSync("qemu-io", ["-f", "qcow2", "-c", "write -P 7 0 64k", mid], { stdio: "ignore" });
   for (const p of [base, mid, top]) chmodSync(p, 0o600);
   return { dir, base, mid, top };
