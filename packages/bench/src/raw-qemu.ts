@@ -6,7 +6,7 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { closeSync, mkdirSync, openSync, rmSync } from "node:fs";
 import net from "node:net";
 import { join } from "node:path";
-import { SLOT_BYTES, VOLUME_SLOTS } from "@den/runtime";
+import { MICROVM_FIRMWARE, SLOT_BYTES, VOLUME_SLOTS } from "@den/runtime";
 
 class RawQmp {
   private buf = "";
@@ -78,7 +78,7 @@ export interface RawVm {
 
 function args(t: RawTemplate, dir: string, disk: string): string[] {
   return [
-    "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=ram", "-bios", "qboot.rom", "-accel", t.accel === "kvm" ? "kvm" : "tcg,tb-size=64",
+    "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=ram", "-bios", MICROVM_FIRMWARE, "-accel", t.accel === "kvm" ? "kvm" : "tcg,tb-size=64",
     "-cpu", t.cpu, "-smp", String(t.vcpus), "-m", `${t.memoryMb}M`,
     "-object", `memory-backend-file,id=ram,size=${t.memoryMb}M,mem-path=${join(t.dir, "memory.bin")},share=off,readonly=on,rom=off`,
     "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",

@@ -13,7 +13,7 @@ export { bakeFromDisk, bakeFromSandbox, bakeTemplate, bakeVariant, reuseTemplate
 export { startService, type ServiceStart } from "./bake-service.js";
 export { hostProfile, cacheDir, type HostProfile } from "./host.js";
 export { type SnapshotManifest, type TemplateRunConfig, readManifest, verifySnapshot } from "./snapshot.js";
-export { deviceSetId, findInstanceProcesses, VM_FILES } from "./qemu.js";
+export { deviceSetId, findInstanceProcesses, MICROVM_FIRMWARE, VM_FILES } from "./qemu.js";
 export { mulberry32, newId, privateDir, privateFiles } from "./util.js";
 export { HOST_CAPABILITIES, boundingSetArg, processCapabilities, surplusCapabilities } from "./jail/capabilities.js";
 export { type EgressPolicy, GUEST_NET } from "./network/sandbox-network.js";

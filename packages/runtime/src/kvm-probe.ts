@@ -2,6 +2,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { MICROVM_FIRMWARE } from "./qemu.js";
 
 /**
  * A 32-bit PVH ELF that counts down a register then writes to isa-debug-exit: QEMU
@@ -53,7 +54,7 @@ export function runLoop(kernel: string, accel: string, timeoutMs: number): Promi
   return new Promise((resolve) => {
     const start = process.hrtime.bigint();
     const child = spawn(process.env.DEN_QEMU ?? "qemu-system-x86_64", [
-      "-M", "microvm,x-option-roms=off,rtc=off", "-bios", "qboot.rom", "-accel", accel, "-cpu", accel === "kvm" ? "host" : "max", "-m", "32",
+      "-M", "microvm,x-option-roms=off,rtc=off", "-bios", MICROVM_FIRMWARE, "-accel", accel, "-cpu", accel === "kvm" ? "host" : "max", "-m", "32",
       "-nodefaults", "-no-user-config", "-display", "none", "-kernel", kernel,
       "-device", "isa-debug-exit,iobase=0xf4,iosize=4",
     ], { stdio: "ignore" });

@@ -99,6 +99,9 @@ export function checkSocketPaths(dir: string): void {
   }
 }
 
+/** microvm's firmware (from QEMU's data dir): see qemuArgs. */
+export const MICROVM_FIRMWARE = "qboot.rom";
+
 export function qemuArgs(spec: VmSpec, host: HostProfile): string[] {
   checkSocketPaths(spec.dir);
   const accel = host.accelerator === "kvm" ? "kvm" : "tcg,tb-size=64";
@@ -179,9 +182,6 @@ export function spawnQemu(spec: VmSpec, host: HostProfile): number {
     if (state !== undefined) closeSync(state);
   }
 }
-
-/** microvm's firmware (from QEMU's data dir): see qemuArgs. */
-export const MICROVM_FIRMWARE = "qboot.rom";
 
 /** The descriptor an incoming VM's saved state is at in QEMU (spawnQemu's stdio). */
 export const INCOMING_STATE_FD = 5;
